@@ -1,0 +1,417 @@
+package streamfile
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// ErrEndOfStream is returned by [Decoder.Next] after the end-of-stream frame
+// was returned: nothing after it is read.
+var ErrEndOfStream = errors.New("streamfile: end of stream")
+
+const (
+	defaultReadSize = 256 << 10
+	// DefaultMaxPayload bounds the payload size the decoder accepts, so that a
+	// corrupt size field cannot make it buffer gigabytes.
+	DefaultMaxPayload = 64 << 20
+	maxInternedKeys   = 4096
+)
+
+// Record is a frame as read from a file, with where it was found.
+type Record struct {
+	Frame
+	Offset   int64  // first byte of the frame (after a beacon that precedes it)
+	End      int64  // offset of the next frame or beacon
+	Checksum uint16 // stored payload checksum, verified
+}
+
+// Decoder reads frames sequentially from a stream file, starting at the end
+// of the header or at any frame boundary. It reads through an [io.ReaderAt],
+// so a file that grows is read further by calling Next again: a frame (or
+// beacon) that is not complete yet yields [ErrTruncated] and the position
+// stays at its start, so a later call continues exactly.
+//
+// A Decoder is not safe for concurrent use. Payloads alias its buffer and are
+// valid until the next call to Next.
+type Decoder struct {
+	r        io.ReaderAt
+	interval int64
+	pos      int64 // next frame, or the beacon at a boundary before it
+
+	buf    []byte // file bytes [bufOff, bufOff+len(buf))
+	bufOff int64
+
+	small   [MaxKeyLen + 40]byte // frame fields that straddle a beacon
+	scratch []byte               // payloads that straddle a beacon
+	rec     Record
+	beacon  Beacon
+	keys    map[string]string
+	lastKey string
+
+	onBeacon     func(at int64, b *Beacon)
+	lastReported int64
+	eos          bool
+
+	// MaxPayload is the largest payload accepted; larger sizes are a format
+	// error. Zero means [DefaultMaxPayload].
+	MaxPayload int
+	// ReadSize is how many bytes each read asks for. Zero means 256 KiB.
+	ReadSize int
+}
+
+// NewDecoder returns a decoder over r, a file whose header is h, that reads
+// from offset: [HeaderSize] for the first frame, or any frame boundary such
+// as a [Record.End] or a beacon offset.
+func NewDecoder(r io.ReaderAt, h Header, offset int64) *Decoder {
+	return &Decoder{
+		r:            r,
+		interval:     int64(h.BeaconInterval),
+		pos:          max(offset, HeaderSize),
+		bufOff:       max(offset, HeaderSize),
+		keys:         make(map[string]string),
+		lastReported: -1,
+	}
+}
+
+// ReadHeader reads and parses the header of r.
+func ReadHeader(r io.ReaderAt) (Header, error) {
+	var b [HeaderSize]byte
+	n, err := r.ReadAt(b[:], 0)
+	if n < HeaderSize && err != nil && !errors.Is(err, io.EOF) {
+		return Header{}, err
+	}
+	return ParseHeader(b[:n])
+}
+
+// OnBeacon sets a function called with every complete beacon the decoder
+// passes, once per beacon even when a frame around it is retried. b is valid
+// only during the call.
+func (d *Decoder) OnBeacon(fn func(at int64, b *Beacon)) { d.onBeacon = fn }
+
+// Pos returns the offset where the next call to Next starts reading.
+func (d *Decoder) Pos() int64 { return d.pos }
+
+// Next returns the next frame. It returns:
+//   - io.EOF when no byte follows the position yet (a clean end);
+//   - [ErrTruncated] when the data ends inside a frame or beacon;
+//   - a [*ChecksumError] for a frame whose payload does not match its
+//     checksum; the position moves past it, so Next may be called again;
+//   - a [*FormatError] for bytes that are not a frame; the position stays
+//     (see [Decoder.SkipToNextBeacon]);
+//   - [ErrEndOfStream] once the end-of-stream frame was returned.
+func (d *Decoder) Next() (*Record, error) {
+	if d.eos {
+		return nil, ErrEndOfStream
+	}
+	d.compact()
+	if d.atBoundary(d.pos) {
+		n, err := d.readBeacon(d.pos)
+		if err != nil {
+			return nil, d.startErr(err)
+		}
+		d.pos += int64(n)
+	}
+	rec, err := d.readFrame()
+	if err != nil {
+		return nil, d.startErr(err)
+	}
+	if rec.IsEOS() {
+		d.eos = true
+	}
+	return rec, nil
+}
+
+// startErr turns a shortage at the very start of a read into io.EOF.
+func (d *Decoder) startErr(err error) error {
+	if err == ErrTruncated && !d.have(d.pos, 1) {
+		return io.EOF
+	}
+	return err
+}
+
+func (d *Decoder) atBoundary(off int64) bool { return off > 0 && off%d.interval == 0 }
+
+func (d *Decoder) maxPayload() int {
+	if d.MaxPayload > 0 {
+		return d.MaxPayload
+	}
+	return DefaultMaxPayload
+}
+
+// readFrame parses the frame at d.pos. A fast path handles the common case of
+// a frame that lies between two boundaries and is already buffered.
+func (d *Decoder) readFrame() (*Record, error) {
+	start := d.pos
+	room := d.interval - start%d.interval // bytes before the next boundary
+	if d.have(start, 1) {
+		b := d.buf[start-d.bufOff:]
+		l := int64(b[0])
+		if hdr := l + 29; hdr <= room && int64(len(b)) >= hdr {
+			n := int64(binary.BigEndian.Uint32(b[l+25:]))
+			if total := l + n + frameOverhead; total <= room && int64(len(b)) >= total && n <= int64(d.maxPayload()) {
+				key, ok := d.intern(b[1 : 1+l])
+				if !ok {
+					return nil, &FormatError{start, fmt.Sprintf("invalid stream key %q", key)}
+				}
+				return d.finishFields(start, key, b[1+l:hdr], b[hdr:hdr+n], b[hdr+n:total], start+total)
+			}
+		}
+	}
+	return d.readFrameSlow(start)
+}
+
+// readFrameSlow parses a frame field by field, stepping over beacons.
+func (d *Decoder) readFrameSlow(start int64) (*Record, error) {
+	c := start
+	lb, _, err := d.take(&c, 1, d.small[:0])
+	if err != nil {
+		return nil, err
+	}
+	l := int(lb[0])
+	head, _, err := d.take(&c, l+28, d.small[:0]) // key, shard, seq, ts, size
+	if err != nil {
+		return nil, err
+	}
+	n := int(binary.BigEndian.Uint32(head[l+24:]))
+	if n > d.maxPayload() {
+		return nil, &FormatError{start, fmt.Sprintf("payload size %d exceeds the decoder limit of %d bytes", n, d.maxPayload())}
+	}
+	fields := [24]byte(head[l:])
+	key, ok := d.intern(head[:l])
+	if !ok {
+		return nil, &FormatError{start, fmt.Sprintf("invalid stream key %q", key)}
+	}
+	payload, copied, err := d.take(&c, n, d.scratch[:0])
+	if err != nil {
+		return nil, err
+	}
+	if copied {
+		d.scratch = payload[:0]
+	}
+	tail, _, err := d.take(&c, 3, d.small[:0])
+	if err != nil {
+		return nil, err
+	}
+	return d.finishFields(start, key, fields[:], payload, tail, c)
+}
+
+func (d *Decoder) finishFields(start int64, key string, fields, payload, tail []byte, end int64) (*Record, error) {
+	r := &d.rec
+	r.Key = key
+	r.Shard = binary.BigEndian.Uint64(fields[0:])
+	r.Seq = binary.BigEndian.Uint64(fields[8:])
+	r.TimestampMs = binary.BigEndian.Uint64(fields[16:])
+	r.Payload = payload
+	r.Offset, r.End = start, end
+	r.Checksum = binary.BigEndian.Uint16(tail)
+	if r.TimestampMs > maxTimestampMs {
+		return nil, &FormatError{start, fmt.Sprintf("timestamp %d ms is after year 9999", r.TimestampMs)}
+	}
+	if sum := CRC16(payload); sum != r.Checksum {
+		d.pos = end
+		return nil, &ChecksumError{Offset: start, End: end, Key: key, Seq: r.Seq, Received: r.Checksum, Computed: sum}
+	}
+	d.pos = end
+	return r, nil
+}
+
+// take returns the next n logical bytes at *c, stepping over beacons, and
+// advances *c. Bytes that lie between two boundaries are returned from the
+// buffer; bytes that straddle a beacon are copied into dst (copied is true).
+func (d *Decoder) take(c *int64, n int, dst []byte) (b []byte, copied bool, err error) {
+	if d.atBoundary(*c) {
+		bn, err := d.readBeacon(*c)
+		if err != nil {
+			return nil, false, err
+		}
+		*c += int64(bn)
+	}
+	if room := d.interval - *c%d.interval; int64(n) <= room {
+		if err := d.ensure(*c + int64(n)); err != nil {
+			return nil, false, err
+		}
+		i := *c - d.bufOff
+		*c += int64(n)
+		return d.buf[i : i+int64(n)], false, nil
+	}
+	for n > 0 {
+		if d.atBoundary(*c) {
+			bn, err := d.readBeacon(*c)
+			if err != nil {
+				return nil, false, err
+			}
+			*c += int64(bn)
+		}
+		chunk := min(int64(n), d.interval-*c%d.interval)
+		if err := d.ensure(*c + chunk); err != nil {
+			return nil, false, err
+		}
+		i := *c - d.bufOff
+		dst = append(dst, d.buf[i:i+chunk]...)
+		*c += chunk
+		n -= int(chunk)
+	}
+	return dst, true, nil
+}
+
+// readBeacon parses the beacon at the boundary at and returns its size.
+func (d *Decoder) readBeacon(at int64) (int, error) {
+	if err := d.ensure(at + 6); err != nil {
+		return 0, err
+	}
+	b := d.buf[at-d.bufOff:]
+	bc := &d.beacon
+	bc.Remaining = binary.BigEndian.Uint32(b[1:])
+	count := int(b[5])
+	bc.Markers = bc.Markers[:0]
+	size := int64(6)
+	for range count {
+		if err := d.ensure(at + size + 1); err != nil {
+			return 0, err
+		}
+		l := int64(d.buf[at-d.bufOff+size])
+		msize := l + markerOverhead
+		if size+msize+1 > d.interval {
+			return 0, &FormatError{at, fmt.Sprintf("beacon with %d markers does not fit the beacon interval %d", count, d.interval)}
+		}
+		if err := d.ensure(at + size + msize); err != nil {
+			return 0, err
+		}
+		m := d.buf[at-d.bufOff+size:]
+		key, ok := d.intern(m[1 : 1+l])
+		if !ok {
+			return 0, &FormatError{at + size, fmt.Sprintf("invalid stream key %q in beacon marker", key)}
+		}
+		f := m[1+l:]
+		bc.Markers = append(bc.Markers, Marker{
+			Key:             key,
+			Shard:           binary.BigEndian.Uint64(f[0:]),
+			Seq:             binary.BigEndian.Uint64(f[8:]),
+			TimestampMs:     binary.BigEndian.Uint64(f[16:]),
+			RunningChecksum: binary.BigEndian.Uint16(f[24:]),
+		})
+		size += msize
+	}
+	size++ // end marker
+	if size > d.interval {
+		return 0, &FormatError{at, fmt.Sprintf("beacon of %d bytes does not fit the beacon interval %d", size, d.interval)}
+	}
+	if err := d.ensure(at + size); err != nil {
+		return 0, err
+	}
+	if at > d.lastReported {
+		d.lastReported = at
+		if d.onBeacon != nil {
+			d.onBeacon(at, bc)
+		}
+	}
+	return int(size), nil
+}
+
+// intern returns key as a string without allocating for keys seen before,
+// and whether it is a valid stream key (spec §8).
+func (d *Decoder) intern(key []byte) (string, bool) {
+	if string(key) == d.lastKey {
+		return d.lastKey, true
+	}
+	if s, ok := d.keys[string(key)]; ok {
+		d.lastKey = s
+		return s, true
+	}
+	if !validKeyBytes(key) {
+		return string(key), false
+	}
+	s := string(key)
+	if len(d.keys) < maxInternedKeys {
+		d.keys[s] = s
+	}
+	d.lastKey = s
+	return s, true
+}
+
+// have reports whether the buffer holds [off, off+n).
+func (d *Decoder) have(off int64, n int64) bool {
+	return off >= d.bufOff && off+n <= d.bufOff+int64(len(d.buf))
+}
+
+// compact drops buffered bytes before the position. It runs only between
+// frames, so that no slice handed out during a frame is overwritten.
+func (d *Decoder) compact() {
+	drop := d.pos - d.bufOff
+	if drop <= 0 {
+		return
+	}
+	if drop >= int64(len(d.buf)) {
+		d.buf = d.buf[:0]
+		d.bufOff = d.pos
+		return
+	}
+	if drop >= int64(cap(d.buf))/2 {
+		n := copy(d.buf, d.buf[drop:])
+		d.buf = d.buf[:n]
+		d.bufOff = d.pos
+	}
+}
+
+// ensure reads until the buffer holds the bytes up to end, growing it as the
+// data arrives (never ahead of it), or returns ErrTruncated.
+func (d *Decoder) ensure(end int64) error {
+	for d.bufOff+int64(len(d.buf)) < end {
+		if cap(d.buf) == len(d.buf) {
+			readSize := d.ReadSize
+			if readSize <= 0 {
+				readSize = defaultReadSize
+			}
+			grow := max(readSize, len(d.buf)) // grow with the data: at most doubling per read
+			nb := make([]byte, len(d.buf), len(d.buf)+grow)
+			copy(nb, d.buf)
+			d.buf = nb
+		}
+		n, err := d.r.ReadAt(d.buf[len(d.buf):cap(d.buf)], d.bufOff+int64(len(d.buf)))
+		d.buf = d.buf[:len(d.buf)+n]
+		if n == 0 {
+			if err == nil || errors.Is(err, io.EOF) {
+				return ErrTruncated
+			}
+			return fmt.Errorf("streamfile: read at offset %d: %w", d.bufOff+int64(len(d.buf)), err)
+		}
+	}
+	return nil
+}
+
+// SkipToNextBeacon moves the position to the first frame boundary after the
+// next beacon, using the beacon's remaining count (spec §6.5). It is how a
+// reader recovers after a [*FormatError].
+func (d *Decoder) SkipToNextBeacon() error {
+	next := (d.pos/d.interval + 1) * d.interval
+	p, err := d.resync(next)
+	if err != nil {
+		return err
+	}
+	d.pos = p
+	d.compact()
+	return nil
+}
+
+// resync returns the frame boundary reached from the beacon at boundary b
+// (spec §6.5): skip the rest of the frame that the beacon interrupts, through
+// further beacons when it spans them.
+func (d *Decoder) resync(b int64) (int64, error) {
+	if b < d.bufOff {
+		d.buf, d.bufOff = d.buf[:0], b
+	}
+	for {
+		n, err := d.readBeacon(b)
+		if err != nil {
+			return 0, err
+		}
+		skip := min(int64(d.beacon.Remaining), d.interval-int64(n))
+		p := b + int64(n) + skip
+		if !d.atBoundary(p) {
+			return p, nil
+		}
+		b = p
+	}
+}
