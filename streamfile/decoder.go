@@ -364,7 +364,8 @@ func (d *Decoder) ensure(end int64) error {
 			if readSize <= 0 {
 				readSize = defaultReadSize
 			}
-			grow := max(readSize, len(d.buf)) // grow with the data: at most doubling per read
+			// Grow with the data: start small, double up to the read size.
+			grow := min(readSize, max(len(d.buf), 4096))
 			nb := make([]byte, len(d.buf), len(d.buf)+grow)
 			copy(nb, d.buf)
 			d.buf = nb
@@ -399,8 +400,8 @@ func (d *Decoder) SkipToNextBeacon() error {
 // (spec §6.5): skip the rest of the frame that the beacon interrupts, through
 // further beacons when it spans them.
 func (d *Decoder) resync(b int64) (int64, error) {
-	if b < d.bufOff {
-		d.buf, d.bufOff = d.buf[:0], b
+	if !d.have(b, 1) {
+		d.buf, d.bufOff = d.buf[:0], b // never read the bytes in between
 	}
 	for {
 		n, err := d.readBeacon(b)

@@ -1,0 +1,73 @@
+// Command streamd tails SeaStreamer stream files and hands each record of a
+// subscribed stream key to a handler, settling retries as the reference
+// runtime does. This file dispatches subcommands; each lives in its own file.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// Exit codes shared by the subcommands.
+const (
+	exitOK    = 0
+	exitError = 1 // the work failed: bad data, a failed write
+	exitUsage = 2 // the command line was wrong or a file could not be opened
+)
+
+// command is one subcommand.
+type command struct {
+	name    string
+	summary string
+	run     func(args []string, stdio stdio) int
+}
+
+// stdio is where a subcommand reads and writes, so tests can run it in
+// process.
+type stdio struct {
+	in       io.Reader
+	out, err io.Writer
+}
+
+var commands = []command{
+	{"decode", "print the records of a stream file", runDecode},
+	{"publish", "append stdio-format lines from stdin to a stream file", runPublish},
+	{"version", "print version information", runVersion},
+}
+
+func main() {
+	signal.Ignore(syscall.SIGPIPE) // a closed stdout is an EPIPE write error, handled where it happens
+	os.Exit(run(os.Args[1:], stdio{os.Stdin, os.Stdout, os.Stderr}))
+}
+
+func run(args []string, s stdio) int {
+	if len(args) == 0 {
+		usage(s.err)
+		return exitUsage
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		usage(s.out)
+		return exitOK
+	}
+	for _, c := range commands {
+		if c.name == args[0] {
+			return c.run(args[1:], s)
+		}
+	}
+	fmt.Fprintf(s.err, "streamd: unknown command %q\n", args[0])
+	usage(s.err)
+	return exitUsage
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: streamd <command> [flags]")
+	fmt.Fprintln(w, "\ncommands:")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w, "\nRun 'streamd <command> -h' for the flags of a command.")
+}

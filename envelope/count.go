@@ -1,0 +1,61 @@
+package envelope
+
+import (
+	"bytes"
+	"math"
+	"strconv"
+)
+
+// Header names with a meaning to settlement (settlement.md §1, §9.5).
+const (
+	// RetryCountHeader holds the number of deliveries made before the copy
+	// that carries it, in decimal. The first delivery has none.
+	RetryCountHeader = "x-ruststream-retry-count"
+	// SequenceHeader holds the delivery's sequence in decimal. The reader
+	// sets it on every delivery, over any value the envelope carried.
+	SequenceHeader = "stream-sequence"
+)
+
+// RetryCount returns the value of [RetryCountHeader] in h: an unsigned
+// decimal that fits in a uint64, optionally preceded by '+' (settlement.md
+// §3). It returns 0 when the header is absent or holds anything else: an
+// empty value, a '-' sign, a fraction, spaces, bytes that are not UTF-8, or
+// a number past math.MaxUint64. The delivery is then on its first attempt.
+func RetryCount(h Headers) uint64 {
+	v, ok := h.Get(RetryCountHeader)
+	if !ok {
+		return 0
+	}
+	// ParseUint in base 10 takes digits only (no sign, no '_'), which also
+	// rules out every byte that is not ASCII.
+	n, err := strconv.ParseUint(string(bytes.TrimPrefix(v, []byte{'+'})), 10, 64)
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// SetRetryCount sets [RetryCountHeader] to n in decimal, without padding.
+func (h *Headers) SetRetryCount(n uint64) {
+	h.Set(RetryCountHeader, strconv.AppendUint(nil, n, 10))
+}
+
+// SetSequence sets [SequenceHeader] to seq in decimal, replacing any value
+// the envelope carried (settlement.md §7.3, checklist item 48).
+func (h *Headers) SetSequence(seq uint64) {
+	h.Set(SequenceHeader, strconv.AppendUint(nil, seq, 10))
+}
+
+// NextAttemptHeaders returns the headers for a copy of a delivery with
+// headers h (settlement.md §4.2): a deep copy of h, every header kept in
+// order, with [RetryCountHeader] set to RetryCount(h)+1. h is not modified.
+// A count of math.MaxUint64 stays there instead of wrapping to 0.
+func NextAttemptHeaders(h Headers) Headers {
+	n := RetryCount(h)
+	if n < math.MaxUint64 {
+		n++
+	}
+	c := h.Clone()
+	c.SetRetryCount(n)
+	return c
+}

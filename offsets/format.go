@@ -1,0 +1,340 @@
+package offsets
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// formatVersion is the sidecar format this package reads and writes.
+const formatVersion = 1
+
+// CorruptError reports a sidecar that cannot be decoded. Open and Load
+// return it instead of starting from empty positions, and leave the file
+// as it is.
+type CorruptError struct {
+	// Path is the sidecar file.
+	Path string
+	// Err says what is wrong with it.
+	Err error
+}
+
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("offsets: corrupt sidecar %s: %v (move the file aside to start every "+
+		"subscription from its start_at, or restore it from a backup; \"streamd offsets set\" "+
+		"can then rewrite a position)", e.Path, e.Err)
+}
+
+func (e *CorruptError) Unwrap() error { return e.Err }
+
+// The JSON shape of a sidecar, version 1. fieldsAt must list the same keys.
+type (
+	fileJSON struct {
+		Version       int                  `json:"version"`
+		Subscriptions map[string]entryJSON `json:"subscriptions"`
+	}
+	entryJSON struct {
+		Stream      string       `json:"stream"`
+		File        identityJSON `json:"file"`
+		Offset      int64        `json:"offset"`
+		LastSeq     uint64       `json:"last_seq"`
+		CommittedAt string       `json:"committed_at"`
+	}
+	identityJSON struct {
+		Dev         uint64 `json:"dev"`
+		Ino         uint64 `json:"ino"`
+		FileName    string `json:"file_name"`
+		CreatedAtMs uint64 `json:"created_at_ms"`
+	}
+)
+
+// fieldsAt returns the keys the object at path must have, all of them and
+// no other, and whether path is an object of the format at all. The
+// subscriptions object takes any key (nil).
+func fieldsAt(path []string) ([]string, bool) {
+	switch {
+	case len(path) == 0:
+		return []string{"version", "subscriptions"}, true
+	case path[0] != "subscriptions":
+		return nil, false
+	case len(path) == 1:
+		return nil, true
+	case len(path) == 2:
+		return []string{"stream", "file", "offset", "last_seq", "committed_at"}, true
+	case len(path) == 3 && path[2] == "file":
+		return []string{"dev", "ino", "file_name", "created_at_ms"}, true
+	}
+	return nil, false
+}
+
+// encode returns the sidecar holding positions, which Set or decode has
+// checked: indented JSON with the subscriptions sorted by name, ending in a
+// newline.
+func encode(positions map[string]Position) ([]byte, error) {
+	file := fileJSON{Version: formatVersion, Subscriptions: make(map[string]entryJSON, len(positions))}
+	for name, p := range positions {
+		file.Subscriptions[name] = entryJSON{
+			Stream:      p.Stream,
+			File:        identityJSON(p.File),
+			Offset:      p.Offset,
+			LastSeq:     p.LastSeq,
+			CommittedAt: p.CommittedAt.UTC().Format(time.RFC3339Nano),
+		}
+	}
+	data, err := json.MarshalIndent(file, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(data, '\n'), nil
+}
+
+// decode parses a sidecar strictly: one JSON object and nothing after it,
+// version 1, every field present once and no other, no null, no negative
+// offset. Its errors say what is wrong without naming the file.
+func decode(data []byte) (map[string]Position, error) {
+	if err := checkBytes(data); err != nil {
+		return nil, err
+	}
+	var raw json.RawMessage
+	dec := json.NewDecoder(bytes.NewReader(data))
+	switch err := dec.Decode(&raw); {
+	case errors.Is(err, io.EOF):
+		return nil, errors.New("no JSON value, only white space")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return nil, fmt.Errorf("JSON ends early at byte %d, likely a torn write", len(data))
+	case err != nil:
+		var syntax *json.SyntaxError
+		if errors.As(err, &syntax) {
+			return nil, fmt.Errorf("invalid JSON at byte %d: %v", syntax.Offset, syntax)
+		}
+		return nil, err
+	}
+	if rest := bytes.TrimLeft(data[dec.InputOffset():], " \t\r\n"); len(rest) > 0 {
+		return nil, fmt.Errorf("unexpected data after the JSON object at byte %d", len(data)-len(rest))
+	}
+	if raw[0] != '{' {
+		return nil, errors.New("the JSON value is not an object")
+	}
+
+	// The version comes first, so that a file from a newer streamd is
+	// reported as such rather than by its first unknown field.
+	var top struct {
+		Version       json.RawMessage `json:"version"`
+		Subscriptions json.RawMessage `json:"subscriptions"`
+	}
+	if err := json.Unmarshal(raw, &top); err != nil {
+		return nil, err
+	}
+	if top.Version == nil {
+		return nil, fieldError([]string{"version"}, "missing")
+	}
+	version, err := strconv.ParseInt(string(top.Version), 10, 64)
+	if err != nil {
+		return nil, fieldError([]string{"version"}, fmt.Sprintf("%s, want an integer", top.Version))
+	}
+	if version != formatVersion {
+		return nil, fmt.Errorf("unsupported version %d, this streamd reads version %d", version, formatVersion)
+	}
+	if err := checkKeys(raw); err != nil {
+		return nil, err
+	}
+
+	var subs map[string]json.RawMessage
+	if err := decodeStrict(top.Subscriptions, &subs); err != nil {
+		return nil, fieldError([]string{"subscriptions"}, err.Error())
+	}
+	positions := make(map[string]Position, len(subs))
+	for _, name := range slices.Sorted(maps.Keys(subs)) {
+		var e entryJSON
+		if err := decodeStrict(subs[name], &e); err != nil {
+			return nil, fieldError([]string{"subscriptions", name}, err.Error())
+		}
+		p, err := e.position(name)
+		if err != nil {
+			return nil, err
+		}
+		positions[name] = p
+	}
+	return positions, nil
+}
+
+func (e entryJSON) position(name string) (Position, error) {
+	var committedAt time.Time
+	if err := committedAt.UnmarshalText([]byte(e.CommittedAt)); err != nil {
+		return Position{}, fieldError([]string{"subscriptions", name, "committed_at"},
+			fmt.Sprintf("%q, want an RFC 3339 time", e.CommittedAt))
+	}
+	// encode writes UTC, and a UTC year outside 0-9999 could not be read
+	// back.
+	committedAt = committedAt.UTC()
+	if y := committedAt.Year(); y < 0 || y > 9999 {
+		return Position{}, fieldError([]string{"subscriptions", name, "committed_at"},
+			fmt.Sprintf("%q is out of range", e.CommittedAt))
+	}
+	p := Position{
+		Stream:      e.Stream,
+		File:        Identity(e.File),
+		Offset:      e.Offset,
+		LastSeq:     e.LastSeq,
+		CommittedAt: committedAt,
+	}
+	return p, p.check(name)
+}
+
+// checkBytes reports the damage a crash leaves that is best named before
+// any JSON parsing: nothing at all, NUL bytes. It also refuses a file too
+// large to be a sidecar.
+func checkBytes(data []byte) error {
+	if len(data) == 0 {
+		return errors.New("the file is empty, likely a write lost in a crash")
+	}
+	if len(data) > maxSidecarSize {
+		return fmt.Errorf("larger than %d bytes, the most a sidecar may hold", maxSidecarSize)
+	}
+	if i := bytes.IndexByte(data, 0); i >= 0 {
+		if len(bytes.Trim(data, "\x00")) == 0 {
+			return fmt.Errorf("all %d bytes are NUL, likely a write lost in a crash", len(data))
+		}
+		return fmt.Errorf("NUL byte at offset %d, likely a torn write", i)
+	}
+	return nil
+}
+
+// decodeStrict decodes the JSON value raw into v, rejecting fields v does
+// not have, and rewords the type errors of encoding/json, which name Go
+// types.
+func decodeStrict(raw json.RawMessage, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	var typeErr *json.UnmarshalTypeError
+	if !errors.As(err, &typeErr) {
+		return err
+	}
+	problem := fmt.Sprintf("%s, want %s", typeErr.Value, jsonKind(typeErr.Type))
+	if typeErr.Field == "" {
+		return errors.New(problem)
+	}
+	return fmt.Errorf("field %q: %s", typeErr.Field, problem)
+}
+
+// jsonKind names the JSON value a Go type of the format takes.
+func jsonKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Int64:
+		return "an integer"
+	case reflect.Uint64:
+		return "a non-negative integer"
+	case reflect.String:
+		return "a string"
+	default:
+		return "an object"
+	}
+}
+
+// fieldError describes a problem with the value at path, keys from the
+// top of the file.
+func fieldError(path []string, problem string) error {
+	switch {
+	case len(path) >= 2 && path[0] == "subscriptions":
+		if len(path) == 2 {
+			return fmt.Errorf("subscription %q: %s", path[1], problem)
+		}
+		return fmt.Errorf("subscription %q: field %q: %s", path[1], strings.Join(path[2:], "."), problem)
+	default:
+		return fmt.Errorf("field %q: %s", strings.Join(path, "."), problem)
+	}
+}
+
+// checkKeys walks the objects of raw, which must be valid JSON, and
+// reports the first key that is repeated, unknown or missing, and any null
+// where the format wants a value. encoding/json would keep the last of two
+// equal keys, match keys case-insensitively and read null as zero, all
+// without a word.
+func checkKeys(raw json.RawMessage) error {
+	type frame struct {
+		path    []string        // keys from the top to this container
+		object  bool            // an object, not an array
+		known   bool            // an object of the format: its keys are checked
+		fields  []string        // the keys it must have; nil: any key
+		seen    map[string]bool // keys so far
+		key     string          // the last key
+		wantKey bool            // the next token is a key or the end
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var stack []*frame
+	for {
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		var top *frame
+		var path []string // of the value tok starts, if it starts one
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+			path = top.path
+			if top.object {
+				path = append(slices.Clip(top.path), top.key)
+			}
+		}
+		if top != nil && top.wantKey {
+			if key, ok := tok.(string); ok {
+				keyPath := append(slices.Clip(top.path), key)
+				if top.seen[key] {
+					return fieldError(keyPath, "appears twice")
+				}
+				if top.known && top.fields != nil && !slices.Contains(top.fields, key) {
+					return fieldError(keyPath, "unknown")
+				}
+				top.seen[key] = true
+				top.key = key
+				top.wantKey = false
+				continue
+			}
+		}
+		switch tok {
+		case json.Delim('{'), json.Delim('['):
+			fields, known := fieldsAt(path)
+			stack = append(stack, &frame{
+				path:    path,
+				object:  tok == json.Delim('{'),
+				known:   known && tok == json.Delim('{'),
+				fields:  fields,
+				seen:    map[string]bool{},
+				wantKey: tok == json.Delim('{'),
+			})
+			continue
+		case json.Delim('}'):
+			if top.known {
+				for _, field := range top.fields {
+					if !top.seen[field] {
+						return fieldError(append(slices.Clip(top.path), field), "missing")
+					}
+				}
+			}
+			stack = stack[:len(stack)-1]
+		case json.Delim(']'):
+			stack = stack[:len(stack)-1]
+		case nil:
+			if top != nil && top.known {
+				return fieldError(path, "null value")
+			}
+		}
+		// A value ended: a scalar, or the container just closed.
+		if n := len(stack); n > 0 && stack[n-1].object {
+			stack[n-1].wantKey = true
+		}
+	}
+}

@@ -1,0 +1,99 @@
+package offsets
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// LockName is the name of the lock file in the state directory.
+const LockName = "lock"
+
+// LockedError reports that another process, or another [Store] in this
+// process, holds the lock of a state directory.
+type LockedError struct {
+	// Path is the lock file.
+	Path string
+	// PID is the process ID the holder wrote into the lock file, or 0 if
+	// it could not be read.
+	PID int
+}
+
+func (e *LockedError) Error() string {
+	holder := "another streamd"
+	if e.PID > 0 {
+		holder = fmt.Sprintf("another streamd (pid %d)", e.PID)
+	}
+	return fmt.Sprintf("offsets: %s holds %s; only one streamd may use a state directory at a time", holder, e.Path)
+}
+
+// lockFile is a held flock(2) on a state directory's lock file.
+type lockFile struct {
+	f *os.File
+}
+
+// acquireLock takes an exclusive, non-blocking flock on dir/lock and writes
+// this process's PID into the file. flock locks belong to the open file
+// description, so a second acquireLock in the same process conflicts too,
+// and the kernel drops the lock when the process dies. os.OpenFile sets
+// O_CLOEXEC, so child processes (exec handlers) never inherit it.
+func acquireLock(dir string) (*lockFile, error) {
+	path := filepath.Join(dir, LockName)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("offsets: lock: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			locked := &LockedError{Path: path, PID: readPID(f)}
+			if closeErr := f.Close(); closeErr != nil {
+				return nil, errors.Join(locked, closeErr)
+			}
+			return nil, locked
+		}
+		return nil, errors.Join(fmt.Errorf("offsets: lock %s: %w", path, err), f.Close())
+	}
+	if err := writePID(f); err != nil {
+		return nil, errors.Join(fmt.Errorf("offsets: lock: %w", err), f.Close())
+	}
+	return &lockFile{f: f}, nil
+}
+
+// release empties the lock file, so that nobody reads a stale PID from it,
+// and closes it, which drops the lock.
+func (l *lockFile) release() error {
+	var errs []error
+	if err := l.f.Truncate(0); err != nil {
+		errs = append(errs, fmt.Errorf("offsets: unlock: %w", err))
+	}
+	if err := l.f.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("offsets: unlock: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+func writePID(f *os.File) error {
+	if err := f.Truncate(0); err != nil {
+		return err
+	}
+	_, err := f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	return err
+}
+
+// readPID returns the PID a lock holder wrote into f, or 0. The holder may
+// be between taking the lock and writing its PID, so a missing or partial
+// number is not an error.
+func readPID(f *os.File) int {
+	buf := make([]byte, 32)
+	n, _ := f.ReadAt(buf, 0)
+	pid, err := strconv.Atoi(strings.TrimSpace(string(buf[:n])))
+	if err != nil || pid <= 0 {
+		return 0
+	}
+	return pid
+}

@@ -1,0 +1,312 @@
+package offsets
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"sync"
+	"time"
+	"unicode/utf8"
+)
+
+// SidecarName is the name of the sidecar file in the state directory.
+const SidecarName = "offsets.json"
+
+// defaultInterval is the commit interval Run uses when given none.
+const defaultInterval = time.Second
+
+// Identity identifies one stream file, so that a replaced or recreated file
+// is not read from a position that belongs to its predecessor.
+type Identity struct {
+	// Dev and Ino are the device and inode numbers from stat(2).
+	Dev uint64
+	Ino uint64
+	// FileName and CreatedAtMs come from the file's header: the name the
+	// writer stored and the creation time in milliseconds since the epoch.
+	FileName    string
+	CreatedAtMs uint64
+}
+
+// Position is where a subscription resumes.
+type Position struct {
+	// Stream is the path of the stream file.
+	Stream string
+	// File identifies the file the offset belongs to.
+	File Identity
+	// Offset is the byte offset of the next frame to read.
+	Offset int64
+	// LastSeq is the sequence number of the last settled record.
+	LastSeq uint64
+	// CommittedAt is when this position was last written to the sidecar.
+	// Set ignores it; Commit stamps it.
+	CommittedAt time.Time
+}
+
+// samePlace reports whether p and q resume at the same place, ignoring
+// CommittedAt.
+func (p Position) samePlace(q Position) bool {
+	return p.Stream == q.Stream && p.File == q.File && p.Offset == q.Offset && p.LastSeq == q.LastSeq
+}
+
+// check reports what makes p unfit to be stored under name.
+func (p Position) check(name string) error {
+	switch {
+	case name == "":
+		return errors.New("empty subscription name")
+	case !utf8.ValidString(name):
+		return fmt.Errorf("subscription name %q is not valid UTF-8", name)
+	case !utf8.ValidString(p.Stream):
+		return fmt.Errorf("subscription %q: stream path %q is not valid UTF-8", name, p.Stream)
+	case !utf8.ValidString(p.File.FileName):
+		return fmt.Errorf("subscription %q: file name %q is not valid UTF-8", name, p.File.FileName)
+	case p.Offset < 0:
+		return fmt.Errorf("subscription %q: negative offset %d", name, p.Offset)
+	}
+	return nil
+}
+
+// Options are the hooks of a [Store]. The zero value has none.
+type Options struct {
+	// Sync, if not nil, is called by every commit that has positions to
+	// write, after it has captured them and before it writes the sidecar.
+	// It must make durable every record copy appended on behalf of the
+	// records those positions pass, typically by fsyncing the stream files
+	// that received appends since the previous call (Invariant 2: durable
+	// before committed, one fsync per file per commit). An error aborts the
+	// commit; the positions stay pending.
+	Sync func() error
+	// Observe, if not nil, is called after every commit that had positions
+	// to write, with its duration (Sync included) and its error: the
+	// number of calls is the number of commits. Commits with nothing to
+	// write are not observed. It is called with no lock of the Store held.
+	Observe func(d time.Duration, err error)
+}
+
+// Store holds the positions of all subscriptions of one state directory and
+// commits them to its sidecar file. It holds the directory's lock from Open
+// to Close.
+//
+// Its methods are safe for concurrent use. Commits are serialized; Get and
+// Set never wait for a commit's disk I/O.
+type Store struct {
+	path string
+	opts Options
+
+	// commitMu serializes Commit and Close, so that an older snapshot is
+	// never renamed over a newer one and the lock outlives every write.
+	commitMu sync.Mutex
+	lock     *lockFile // nil once closed; guarded by commitMu
+
+	mu      sync.Mutex
+	entries map[string]*entry // guarded by mu
+	gen     uint64            // bumped by every Set that changes a position; guarded by mu
+	saved   uint64            // gen as of the last successful commit; guarded by mu
+}
+
+type entry struct {
+	pos Position
+	gen uint64 // Store.gen when pos last changed
+}
+
+// Open locks the state directory dir and loads its sidecar. A missing
+// sidecar means a fresh start: no positions. A corrupt one is a
+// [*CorruptError] and the file is left as it is. If another process, or
+// another Store in this process, holds the directory, Open fails at once
+// with a [*LockedError]. Open does not create dir and starts no goroutines.
+func Open(dir string, opts Options) (*Store, error) {
+	lock, err := acquireLock(dir)
+	if err != nil {
+		return nil, err
+	}
+	positions, err := Load(dir)
+	if err != nil {
+		if relErr := lock.release(); relErr != nil {
+			err = errors.Join(err, relErr)
+		}
+		return nil, err
+	}
+	s := &Store{
+		path:    filepath.Join(dir, SidecarName),
+		opts:    opts,
+		lock:    lock,
+		entries: make(map[string]*entry, len(positions)),
+	}
+	for name, p := range positions {
+		s.entries[name] = &entry{pos: p}
+	}
+	return s, nil
+}
+
+// Load reads the sidecar of the state directory dir without taking its
+// lock, for reading positions while a daemon may be running. The sidecar is
+// replaced by rename, so Load sees one whole commit. A missing sidecar gives
+// an empty map; a corrupt one a [*CorruptError].
+func Load(dir string) (map[string]Position, error) {
+	path := filepath.Join(dir, SidecarName)
+	data, err := readSidecar(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return map[string]Position{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("offsets: read sidecar: %w", err)
+	}
+	positions, err := decode(data)
+	if err != nil {
+		return nil, &CorruptError{Path: path, Err: err}
+	}
+	return positions, nil
+}
+
+// Get returns the position of the subscription name and whether it has one.
+func (s *Store) Get(name string) (Position, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.entries[name]
+	if !ok {
+		return Position{}, false
+	}
+	return e.pos, true
+}
+
+// Set records p as the position of the subscription name, in memory; the
+// next Commit writes it. p.CommittedAt is ignored. Setting the position a
+// subscription already has changes nothing. Set fails, changing nothing, on
+// an empty name, a negative offset or a string that is not valid UTF-8
+// (JSON could not store it as it is).
+func (s *Store) Set(name string, p Position) error {
+	if err := p.check(name); err != nil {
+		return fmt.Errorf("offsets: set: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.entries[name]
+	if ok && e.pos.samePlace(p) {
+		return nil
+	}
+	if !ok {
+		e = &entry{}
+		s.entries[name] = e
+	}
+	committedAt := e.pos.CommittedAt
+	e.pos = p
+	e.pos.CommittedAt = committedAt
+	s.gen++
+	e.gen = s.gen
+	return nil
+}
+
+// Commit writes the positions to the sidecar, atomically and durably, if
+// any changed since the last successful commit; otherwise it writes
+// nothing. It captures the positions, calls [Options.Sync], writes a
+// temporary file in the state directory, fsyncs and closes it, renames it
+// over the sidecar and fsyncs the directory. On error the sidecar is
+// unchanged, the temporary file is removed and the positions stay pending
+// for the next commit. Commit stamps CommittedAt on the positions it wrote.
+func (s *Store) Commit() error {
+	d, wrote, err := s.commit()
+	if wrote && s.opts.Observe != nil {
+		s.opts.Observe(d, err)
+	}
+	return err
+}
+
+// commit does the work of Commit and reports how long it took and whether
+// it had anything to write.
+func (s *Store) commit() (time.Duration, bool, error) {
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
+	if s.lock == nil {
+		return 0, false, errors.New("offsets: commit: store is closed")
+	}
+
+	s.mu.Lock()
+	if s.gen == s.saved {
+		s.mu.Unlock()
+		return 0, false, nil
+	}
+	gen, saved := s.gen, s.saved
+	now := time.Now().UTC().Round(0)
+	snapshot := make(map[string]Position, len(s.entries))
+	for name, e := range s.entries {
+		p := e.pos
+		if e.gen > saved {
+			p.CommittedAt = now
+		}
+		snapshot[name] = p
+	}
+	s.mu.Unlock()
+
+	start := time.Now()
+	err := s.write(snapshot)
+	d := time.Since(start)
+	if err != nil {
+		return d, true, err
+	}
+
+	s.mu.Lock()
+	for _, e := range s.entries {
+		if e.gen > saved && e.gen <= gen {
+			e.pos.CommittedAt = now
+		}
+	}
+	s.saved = gen
+	s.mu.Unlock()
+	return d, true, nil
+}
+
+// write makes snapshot the content of the sidecar.
+func (s *Store) write(snapshot map[string]Position) error {
+	if s.opts.Sync != nil {
+		if err := s.opts.Sync(); err != nil {
+			return fmt.Errorf("offsets: commit: sync streams: %w", err)
+		}
+	}
+	data, err := encode(snapshot)
+	if err != nil {
+		return fmt.Errorf("offsets: commit: %w", err)
+	}
+	if err := writeAtomically(s.path, data); err != nil {
+		return fmt.Errorf("offsets: commit: %w", err)
+	}
+	return nil
+}
+
+// Run commits every interval (one second if interval is not positive) until
+// ctx ends, then commits once more and returns that commit's error. A
+// failed periodic commit is reported to [Options.Observe] and retried at
+// the next tick: the positions stay pending and the sidecar keeps the last
+// good commit. Run blocks; the caller runs it in a goroutine of its own and
+// cancels ctx only once the records it wants committed are settled.
+func (s *Store) Run(ctx context.Context, interval time.Duration) error {
+	if interval <= 0 {
+		interval = defaultInterval
+	}
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return s.Commit()
+		case <-ticker.C:
+			// Observe reports the error and the next tick retries, so the
+			// loop goes on: a transient ENOSPC must not stop the daemon.
+			_ = s.Commit()
+		}
+	}
+}
+
+// Close releases the state directory's lock, after any commit under way. It
+// does not commit: call Commit first. Commit fails after Close; Get and Set
+// still work on the memory copy.
+func (s *Store) Close() error {
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
+	if s.lock == nil {
+		return errors.New("offsets: close: store is already closed")
+	}
+	err := s.lock.release()
+	s.lock = nil
+	return err
+}

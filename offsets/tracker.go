@@ -1,0 +1,146 @@
+package offsets
+
+import (
+	"context"
+	"fmt"
+	"sync"
+)
+
+// Mark is a place in a stream file: the offset of the next frame to read
+// and the sequence number of the last record before it.
+type Mark struct {
+	Offset int64
+	Seq    uint64
+}
+
+// Ticket identifies one record handed out by a [Tracker].
+type Ticket uint64
+
+// Tracker computes the low watermark of one subscription: records are
+// handed out in file order, settle in any order, and [Tracker.Committable]
+// is the end of the longest prefix of them that has settled, the only
+// position that may be stored (Invariant 1).
+//
+// It keeps the records from the oldest unsettled one to the newest in a
+// ring of fixed size, the window: Begin and Settle are O(1) amortized and
+// allocate nothing, and memory stays bounded however long one slow record
+// holds the watermark back, because Begin waits while the window is full.
+// That wait is the back-pressure that reaches the reader.
+//
+// A Tracker is safe for concurrent use; a mutex guards it, held only for a
+// few instructions. File order is the caller's to keep, so Begin is called
+// from one goroutine, the reader; handler goroutines call Settle and the
+// committer calls Committable.
+type Tracker struct {
+	mu      sync.Mutex
+	ring    []slot // ring[head] is the record with ticket first
+	head    int
+	first   Ticket        // ticket of the oldest record in the window
+	next    Ticket        // ticket the next Begin returns
+	lastEnd int64         // end of the newest record handed out
+	mark    Mark          // end of the settled prefix
+	space   chan struct{} // closed when the window shrinks; nil if nobody waits
+}
+
+type slot struct {
+	end     int64
+	seq     uint64
+	settled bool
+}
+
+// NewTracker returns a Tracker whose settled prefix ends at from, typically
+// the stored position the subscription resumes at, and that holds at most
+// window records (at least 1) from the oldest unsettled one to the newest.
+// A window of the subscription's concurrency keeps every handler busy only
+// while records settle in order; a larger one lets fast records run ahead
+// of a slow one. Its memory is a few words per record of window.
+func NewTracker(from Mark, window int) *Tracker {
+	return &Tracker{
+		ring:    make([]slot, max(window, 1)),
+		lastEnd: from.Offset,
+		mark:    from,
+	}
+}
+
+// Begin hands out the record that spans the bytes [start, end) of the file
+// and has sequence number seq, and returns its ticket for Settle. Records
+// must come in file order: start must not be before the end of the
+// previous record (or the Tracker's start), and end must be after start.
+// Gaps are allowed, for frames the subscription passes over. Begin waits
+// while the window is full, and returns ctx's error if ctx ends first.
+func (t *Tracker) Begin(ctx context.Context, start, end int64, seq uint64) (Ticket, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for int(t.next-t.first) == len(t.ring) {
+		if t.space == nil {
+			t.space = make(chan struct{})
+		}
+		space := t.space
+		t.mu.Unlock()
+		select {
+		case <-space:
+			t.mu.Lock()
+		case <-ctx.Done():
+			t.mu.Lock()
+			return 0, ctx.Err()
+		}
+	}
+	if start < t.lastEnd || end <= start {
+		return 0, fmt.Errorf("offsets: tracker: record [%d, %d) is out of file order after offset %d", start, end, t.lastEnd)
+	}
+	t.ring[t.index(t.next)] = slot{end: end, seq: seq}
+	t.lastEnd = end
+	ticket := t.next
+	t.next++
+	return ticket, nil
+}
+
+// Settle marks the record of ticket as settled: its outcome is final. It
+// fails for a ticket not handed out, or settled already.
+func (t *Tracker) Settle(ticket Ticket) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if ticket >= t.next {
+		return fmt.Errorf("offsets: tracker: settle %d: never handed out", ticket)
+	}
+	// Records before the window settled and left it.
+	if ticket < t.first || t.ring[t.index(ticket)].settled {
+		return fmt.Errorf("offsets: tracker: settle %d: settled already", ticket)
+	}
+	t.ring[t.index(ticket)].settled = true
+	if ticket != t.first {
+		return nil
+	}
+	for t.first < t.next && t.ring[t.head].settled {
+		oldest := t.ring[t.head]
+		t.mark = Mark{Offset: oldest.end, Seq: oldest.seq}
+		t.first++
+		t.head++
+		if t.head == len(t.ring) {
+			t.head = 0
+		}
+	}
+	if t.space != nil {
+		close(t.space)
+		t.space = nil
+	}
+	return nil
+}
+
+// Committable returns the end of the longest settled prefix of the records
+// handed out, and the sequence number of its last record; the Tracker's
+// start while that prefix is empty.
+func (t *Tracker) Committable() Mark {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.mark
+}
+
+// index returns the ring slot of a ticket in the window.
+func (t *Tracker) index(ticket Ticket) int {
+	i := t.head + int(ticket-t.first)
+	if i >= len(t.ring) {
+		i -= len(t.ring)
+	}
+	return i
+}

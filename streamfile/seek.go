@@ -1,0 +1,182 @@
+package streamfile
+
+import (
+	"errors"
+	"fmt"
+	"io"
+)
+
+// ErrNotFound is returned by a seek whose target lies after every frame in
+// the file.
+var ErrNotFound = errors.New("streamfile: no frame at or after the seek target")
+
+// Target selects the first frame of a stream key that a seek looks for.
+type Target struct {
+	Key string
+	// Exactly one of the following applies: the first frame with sequence
+	// at least Seq (BySeq), or the first frame with a timestamp strictly
+	// after AfterMs.
+	BySeq   bool
+	Seq     uint64
+	AfterMs uint64
+}
+
+// right reports whether a frame or marker with seq and ts is at or past the
+// target.
+func (t *Target) right(seq, ts uint64) bool {
+	if t.BySeq {
+		return seq >= t.Seq
+	}
+	return ts > t.AfterMs
+}
+
+// Seek returns the offset of the first frame of t.Key at or past the target,
+// in a file of the given size. It bisects over the beacons with markers for
+// the key (O(log n) beacon reads, spec §12), then reads forward from the last
+// beacon known to be before the target. Beacons without a marker for the key
+// are stepped over. It assumes that sequences and timestamps of a key grow
+// through the file, as writers produce them.
+func Seek(r io.ReaderAt, h Header, size int64, t Target) (int64, error) {
+	interval := int64(h.BeaconInterval)
+	left, right := int64(0), size/interval+1 // beacon indexes: 0 is the header, known before the target
+	probe := func(k int64) (known, isRight bool, err error) {
+		b, err := ReadBeaconAt(r, h, k*interval)
+		if err != nil {
+			if errors.Is(err, ErrTruncated) {
+				return true, true, nil // a beacon still being written is past everything
+			}
+			return false, false, err
+		}
+		for _, m := range b.Markers {
+			if m.Key == t.Key {
+				return true, t.right(m.Seq, m.TimestampMs), nil
+			}
+		}
+		return false, false, nil
+	}
+	for right-left > 1 {
+		mid := left + (right-left)/2
+		// Look for a deciding beacon near mid, alternating outwards.
+		decided := false
+		for step := int64(0); !decided; step++ {
+			candidates := []int64{mid + step, mid - step - 1}
+			if mid+step >= right && mid-step-1 <= left {
+				break
+			}
+			for _, k := range candidates {
+				if k <= left || k >= right {
+					continue
+				}
+				known, isRight, err := probe(k)
+				if err != nil {
+					return 0, err
+				}
+				if known {
+					if isRight {
+						right = k
+					} else {
+						left = k
+					}
+					decided = true
+					break
+				}
+			}
+		}
+		if !decided {
+			break
+		}
+	}
+	start := int64(HeaderSize)
+	d := NewDecoder(r, h, start)
+	if left > 0 {
+		p, err := d.resync(left * interval)
+		if err != nil {
+			return 0, fmt.Errorf("streamfile: seek: beacon at %d: %w", left*interval, err)
+		}
+		d = NewDecoder(r, h, p)
+	}
+	d.ReadSize = int(min(interval, defaultReadSize))
+	for {
+		rec, err := d.Next()
+		var ce *ChecksumError
+		switch {
+		case err == nil:
+			if rec.Key == t.Key && t.right(rec.Seq, rec.TimestampMs) {
+				return rec.Offset, nil
+			}
+		case errors.As(err, &ce):
+			// The frame's fields were read; only its payload is damaged.
+		case errors.Is(err, io.EOF), errors.Is(err, ErrTruncated), errors.Is(err, ErrEndOfStream):
+			return 0, ErrNotFound
+		default:
+			return 0, err
+		}
+	}
+}
+
+// ReadBeaconAt reads the beacon at boundary at with a single read of at most
+// one beacon's size.
+func ReadBeaconAt(r io.ReaderAt, h Header, at int64) (Beacon, error) {
+	if at <= 0 || at%int64(h.BeaconInterval) != 0 {
+		return Beacon{}, fmt.Errorf("streamfile: offset %d is not a beacon boundary (interval %d)", at, h.BeaconInterval)
+	}
+	d := NewDecoder(r, h, at)
+	d.ReadSize = maxBeaconSize(h.BeaconInterval)
+	if _, err := d.readBeacon(at); err != nil {
+		return Beacon{}, err
+	}
+	b := d.beacon
+	b.Markers = append([]Marker(nil), b.Markers...)
+	return b, nil
+}
+
+func maxBeaconSize(interval uint32) int {
+	return int(min(int64(interval), beaconOverhead+255*maxMarkerSize))
+}
+
+// FrameBoundaryAfter returns the first frame boundary at or after off: off
+// itself when it is the end of the header, otherwise the frame start reached
+// through the next beacon (spec §6.5).
+func FrameBoundaryAfter(r io.ReaderAt, h Header, off int64) (int64, error) {
+	if off <= HeaderSize {
+		return HeaderSize, nil
+	}
+	interval := int64(h.BeaconInterval)
+	b := (off + interval - 1) / interval * interval
+	d := NewDecoder(r, h, b)
+	d.ReadSize = maxBeaconSize(h.BeaconInterval)
+	return d.resync(b)
+}
+
+// End returns the offset after the last complete frame of a file of the
+// given size: where a reader that starts at the end begins (spec §11.3). It
+// reads from the last beacon whose interrupted frame is complete.
+func End(r io.ReaderAt, h Header, size int64) (int64, error) {
+	interval := int64(h.BeaconInterval)
+	start := int64(HeaderSize)
+	for b := size - size%interval; b >= interval; b -= interval {
+		d := NewDecoder(r, h, b)
+		d.ReadSize = maxBeaconSize(h.BeaconInterval)
+		p, err := d.resync(b)
+		if err == nil && p <= size {
+			start = p
+			break
+		}
+		if err != nil && !errors.Is(err, ErrTruncated) {
+			return 0, err
+		}
+	}
+	d := NewDecoder(r, h, start)
+	d.ReadSize = int(min(interval, defaultReadSize))
+	for {
+		_, err := d.Next()
+		var ce *ChecksumError
+		switch {
+		case err == nil, errors.As(err, &ce):
+		case errors.Is(err, io.EOF), errors.Is(err, ErrTruncated), errors.Is(err, ErrEndOfStream):
+			return d.Pos(), nil
+		default:
+			return 0, err
+		}
+	}
+}

@@ -1,0 +1,205 @@
+package streamfile
+
+import (
+	"errors"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+)
+
+// countingReader counts ReadAt calls and the bytes they ask for.
+type countingReader struct {
+	r     io.ReaderAt
+	reads atomic.Int64
+	bytes atomic.Int64
+}
+
+func (c *countingReader) ReadAt(p []byte, off int64) (int, error) {
+	c.reads.Add(1)
+	c.bytes.Add(int64(len(p)))
+	return c.r.ReadAt(p, off)
+}
+
+// writeSeekFile writes n frames over keys, with timestamps growing by 1 ms,
+// and returns the path and the frames as written.
+func writeSeekFile(t testing.TB, interval uint32, n, payload int, keys []string) (string, []Frame) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "seek.ss")
+	w, err := OpenWriter(path, CreateOptions{Create: true, Header: Header{FileName: "seek.ss", BeaconInterval: interval}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	rng := rand.New(rand.NewPCG(11, 12))
+	var all []Frame
+	batch := make([]Frame, 0, 512)
+	for i := range n {
+		batch = append(batch, Frame{Key: keys[rng.IntN(len(keys))], TimestampMs: 1_000_000 + uint64(i), Payload: make([]byte, payload)})
+		if len(batch) == cap(batch) || i == n-1 {
+			if err := w.Publish(batch); err != nil {
+				t.Fatal(err)
+			}
+			all = append(all, batch...)
+			batch = batch[:0]
+		}
+	}
+	return path, all
+}
+
+func TestSeekMatchesScan(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		interval uint32
+		keys     []string
+	}{
+		{"one marker per beacon", 1024, []string{"a", "b", "c", "d", "e"}},
+		{"all keys in every beacon", 8192, []string{"a", "b", "c"}},
+		{"rare key", 1024, []string{"a", "a", "a", "a", "a", "a", "a", "a", "rare"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path, frames := writeSeekFile(t, tc.interval, 5000, 40, tc.keys)
+			f, err := os.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			fi, _ := f.Stat()
+			h, _ := ReadHeader(f)
+			_, offsets := readFrames(t, path)
+			rng := rand.New(rand.NewPCG(1, 1))
+			for range 200 {
+				key := tc.keys[rng.IntN(len(tc.keys))]
+				tg := Target{Key: key}
+				if rng.IntN(2) == 0 {
+					tg.BySeq, tg.Seq = true, uint64(rng.IntN(2000))
+				} else {
+					tg.AfterMs = 1_000_000 + uint64(rng.IntN(5100)) - 50
+				}
+				want := int64(-1)
+				for i, fr := range frames {
+					if fr.Key == key && tg.right(fr.Seq, fr.TimestampMs) {
+						want = offsets[i]
+						break
+					}
+				}
+				got, err := Seek(f, h, fi.Size(), tg)
+				if want < 0 {
+					if !errors.Is(err, ErrNotFound) {
+						t.Fatalf("%+v: got %d, %v; want ErrNotFound", tg, got, err)
+					}
+					continue
+				}
+				if err != nil || got != want {
+					t.Fatalf("%+v: got %d, %v; want %d", tg, got, err, want)
+				}
+			}
+		})
+	}
+}
+
+// TestSeekReadsLogarithmic seeks in a file of 4096 beacon intervals and
+// counts the reads: a bisection, not a scan.
+func TestSeekReadsLogarithmic(t *testing.T) {
+	const interval = 16 << 10
+	n := 4096 * interval / (1024 + 40)
+	if testing.Short() {
+		n /= 8
+	}
+	path, frames := writeSeekFile(t, interval, n, 1024, []string{"orders", "audit"})
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fi, _ := f.Stat()
+	h, _ := ReadHeader(f)
+	last := frames[len(frames)-1]
+	for _, tg := range []Target{
+		{Key: "orders", BySeq: true, Seq: 1},
+		{Key: "orders", BySeq: true, Seq: uint64(n / 3)},
+		{Key: "audit", AfterMs: last.TimestampMs - 10},
+		{Key: last.Key, BySeq: true, Seq: last.Seq},
+	} {
+		cr := &countingReader{r: f}
+		if _, err := Seek(cr, h, fi.Size(), tg); err != nil {
+			t.Fatalf("%+v: %v", tg, err)
+		}
+		blocks := cr.bytes.Load() / interval
+		if cr.reads.Load() > 64 || blocks > 64 {
+			t.Errorf("%+v: %d reads of %d bytes (%d beacon-sized blocks), want at most 64", tg, cr.reads.Load(), cr.bytes.Load(), blocks)
+		}
+	}
+}
+
+func TestEndAndBoundary(t *testing.T) {
+	full, err := os.ReadFile(filepath.Join(vectorDir, "edge-a-spliced.ss"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp := loadExpected(t, "edge-a-spliced")
+	h := exp.header
+	var starts []int64
+	for _, e := range exp.entries {
+		if e.BeaconAt == nil {
+			starts = append(starts, e.Offset)
+		}
+	}
+	// End at every cut: the start of the first frame not complete before it.
+	for cut := int64(HeaderSize); cut <= int64(len(full)); cut++ {
+		r := &sliceReader{full[:cut]}
+		got, err := End(r, h, cut)
+		if err != nil {
+			t.Fatalf("cut %d: %v", cut, err)
+		}
+		d := NewDecoder(r, h, HeaderSize)
+		for {
+			if _, err := d.Next(); err != nil {
+				break
+			}
+		}
+		if got != d.Pos() {
+			t.Fatalf("cut %d: End = %d, sequential reader stops at %d", cut, got, d.Pos())
+		}
+	}
+	// FrameBoundaryAfter at every offset: the first frame start at or after a boundary.
+	for off := int64(HeaderSize + 1); off < int64(len(full)); off += 5 {
+		got, err := FrameBoundaryAfter(&sliceReader{full}, h, off)
+		b := (off + 1023) / 1024 * 1024
+		if b >= int64(len(full)) {
+			if !errors.Is(err, ErrTruncated) {
+				t.Fatalf("offset %d: no beacon follows, got %d, %v; want ErrTruncated", off, got, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("offset %d: %v", off, err)
+		}
+		want := int64(len(full))
+		for _, s := range starts {
+			if s > b {
+				want = s
+				break
+			}
+		}
+		if got != want {
+			t.Fatalf("offset %d: FrameBoundaryAfter = %d, want %d", off, got, want)
+		}
+	}
+}
+
+// sliceReader is a bytes.Reader limited to ReadAt.
+type sliceReader struct{ b []byte }
+
+func (s *sliceReader) ReadAt(p []byte, off int64) (int, error) {
+	if off >= int64(len(s.b)) {
+		return 0, io.EOF
+	}
+	n := copy(p, s.b[off:])
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}

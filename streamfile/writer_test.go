@@ -1,0 +1,332 @@
+package streamfile
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// readFrames decodes every frame of the file at path and returns the frames
+// and their offsets, failing on anything but a clean end.
+func readFrames(t testing.TB, path string) ([]Frame, []int64) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h, err := ReadHeader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := NewDecoder(f, h, HeaderSize)
+	var frames []Frame
+	var offsets []int64
+	for {
+		r, err := d.Next()
+		if errors.Is(err, io.EOF) || errors.Is(err, ErrEndOfStream) {
+			return frames, offsets
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		fr := r.Frame
+		fr.Payload = bytes.Clone(r.Payload)
+		frames = append(frames, fr)
+		offsets = append(offsets, r.Offset)
+	}
+}
+
+// checkBeacons verifies that every boundary of the file holds a beacon whose
+// remaining count leads to a frame start the sequential reader also found.
+func checkBeacons(t testing.TB, path string) {
+	t.Helper()
+	_, offsets := readFrames(t, path)
+	starts := make(map[int64]bool, len(offsets))
+	for _, o := range offsets {
+		starts[o] = true
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fi, _ := f.Stat()
+	h, _ := ReadHeader(f)
+	interval := int64(h.BeaconInterval)
+	for b := interval; b < fi.Size(); b += interval {
+		p, err := FrameBoundaryAfter(f, h, b)
+		if err != nil {
+			t.Fatalf("beacon at %d: %v", b, err)
+		}
+		if !starts[p] && p != fi.Size() {
+			t.Fatalf("beacon at %d leads to offset %d, which is no frame start", b, p)
+		}
+	}
+}
+
+func randomFrames(rng *rand.Rand, n int, keys []string) []Frame {
+	frames := make([]Frame, n)
+	for i := range frames {
+		p := make([]byte, rng.IntN(300))
+		for j := range p {
+			p[j] = byte(rng.Uint32())
+		}
+		frames[i] = Frame{Key: keys[rng.IntN(len(keys))], TimestampMs: 1_700_000_000_000 + uint64(i), Payload: p}
+	}
+	return frames
+}
+
+// TestPublishInBatchesEqualsSingleRun checks that publishing in many batches
+// produces exactly the bytes of one writer writing everything at once: the
+// beacons, remaining counts, marker choice and running checksums of a single
+// writer.
+func TestPublishInBatchesEqualsSingleRun(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	keys := []string{"orders", "audit", "Zed", "orders.retry"}
+	frames := randomFrames(rng, 2000, keys)
+	hdr := Header{FileName: "batched.ss", CreatedAtMs: 1_700_000_000_000, BeaconInterval: 1024}
+	dir := t.TempDir()
+
+	batched := filepath.Join(dir, "batched.ss")
+	w, err := OpenWriter(batched, CreateOptions{Header: hdr, Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rest := frames; len(rest) > 0; {
+		n := min(len(rest), 1+rng.IntN(50))
+		if err := w.Publish(rest[:n]); err != nil {
+			t.Fatal(err)
+		}
+		rest = rest[n:]
+	}
+	w.Close()
+
+	// The same frames, with the sequences Publish assigned, in one Append.
+	single := filepath.Join(dir, "single.ss")
+	w, err = OpenWriter(single, CreateOptions{Header: hdr, Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Append(frames...); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+
+	a, _ := os.ReadFile(batched)
+	b, _ := os.ReadFile(single)
+	if !bytes.Equal(a, b) {
+		t.Fatal("batched publish differs from a single writing run")
+	}
+	got, _ := readFrames(t, batched)
+	next := map[string]uint64{}
+	for i, f := range got {
+		next[f.Key]++
+		if f.Seq != next[f.Key] {
+			t.Fatalf("frame %d (%s): seq %d, want %d", i, f.Key, f.Seq, next[f.Key])
+		}
+	}
+	checkBeacons(t, batched)
+}
+
+// TestAppendContinuesFile reopens files (upstream-written ones included) and
+// appends, checking that every earlier frame stays, sequences continue and
+// beacons stay well placed.
+func TestAppendContinuesFile(t *testing.T) {
+	for _, name := range []string{"sample-1", "consumer", "quicksort", "edge-a-spliced", "edge-b-truncated", "edge-d-eos"} {
+		t.Run(name, func(t *testing.T) {
+			src, err := os.ReadFile(filepath.Join(vectorDir, name+".ss"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(t.TempDir(), name+".ss")
+			if err := os.WriteFile(path, src, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			before, _ := readFramesLenient(t, path)
+			rng := rand.New(rand.NewPCG(3, 4))
+			added := randomFrames(rng, 300, []string{"hello", "file", "alpha", "new.key"})
+			for round := 0; round < 3; round++ {
+				w, err := OpenWriter(path, CreateOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				part := added[round*100 : (round+1)*100]
+				if err := w.Publish(part); err != nil {
+					t.Fatal(err)
+				}
+				w.Close()
+			}
+			after, _ := readFrames(t, path)
+			// Earlier frames (but a trailing end-of-stream) come first, unchanged.
+			if n := len(before); n > 0 && before[n-1].IsEOS() {
+				before = before[:n-1]
+			}
+			if err := sameFrames(after[:len(before)], before); err != nil {
+				t.Fatalf("earlier frames changed: %v", err)
+			}
+			if err := sameFrames(after[len(before):], added); err != nil {
+				t.Fatalf("appended frames: %v", err)
+			}
+			maxSeq := map[streamShard]uint64{}
+			for _, f := range before {
+				k := streamShard{f.Key, f.Shard}
+				maxSeq[k] = max(maxSeq[k], f.Seq)
+			}
+			for _, f := range after[len(before):] {
+				k := streamShard{f.Key, f.Shard}
+				maxSeq[k]++
+				if f.Seq != maxSeq[k] {
+					t.Fatalf("%s/%d: seq %d, want %d", f.Key, f.Shard, f.Seq, maxSeq[k])
+				}
+			}
+			checkBeacons(t, path)
+		})
+	}
+}
+
+// readFramesLenient reads frames up to a torn tail.
+func readFramesLenient(t testing.TB, path string) ([]Frame, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h, err := ReadHeader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := NewDecoder(f, h, HeaderSize)
+	var frames []Frame
+	for {
+		r, err := d.Next()
+		if err != nil {
+			return frames, err
+		}
+		fr := r.Frame
+		fr.Payload = bytes.Clone(r.Payload)
+		frames = append(frames, fr)
+	}
+}
+
+// TestAppendAfterForeignWriter interleaves two writers on one file: each
+// catches up with the other's frames before writing.
+func TestAppendAfterForeignWriter(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "shared.ss")
+	hdr := Header{FileName: "shared.ss", CreatedAtMs: 1, BeaconInterval: 1024}
+	a, err := OpenWriter(path, CreateOptions{Header: hdr, Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := OpenWriter(path, CreateOptions{Header: hdr, Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	var want []Frame
+	for i := range 400 {
+		w := a
+		if rng.IntN(2) == 0 {
+			w = b
+		}
+		batch := randomFrames(rng, 1+rng.IntN(5), []string{"k", "j"})
+		if err := w.Publish(batch); err != nil {
+			t.Fatalf("batch %d: %v", i, err)
+		}
+		want = append(want, batch...)
+	}
+	a.Close()
+	b.Close()
+	got, _ := readFrames(t, path)
+	if err := sameFrames(got, want); err != nil {
+		t.Fatal(err)
+	}
+	checkBeacons(t, path)
+}
+
+func TestWriterRefusesBadInput(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct {
+		name, want string
+		setup      func(path string)
+		opts       CreateOptions
+		frames     []Frame
+	}{
+		{name: "wrong magic", want: "not a stream file", setup: func(p string) { os.WriteFile(p, bytes.Repeat([]byte{'x'}, 200), 0o644) }},
+		{name: "wrong version", want: "unsupported format version 2", setup: func(p string) {
+			b, _ := AppendHeader(nil, &Header{FileName: "v", BeaconInterval: 1024})
+			b[2] = 2
+			os.WriteFile(p, b, 0o644)
+		}},
+		{name: "missing without create", want: "no such file"},
+		{name: "long file name", want: "header file name is 112 bytes long", opts: CreateOptions{Create: true, Header: Header{FileName: strings.Repeat("n", 112), BeaconInterval: 1024}}},
+		{name: "small interval", want: "beacon interval 64 is below the minimum", opts: CreateOptions{Create: true, Header: Header{BeaconInterval: 64}}},
+		{name: "long key", want: "stream key is 250 bytes long", opts: CreateOptions{Create: true, Header: Header{BeaconInterval: 1024}},
+			frames: []Frame{{Key: strings.Repeat("k", 250)}}},
+		{name: "bad key char", want: `has character ' ' at byte 1`, opts: CreateOptions{Create: true, Header: Header{BeaconInterval: 1024}},
+			frames: []Frame{{Key: "a b"}}},
+		{name: "empty key", want: "stream key must be non-empty", opts: CreateOptions{Create: true, Header: Header{BeaconInterval: 1024}},
+			frames: []Frame{{Key: ""}}},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(dir, fmt.Sprint(i))
+			if tt.setup != nil {
+				tt.setup(path)
+			}
+			before, _ := os.ReadFile(path)
+			w, err := OpenWriter(path, tt.opts)
+			if err == nil {
+				err = w.Append(tt.frames...)
+				w.Close()
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error = %v, want it to contain %q", err, tt.want)
+			}
+			after, _ := os.ReadFile(path)
+			if tt.frames != nil {
+				before = after[:0] // the file was created empty-headed by OpenWriter; only the frame must be missing
+				if len(after) != HeaderSize {
+					t.Fatalf("file has %d bytes, want only the header", len(after))
+				}
+			} else if !bytes.Equal(before, after) {
+				t.Fatal("file changed")
+			}
+		})
+	}
+}
+
+// TestAppendRepairsTornTail appends to copies of edge-a cut at many points:
+// the torn frame is replaced and the result decodes cleanly.
+func TestAppendRepairsTornTail(t *testing.T) {
+	full, err := os.ReadFile(filepath.Join(vectorDir, "edge-a-spliced.ss"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for cut := HeaderSize; cut <= len(full); cut += 37 {
+		path := filepath.Join(dir, "torn.ss")
+		os.WriteFile(path, full[:cut], 0o644)
+		complete, _ := readFramesLenient(t, path)
+		w, err := OpenWriter(path, CreateOptions{})
+		if err != nil {
+			t.Fatalf("cut %d: %v", cut, err)
+		}
+		extra := []Frame{{Key: "alpha", TimestampMs: 1, Payload: []byte("after the cut")}}
+		if err := w.Publish(extra); err != nil {
+			t.Fatalf("cut %d: %v", cut, err)
+		}
+		w.Close()
+		got, _ := readFrames(t, path)
+		if err := sameFrames(got, append(complete, extra...)); err != nil {
+			t.Fatalf("cut %d: %v", cut, err)
+		}
+		checkBeacons(t, path)
+	}
+}
