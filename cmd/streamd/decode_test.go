@@ -1,0 +1,121 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const vectorDir = "../../testdata/streamfile"
+
+// TestDecodeVectorsNDJSON runs the binary on every stream file vector: the
+// output equals the expected file byte for byte, with the documented exit code.
+func TestDecodeVectorsNDJSON(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		code int
+	}{
+		{"sample-1", exitOK}, {"consumer", exitOK}, {"quicksort", exitOK}, {"edge-a-spliced", exitOK},
+		{"edge-b-truncated", exitOK}, {"edge-c-badcrc", exitError}, {"edge-d-eos", exitOK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want, err := os.ReadFile(filepath.Join(vectorDir, tc.name+".expected.ndjson"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := runBinary(t, nil, "decode", "--format=ndjson", filepath.Join(vectorDir, tc.name+".ss"))
+			if r.stdout != string(want) {
+				t.Errorf("stdout differs from %s.expected.ndjson:\n%s", tc.name, firstDiff(r.stdout, string(want)))
+			}
+			if r.code != tc.code {
+				t.Errorf("exit code %d, want %d (stderr: %s)", r.code, tc.code, r.stderr)
+			}
+		})
+	}
+}
+
+func firstDiff(got, want string) string {
+	gl, wl := strings.Split(got, "\n"), strings.Split(want, "\n")
+	for i := range max(len(gl), len(wl)) {
+		var g, w string
+		if i < len(gl) {
+			g = gl[i]
+		}
+		if i < len(wl) {
+			w = wl[i]
+		}
+		if g != w {
+			return "line " + strconv.Itoa(i+1) + ":\n got  " + g + "\n want " + w
+		}
+	}
+	return ""
+}
+
+func TestDecodeLogFormat(t *testing.T) {
+	r := runBinary(t, nil, "decode", filepath.Join(vectorDir, "consumer.ss"))
+	if r.code != exitOK {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
+	for _, want := range []string{
+		`# header: file_name="consumer-1691686154741" created_at=2023-08-10T16:49:14.742Z beacon_interval=1024`,
+		`[2023-08-10T16:49:14.745 | hello | 0 | 1] hello-0`,
+		`# beacon at 1024: remaining=39 markers=1 [hello | 20 | 1 | 1691686154773 | 2887]`,
+	} {
+		found := false
+		for _, l := range lines {
+			found = found || l == want
+		}
+		if !found {
+			t.Errorf("output has no line %q", want)
+		}
+	}
+	// The beacon at 1024 interrupts the frame of seq 20: it is printed after it.
+	idx := func(prefix string) int {
+		for i, l := range lines {
+			if strings.HasPrefix(l, prefix) {
+				return i
+			}
+		}
+		return -1
+	}
+	if a, b := idx("[2023-08-10T16:49:14.773 | hello | 20 |"), idx("# beacon at 1024"); a < 0 || b != a+1 {
+		t.Errorf("beacon at 1024 is line %d, want right after the frame it interrupts (line %d)", b, a)
+	}
+}
+
+func TestDecodeErrors(t *testing.T) {
+	dir := t.TempDir()
+	notSS := filepath.Join(dir, "not.ss")
+	os.WriteFile(notSS, []byte(strings.Repeat("x", 300)), 0o644)
+	v2 := filepath.Join(dir, "v2.ss")
+	b, _ := os.ReadFile(filepath.Join(vectorDir, "sample-1.ss"))
+	b[2] = 2
+	os.WriteFile(v2, b, 0o644)
+	short := filepath.Join(dir, "short.ss")
+	b[2] = 1
+	os.WriteFile(short, b[:100], 0o644)
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"wrong magic", []string{"decode", notSS}, exitError, "not a stream file: magic bytes are 0x78 0x78"},
+		{"wrong version", []string{"decode", v2}, exitError, "unsupported format version 2, want 1"},
+		{"short header", []string{"decode", short}, exitError, "shorter than the 128-byte header"},
+		{"missing file", []string{"decode", filepath.Join(dir, "nope.ss")}, exitUsage, "no such file or directory"},
+		{"no file", []string{"decode"}, exitUsage, "usage: streamd decode"},
+		{"bad format", []string{"decode", "--format=xml", notSS}, exitUsage, `unknown --format "xml"`},
+		{"unknown command", []string{"frobnicate"}, exitUsage, `unknown command "frobnicate"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := runBinary(t, nil, tc.args...)
+			if r.code != tc.code || !strings.Contains(r.stderr, tc.want) {
+				t.Errorf("exit %d, stderr %q; want exit %d and %q", r.code, r.stderr, tc.code, tc.want)
+			}
+		})
+	}
+}

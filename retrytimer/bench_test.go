@@ -1,0 +1,132 @@
+package retrytimer
+
+import (
+	"context"
+	"runtime"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+)
+
+// benchPending is how many copies are pending in the benchmarks.
+const benchPending = 100_000
+
+// fill schedules n copies with payloads of size bytes, due in an hour or
+// later, from many goroutines so that they share spool fsyncs.
+func fill(tb testing.TB, q *Queue, n, size int) {
+	tb.Helper()
+	due := time.Now().Add(time.Hour)
+	const workers = 64
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < n; i += workers {
+				d := due.Add(time.Duration(i) * time.Millisecond)
+				if err := q.Schedule(testCopy(strconv.Itoa(i), d, size), d); err != nil {
+					tb.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if got := q.Pending(); got != n {
+		tb.Fatalf("Pending = %d, want %d", got, n)
+	}
+}
+
+func openBench(tb testing.TB, m mode) *Queue {
+	tb.Helper()
+	q, err := Open(Options{Dir: m.dir(tb), Fire: func(context.Context, Copy) error { return nil }})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if err := q.Close(); err != nil {
+			tb.Error(err)
+		}
+	})
+	return q
+}
+
+// BenchmarkScheduleFire schedules a due copy and fires it while 100 000
+// others are pending: the heap's cost, and with a spool the fsync's.
+func BenchmarkScheduleFire(b *testing.B) {
+	for _, m := range modes {
+		b.Run(m.name, func(b *testing.B) {
+			q := openBench(b, m)
+			fill(b, q, benchPending, 1024)
+			past := time.Now().Add(-time.Second)
+			c := testCopy("due", past, 1024)
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := q.Schedule(c, past); err != nil {
+					b.Fatal(err)
+				}
+				if wait, err := q.fireOne(ctx); wait != 0 || err != nil {
+					b.Fatalf("fireOne = %v, %v", wait, err)
+				}
+			}
+			if got := q.Pending(); got != benchPending {
+				b.Fatalf("Pending = %d, want %d", got, benchPending)
+			}
+		})
+	}
+}
+
+// heapInUse returns how much the heap in use (HeapInuse) and the live heap
+// (HeapAlloc) grow, after garbage collection, with 100 000 copies of 1 KiB
+// pending.
+func heapInUse(tb testing.TB, m mode) (inuse, alloc uint64) {
+	tb.Helper()
+	q, err := Open(Options{Dir: m.dir(tb), Fire: func(context.Context, Copy) error { return nil }})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	fill(tb, q, benchPending, 1024)
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if err := q.Close(); err != nil {
+		tb.Fatal(err)
+	}
+	return after.HeapInuse - min(after.HeapInuse, before.HeapInuse), after.HeapAlloc - min(after.HeapAlloc, before.HeapAlloc)
+}
+
+// BenchmarkPending100k reports the heap that 100 000 pending copies of
+// 1 KiB hold, in MiB.
+func BenchmarkPending100k(b *testing.B) {
+	for _, m := range modes {
+		b.Run(m.name, func(b *testing.B) {
+			b.ReportAllocs()
+			var inuse, alloc uint64
+			for b.Loop() {
+				inuse, alloc = heapInUse(b, m)
+			}
+			b.ReportMetric(float64(inuse)/(1<<20), "MiB-heap-inuse")
+			b.ReportMetric(float64(alloc)/(1<<20), "MiB-heap-live")
+		})
+	}
+}
+
+// TestMemory100kPending checks that 100 000 pending copies of 1 KiB stay
+// well under 100 MB with a spool, whose payloads stay on disk.
+func TestMemory100kPending(t *testing.T) {
+	if testing.Short() {
+		t.Skip("schedules 100 000 copies")
+	}
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			inuse, alloc := heapInUse(t, m)
+			t.Logf("%d pending copies of 1 KiB: heap in use %.1f MiB, live heap %.1f MiB",
+				benchPending, float64(inuse)/(1<<20), float64(alloc)/(1<<20))
+			if m.spool && inuse > 32<<20 {
+				t.Errorf("heap in use %.1f MiB, want below 32 MiB", float64(inuse)/(1<<20))
+			}
+		})
+	}
+}

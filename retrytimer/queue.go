@@ -1,0 +1,563 @@
+package retrytimer
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/streamd/streamd/envelope"
+)
+
+// Copy is a record to be written back to a stream once it is due.
+type Copy struct {
+	// Stream names the stream the copy is written to: a configured stream
+	// name or a file path. The package does not interpret it.
+	Stream string
+	// Key is the stream key the copy is published under.
+	Key string
+	// Headers are the copy's headers, in order.
+	Headers envelope.Headers
+	// Payload is the copy's payload, byte for byte.
+	Payload []byte
+}
+
+// FireFunc publishes a due copy. A [Queue] calls it from the goroutine that
+// runs [Queue.Run] or [Queue.Drain], one copy at a time; c is the callee's to
+// keep. A nil error means the copy was written: it is then marked done. An
+// error leaves the copy pending, to be tried again after a backoff. ctx is
+// the one given to Run or Drain: when it is done, FireFunc should give up
+// soon, and the copy stays pending.
+type FireFunc func(ctx context.Context, c Copy) error
+
+// Options configures a [Queue].
+type Options struct {
+	// Dir is the directory of the durable spool, which must exist. Empty
+	// means memory-only: nothing is written to disk and pending copies die
+	// with the process.
+	Dir string
+	// Fire publishes due copies. Required.
+	Fire FireFunc
+	// Logger receives spool events and failed fires (at most one line per
+	// 10 s, with the number left out). Nil discards them.
+	Logger *slog.Logger
+	// RetryBackoff is the delay before the second try of a copy whose Fire
+	// failed; each further failure doubles it, up to MaxRetryBackoff.
+	// Zero or negative means 1s.
+	RetryBackoff time.Duration
+	// MaxRetryBackoff bounds the delay between tries. Zero or negative
+	// means 1m; a value below RetryBackoff is raised to it.
+	MaxRetryBackoff time.Duration
+	// CompactMinBytes is how many bytes of fired copies the spool must
+	// hold, besides more than it holds of pending ones, before it is
+	// compacted. Zero or negative means 64 KiB.
+	CompactMinBytes int64
+}
+
+// Defaults for [Options].
+const (
+	DefaultRetryBackoff    = time.Second
+	DefaultMaxRetryBackoff = time.Minute
+	DefaultCompactMinBytes = 64 << 10
+)
+
+// logEvery is the least time between two logged fire failures.
+const logEvery = 10 * time.Second
+
+// ErrClosed is returned by the methods of a closed [Queue].
+var ErrClosed = errors.New("retrytimer: queue closed")
+
+// Due times must fit in int64 Unix nanoseconds.
+var (
+	minDue = time.Unix(0, math.MinInt64)
+	maxDue = time.Unix(0, math.MaxInt64)
+)
+
+// Queue holds copies until they are due and then hands them to a
+// [FireFunc], in due order (ties in schedule order). See the package
+// documentation for the spool and the concurrency contract.
+type Queue struct {
+	fire       FireFunc
+	log        *slog.Logger
+	backoff    time.Duration
+	maxBackoff time.Duration
+	compactMin int64
+	sp         *spool // nil in memory-only mode; set once by Open
+	wake       chan struct{}
+
+	// syncMu serializes fsyncs of the spool with compaction and Close,
+	// which replace or close its file. It is taken before mu.
+	syncMu sync.Mutex
+	synced uint64 // spool records known durable; guarded by syncMu
+
+	mu           sync.Mutex
+	h            entryHeap
+	nextID       uint64
+	inflight     int   // entries popped for a Fire that has not returned
+	err          error // first spool failure: nothing is written after it
+	running      bool  // Run or Drain is running
+	closed       bool
+	compactFloor int64 // dead bytes needed for the next compaction
+
+	// Owned by the goroutine in Run or Drain.
+	lastLog    time.Time
+	suppressed int
+}
+
+// Open returns a queue. With a spool directory, it loads the copies pending
+// in its spool, or creates an empty spool. It starts no goroutines: copies
+// fire only while [Queue.Run] or [Queue.Drain] runs.
+func Open(opts Options) (*Queue, error) {
+	if opts.Fire == nil {
+		return nil, errors.New("retrytimer: Options.Fire is nil")
+	}
+	q := &Queue{
+		fire:       opts.Fire,
+		log:        opts.Logger,
+		backoff:    opts.RetryBackoff,
+		maxBackoff: opts.MaxRetryBackoff,
+		compactMin: opts.CompactMinBytes,
+		wake:       make(chan struct{}, 1),
+		nextID:     1,
+	}
+	if q.log == nil {
+		q.log = slog.New(slog.DiscardHandler)
+	}
+	q.log = q.log.With("component", "retrytimer")
+	if q.backoff <= 0 {
+		q.backoff = DefaultRetryBackoff
+	}
+	if q.maxBackoff <= 0 {
+		q.maxBackoff = DefaultMaxRetryBackoff
+	}
+	q.maxBackoff = max(q.maxBackoff, q.backoff)
+	if q.compactMin <= 0 {
+		q.compactMin = DefaultCompactMinBytes
+	}
+	q.compactFloor = q.compactMin
+	if opts.Dir == "" {
+		return q, nil
+	}
+	sp, res, torn, err := openSpool(opts.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("retrytimer: %w", err)
+	}
+	if torn > 0 {
+		q.log.Warn("truncated torn tail of spool", "path", sp.path, "offset", res.end, "bytes", torn)
+	}
+	q.sp, q.h, q.nextID = sp, res.entries, res.nextID
+	heap.Init(&q.h)
+	q.log.Info("spool loaded", "path", sp.path, "pending", len(q.h), "bytes", sp.size)
+	return q, nil
+}
+
+// Schedule adds c, to be fired at due or as soon after as the queue runs. It
+// keeps no reference to c's memory. With a spool, Schedule returns only once
+// the copy is durable: concurrent calls share an fsync. A copy that
+// Schedule failed to add may still fire.
+func (q *Queue) Schedule(c Copy, due time.Time) error {
+	if due.Before(minDue) || due.After(maxDue) {
+		return fmt.Errorf("retrytimer: due time %s out of range", due)
+	}
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return ErrClosed
+	}
+	if q.err != nil {
+		q.mu.Unlock()
+		return q.err
+	}
+	e := entry{due: due.UnixNano(), id: q.nextID}
+	rec, err := encodeSchedule(e.id, e.due, &c)
+	if err != nil {
+		q.mu.Unlock()
+		return fmt.Errorf("retrytimer: %w", err)
+	}
+	var n uint64
+	if q.sp == nil {
+		e.rec = rec
+	} else {
+		if e.off, err = q.sp.append(rec); err != nil {
+			q.fail(err)
+			q.mu.Unlock()
+			return q.err
+		}
+		e.size = uint32(len(rec) - hdrSize)
+		q.sp.live += e.recordSize()
+		n = q.sp.written
+	}
+	q.nextID++
+	heap.Push(&q.h, e)
+	first := q.h[0].id == e.id
+	q.mu.Unlock()
+	if first {
+		q.poke()
+	}
+	if q.sp == nil {
+		return nil
+	}
+	return q.syncTo(n)
+}
+
+// Pending returns the number of copies not yet fired, including one that is
+// being fired.
+func (q *Queue) Pending() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.h) + q.inflight
+}
+
+// Run fires copies as they come due until ctx is done, and then returns nil
+// at once, leaving what is pending in the queue (and in the spool, if any).
+// It returns an error if the spool fails: the queue then accepts no more
+// copies, and the process should restart from the spool. Run and Drain do
+// not run concurrently.
+func (q *Queue) Run(ctx context.Context) error {
+	if err := q.start(); err != nil {
+		return err
+	}
+	defer q.stop()
+	return q.loop(ctx, false)
+}
+
+// Drain fires copies as they come due, like Run, until none is pending or
+// ctx is done, and returns how many are still pending: in memory-only mode
+// they are abandoned, with a spool they stay in it. Copies scheduled while
+// Drain runs are waited for too.
+func (q *Queue) Drain(ctx context.Context) (abandoned int, err error) {
+	if err := q.start(); err != nil {
+		return q.Pending(), err
+	}
+	defer q.stop()
+	err = q.loop(ctx, true)
+	return q.Pending(), err
+}
+
+// Close syncs and closes the spool: copies fired so far are then not fired
+// again after a restart. Pending copies stay in the spool. Close must not be
+// called while Run or Drain runs; after Close, Schedule, Run and Drain
+// return [ErrClosed].
+func (q *Queue) Close() error {
+	q.mu.Lock()
+	if q.running {
+		q.mu.Unlock()
+		return errors.New("retrytimer: close while Run or Drain is running")
+	}
+	if q.closed {
+		q.mu.Unlock()
+		return nil
+	}
+	q.closed = true
+	q.mu.Unlock()
+	if q.sp == nil {
+		return nil
+	}
+	q.syncMu.Lock()
+	defer q.syncMu.Unlock()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var err error
+	if q.err == nil {
+		if err = q.sp.f.Sync(); err != nil {
+			q.fail(err)
+		} else {
+			q.synced = q.sp.written
+		}
+	}
+	if err = errors.Join(err, q.sp.f.Close()); err != nil {
+		return fmt.Errorf("retrytimer: close spool: %w", err)
+	}
+	return nil
+}
+
+func (q *Queue) start() error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	switch {
+	case q.closed:
+		return ErrClosed
+	case q.running:
+		return errors.New("retrytimer: Run or Drain is already running")
+	}
+	q.running = true
+	return nil
+}
+
+func (q *Queue) stop() {
+	q.mu.Lock()
+	q.running = false
+	q.mu.Unlock()
+}
+
+// poke wakes the loop so that it looks at the queue again.
+func (q *Queue) poke() {
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// fail records the first spool failure and wakes the loop to report it. It
+// is called with mu held.
+func (q *Queue) fail(err error) {
+	if q.err == nil {
+		q.err = fmt.Errorf("retrytimer: spool: %w", err)
+		q.poke()
+	}
+}
+
+// failure returns the spool failure, if any.
+func (q *Queue) failure() error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.err
+}
+
+// syncTo returns once the first n spool records are durable. One fsync
+// covers every record written before it starts, so concurrent callers share
+// it.
+func (q *Queue) syncTo(n uint64) error {
+	q.syncMu.Lock()
+	defer q.syncMu.Unlock()
+	if q.synced >= n {
+		return nil
+	}
+	q.mu.Lock()
+	if q.err != nil {
+		q.mu.Unlock()
+		return q.err
+	}
+	target, f := q.sp.written, q.sp.f
+	q.mu.Unlock()
+	if err := f.Sync(); err != nil {
+		q.mu.Lock()
+		q.fail(err)
+		q.mu.Unlock()
+		return q.failure()
+	}
+	q.synced = target
+	return nil
+}
+
+// loop fires due copies until ctx is done, the spool fails or, when drain
+// is set, nothing is pending.
+func (q *Queue) loop(ctx context.Context, drain bool) error {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	q.maybeCompact()
+	for ctx.Err() == nil {
+		wait, err := q.fireOne(ctx)
+		switch {
+		case err != nil:
+			return err
+		case wait == 0:
+			continue
+		case wait < 0 && drain:
+			return nil
+		}
+		var timeout <-chan time.Time
+		if wait > 0 {
+			if timer == nil {
+				timer = time.NewTimer(wait)
+			} else {
+				timer.Reset(wait)
+			}
+			timeout = timer.C
+		}
+		select {
+		case <-ctx.Done():
+		case <-q.wake:
+		case <-timeout:
+		}
+	}
+	return q.failure()
+}
+
+// fireOne fires the first copy if it is due and returns 0. Otherwise it
+// returns how long until the first copy is due, or -1 if none is pending.
+func (q *Queue) fireOne(ctx context.Context) (time.Duration, error) {
+	q.mu.Lock()
+	if q.err != nil {
+		q.mu.Unlock()
+		return 0, q.err
+	}
+	if len(q.h) == 0 {
+		q.mu.Unlock()
+		return -1, nil
+	}
+	if wait := q.h[0].due - time.Now().UnixNano(); wait > 0 {
+		q.mu.Unlock()
+		return time.Duration(wait), nil
+	}
+	e := heap.Pop(&q.h).(entry)
+	c, err := q.copyOf(&e)
+	if err != nil {
+		heap.Push(&q.h, e)
+		q.fail(err)
+		q.mu.Unlock()
+		return 0, q.err
+	}
+	q.inflight++
+	q.mu.Unlock()
+
+	ferr := q.fire(ctx, c)
+
+	q.mu.Lock()
+	q.inflight--
+	switch {
+	case ferr == nil && q.sp != nil:
+		q.sp.live -= e.recordSize()
+		if q.err != nil {
+			// Nothing is written after a failure; the copy fires again
+			// after the restart.
+			break
+		}
+		if _, err := q.sp.append(encodeDone(e.id)); err != nil {
+			q.fail(err)
+		}
+	case ferr == nil:
+	case ctx.Err() != nil:
+		// Stopping: the copy stays pending as it was.
+		heap.Push(&q.h, e)
+	default:
+		e.tries++
+		retry := q.retryDelay(e.tries)
+		e.due = time.Now().Add(retry).UnixNano()
+		heap.Push(&q.h, e)
+		q.mu.Unlock()
+		q.logFireError(c, e.tries, retry, ferr)
+		return 0, nil
+	}
+	err = q.err
+	q.mu.Unlock()
+	if err == nil && ferr == nil {
+		q.maybeCompact()
+	}
+	return 0, err
+}
+
+// copyOf returns the copy e schedules. It is called with mu held.
+func (q *Queue) copyOf(e *entry) (Copy, error) {
+	if q.sp == nil {
+		b, err := decodeBody(slices.Clone(e.rec[hdrSize:]))
+		return b.c, err
+	}
+	var buf []byte
+	_, b, err := q.sp.read(e, &buf)
+	return b.c, err
+}
+
+// retryDelay returns the backoff after the given number of failed tries.
+func (q *Queue) retryDelay(tries uint32) time.Duration {
+	d := q.backoff
+	for i := uint32(1); i < tries; i++ {
+		if d >= q.maxBackoff/2 {
+			return q.maxBackoff
+		}
+		d *= 2
+	}
+	return min(d, q.maxBackoff)
+}
+
+func (q *Queue) logFireError(c Copy, tries uint32, retry time.Duration, err error) {
+	now := time.Now()
+	if !q.lastLog.IsZero() && now.Sub(q.lastLog) < logEvery {
+		q.suppressed++
+		return
+	}
+	q.log.Warn("fire failed, will retry", "stream", c.Stream, "key", c.Key, "attempt", tries,
+		"retry_in", retry, "suppressed", q.suppressed, "err", err)
+	q.lastLog, q.suppressed = now, 0
+}
+
+// maybeCompact compacts the spool when fired copies take more room than
+// pending ones and at least compactFloor bytes. It runs on the loop's
+// goroutine, so no copy is being fired.
+func (q *Queue) maybeCompact() {
+	if q.sp == nil {
+		return
+	}
+	need := func() bool {
+		dead := q.sp.dead()
+		return q.err == nil && !q.closed && dead >= q.compactFloor && dead > q.sp.live
+	}
+	q.mu.Lock()
+	ok := need()
+	q.mu.Unlock()
+	if !ok {
+		return
+	}
+	q.syncMu.Lock()
+	defer q.syncMu.Unlock()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !need() {
+		return
+	}
+	before := q.sp.size
+	err := q.compact()
+	switch {
+	case q.err != nil:
+		// The loop reports it.
+	case err != nil:
+		q.compactFloor = q.sp.dead() + q.compactMin
+		q.log.Warn("spool compaction failed", "path", q.sp.path, "err", err)
+	default:
+		q.compactFloor = q.compactMin
+		q.log.Debug("spool compacted", "path", q.sp.path, "bytes_before", before, "bytes_after", q.sp.size,
+			"pending", len(q.h))
+	}
+}
+
+// compact rewrites the spool with the schedule records of pending entries
+// only. It is called with syncMu and mu held and nothing in flight. An error
+// before the new file replaces the old one leaves the spool as it was; an
+// error after that fails the queue.
+func (q *Queue) compact() error {
+	offs := make([]int64, len(q.h))
+	var buf []byte
+	f, size, renamed, err := replaceFile(q.sp.dir, q.sp.path, func(w io.Writer, off int64) (int64, error) {
+		for i := range q.h {
+			rec, _, err := q.sp.read(&q.h[i], &buf)
+			if err != nil {
+				return 0, err
+			}
+			if _, err := w.Write(rec); err != nil {
+				return 0, err
+			}
+			offs[i] = off
+			off += int64(len(rec))
+		}
+		return off, nil
+	})
+	switch {
+	case !renamed:
+		return err
+	case err != nil:
+		// The old file is gone, and the new one may not be durable.
+		q.fail(err)
+		return err
+	}
+	old := q.sp.f
+	q.sp.f, q.sp.size = f, size
+	for i := range q.h {
+		q.h[i].off = offs[i]
+	}
+	q.synced = q.sp.written
+	if err := old.Close(); err != nil {
+		q.fail(err)
+		return err
+	}
+	return nil
+}

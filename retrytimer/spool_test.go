@@ -1,0 +1,409 @@
+package retrytimer
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/streamd/streamd/envelope"
+)
+
+// fireDue fires every copy of q that is due, on the calling goroutine.
+func fireDue(t *testing.T, q *Queue) {
+	t.Helper()
+	for {
+		wait, err := q.fireOne(context.Background())
+		if err != nil {
+			t.Fatalf("fire: %v", err)
+		}
+		if wait != 0 {
+			return
+		}
+	}
+}
+
+// pendingKeys returns the keys of q's pending copies in due order, reading
+// each from the spool.
+func pendingKeys(t *testing.T, q *Queue) []string {
+	t.Helper()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	es := slices.Clone(q.h)
+	slices.SortFunc(es, func(a, b entry) int { return cmp.Or(cmp.Compare(a.due, b.due), cmp.Compare(a.id, b.id)) })
+	var keys []string
+	for i := range es {
+		c, err := q.copyOf(&es[i])
+		if err != nil {
+			t.Fatalf("read pending copy: %v", err)
+		}
+		want := testCopy(c.Key, dueOf(t, c), len(c.Payload))
+		if !bytes.Equal(c.Payload, want.Payload) || c.Stream != want.Stream || !dueOf(t, c).Equal(time.Unix(0, es[i].due)) {
+			t.Errorf("pending copy %q reads back as %+v", c.Key, c)
+		}
+		keys = append(keys, c.Key)
+	}
+	return keys
+}
+
+func fileSize(t *testing.T, path string) int64 {
+	t.Helper()
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Size()
+}
+
+// writeSpool writes data as the spool of a new directory.
+func writeSpool(t *testing.T, data []byte) (dir, path string) {
+	t.Helper()
+	dir = t.TempDir()
+	path = filepath.Join(dir, spoolName)
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dir, path
+}
+
+func TestSpoolTornTail(t *testing.T) {
+	now := time.Now()
+	past, future := now.Add(-time.Hour), now.Add(time.Hour)
+	tests := []struct {
+		name   string
+		before func(q *Queue)
+		last   func(q *Queue) // writes the record that is cut
+		intact []string       // pending with the last record intact
+		torn   []string       // pending with the last record torn
+	}{
+		{
+			name: "schedule record",
+			before: func(q *Queue) {
+				mustSchedule(t, q, "a", past)
+				mustSchedule(t, q, "b", future)
+				fireDue(t, q)
+			},
+			last:   func(q *Queue) { mustSchedule(t, q, "c", future.Add(time.Second)) },
+			intact: []string{"b", "c"},
+			torn:   []string{"b"},
+		},
+		{
+			name: "done record",
+			before: func(q *Queue) {
+				mustSchedule(t, q, "b", future)
+				mustSchedule(t, q, "a", past)
+			},
+			last:   func(q *Queue) { fireDue(t, q) },
+			intact: []string{"b"},
+			torn:   []string{"a", "b"}, // fired, but not known to be: fires again
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			q, err := Open(Options{Dir: dir, Fire: (&recorder{t: t}).fire})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.before(q)
+			lastStart := q.sp.size
+			tt.last(q)
+			if err := q.Close(); err != nil {
+				t.Fatal(err)
+			}
+			data, err := os.ReadFile(filepath.Join(dir, spoolName))
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			type variant struct {
+				name string
+				data []byte
+			}
+			var variants []variant
+			for cut := lastStart + 1; cut < int64(len(data)); cut++ {
+				variants = append(variants, variant{fmt.Sprintf("cut at %d", cut), data[:cut]})
+			}
+			zeroed := bytes.Clone(data)
+			clear(zeroed[lastStart+hdrSize+1:])
+			flipped := bytes.Clone(data)
+			flipped[len(flipped)-1] ^= 1
+			variants = append(variants,
+				variant{"body partly zero", zeroed},
+				variant{"last byte flipped", flipped},
+				variant{"zeros instead", append(bytes.Clone(data[:lastStart]), make([]byte, 100<<10)...)},
+				variant{"zeros after", append(bytes.Clone(data), make([]byte, 5)...)},
+			)
+			for _, v := range variants {
+				dir, path := writeSpool(t, v.data)
+				q := mustOpen(t, Options{Dir: dir, Fire: (&recorder{t: t}).fire})
+				want, wantSize := tt.torn, lastStart
+				if v.name == "zeros after" {
+					want, wantSize = tt.intact, int64(len(data))
+				}
+				if got := pendingKeys(t, q); !slices.Equal(got, want) {
+					t.Errorf("%s: pending %v, want %v", v.name, got, want)
+				}
+				if got := fileSize(t, path); got != wantSize {
+					t.Errorf("%s: size after Open = %d, want %d", v.name, got, wantSize)
+				}
+				// Appends go where the torn record was.
+				mustSchedule(t, q, "d", future.Add(time.Minute))
+				if err := q.Close(); err != nil {
+					t.Fatal(err)
+				}
+				q = mustOpen(t, Options{Dir: dir, Fire: (&recorder{t: t}).fire})
+				if got, want := pendingKeys(t, q), append(slices.Clone(want), "d"); !slices.Equal(got, want) {
+					t.Errorf("%s: pending after an append %v, want %v", v.name, got, want)
+				}
+			}
+
+			dir, path := writeSpool(t, data)
+			q = mustOpen(t, Options{Dir: dir, Fire: (&recorder{t: t}).fire})
+			if got := pendingKeys(t, q); !slices.Equal(got, tt.intact) {
+				t.Errorf("intact: pending %v, want %v", got, tt.intact)
+			}
+			if got := fileSize(t, path); got != int64(len(data)) {
+				t.Errorf("intact: size after Open = %d, want %d", got, len(data))
+			}
+		})
+	}
+}
+
+// raw returns a record with a valid header around body.
+func raw(body ...byte) []byte {
+	rec := append(make([]byte, hdrSize), body...)
+	seal(rec)
+	return rec
+}
+
+func TestSpoolCorruption(t *testing.T) {
+	due := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	sched := func(id uint64) []byte {
+		rec, err := encodeSchedule(id, due.UnixNano(), &Copy{Stream: "s", Key: "k",
+			Headers: envelope.Headers{{Name: "h", Value: []byte("v")}}, Payload: []byte("p")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec
+	}
+	recA, recB := sched(1), sched(2)
+	afterA := int64(len(fileMagic) + len(recA))
+	cat := func(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
+	flip := func(b []byte, i int) []byte {
+		b = bytes.Clone(b)
+		b[i] ^= 0x10
+		return b
+	}
+	magic := []byte(fileMagic)
+	bodyA := recA[hdrSize:]
+	tests := []struct {
+		name   string
+		data   []byte
+		off    int64
+		reason string
+	}{
+		{"empty file", nil, 0, "file too short for the header"},
+		{"short file", magic[:5], 0, "file too short for the header"},
+		{"bad magic", cat([]byte("SDRETRY2"), recA), 0, `bad header "SDRETRY2", want "SDRETRY1"`},
+		{"body checksum", cat(magic, flip(recA, hdrSize+20), recB), 8, "record body checksum mismatch"},
+		{"body checksum field", cat(magic, flip(recA, 9), recB), 8, "record body checksum mismatch"},
+		{"length", cat(magic, flip(recA, 0), recB), 8, "record header checksum mismatch"},
+		{"length checksum", cat(magic, flip(recA, 5), recB), 8, "record header checksum mismatch"},
+		{"length at the tail", cat(magic, recA, flip(recB, 1)), afterA, "record header checksum mismatch"},
+		{"empty record", cat(magic, raw(), recB), 8, "empty record"},
+		{"unknown type", cat(magic, raw(9, 1, 0, 0, 0, 0, 0, 0, 0), recB), 8, "unknown record type 9"},
+		{"truncated field", cat(magic, raw(bodyA[:30]...)), 8, "truncated field"},
+		{"trailing bytes", cat(magic, raw(append(bytes.Clone(bodyA), 0)...)), 8, "trailing bytes"},
+		{"header count too large", cat(magic, raw(cat(bodyA[:27], []byte{0xff, 0xff, 0, 0}, bodyA[31:])...)), 8, "truncated field"},
+		{"scheduled twice", cat(magic, recA, recA), afterA, "id 1 scheduled twice"},
+		{"done for an unknown id", cat(magic, recA, encodeDone(7)), afterA, "done record for id 7, which is not pending"},
+		{"done twice", cat(magic, recA, encodeDone(1), encodeDone(1)), afterA + hdrSize + doneBodySize, "done record for id 1, which is not pending"},
+		{"id out of range", cat(magic, sched(1<<64-1)), 8, "record id out of range"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir, path := writeSpool(t, tt.data)
+			_, err := Open(Options{Dir: dir, Fire: (&recorder{t: t}).fire})
+			want := fmt.Sprintf("retrytimer: corrupt spool %s at offset %d: %s "+
+				"(move the file aside to start with an empty spool; the copies pending in it are then lost)", path, tt.off, tt.reason)
+			if err == nil || err.Error() != want {
+				t.Errorf("Open error:\n got %v\nwant %s", err, want)
+			}
+			if got, err := os.ReadFile(path); err != nil || !bytes.Equal(got, tt.data) {
+				t.Errorf("Open changed a corrupt spool (err %v)", err)
+			}
+		})
+	}
+}
+
+func TestSpoolCompaction(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, spoolName)
+	r := &recorder{t: t}
+	const minBytes = 4096
+	q, err := Open(Options{Dir: dir, Fire: r.fire, CompactMinBytes: minBytes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	var live []string
+	for i := range 10 {
+		key := fmt.Sprintf("live-%d", i)
+		live = append(live, key)
+		if err := q.Schedule(testCopy(key, now.Add(time.Hour+time.Duration(i)), 100), now.Add(time.Hour+time.Duration(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const n = 1000
+	for i := range n {
+		due := now.Add(-time.Hour + time.Duration(i))
+		if err := q.Schedule(testCopy(fmt.Sprintf("fired-%d", i), due, 200), due); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fireDue(t, q)
+	if got := len(r.all()); got != n {
+		t.Fatalf("fired %d, want %d", got, n)
+	}
+	liveBytes := q.sp.live
+	size := fileSize(t, path)
+	// What is left besides the pending records is less than one compaction's
+	// worth plus the record that crossed it.
+	if size != q.sp.size || size >= int64(len(fileMagic))+liveBytes+minBytes+300 {
+		t.Errorf("spool size %d (tracked %d) with %d live bytes, want below %d", size, q.sp.size, liveBytes,
+			int64(len(fileMagic))+liveBytes+minBytes+300)
+	}
+	if got := pendingKeys(t, q); !slices.Equal(got, live) {
+		t.Errorf("pending after compaction %v, want %v", got, live)
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	q = mustOpen(t, Options{Dir: dir, Fire: r.fire})
+	if got := pendingKeys(t, q); !slices.Equal(got, live) {
+		t.Errorf("pending after reopening %v, want %v", got, live)
+	}
+	for _, e := range q.h {
+		if e.id >= q.nextID {
+			t.Errorf("next id %d after reopening, but id %d is pending", q.nextID, e.id)
+		}
+	}
+
+	// Once everything has fired the spool is back to its header.
+	dir = t.TempDir()
+	path = filepath.Join(dir, spoolName)
+	q = mustOpen(t, Options{Dir: dir, Fire: r.fire, CompactMinBytes: 1})
+	for i := range 100 {
+		mustSchedule(t, q, fmt.Sprintf("x-%d", i), now.Add(-time.Duration(i)))
+	}
+	fireDue(t, q)
+	if got := fileSize(t, path); got != int64(len(fileMagic)) || q.Pending() != 0 {
+		t.Errorf("spool size %d with %d pending, want %d and 0", got, q.Pending(), len(fileMagic))
+	}
+}
+
+func TestSpoolCompactionFailure(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, spoolName)
+	var logs syncBuffer
+	r := &recorder{t: t}
+	q := mustOpen(t, Options{Dir: dir, Fire: r.fire, CompactMinBytes: 1000, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	// A directory where the temporary file goes makes compaction fail.
+	block := filepath.Join(dir, tempName)
+	if err := os.MkdirAll(filepath.Join(block, "x"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	for i := range 20 {
+		mustSchedule(t, q, fmt.Sprintf("a-%d", i), now.Add(-time.Hour))
+	}
+	fireDue(t, q)
+	if !strings.Contains(logs.String(), "spool compaction failed") || !strings.Contains(logs.String(), "is a directory") {
+		t.Errorf("log %q, want a compaction failure", logs.String())
+	}
+	failedAt := fileSize(t, path)
+	if failedAt < 1000 {
+		t.Fatalf("spool size %d, want at least 1000 so that compaction was tried", failedAt)
+	}
+	// The queue goes on; compaction is tried again once another
+	// CompactMinBytes of fired copies have accumulated.
+	if err := os.RemoveAll(block); err != nil {
+		t.Fatal(err)
+	}
+	mustSchedule(t, q, "b", now.Add(-time.Hour))
+	fireDue(t, q)
+	if got := fileSize(t, path); got <= failedAt {
+		t.Errorf("spool size %d, want it to grow past %d before the next try", got, failedAt)
+	}
+	for i := range 40 {
+		mustSchedule(t, q, fmt.Sprintf("c-%d", i), now.Add(-time.Hour))
+	}
+	fireDue(t, q)
+	if got := fileSize(t, path); got >= 1000+300 || len(r.all()) != 61 {
+		t.Errorf("spool size %d after %d fires, want compacted", got, len(r.all()))
+	}
+}
+
+func TestOpenRemovesLeftoverTemp(t *testing.T) {
+	dir := t.TempDir()
+	q := mustOpen(t, Options{Dir: dir, Fire: (&recorder{t: t}).fire})
+	mustSchedule(t, q, "a", time.Now().Add(time.Hour))
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	tmp := filepath.Join(dir, tempName)
+	if err := os.WriteFile(tmp, []byte("half a compaction"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	q = mustOpen(t, Options{Dir: dir, Fire: (&recorder{t: t}).fire})
+	if got := pendingKeys(t, q); !slices.Equal(got, []string{"a"}) {
+		t.Errorf("pending %v, want [a]", got)
+	}
+	if _, err := os.Stat(tmp); !os.IsNotExist(err) {
+		t.Errorf("temporary file left after Open: %v", err)
+	}
+	if st, err := os.Stat(filepath.Join(dir, spoolName)); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("spool file mode: %v, %v", st.Mode(), err)
+	}
+}
+
+// TestSpoolWriteFailure checks that a failed spool write fails the queue for
+// good, so that a partial write can only be a torn tail.
+func TestSpoolWriteFailure(t *testing.T) {
+	dir := t.TempDir()
+	q, err := Open(Options{Dir: dir, Fire: (&recorder{t: t}).fire})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustSchedule(t, q, "a", time.Now().Add(-time.Second))
+	q.sp.f.Close() // every later write fails
+	path := filepath.Join(dir, spoolName)
+	want := "retrytimer: spool: write " + path + ": file already closed"
+	if err := q.Schedule(testCopy("b", time.Now(), 0), time.Now()); err == nil || err.Error() != want {
+		t.Errorf("Schedule: %v, want %s", err, want)
+	}
+	if err := q.Schedule(testCopy("c", time.Now(), 0), time.Now()); err == nil || err.Error() != want {
+		t.Errorf("second Schedule: %v, want %s", err, want)
+	}
+	if err := q.Run(context.Background()); err == nil || err.Error() != want {
+		t.Errorf("Run: %v, want %s", err, want)
+	}
+	if abandoned, err := q.Drain(context.Background()); abandoned != 1 || err == nil || err.Error() != want {
+		t.Errorf("Drain: %d abandoned, %v; want 1 and %s", abandoned, err, want)
+	}
+	if err := q.Close(); err == nil || err.Error() != "retrytimer: close spool: close "+path+": file already closed" {
+		t.Errorf("Close: %v", err)
+	}
+	q = mustOpen(t, Options{Dir: dir, Fire: (&recorder{t: t}).fire})
+	if got := pendingKeys(t, q); !slices.Equal(got, []string{"a"}) {
+		t.Errorf("pending after reopening %v, want [a]", got)
+	}
+}
