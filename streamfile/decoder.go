@@ -141,22 +141,30 @@ func (d *Decoder) maxPayload() int {
 }
 
 // readFrame parses the frame at d.pos. A fast path handles the common case of
-// a frame that lies between two boundaries and is already buffered.
+// a frame that lies between two boundaries: it is parsed in place from the
+// buffer.
 func (d *Decoder) readFrame() (*Record, error) {
 	start := d.pos
 	room := d.interval - start%d.interval // bytes before the next boundary
-	if d.have(start, 1) {
-		b := d.buf[start-d.bufOff:]
-		l := int64(b[0])
-		if hdr := l + 29; hdr <= room && int64(len(b)) >= hdr {
-			n := int64(binary.BigEndian.Uint32(b[l+25:]))
-			if total := l + n + frameOverhead; total <= room && int64(len(b)) >= total && n <= int64(d.maxPayload()) {
-				key, ok := d.intern(b[1 : 1+l])
-				if !ok {
-					return nil, &FormatError{start, fmt.Sprintf("invalid stream key %q", key)}
-				}
-				return d.finishFields(start, key, b[1+l:hdr], b[hdr:hdr+n], b[hdr+n:total], start+total)
+	if err := d.fill(start, start+1); err != nil {
+		return nil, err
+	}
+	l := int64(d.buf[start-d.bufOff])
+	if hdr := l + 29; hdr <= room {
+		if err := d.fill(start, start+hdr); err != nil {
+			return nil, err
+		}
+		n := int64(binary.BigEndian.Uint32(d.buf[start-d.bufOff+l+25:]))
+		if total := l + n + frameOverhead; total <= room && n <= int64(d.maxPayload()) {
+			if err := d.fill(start, start+total); err != nil {
+				return nil, err
 			}
+			b := d.buf[start-d.bufOff:]
+			key, ok := d.intern(b[1 : 1+l])
+			if !ok {
+				return nil, &FormatError{start, fmt.Sprintf("invalid stream key %q", key)}
+			}
+			return d.finishFields(start, key, b[1+l:hdr], b[hdr:hdr+n], b[hdr+n:total], start+total)
 		}
 	}
 	return d.readFrameSlow(start)
@@ -164,6 +172,12 @@ func (d *Decoder) readFrame() (*Record, error) {
 
 // readFrameSlow parses a frame field by field, stepping over beacons.
 func (d *Decoder) readFrameSlow(start int64) (*Record, error) {
+	if start > d.bufOff {
+		// Nothing of this frame was handed out yet: make room in place.
+		n := copy(d.buf, d.buf[start-d.bufOff:])
+		d.buf = d.buf[:n]
+		d.bufOff = start
+	}
 	c := start
 	lb, _, err := d.take(&c, 1, d.small[:0])
 	if err != nil {
@@ -336,39 +350,47 @@ func (d *Decoder) have(off int64, n int64) bool {
 	return off >= d.bufOff && off+n <= d.bufOff+int64(len(d.buf))
 }
 
-// compact drops buffered bytes before the position. It runs only between
-// frames, so that no slice handed out during a frame is overwritten.
+// compact forgets the buffer once everything in it was read. It runs only
+// between frames, so that no slice handed out during a frame is overwritten.
 func (d *Decoder) compact() {
-	drop := d.pos - d.bufOff
-	if drop <= 0 {
-		return
-	}
-	if drop >= int64(len(d.buf)) {
+	if d.pos-d.bufOff >= int64(len(d.buf)) {
 		d.buf = d.buf[:0]
-		d.bufOff = d.pos
-		return
-	}
-	if drop >= int64(cap(d.buf))/2 {
-		n := copy(d.buf, d.buf[drop:])
-		d.buf = d.buf[:n]
 		d.bufOff = d.pos
 	}
 }
 
-// ensure reads until the buffer holds the bytes up to end, growing it as the
-// data arrives (never ahead of it), or returns ErrTruncated.
+// fill makes the buffer hold [start, end), where start is the start of the
+// frame being read: bytes before it may be dropped, so the unread rest of
+// the buffer moves to the front when the buffer has no room at its end.
+func (d *Decoder) fill(start, end int64) error {
+	if d.have(start, end-start) {
+		return nil
+	}
+	if d.bufOff+int64(cap(d.buf)) < end && start > d.bufOff {
+		if cap(d.buf) < d.readSize() {
+			d.grow(end)
+		} else {
+			n := copy(d.buf, d.buf[start-d.bufOff:])
+			d.buf = d.buf[:n]
+			d.bufOff = start
+		}
+	}
+	return d.ensure(end)
+}
+
+func (d *Decoder) readSize() int {
+	if d.ReadSize > 0 {
+		return d.ReadSize
+	}
+	return defaultReadSize
+}
+
+// ensure reads until the buffer holds the bytes up to end, or returns
+// ErrTruncated when the file ends before.
 func (d *Decoder) ensure(end int64) error {
 	for d.bufOff+int64(len(d.buf)) < end {
-		if cap(d.buf) == len(d.buf) {
-			readSize := d.ReadSize
-			if readSize <= 0 {
-				readSize = defaultReadSize
-			}
-			// Grow with the data: start small, double up to the read size.
-			grow := min(readSize, max(len(d.buf), 4096))
-			nb := make([]byte, len(d.buf), len(d.buf)+grow)
-			copy(nb, d.buf)
-			d.buf = nb
+		if len(d.buf) == cap(d.buf) {
+			d.grow(end)
 		}
 		n, err := d.r.ReadAt(d.buf[len(d.buf):cap(d.buf)], d.bufOff+int64(len(d.buf)))
 		d.buf = d.buf[:len(d.buf)+n]
@@ -380,6 +402,19 @@ func (d *Decoder) ensure(end int64) error {
 		}
 	}
 	return nil
+}
+
+// grow replaces the full buffer with a larger one that keeps only the bytes
+// from the current frame's start on. Slices of the old buffer handed out
+// during this frame stay valid. The capacity doubles from 4 KiB up to the
+// read size, or fits the frame if it is larger.
+func (d *Decoder) grow(end int64) {
+	keep := d.buf[max(d.pos-d.bufOff, 0):]
+	size := max(end-d.bufOff-int64(len(d.buf))+int64(len(keep)), int64(min(d.readSize(), max(4096, 2*cap(d.buf)))))
+	nb := make([]byte, len(keep), size)
+	copy(nb, keep)
+	d.bufOff += int64(len(d.buf) - len(keep))
+	d.buf = nb
 }
 
 // SkipToNextBeacon moves the position to the first frame boundary after the

@@ -212,19 +212,15 @@ func ParseHeader(b []byte) (Header, error) {
 	return h, nil
 }
 
-// appendFrame appends the logical encoding of f (without beacons) to dst and
-// returns the payload checksum.
-func appendFrame(dst []byte, f *Frame) ([]byte, uint16) {
+// appendFrameHead appends the fields of f that precede its payload: the
+// key, shard, sequence, timestamp and payload size.
+func appendFrameHead(dst []byte, f *Frame) []byte {
 	dst = append(dst, byte(len(f.Key)))
 	dst = append(dst, f.Key...)
 	dst = binary.BigEndian.AppendUint64(dst, f.Shard)
 	dst = binary.BigEndian.AppendUint64(dst, f.Seq)
 	dst = binary.BigEndian.AppendUint64(dst, f.TimestampMs)
-	dst = binary.BigEndian.AppendUint32(dst, uint32(len(f.Payload)))
-	dst = append(dst, f.Payload...)
-	sum := CRC16(f.Payload)
-	dst = binary.BigEndian.AppendUint16(dst, sum)
-	return append(dst, trailer), sum
+	return binary.BigEndian.AppendUint32(dst, uint32(len(f.Payload)))
 }
 
 // appendBeacon appends the encoding of b to dst.

@@ -43,12 +43,13 @@ type Writer struct {
 	end   int64 // where the next byte goes; -1 until read from the file
 	order []*markerEntry
 	index map[streamShard]*markerEntry
+	last  *markerEntry // the entry of the previous frame, to skip the map lookup
 	count uint64 // C of spec §6.3: markers written in this run
 
 	seqs map[streamShard]seqInfo // highest sequence per stream; nil until scanned
 
-	buf, frame []byte
-	beacon     Beacon
+	buf    []byte
+	beacon Beacon
 }
 
 type streamShard struct {
@@ -171,8 +172,10 @@ func (w *Writer) Publish(frames []Frame) error {
 
 func (w *Writer) batch(frames []Frame, assignSeq bool) error {
 	for i := range frames {
-		if err := ValidKey(frames[i].Key); err != nil {
-			return fmt.Errorf("streamfile: frame %d: %w", i, err)
+		if i == 0 || frames[i].Key != frames[i-1].Key {
+			if err := ValidKey(frames[i].Key); err != nil {
+				return fmt.Errorf("streamfile: frame %d: %w", i, err)
+			}
 		}
 		if int64(len(frames[i].Payload)) > 1<<32-1 {
 			return fmt.Errorf("streamfile: frame %d: payload of %d bytes exceeds the 4 GiB limit", i, len(frames[i].Payload))
@@ -237,6 +240,7 @@ func (w *Writer) forget() {
 	w.end = -1
 	w.order = w.order[:0]
 	clear(w.index)
+	w.last = nil
 	w.count = 0
 	w.seqs = nil
 }
@@ -362,7 +366,10 @@ func (w *Writer) loadSeqs() error {
 // the start of writing the frame (spec §6.3).
 func (w *Writer) track(f *Frame, checksum uint16) {
 	k := streamShard{f.Key, f.Shard}
-	e := w.index[k]
+	e := w.last
+	if e == nil || e.streamShard != k {
+		e = w.index[k]
+	}
 	if e == nil {
 		e = &markerEntry{streamShard: k, seq: f.Seq, ts: f.TimestampMs, running: CRCInit}
 		w.index[k] = e
@@ -376,7 +383,10 @@ func (w *Writer) track(f *Frame, checksum uint16) {
 	}
 	e.seq = max(e.seq, f.Seq)
 	e.ts = max(e.ts, f.TimestampMs)
-	e.running = UpdateCRC16(e.running, []byte{byte(checksum >> 8), byte(checksum)})
+	w.last = e
+	t := &crcTables[0]
+	e.running = t[byte(e.running>>8)^byte(checksum>>8)] ^ e.running<<8
+	e.running = t[byte(e.running>>8)^byte(checksum)] ^ e.running<<8
 	if w.seqs != nil {
 		if s := w.seqs[k]; f.Seq >= s.seq {
 			w.seqs[k] = seqInfo{seq: f.Seq, ts: f.TimestampMs, checksum: checksum}
@@ -385,19 +395,31 @@ func (w *Writer) track(f *Frame, checksum uint16) {
 }
 
 // encode appends f to w.buf, splicing in a beacon at every boundary reached.
+// The payload is copied once, straight into the batch buffer.
 func (w *Writer) encode(f *Frame) {
-	var sum uint16
-	w.frame, sum = appendFrame(w.frame[:0], f)
+	sum := CRC16(f.Payload)
 	w.track(f, sum)
+	var headBuf [1 + 255 + 28]byte
+	head := appendFrameHead(headBuf[:0], f)
+	tail := [3]byte{byte(sum >> 8), byte(sum), trailer}
+	left := f.Size()
+	w.emit(head, &left)
+	w.emit(f.Payload, &left)
+	w.emit(tail[:], &left)
+}
+
+// emit appends frame bytes p to w.buf, writing a beacon whenever the offset
+// reaches a boundary; left counts the frame's bytes not yet emitted.
+func (w *Writer) emit(p []byte, left *int64) {
 	off := w.end + int64(len(w.buf))
-	rest := w.frame
-	for len(rest) > 0 {
-		n := min(int64(len(rest)), w.interval-off%w.interval)
-		w.buf = append(w.buf, rest[:n]...)
-		rest = rest[n:]
+	for len(p) > 0 {
+		n := min(int64(len(p)), w.interval-off%w.interval)
+		w.buf = append(w.buf, p[:n]...)
+		p = p[n:]
 		off += n
+		*left -= n
 		if off%w.interval == 0 {
-			w.fillBeacon(uint32(len(rest)))
+			w.fillBeacon(uint32(*left))
 			before := len(w.buf)
 			w.buf = appendBeacon(w.buf, &w.beacon)
 			off += int64(len(w.buf) - before)

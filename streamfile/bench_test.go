@@ -1,0 +1,183 @@
+package streamfile
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+)
+
+// benchSizes are the payload sizes of the throughput benchmarks.
+var benchSizes = []struct {
+	name    string
+	payload int
+}{{"64B", 64}, {"1KiB", 1 << 10}, {"64KiB", 64 << 10}}
+
+// benchTotal is the size of each benchmark file.
+const benchTotal = 64 << 20
+
+// benchFile writes (once per payload size) a file of about benchTotal bytes
+// with the default 1 MiB beacon interval and returns its path and frame count.
+func benchFile(b *testing.B, payload int) (string, int) {
+	b.Helper()
+	path := filepath.Join(os.TempDir(), fmt.Sprintf("streamd-bench-%d.ss", payload))
+	n := benchTotal / (payload + 38)
+	if fi, err := os.Stat(path); err == nil && fi.Size() > benchTotal/2 {
+		return path, n
+	}
+	os.Remove(path)
+	w, err := OpenWriter(path, CreateOptions{Create: true, Header: Header{FileName: "bench.ss", BeaconInterval: DefaultBeaconInterval}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Close()
+	p := make([]byte, payload)
+	for i := range p {
+		p[i] = byte(i * 7)
+	}
+	batch := make([]Frame, 0, 256)
+	for i := range n {
+		batch = append(batch, Frame{Key: "orders", Seq: uint64(i + 1), TimestampMs: 1_700_000_000_000, Payload: p})
+		if len(batch) == cap(batch) || i == n-1 {
+			if err := w.Append(batch...); err != nil {
+				b.Fatal(err)
+			}
+			batch = batch[:0]
+		}
+	}
+	return path, n
+}
+
+// BenchmarkDecode decodes a whole file per iteration from the page cache.
+func BenchmarkDecode(b *testing.B) {
+	for _, s := range benchSizes {
+		b.Run("payload="+s.name, func(b *testing.B) {
+			path, n := benchFile(b, s.payload)
+			f, err := os.Open(path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer f.Close()
+			fi, _ := f.Stat()
+			h, err := ReadHeader(f)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(fi.Size())
+			b.ReportAllocs()
+			var ms0, ms1 runtime.MemStats
+			runtime.ReadMemStats(&ms0)
+			for b.Loop() {
+				d := NewDecoder(f, h, HeaderSize)
+				got := 0
+				for {
+					_, err := d.Next()
+					if err != nil {
+						if !errors.Is(err, io.EOF) {
+							b.Fatal(err)
+						}
+						break
+					}
+					got++
+				}
+				if got != n {
+					b.Fatalf("decoded %d frames, want %d", got, n)
+				}
+			}
+			runtime.ReadMemStats(&ms1)
+			b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "records/s")
+			b.ReportMetric(float64(ms1.Mallocs-ms0.Mallocs)/float64(n)/float64(b.N), "allocs/record")
+		})
+	}
+}
+
+// BenchmarkCRC is a bare CRC-16 pass over the bytes of the same files, held
+// in memory: the floor that decoding is compared with.
+func BenchmarkCRC(b *testing.B) {
+	for _, s := range benchSizes {
+		b.Run("payload="+s.name, func(b *testing.B) {
+			path, _ := benchFile(b, s.payload)
+			data, err := os.ReadFile(path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(len(data)))
+			var sum uint16
+			for b.Loop() {
+				sum ^= CRC16(data)
+			}
+			_ = sum
+		})
+	}
+}
+
+// BenchmarkRead is a plain read of the same files through ReadAt in
+// 256 KiB chunks, the decoder's read size.
+func BenchmarkRead(b *testing.B) {
+	for _, s := range benchSizes {
+		b.Run("payload="+s.name, func(b *testing.B) {
+			path, _ := benchFile(b, s.payload)
+			f, err := os.Open(path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer f.Close()
+			fi, _ := f.Stat()
+			b.SetBytes(fi.Size())
+			buf := make([]byte, defaultReadSize)
+			for b.Loop() {
+				for off := int64(0); off < fi.Size(); off += int64(len(buf)) {
+					if _, err := f.ReadAt(buf, off); err != nil && !errors.Is(err, io.EOF) {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkAppend appends batches of up to 1024 frames and 1 MiB to a file
+// with the default interval; the file is recreated whenever it passes
+// benchTotal.
+func BenchmarkAppend(b *testing.B) {
+	for _, s := range benchSizes {
+		b.Run("payload="+s.name, func(b *testing.B) {
+			dir := b.TempDir()
+			p := make([]byte, s.payload)
+			batch := make([]Frame, min(1024, max(1, (1<<20)/s.payload)))
+			for i := range batch {
+				batch[i] = Frame{Key: "orders", Seq: uint64(i), TimestampMs: 1_700_000_000_000, Payload: p}
+			}
+			frameSize := batch[0].Size()
+			b.SetBytes(frameSize * int64(len(batch)))
+			b.ReportAllocs()
+			var w *Writer
+			open := func() {
+				path := filepath.Join(dir, "append.ss")
+				os.Remove(path)
+				var err error
+				w, err = OpenWriter(path, CreateOptions{Create: true, Header: Header{FileName: "append.ss", BeaconInterval: DefaultBeaconInterval}})
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			open()
+			for b.Loop() {
+				if w.Size() > benchTotal {
+					b.StopTimer()
+					w.Close()
+					open()
+					b.StartTimer()
+				}
+				if err := w.Append(batch...); err != nil {
+					b.Fatal(err)
+				}
+			}
+			w.Close()
+			b.ReportMetric(float64(len(batch))*float64(b.N)/b.Elapsed().Seconds(), "records/s")
+		})
+	}
+}
