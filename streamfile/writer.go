@@ -44,7 +44,7 @@ type Writer struct {
 	order []*markerEntry
 	index map[streamShard]*markerEntry
 	last  *markerEntry // the entry of the previous frame, to skip the map lookup
-	count uint64 // C of spec §6.3: markers written in this run
+	count uint64       // C of spec §6.3: markers written in this run
 
 	seqs map[streamShard]seqInfo // highest sequence per stream; nil until scanned
 
