@@ -71,19 +71,8 @@ func NewTracker(from Mark, window int) *Tracker {
 func (t *Tracker) Begin(ctx context.Context, start, end int64, seq uint64) (Ticket, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for int(t.next-t.first) == len(t.ring) {
-		if t.space == nil {
-			t.space = make(chan struct{})
-		}
-		space := t.space
-		t.mu.Unlock()
-		select {
-		case <-space:
-			t.mu.Lock()
-		case <-ctx.Done():
-			t.mu.Lock()
-			return 0, ctx.Err()
-		}
+	if err := t.waitWhile(ctx, func() bool { return int(t.next-t.first) == len(t.ring) }); err != nil {
+		return 0, err
 	}
 	if start < t.lastEnd || end <= start {
 		return 0, fmt.Errorf("offsets: tracker: record [%d, %d) is out of file order after offset %d", start, end, t.lastEnd)
@@ -123,6 +112,34 @@ func (t *Tracker) Settle(ticket Ticket) error {
 	if t.space != nil {
 		close(t.space)
 		t.space = nil
+	}
+	return nil
+}
+
+// Wait returns once every record handed out has settled, or with ctx's
+// error if ctx ends first.
+func (t *Tracker) Wait(ctx context.Context) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.waitWhile(ctx, func() bool { return t.first != t.next })
+}
+
+// waitWhile waits, with t.mu held on entry and return, until cond is false
+// after a Settle moved the window, or ctx ends.
+func (t *Tracker) waitWhile(ctx context.Context, cond func() bool) error {
+	for cond() {
+		if t.space == nil {
+			t.space = make(chan struct{})
+		}
+		space := t.space
+		t.mu.Unlock()
+		select {
+		case <-space:
+			t.mu.Lock()
+		case <-ctx.Done():
+			t.mu.Lock()
+			return ctx.Err()
+		}
 	}
 	return nil
 }

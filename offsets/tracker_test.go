@@ -201,3 +201,31 @@ func BenchmarkTracker(b *testing.B) {
 		b.Fatal("the watermark never moved")
 	}
 }
+
+func TestTrackerWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := NewTracker(Mark{}, 8)
+		first, _ := tr.Begin(t.Context(), 0, 10, 1)
+		second, _ := tr.Begin(t.Context(), 10, 20, 2)
+		done := make(chan error)
+		go func() { done <- tr.Wait(t.Context()) }()
+		synctest.Wait()
+		tr.Settle(second)
+		synctest.Wait()
+		select {
+		case err := <-done:
+			t.Fatalf("Wait returned (%v) with a record in flight", err)
+		default:
+		}
+		tr.Settle(first)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		tr.Begin(ctx, 20, 30, 3)
+		cancel()
+		if err := tr.Wait(ctx); err != context.Canceled {
+			t.Fatalf("Wait with a cancelled context = %v", err)
+		}
+	})
+}

@@ -33,6 +33,7 @@ type stdio struct {
 }
 
 var commands = []command{
+	{"check-config", "check a configuration file as streamd would load it", runCheckConfig},
 	{"decode", "print the records of a stream file", runDecode},
 	{"publish", "append stdio-format lines from stdin to a stream file", runPublish},
 	{"version", "print version information", runVersion},
@@ -67,7 +68,7 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: streamd <command> [flags]")
 	fmt.Fprintln(w, "\ncommands:")
 	for _, c := range commands {
-		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-13s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintln(w, "\nRun 'streamd <command> -h' for the flags of a command.")
 }

@@ -1,0 +1,420 @@
+package daemon
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+	"github.com/streamd/streamd/streamfile"
+)
+
+// Mode says which command a configuration is for. Some keys only mean
+// something to one of them, and setting them for the other is an error.
+type Mode int
+
+const (
+	// ModeRun, the zero Mode, is the daemon, streamd run: subscriptions
+	// read [[stream]] files and positions are kept in state_dir.
+	ModeRun Mode = iota
+	// ModePipe is one stage of a shell pipeline, streamd pipe:
+	// subscriptions read stdin, copies leave on stdout, nothing is stored.
+	ModePipe
+)
+
+// String returns the command of the mode: "run" or "pipe".
+func (m Mode) String() string {
+	if m == ModePipe {
+		return "pipe"
+	}
+	return "run"
+}
+
+// Config is a streamd configuration file. [LoadConfig] returns it checked,
+// with relative paths made absolute and defaults filled in.
+type Config struct {
+	// StateDir holds the offsets sidecar and the retry spool (ModeRun).
+	// Default: $STATE_DIRECTORY (its first entry), as systemd sets it.
+	StateDir string `toml:"state_dir"`
+	// ShutdownTimeout bounds a graceful stop. Default 20s.
+	ShutdownTimeout Duration `toml:"shutdown_timeout"`
+	// CommitInterval is how often positions are committed (ModeRun).
+	// Default 1s.
+	CommitInterval Duration `toml:"commit_interval"`
+
+	Log     LogConfig     `toml:"log"`
+	Metrics MetricsConfig `toml:"metrics"`
+
+	Streams       []StreamConfig       `toml:"stream"`
+	Subscriptions []SubscriptionConfig `toml:"subscription"`
+}
+
+// LogConfig is the [log] table.
+type LogConfig struct {
+	// Level is debug, info (default), warn or error.
+	Level string `toml:"level"`
+	// Format is auto (default: journald's form under journald, else text),
+	// text or json.
+	Format string `toml:"format"`
+}
+
+// MetricsConfig is the [metrics] table.
+type MetricsConfig struct {
+	// Listen is the host:port of the /metrics listener, "" for none.
+	// Default 127.0.0.1:9464 for ModeRun, none for ModePipe.
+	Listen string `toml:"listen"`
+}
+
+// StreamConfig is one [[stream]]: a stream file (ModeRun only).
+type StreamConfig struct {
+	// Name is what subscriptions and metrics call the stream.
+	Name string `toml:"name"`
+	// Path is the stream file.
+	Path string `toml:"path"`
+	// Create allows creating a missing file; without it a missing file is
+	// an error (the reference's existing_only). Default true.
+	Create bool `toml:"create"`
+	// BeaconInterval is the beacon interval of a file streamd creates, a
+	// positive multiple of 1024. Default 1048576.
+	BeaconInterval int `toml:"beacon_interval"`
+	// PollInterval is how often the file is checked for growth even when
+	// no file notification came. Default 1s.
+	PollInterval Duration `toml:"poll_interval"`
+}
+
+// SubscriptionConfig is one [[subscription]]: a handler on a stream key.
+type SubscriptionConfig struct {
+	// Name identifies the subscription in the sidecar, metrics, logs and
+	// the x-streamd-origin header of its copies.
+	Name string `toml:"name"`
+	// Stream is the name of the [[stream]] read (ModeRun only).
+	Stream string `toml:"stream"`
+	// Key is the stream key read.
+	Key string `toml:"key"`
+	// StartAt is where the first start reads from (ModeRun only); later
+	// starts resume at the stored position. Default beginning.
+	StartAt Position `toml:"start_at"`
+	// Replay makes the subscription finish at the end of the file or its
+	// end-of-stream mark (ModeRun only).
+	Replay bool `toml:"replay"`
+	// Concurrency is how many records are handled at once, 1 to 1024.
+	// Default 1.
+	Concurrency int `toml:"concurrency"`
+	// MaxAttempts caps deliveries of a record, counting the first; nil is
+	// no cap.
+	MaxAttempts *int `toml:"max_attempts"`
+	// DeadLetter is the stream key a record goes to at the cap, or on its
+	// first retry when there is no cap; "" is none.
+	DeadLetter string `toml:"dead_letter"`
+	// OutRetry is the stream key retry copies go to; "" is Key. A pipe
+	// stage must name one.
+	OutRetry string `toml:"out_retry"`
+	// Backoff is the delay before each retry after a transport failure;
+	// the last step repeats. Default 1s, 5s, 30s, 2m.
+	Backoff []Duration `toml:"backoff"`
+	// LogUnsupported is "first" (default: log an unsupported
+	// acknowledgement once per outcome, then count it) or "every" (log each,
+	// as the reference does).
+	LogUnsupported string `toml:"log_unsupported"`
+	// OnCorrupt is what a checksum error does (ModeRun only): "skip"
+	// (default: skip the frame) or "stop" (stop the subscription).
+	OnCorrupt string `toml:"on_corrupt"`
+	// OnInvalid is what an invalid stdin line does (ModePipe only): "skip"
+	// (default: count and log it) or "fail" (end the stage with an error).
+	OnInvalid string `toml:"on_invalid"`
+
+	Handler HandlerConfig `toml:"handler"`
+}
+
+// The handler kinds.
+const (
+	HandlerHTTP    = "http"    // POST each record to a URL
+	HandlerExec    = "exec"    // run a command per record, payload on stdin
+	HandlerStdout  = "stdout"  // print each record (ModeRun only: a pipe's stdout carries data)
+	HandlerDiscard = "discard" // acknowledge each record and do nothing
+)
+
+// HandlerConfig is a subscription's [subscription.handler] table. Which
+// options apply depends on Kind; setting another kind's option is an error.
+type HandlerConfig struct {
+	// Kind is http, exec, stdout or discard.
+	Kind string `toml:"kind"`
+
+	// URL is where http POSTs: http:// or https://, without credentials.
+	URL string `toml:"url"`
+	// Timeout bounds one delivery (http and exec). Default 5s for http,
+	// 30s for exec.
+	Timeout Duration `toml:"timeout"`
+	// Headers are added to each http request. Authorization is not allowed
+	// here: the configuration holds no secrets.
+	Headers map[string]string `toml:"headers"`
+	// BearerTokenFile holds the token sent as Authorization: Bearer (http).
+	BearerTokenFile string `toml:"bearer_token_file"`
+	// CAFile holds the PEM certificates that verify an https server,
+	// instead of the system's.
+	CAFile string `toml:"ca_file"`
+
+	// Command is the argv exec runs: a program found in $PATH, or a path.
+	Command []string `toml:"command"`
+	// Env is added to the environment of exec's command.
+	Env map[string]string `toml:"env"`
+
+	// Format is how stdout prints a record: log (default: a stdio line) or
+	// ndjson (the schema of streamd decode --format=ndjson).
+	Format string `toml:"format"`
+}
+
+// handlerKinds lists the kinds with their options, in the order messages
+// name them.
+var handlerKinds = []struct {
+	kind    string
+	options []string
+}{
+	{HandlerHTTP, []string{"url", "timeout", "headers", "bearer_token_file", "ca_file"}},
+	{HandlerExec, []string{"command", "timeout", "env"}},
+	{HandlerStdout, []string{"format"}},
+	{HandlerDiscard, nil},
+}
+
+// Defaults.
+const (
+	defaultShutdownTimeout = Duration(20 * time.Second)
+	defaultCommitInterval  = Duration(time.Second)
+	defaultPollInterval    = Duration(time.Second)
+	defaultListen          = "127.0.0.1:9464"
+	defaultHTTPTimeout     = Duration(5 * time.Second)
+	defaultExecTimeout     = Duration(30 * time.Second)
+)
+
+func defaultBackoff() []Duration {
+	return []Duration{Duration(time.Second), Duration(5 * time.Second), Duration(30 * time.Second), Duration(2 * time.Minute)}
+}
+
+// DefaultConfigFile is the configuration file used when none is named:
+// streamd.toml in $CONFIGURATION_DIRECTORY (its first entry) when systemd
+// sets it, else /etc/streamd/streamd.toml.
+func DefaultConfigFile() string {
+	if dir := firstEntry(os.Getenv("CONFIGURATION_DIRECTORY")); dir != "" {
+		return filepath.Join(dir, "streamd.toml")
+	}
+	return "/etc/streamd/streamd.toml"
+}
+
+// firstEntry returns the first directory of a colon-separated list, as
+// systemd sets $STATE_DIRECTORY and $CONFIGURATION_DIRECTORY.
+func firstEntry(list string) string {
+	dir, _, _ := strings.Cut(list, ":")
+	return dir
+}
+
+// LoadConfig reads the configuration file at path for mode, checks it, and
+// returns it with defaults filled in. Relative paths in the file are taken
+// from the file's directory.
+//
+// Every problem is reported, joined in one error, one per line in file
+// order, each written "path:line: key: problem", as in
+//
+//	streamd.toml:14: subscription[1].key: stream key "a b" has character ' ' at byte 1; allowed are A-Z a-z 0-9 . _ -
+//
+// (without ":line" for a key that is not in the file). Unknown keys,
+// misspelt ones (keys are case-sensitive) and values of the wrong type are
+// reported first; the other checks need a well-typed file. A TOML syntax
+// error is one error that wraps a [toml.ParseError], whose ErrorWithPosition
+// shows where it is.
+//
+// LoadConfig reads path and $STATE_DIRECTORY, and writes nothing.
+func LoadConfig(path string, mode Mode) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := filepath.Abs(filepath.Dir(path))
+	if err != nil {
+		return nil, fmt.Errorf("configuration file %s: %w", path, err)
+	}
+	return parseConfig(path, dir, string(data), mode)
+}
+
+// parseConfig is [LoadConfig] on the contents src of the file named file in
+// the directory dir.
+func parseConfig(file, dir, src string, mode Mode) (*Config, error) {
+	var tree map[string]any
+	md, err := toml.Decode(src, &tree)
+	if err != nil {
+		if pe, ok := errors.AsType[toml.ParseError](err); ok {
+			return nil, &syntaxError{file: file, err: pe}
+		}
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	l := &loader{file: file, dir: dir, mode: mode, tree: tree, lines: newLineMap(src, &md, tree)}
+	// BurntSushi/toml matches keys case-insensitively and ignores unknown
+	// ones, and its type errors stop at the first: check first that every
+	// key is a field's exact tag and every value has the field's type.
+	l.checkTypes(tree, configType, nil)
+	if err := l.err(); err != nil {
+		return nil, err
+	}
+	cfg := new(Config)
+	if _, err := toml.Decode(src, cfg); err != nil { // checkTypes lets through only what decodes
+		return nil, fmt.Errorf("%s: decode after checking types: %w", file, err)
+	}
+	l.validate(cfg)
+	if err := l.err(); err != nil {
+		return nil, err
+	}
+	l.setDefaults(cfg)
+	return cfg, nil
+}
+
+// syntaxError is a TOML syntax error in a configuration file.
+type syntaxError struct {
+	file string
+	err  toml.ParseError
+}
+
+func (e *syntaxError) Error() string {
+	p := e.err.Position
+	return fmt.Sprintf("%s:%d:%d: %s", e.file, p.Line, p.Col, oneLine.Replace(e.err.Message))
+}
+
+// oneLine escapes line breaks that a message quotes from the file, so that
+// each problem stays on one line.
+var oneLine = strings.NewReplacer("\n", `\n`, "\r", `\r`)
+
+func (e *syntaxError) Unwrap() error { return e.err }
+
+// loader checks one configuration file and collects its problems.
+type loader struct {
+	file  string
+	dir   string // absolute directory of file, for relative paths
+	mode  Mode
+	tree  map[string]any // the file decoded without a schema
+	lines lineMap
+	errs  []*keyError
+}
+
+// keyError is one problem of a configuration file, at a key.
+type keyError struct {
+	file string
+	line int // 0 when not known
+	key  string
+	msg  string
+}
+
+func (e *keyError) Error() string {
+	if e.line == 0 {
+		return fmt.Sprintf("%s: %s: %s", e.file, e.key, e.msg)
+	}
+	return fmt.Sprintf("%s:%d: %s: %s", e.file, e.line, e.key, e.msg)
+}
+
+func (l *loader) errorf(p keyPath, format string, args ...any) {
+	l.errs = append(l.errs, &keyError{file: l.file, line: l.lines.line(p), key: p.String(), msg: fmt.Sprintf(format, args...)})
+}
+
+// err returns the problems found, in file order, or nil.
+func (l *loader) err() error {
+	if len(l.errs) == 0 {
+		return nil
+	}
+	slices.SortStableFunc(l.errs, func(a, b *keyError) int {
+		return cmp.Or(cmp.Compare(a.line, b.line), strings.Compare(a.key, b.key))
+	})
+	errs := make([]error, len(l.errs))
+	for i, e := range l.errs {
+		errs[i] = e
+	}
+	return errors.Join(errs...)
+}
+
+// has reports whether the file sets the value at p.
+func (l *loader) has(p keyPath) bool {
+	_, ok := l.lookup(p)
+	return ok
+}
+
+// lookup returns the value the file sets at p.
+func (l *loader) lookup(p keyPath) (any, bool) {
+	var v any = l.tree
+	for _, e := range p {
+		switch x := v.(type) {
+		case map[string]any:
+			if e.isIndex {
+				return nil, false
+			}
+			v = x[e.key]
+		case []map[string]any:
+			if !e.isIndex || e.index >= len(x) {
+				return nil, false
+			}
+			v = x[e.index]
+		case []any:
+			if !e.isIndex || e.index >= len(x) {
+				return nil, false
+			}
+			v = x[e.index]
+		default:
+			return nil, false
+		}
+		if v == nil {
+			return nil, false
+		}
+	}
+	return v, true
+}
+
+// setDefaults fills in what the file leaves unset.
+func (l *loader) setDefaults(cfg *Config) {
+	if l.mode == ModeRun {
+		if !l.has(keyPath{}.k("commit_interval")) {
+			cfg.CommitInterval = defaultCommitInterval
+		}
+		if !l.has(keyPath{}.k("metrics").k("listen")) {
+			cfg.Metrics.Listen = defaultListen
+		}
+	}
+	if !l.has(keyPath{}.k("shutdown_timeout")) {
+		cfg.ShutdownTimeout = defaultShutdownTimeout
+	}
+	cfg.Log.Level = cmp.Or(cfg.Log.Level, "info")
+	cfg.Log.Format = cmp.Or(cfg.Log.Format, "auto")
+	for i := range cfg.Streams {
+		s, p := &cfg.Streams[i], keyPath{}.k("stream").i(i)
+		if !l.has(p.k("create")) {
+			s.Create = true
+		}
+		if !l.has(p.k("beacon_interval")) {
+			s.BeaconInterval = streamfile.DefaultBeaconInterval
+		}
+		if !l.has(p.k("poll_interval")) {
+			s.PollInterval = defaultPollInterval
+		}
+	}
+	for i := range cfg.Subscriptions {
+		s := &cfg.Subscriptions[i]
+		s.Concurrency = cmp.Or(s.Concurrency, 1)
+		if s.Backoff == nil {
+			s.Backoff = defaultBackoff()
+		}
+		s.LogUnsupported = cmp.Or(s.LogUnsupported, "first")
+		if l.mode == ModeRun {
+			s.OnCorrupt = cmp.Or(s.OnCorrupt, "skip")
+		} else {
+			s.OnInvalid = cmp.Or(s.OnInvalid, "skip")
+		}
+		h := &s.Handler
+		switch h.Kind {
+		case HandlerHTTP:
+			h.Timeout = cmp.Or(h.Timeout, defaultHTTPTimeout)
+		case HandlerExec:
+			h.Timeout = cmp.Or(h.Timeout, defaultExecTimeout)
+		case HandlerStdout:
+			h.Format = cmp.Or(h.Format, "log")
+		}
+	}
+}

@@ -1,0 +1,627 @@
+package daemon
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/BurntSushi/toml"
+)
+
+// TestLoadConfigBad loads each testdata/config/*.bad.toml and compares the
+// whole error text. In want, each line starts with F for the file's path.
+func TestLoadConfigBad(t *testing.T) {
+	t.Setenv("STATE_DIRECTORY", "")
+	type row struct {
+		name string
+		mode Mode
+		want string
+	}
+	tests := []row{
+		{"backoff-empty", ModeRun, `F:11: subscription[0].backoff: must hold at least one delay`},
+		{"backoff", ModeRun, `F:11: subscription[0].backoff[1]: must be positive, not 0s
+F:11: subscription[0].backoff[2]: must be positive, not -1m0s`},
+		{"bare-integer-duration", ModeRun, `F:2: shutdown_timeout: must be a duration string such as "5s", not the integer 20`},
+		{"beacon-interval", ModeRun, `F:6: stream[0].beacon_interval: invalid beacon interval 1000: use a positive multiple of 1024`},
+		{"case-mismatch", ModeRun, `F:8: subscription[0].Name: unknown key; keys are case-sensitive: did you mean "name"?`},
+		{"duplicate-stream", ModeRun, `F:8: stream[1].name: stream name "orders" is already used by stream[0]`},
+		{"duplicate-subscription", ModeRun, `F:15: subscription[1].name: subscription name "billing" is already used by subscription[0]`},
+		{"duration-string", ModeRun, `F:11: subscription[0].backoff[1]: invalid duration "5 seconds": write a number with a unit, as in "5s" or "2m"`},
+		{"exec-no-command", ModeRun, `F:11: subscription[0].handler.command: required: the program and its arguments, as in ["/usr/local/bin/handle", "--json"]`},
+		{"handler-foreign-option", ModeRun, `F:14: subscription[0].handler.command: not an option of the http handler, which takes url, timeout, headers, bearer_token_file and ca_file
+F:15: subscription[0].handler.format: not an option of the http handler, which takes url, timeout, headers, bearer_token_file and ca_file`},
+		{"handler-kind", ModeRun, `F:12: subscription[0].handler.kind: unknown handler kind "kafka": use http, exec, stdout or discard`},
+		{"http-no-url", ModeRun, `F:11: subscription[0].handler.url: required: the http:// or https:// URL records are POSTed to`},
+		{"http-secrets", ModeRun, `F:13: subscription[0].handler.url: "https://bob:xxxxx@billing.example/orders" holds credentials: the configuration holds no secrets; put a token in bearer_token_file
+F:15: subscription[0].handler.headers."Bad Name": "Bad Name" is not an HTTP header name
+F:15: subscription[0].handler.headers.Authorization: the configuration holds no secrets: put the token in bearer_token_file`},
+		{"inline-array", ModeRun, `F:6: subscription[1].handler.url: not an option of the discard handler, which takes no options`},
+		{"key-chars", ModeRun, `F:10: subscription[0].key: stream key "a b" has character ' ' at byte 1; allowed are A-Z a-z 0-9 . _ -`},
+		{"key-empty", ModeRun, `F:10: subscription[0].key: stream key must be non-empty`},
+		{"key-reserved", ModeRun, `F:10: subscription[0].key: stream key "ruststream-internal" is reserved for the record that primes a new file`},
+		{"key-too-long", ModeRun, `F:10: subscription[0].key: stream key is 250 bytes long, the limit is 249`},
+		{"log-metrics", ModeRun, `F:4: log.level: unknown value "verbose": use debug, info, warn or error
+F:5: log.format: unknown value "logfmt": use auto, text or json
+F:8: metrics.listen: "9464" is not host:port, as in 127.0.0.1:9464`},
+		{"many-types", ModeRun, `F:3: commit_interval: must be a duration string such as "5s", not the integer 1
+F:4: Shutdown_Timeout: unknown key; keys are case-sensitive: did you mean "shutdown_timeout"?
+F:9: stream[0].create: must be true or false, not the string "yes"
+F:15: subscription[0].max_attempts: must be an integer, not the float 2.5
+F:16: subscription[0].backoff: must be an array, not the string "1s"
+F:19: subscription[0].handler.command: must be an array, not the string "/bin/true"`},
+		{"many", ModeRun, `F:7: stream[0].beacon_interval: invalid beacon interval 1000: use a positive multiple of 1024
+F:12: subscription[0].key: stream key "a b" has character ' ' at byte 1; allowed are A-Z a-z 0-9 . _ -
+F:13: subscription[0].concurrency: must be from 1 to 1024, not 2000
+F:14: subscription[0].handler.url: required: the http:// or https:// URL records are POSTed to
+F:18: subscription[1].name: subscription name "billing" is already used by subscription[0]
+F:19: subscription[1].stream: no [[stream]] is named "payments"
+F:21: subscription[1].max_attempts: must be 1 or more (the first delivery is attempt 1), not 0; leave it out for no cap
+F:22: subscription[1].handler.command: required: the program and its arguments, as in ["/usr/local/bin/handle", "--json"]`},
+		{"max-attempts-zero", ModeRun, `F:11: subscription[0].max_attempts: must be 1 or more (the first delivery is attempt 1), not 0; leave it out for no cap`},
+		{"missing-stream", ModeRun, `F:9: subscription[0].stream: no [[stream]] is named "order"`},
+		{"pipe-no-out-retry", ModePipe, `F:1: subscription[0].out_retry: subscription "jobs": a pipe stage must name a retry destination: set out_retry = "jobs.retry" (copies leave on stdout under that key)`},
+		{"pipe-run-keys", ModePipe, `F:1: state_dir: not used by streamd pipe: a pipe stage keeps no state
+F:2: commit_interval: not used by streamd pipe: a pipe stage commits no positions
+F:4: stream: not used by streamd pipe: a pipe stage reads stdin and writes stdout, not stream files
+F:10: subscription[0].stream: not used by streamd pipe: a pipe stage reads stdin
+F:12: subscription[0].start_at: not used by streamd pipe: a pipe stage cannot seek`},
+		{"pipe-stdout", ModePipe, `F:6: subscription[0].handler.kind: streamd pipe cannot use the stdout handler: stdout carries the stage's output`},
+		{"replay-end", ModeRun, `F:11: subscription[0].replay: start_at = "end" leaves nothing to replay`},
+		{"run-keys", ModeRun, `F:11: subscription[0].dead_letter: "orders" is the key the subscription reads: its dead letters would come back to it
+F:12: subscription[0].on_invalid: not used by streamd run: it is for invalid stdin lines of a pipe stage`},
+		{"start-at", ModeRun, `F:11: subscription[0].start_at: invalid position "yesterday": use beginning, end, seq:N, time:RFC3339 or offset:N
+F:19: subscription[1].start_at: invalid position "seq:0": a sequence is a decimal number from 1`},
+		{"state-dir-missing", ModeRun, `F: state_dir: required: the directory for positions and the retry spool (or $STATE_DIRECTORY, which systemd's StateDirectory= sets)`},
+		{"syntax", ModeRun, `F:6:13: expected value but found "jobs" instead`},
+		{"tilde", ModeRun, `F:1: state_dir: "~/streamd": ~ is not expanded; write the whole path
+F:5: stream[0].path: "~/orders.ss": ~ is not expanded; write the whole path`},
+		{"unknown-key", ModeRun, `F:11: subscription[0].nmae: unknown key; did you mean "name"?`},
+		{"unknown-table", ModeRun, `F:14: storage: unknown table
+F:18: sink: unknown table`},
+		{"wrong-type", ModeRun, `F:18: subscription[1].concurrency: must be an integer, not the string "4"`},
+		{"http-url", ModeRun, `F:11: subscription[0].handler.url: "ftp://billing.example/orders": use an http:// or https:// URL
+F:17: subscription[1].handler.url: not a URL: invalid port ":x" after host
+F:23: subscription[2].handler.timeout: must be positive, not 0s
+F:23: subscription[2].handler.url: "https:///orders" has no host
+F:29: subscription[3].handler.ca_file: the URL is http://; a CA file is only used for https://`},
+		{"exec-options", ModeRun, `F:13: subscription[0].handler.command[0]: the program must not be empty
+F:14: subscription[0].handler.timeout: must be positive, not -1s
+F:15: subscription[0].handler.env."A=B": "A=B" is not an environment variable name
+F:23: subscription[1].handler.format: unknown value "json": use log or ndjson
+F:24: subscription[1].handler.timeout: not an option of the stdout handler, which takes format
+F:32: subscription[2].handler.command: not an option of the discard handler, which takes no options`},
+		{"names", ModeRun, `F:3: stream[0].name: required: the stream's name
+F:7: stream[1].name: stream name "new orders": use 1 to 64 characters of A-Z a-z 0-9 . _ -
+F:10: subscription[0].name: required: the subscription's name
+F:11: subscription[0].stream: no [[stream]] is named "orders"
+F:15: subscription[1].key: required: the stream key to read
+F:16: subscription[1].name: subscription name "billing/eu": use 1 to 64 characters of A-Z a-z 0-9 . _ -
+F:20: subscription[2].handler.kind: required: use http, exec, stdout or discard
+F:20: subscription[2].stream: required: the name of the [[stream]] to read`},
+		{"stream-path", ModeRun, `F:9: stream[1].path: /var/lib/seastreamer/orders.ss is also the file of stream[0]
+F:11: stream[2].path: required: the stream file
+F:16: stream[3].path: file name "a-stream-file-name-so-long-that-the-128-byte-header-of-a-stream-file-cannot-hold-it-whatever-the-writers-do-now.ss" is 114 bytes long; the header of a stream file holds at most 111
+F:17: stream[3].poll_interval: must be positive, not 0s
+F:18: stream[3].beacon_interval: invalid beacon interval 4294967296: use a positive multiple of 1024`},
+		{"subscription-options", ModeRun, `F:2: shutdown_timeout: must be positive, not 0s
+F:3: commit_interval: must be positive, not -1s
+F:13: subscription[0].concurrency: must be from 1 to 1024, not 0
+F:14: subscription[0].out_retry: stream key "SEA_STREAMER_INTERNAL" is reserved for the end-of-stream mark
+F:15: subscription[0].dead_letter: stream key "orders dead" has character ' ' at byte 6; allowed are A-Z a-z 0-9 . _ -
+F:16: subscription[0].log_unsupported: unknown value "all": use first or every
+F:17: subscription[0].on_corrupt: unknown value "ignore": use skip or stop`},
+		{"no-subscription", ModeRun, `F: subscription: at least one [[subscription]] is needed`},
+	}
+	files, err := filepath.Glob("testdata/config/*.bad.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		name := strings.TrimSuffix(filepath.Base(f), ".bad.toml")
+		if !slices.ContainsFunc(tests, func(tc row) bool { return tc.name == name }) {
+			t.Errorf("%s has no row in the table", f)
+		}
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			file := filepath.Join("testdata", "config", tc.name+".bad.toml")
+			cfg, err := LoadConfig(file, tc.mode)
+			if err == nil {
+				t.Fatalf("LoadConfig(%s) = %+v, want an error", file, cfg)
+			}
+			lines := strings.Split(tc.want, "\n")
+			for i, l := range lines {
+				lines[i] = file + strings.TrimPrefix(l, "F")
+			}
+			if want := strings.Join(lines, "\n"); err.Error() != want {
+				t.Errorf("LoadConfig(%s, %s) error:\n%s\nwant:\n%s", file, tc.mode, err, want)
+			}
+		})
+	}
+}
+
+func TestLoadConfigSyntaxError(t *testing.T) {
+	_, err := LoadConfig("testdata/config/syntax.bad.toml", ModeRun)
+	pe, ok := errors.AsType[toml.ParseError](err)
+	if !ok {
+		t.Fatalf("error %v does not wrap a toml.ParseError", err)
+	}
+	if pe.Position.Line != 6 || pe.Position.Col != 13 {
+		t.Errorf("position %+v, want line 6, column 13", pe.Position)
+	}
+	if excerpt := pe.ErrorWithPosition(); !strings.Contains(excerpt, "      6 | out_retry = jobs.retry\n                      ^^^^\n") {
+		t.Errorf("ErrorWithPosition does not point at line 6:\n%s", excerpt)
+	}
+}
+
+func TestLoadConfigMissingFile(t *testing.T) {
+	_, err := LoadConfig(filepath.Join(t.TempDir(), "none.toml"), ModeRun)
+	if !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("error %v, want one that is os.ErrNotExist", err)
+	}
+}
+
+// TestExampleConfigs loads every file of configs/ for the command it is for.
+func TestExampleConfigs(t *testing.T) {
+	t.Setenv("STATE_DIRECTORY", "")
+	modes := map[string]Mode{"streamd.toml": ModeRun, "local.toml": ModeRun, "pipe.toml": ModePipe}
+	files, err := filepath.Glob("../configs/*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != len(modes) {
+		t.Errorf("configs/ holds %d files, the test knows %d: %v", len(files), len(modes), files)
+	}
+	for _, f := range files {
+		mode, ok := modes[filepath.Base(f)]
+		if !ok {
+			t.Errorf("%s: say in this test which mode it is for", f)
+			continue
+		}
+		if _, err := LoadConfig(f, mode); err != nil {
+			t.Errorf("LoadConfig(%s, %s): %v", f, mode, err)
+		}
+	}
+}
+
+// TestLocalConfig checks that configs/local.toml works for make run: its
+// files are in var/ at the top of the repository.
+func TestLocalConfig(t *testing.T) {
+	cfg, err := LoadConfig("../configs/local.toml", ModeRun)
+	if err != nil {
+		t.Fatal(err)
+	}
+	top, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(top, "var", "state"); cfg.StateDir != want {
+		t.Errorf("state_dir %q, want %q", cfg.StateDir, want)
+	}
+	if want := filepath.Join(top, "var", "demo.ss"); cfg.Streams[0].Path != want {
+		t.Errorf("stream path %q, want %q", cfg.Streams[0].Path, want)
+	}
+	s := cfg.Subscriptions[0]
+	if s.Key != "orders" || s.Handler.Kind != HandlerStdout || s.MaxAttempts == nil || s.DeadLetter == "" {
+		t.Errorf("subscription %+v, want a stdout handler on orders with max_attempts and dead_letter", s)
+	}
+}
+
+// TestStreamdTomlDefaults checks that configs/streamd.toml writes every key
+// it sets at its default, apart from those of the minimal file here.
+func TestStreamdTomlDefaults(t *testing.T) {
+	const minimal = `
+state_dir = "/var/lib/streamd"
+[[stream]]
+name = "orders"
+path = "/var/lib/seastreamer/orders.ss"
+[[subscription]]
+name = "billing"
+stream = "orders"
+key = "orders"
+max_attempts = 5
+dead_letter = "orders.dead"
+[subscription.handler]
+kind = "http"
+url = "http://127.0.0.1:8080/orders"
+`
+	want, err := parseConfig("minimal.toml", "/etc/streamd", minimal, ModeRun)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := LoadConfig("../configs/streamd.toml", ModeRun)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("configs/streamd.toml loads as\n%+v\nthe minimal file with defaults as\n%+v", got, want)
+	}
+}
+
+// TestStreamdTomlDocumentsEveryKey checks that configs/streamd.toml names
+// every table and key, set or in a comment.
+func TestStreamdTomlDocumentsEveryKey(t *testing.T) {
+	data, err := os.ReadFile("../configs/streamd.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var check func(t reflect.Type, table string)
+	check = func(typ reflect.Type, table string) {
+		for i := range typ.NumField() {
+			f := typ.Field(i)
+			tag := f.Tag.Get("toml")
+			name := tag
+			if table != "" {
+				name = table + "." + tag
+			}
+			var re string
+			switch {
+			case f.Type.Kind() == reflect.Struct && f.Type != reflect.TypeFor[Position]():
+				re = `(?m)^\[` + regexp.QuoteMeta(name) + `\]$`
+				check(f.Type, name)
+			case f.Type.Kind() == reflect.Slice && f.Type.Elem().Kind() == reflect.Struct:
+				re = `(?m)^\[\[` + regexp.QuoteMeta(name) + `\]\]$`
+				check(f.Type.Elem(), name)
+			default:
+				re = `(?m)^(# )?` + regexp.QuoteMeta(tag) + ` = `
+			}
+			if !regexp.MustCompile(re).Match(data) {
+				t.Errorf("configs/streamd.toml does not document %s (no match for %s)", name, re)
+			}
+		}
+	}
+	check(configType, "")
+}
+
+// TestConfigTags checks that every field of the configuration has its own
+// toml tag, and that the handler kinds' options are tags.
+func TestConfigTags(t *testing.T) {
+	var check func(t reflect.Type)
+	check = func(typ reflect.Type) {
+		seen := map[string]bool{}
+		for i := range typ.NumField() {
+			f := typ.Field(i)
+			tag := f.Tag.Get("toml")
+			if tag == "" || strings.ContainsAny(tag, ", ") || seen[tag] {
+				t.Errorf("%s.%s: tag %q, want a unique key name", typ, f.Name, tag)
+			}
+			seen[tag] = true
+			switch {
+			case f.Type.Kind() == reflect.Struct && f.Type.PkgPath() == configType.PkgPath() && f.Type != reflect.TypeFor[Position]():
+				check(f.Type)
+			case f.Type.Kind() == reflect.Slice && f.Type.Elem().Kind() == reflect.Struct:
+				check(f.Type.Elem())
+			}
+		}
+	}
+	check(configType)
+
+	options := map[string]bool{"kind": true}
+	for _, k := range handlerKinds {
+		for _, o := range k.options {
+			if _, ok := fieldByTag(reflect.TypeFor[HandlerConfig](), o); !ok {
+				t.Errorf("handler kind %s: option %q is no HandlerConfig tag", k.kind, o)
+			}
+			options[o] = true
+		}
+	}
+	h := reflect.TypeFor[HandlerConfig]()
+	for i := range h.NumField() {
+		if tag := h.Field(i).Tag.Get("toml"); !options[tag] {
+			t.Errorf("HandlerConfig tag %q is an option of no handler kind", tag)
+		}
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	t.Setenv("STATE_DIRECTORY", "")
+	backoff := []Duration{Duration(time.Second), Duration(5 * time.Second), Duration(30 * time.Second), Duration(2 * time.Minute)}
+	tests := []struct {
+		name string
+		mode Mode
+		src  string
+		want *Config
+	}{
+		{"run", ModeRun, `
+state_dir = "/var/lib/streamd"
+[[stream]]
+name = "s"
+path = "/srv/s.ss"
+[[stream]]
+name = "t"
+path = "/srv/t.ss"
+create = false
+[[subscription]]
+name = "a"
+stream = "s"
+key = "k"
+handler = { kind = "http", url = "https://example.org/" }
+[[subscription]]
+name = "b"
+stream = "t"
+key = "k"
+handler.kind = "exec"
+handler.command = ["handle"]
+[[subscription]]
+name = "c"
+stream = "t"
+key = "k"
+handler.kind = "stdout"
+`, &Config{
+			StateDir:        "/var/lib/streamd",
+			ShutdownTimeout: Duration(20 * time.Second),
+			CommitInterval:  Duration(time.Second),
+			Log:             LogConfig{Level: "info", Format: "auto"},
+			Metrics:         MetricsConfig{Listen: "127.0.0.1:9464"},
+			Streams: []StreamConfig{
+				{Name: "s", Path: "/srv/s.ss", Create: true, BeaconInterval: 1 << 20, PollInterval: Duration(time.Second)},
+				{Name: "t", Path: "/srv/t.ss", Create: false, BeaconInterval: 1 << 20, PollInterval: Duration(time.Second)},
+			},
+			Subscriptions: []SubscriptionConfig{
+				{Name: "a", Stream: "s", Key: "k", Concurrency: 1, Backoff: backoff, LogUnsupported: "first", OnCorrupt: "skip",
+					Handler: HandlerConfig{Kind: HandlerHTTP, URL: "https://example.org/", Timeout: Duration(5 * time.Second)}},
+				{Name: "b", Stream: "t", Key: "k", Concurrency: 1, Backoff: backoff, LogUnsupported: "first", OnCorrupt: "skip",
+					Handler: HandlerConfig{Kind: HandlerExec, Command: []string{"handle"}, Timeout: Duration(30 * time.Second)}},
+				{Name: "c", Stream: "t", Key: "k", Concurrency: 1, Backoff: backoff, LogUnsupported: "first", OnCorrupt: "skip",
+					Handler: HandlerConfig{Kind: HandlerStdout, Format: "log"}},
+			},
+		}},
+		{"pipe", ModePipe, `
+[[subscription]]
+name = "jobs"
+key = "jobs"
+out_retry = "jobs.retry"
+[subscription.handler]
+kind = "discard"
+`, &Config{
+			ShutdownTimeout: Duration(20 * time.Second),
+			Log:             LogConfig{Level: "info", Format: "auto"},
+			Subscriptions: []SubscriptionConfig{
+				{Name: "jobs", Key: "jobs", OutRetry: "jobs.retry", Concurrency: 1, Backoff: backoff, LogUnsupported: "first", OnInvalid: "skip",
+					Handler: HandlerConfig{Kind: HandlerDiscard}},
+			},
+		}},
+		{"explicit", ModeRun, `
+state_dir = "/var/lib/streamd"
+shutdown_timeout = "1m"
+commit_interval = "250ms"
+log = { level = "debug", format = "json" }
+metrics.listen = ""
+[[stream]]
+name = "s"
+path = "/srv/s.ss"
+beacon_interval = 4096
+poll_interval = "10s"
+[[subscription]]
+name = "a"
+stream = "s"
+key = "k"
+start_at = "time:2025-03-01T12:00:00Z"
+replay = true
+concurrency = 8
+max_attempts = 1
+dead_letter = "k.dead"
+out_retry = "k.retry"
+backoff = ["100ms"]
+log_unsupported = "every"
+on_corrupt = "stop"
+[subscription.handler]
+kind = "stdout"
+format = "ndjson"
+`, &Config{
+			StateDir:        "/var/lib/streamd",
+			ShutdownTimeout: Duration(time.Minute),
+			CommitInterval:  Duration(250 * time.Millisecond),
+			Log:             LogConfig{Level: "debug", Format: "json"},
+			Streams: []StreamConfig{
+				{Name: "s", Path: "/srv/s.ss", Create: true, BeaconInterval: 4096, PollInterval: Duration(10 * time.Second)},
+			},
+			Subscriptions: []SubscriptionConfig{
+				{Name: "a", Stream: "s", Key: "k", StartAt: Position{Kind: PositionTime, Time: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)},
+					Replay: true, Concurrency: 8, MaxAttempts: ptr(1), DeadLetter: "k.dead", OutRetry: "k.retry",
+					Backoff: []Duration{Duration(100 * time.Millisecond)}, LogUnsupported: "every", OnCorrupt: "stop",
+					Handler: HandlerConfig{Kind: HandlerStdout, Format: "ndjson"}},
+			},
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parseConfig("test.toml", "/etc/streamd", tc.src, tc.mode)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("got\n%+v\nwant\n%+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func TestStateDirectory(t *testing.T) {
+	const streams = `
+[[stream]]
+name = "s"
+path = "/srv/s.ss"
+[[subscription]]
+name = "a"
+stream = "s"
+key = "k"
+handler.kind = "discard"
+`
+	tests := []struct {
+		name, env, src string
+		mode           Mode
+		want           string
+	}{
+		{"from the environment", "/var/lib/streamd", streams, ModeRun, "/var/lib/streamd"},
+		{"first of several", "/var/lib/streamd:/var/lib/other", streams, ModeRun, "/var/lib/streamd"},
+		{"the file wins", "/var/lib/streamd", `state_dir = "/srv/state"` + streams, ModeRun, "/srv/state"},
+		{"relative to the file", "", `state_dir = "state"` + streams, ModeRun, "/etc/streamd/state"},
+		{"not for a pipe", "/var/lib/streamd", "[[subscription]]\nname = \"a\"\nkey = \"k\"\nout_retry = \"r\"\nhandler.kind = \"discard\"\n", ModePipe, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("STATE_DIRECTORY", tc.env)
+			cfg, err := parseConfig("test.toml", "/etc/streamd", tc.src, tc.mode)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.StateDir != tc.want {
+				t.Errorf("state dir %q, want %q", cfg.StateDir, tc.want)
+			}
+		})
+	}
+	t.Setenv("STATE_DIRECTORY", "streamd")
+	_, err := parseConfig("test.toml", "/etc/streamd", streams, ModeRun)
+	if want := `test.toml: state_dir: $STATE_DIRECTORY "streamd" is not an absolute path`; err == nil || err.Error() != want {
+		t.Errorf("relative $STATE_DIRECTORY: error %v, want %s", err, want)
+	}
+}
+
+// TestRelativePaths checks that relative paths are taken from the
+// directory of the configuration file, named by a relative path too.
+func TestRelativePaths(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const src = `
+state_dir = "state"
+[[stream]]
+name = "s"
+path = "../data/./s.ss"
+[[subscription]]
+name = "a"
+stream = "s"
+key = "k"
+[subscription.handler]
+kind = "http"
+url = "https://example.org/"
+bearer_token_file = "secrets/token"
+ca_file = "/etc/ssl/ca.pem"
+[[subscription]]
+name = "b"
+stream = "s"
+key = "k"
+handler = { kind = "exec", command = ["bin/handle", "data/x"] }
+[[subscription]]
+name = "c"
+stream = "s"
+key = "k"
+handler = { kind = "exec", command = ["handle"] }
+`
+	if err := os.WriteFile(filepath.Join(dir, "etc", "streamd.toml"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(dir)
+	cfg, err := LoadConfig("etc/streamd.toml", ModeRun)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ what, got, want string }{
+		{"state_dir", cfg.StateDir, filepath.Join(dir, "etc", "state")},
+		{"stream path", cfg.Streams[0].Path, filepath.Join(dir, "data", "s.ss")},
+		{"bearer_token_file", cfg.Subscriptions[0].Handler.BearerTokenFile, filepath.Join(dir, "etc", "secrets", "token")},
+		{"ca_file", cfg.Subscriptions[0].Handler.CAFile, "/etc/ssl/ca.pem"},
+		{"command with a slash", cfg.Subscriptions[1].Handler.Command[0], filepath.Join(dir, "etc", "bin", "handle")},
+		{"its argument", cfg.Subscriptions[1].Handler.Command[1], "data/x"},
+		{"command from $PATH", cfg.Subscriptions[2].Handler.Command[0], "handle"},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s %q, want %q", c.what, c.got, c.want)
+		}
+	}
+}
+
+// TestKeysAreCaseSensitive checks the surprise STYLE.md warns of: the TOML
+// decoder fills fields from keys that differ in case, and LoadConfig
+// rejects them wherever they are.
+func TestKeysAreCaseSensitive(t *testing.T) {
+	var s SubscriptionConfig
+	if _, err := toml.Decode(`NAME = "x"`, &s); err != nil || s.Name != "x" {
+		t.Logf("toml.Decode no longer matches NAME to name (Name %q, error %v)", s.Name, err)
+	}
+	const sub = "[[subscription]]\nname = \"a\"\nstream = \"s\"\nkey = \"k\"\n"
+	for _, src := range []string{
+		"STATE_DIR = \"/srv\"\n",
+		"[Log]\nlevel = \"info\"\n",
+		"[log]\nLevel = \"info\"\n",
+		"[[Stream]]\nname = \"s\"\npath = \"/srv/s.ss\"\n",
+		sub + "Handler = { kind = \"discard\" }\n",
+		sub + "handler = { Kind = \"discard\" }\n",
+		sub + "[subscription.handler]\nkind = \"exec\"\nCommand = [\"x\"]\n",
+	} {
+		_, err := parseConfig("test.toml", "/etc/streamd", src, ModeRun)
+		if err == nil || !strings.Contains(err.Error(), "keys are case-sensitive") {
+			t.Errorf("config\n%s\nerror %v, want one saying keys are case-sensitive", src, err)
+		}
+	}
+}
+
+func TestDefaultConfigFile(t *testing.T) {
+	t.Setenv("CONFIGURATION_DIRECTORY", "/run/conf:/etc/other")
+	if got := DefaultConfigFile(); got != "/run/conf/streamd.toml" {
+		t.Errorf("with $CONFIGURATION_DIRECTORY: %q", got)
+	}
+	t.Setenv("CONFIGURATION_DIRECTORY", "")
+	if got := DefaultConfigFile(); got != "/etc/streamd/streamd.toml" {
+		t.Errorf("without $CONFIGURATION_DIRECTORY: %q", got)
+	}
+}
+
+func TestPosition(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want Position
+	}{
+		{"beginning", Position{}},
+		{"end", Position{Kind: PositionEnd}},
+		{"seq:1", Position{Kind: PositionSeq, Seq: 1}},
+		{"seq:18446744073709551615", Position{Kind: PositionSeq, Seq: 1<<64 - 1}},
+		{"time:1970-01-01T00:00:00Z", Position{Kind: PositionTime, Time: time.UnixMilli(0).UTC()}},
+		{"time:2025-03-01T12:00:00.5+01:00", Position{Kind: PositionTime, Time: time.Date(2025, 3, 1, 12, 0, 0, 5e8, time.FixedZone("", 3600))}},
+		{"offset:128", Position{Kind: PositionOffset, Offset: 128}},
+	} {
+		got, err := ParsePosition(tc.in)
+		if err != nil || got.String() != tc.in || got.Kind != tc.want.Kind || got.Seq != tc.want.Seq || got.Offset != tc.want.Offset || !got.Time.Equal(tc.want.Time) {
+			t.Errorf("ParsePosition(%q) = %+v, %v; want %+v written the same", tc.in, got, err, tc.want)
+		}
+	}
+	for _, tc := range []struct{ in, want string }{
+		{"", `invalid position "": use beginning, end, seq:N, time:RFC3339 or offset:N`},
+		{"Beginning", `invalid position "Beginning": use beginning, end, seq:N, time:RFC3339 or offset:N`},
+		{"sequence:3", `invalid position "sequence:3": use beginning, end, seq:N, time:RFC3339 or offset:N`},
+		{"seq:0", `invalid position "seq:0": a sequence is a decimal number from 1`},
+		{"seq:+3", `invalid position "seq:+3": a sequence is a decimal number from 1`},
+		{"seq:18446744073709551616", `invalid position "seq:18446744073709551616": a sequence is a decimal number from 1`},
+		{"time:2025-03-01", `invalid position "time:2025-03-01": write the time in RFC 3339, as in time:2025-03-01T12:00:00Z`},
+		{"time:1969-12-31T23:59:59Z", `invalid position "time:1969-12-31T23:59:59Z": record timestamps start at 1970-01-01T00:00:00Z`},
+		{"offset:127", `invalid position "offset:127": an offset is a decimal number from 128, where the first frame can start`},
+		{"offset:-1", `invalid position "offset:-1": an offset is a decimal number from 128, where the first frame can start`},
+	} {
+		if _, err := ParsePosition(tc.in); err == nil || err.Error() != tc.want {
+			t.Errorf("ParsePosition(%q) error %v, want %s", tc.in, err, tc.want)
+		}
+	}
+}
+
+func TestDuration(t *testing.T) {
+	var d Duration
+	if err := d.UnmarshalText([]byte("1h30m")); err != nil || d != Duration(90*time.Minute) || d.String() != "1h30m0s" {
+		t.Errorf("1h30m: %v, %v", d, err)
+	}
+	for _, in := range []string{"", "5", "5 s", "1d"} {
+		want := `invalid duration "` + in + `": write a number with a unit, as in "5s" or "2m"`
+		if err := d.UnmarshalText([]byte(in)); err == nil || err.Error() != want {
+			t.Errorf("%q: error %v, want %s", in, err, want)
+		}
+	}
+}

@@ -1,0 +1,368 @@
+package daemon
+
+import (
+	"errors"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/streamd/streamd/streamfile"
+)
+
+// primingKey is the stream key of the record that primes a new stream file
+// (spec/settlement.md §7.2); no subscription may read or write it.
+const primingKey = "ruststream-internal"
+
+// Limits.
+const (
+	maxConcurrency = 1024
+	maxNameLen     = 64
+	// maxBeaconInterval keeps intervals where streamd publish keeps them.
+	maxBeaconInterval = 1 << 31
+)
+
+// validate checks a well-typed configuration, resolving its relative paths.
+// Each problem is collected in l.
+func (l *loader) validate(cfg *Config) {
+	root := keyPath{}
+	switch l.mode {
+	case ModeRun:
+		p := root.k("state_dir")
+		switch {
+		case l.has(p):
+			cfg.StateDir = l.filePath(p, cfg.StateDir)
+		case firstEntry(os.Getenv("STATE_DIRECTORY")) != "":
+			cfg.StateDir = firstEntry(os.Getenv("STATE_DIRECTORY"))
+			if !filepath.IsAbs(cfg.StateDir) {
+				l.errorf(p, "$STATE_DIRECTORY %q is not an absolute path", cfg.StateDir)
+			}
+		default:
+			l.errorf(p, "required: the directory for positions and the retry spool (or $STATE_DIRECTORY, which systemd's StateDirectory= sets)")
+		}
+		l.positive(root.k("commit_interval"), cfg.CommitInterval)
+	case ModePipe:
+		l.unused(root.k("state_dir"), "a pipe stage keeps no state")
+		l.unused(root.k("commit_interval"), "a pipe stage commits no positions")
+		l.unused(root.k("stream"), "a pipe stage reads stdin and writes stdout, not stream files")
+	}
+	l.positive(root.k("shutdown_timeout"), cfg.ShutdownTimeout)
+	l.oneOf(root.k("log").k("level"), cfg.Log.Level, "debug", "info", "warn", "error")
+	l.oneOf(root.k("log").k("format"), cfg.Log.Format, "auto", "text", "json")
+	if p := root.k("metrics").k("listen"); cfg.Metrics.Listen != "" {
+		l.hostPort(p, cfg.Metrics.Listen)
+	}
+
+	streams := map[string]keyPath{}
+	if l.mode == ModeRun {
+		files := map[string]keyPath{}
+		for i := range cfg.Streams {
+			l.checkStream(root.k("stream").i(i), &cfg.Streams[i], streams, files)
+		}
+	}
+	if len(cfg.Subscriptions) == 0 {
+		l.errorf(root.k("subscription"), "at least one [[subscription]] is needed")
+	}
+	names := map[string]keyPath{}
+	for i := range cfg.Subscriptions {
+		l.checkSubscription(root.k("subscription").i(i), &cfg.Subscriptions[i], streams, names)
+	}
+}
+
+func (l *loader) checkStream(p keyPath, s *StreamConfig, streams, files map[string]keyPath) {
+	l.name(p.k("name"), s.Name, "stream", streams)
+	if !l.has(p.k("path")) {
+		l.errorf(p.k("path"), "required: the stream file")
+	} else if s.Path = l.filePath(p.k("path"), s.Path); s.Path != "" {
+		if q, dup := files[s.Path]; dup {
+			l.errorf(p.k("path"), "%s is also the file of %s", s.Path, q)
+		} else {
+			files[s.Path] = p
+		}
+		if base := filepath.Base(s.Path); len(base) > streamfile.MaxFileNameLen && (s.Create || !l.has(p.k("create"))) {
+			l.errorf(p.k("path"), "file name %q is %d bytes long; the header of a stream file holds at most %d", base, len(base), streamfile.MaxFileNameLen)
+		}
+	}
+	if n := s.BeaconInterval; l.has(p.k("beacon_interval")) && (n <= 0 || n%1024 != 0 || n > maxBeaconInterval) {
+		l.errorf(p.k("beacon_interval"), "invalid beacon interval %d: use a positive multiple of 1024", n)
+	}
+	l.positive(p.k("poll_interval"), s.PollInterval)
+}
+
+func (l *loader) checkSubscription(p keyPath, s *SubscriptionConfig, streams, names map[string]keyPath) {
+	l.name(p.k("name"), s.Name, "subscription", names)
+	keyOK := false
+	if !l.has(p.k("key")) {
+		l.errorf(p.k("key"), "required: the stream key to read")
+	} else {
+		keyOK = l.streamKey(p.k("key"), s.Key)
+	}
+	switch l.mode {
+	case ModeRun:
+		switch q := p.k("stream"); {
+		case !l.has(q):
+			l.errorf(q, "required: the name of the [[stream]] to read")
+		case streams[s.Stream] == nil:
+			l.errorf(q, "no [[stream]] is named %q", s.Stream)
+		}
+		if s.Replay && s.StartAt.Kind == PositionEnd {
+			l.errorf(p.k("replay"), "start_at = %q leaves nothing to replay", s.StartAt)
+		}
+		l.unused(p.k("on_invalid"), "it is for invalid stdin lines of a pipe stage")
+		l.oneOf(p.k("on_corrupt"), s.OnCorrupt, "skip", "stop")
+	case ModePipe:
+		l.unused(p.k("stream"), "a pipe stage reads stdin")
+		l.unused(p.k("start_at"), "a pipe stage cannot seek")
+		l.unused(p.k("replay"), "a pipe stage cannot replay")
+		l.unused(p.k("on_corrupt"), "stdin has no checksums; see on_invalid")
+		l.oneOf(p.k("on_invalid"), s.OnInvalid, "skip", "fail")
+		if !l.has(p.k("out_retry")) {
+			dest := "<key>"
+			if keyOK && streamfile.ValidKey(s.Key+".retry") == nil {
+				dest = s.Key + ".retry"
+			}
+			l.errorf(p.k("out_retry"), "subscription %q: a pipe stage must name a retry destination: set out_retry = %q (copies leave on stdout under that key)", s.Name, dest)
+		}
+	}
+	if l.has(p.k("dead_letter")) && l.streamKey(p.k("dead_letter"), s.DeadLetter) && s.DeadLetter == s.Key {
+		l.errorf(p.k("dead_letter"), "%q is the key the subscription reads: its dead letters would come back to it", s.Key)
+	}
+	if l.has(p.k("out_retry")) {
+		l.streamKey(p.k("out_retry"), s.OutRetry)
+	}
+	if n := s.Concurrency; l.has(p.k("concurrency")) && (n < 1 || n > maxConcurrency) {
+		l.errorf(p.k("concurrency"), "must be from 1 to %d, not %d", maxConcurrency, n)
+	}
+	if s.MaxAttempts != nil && *s.MaxAttempts < 1 {
+		l.errorf(p.k("max_attempts"), "must be 1 or more (the first delivery is attempt 1), not %d; leave it out for no cap", *s.MaxAttempts)
+	}
+	if q := p.k("backoff"); l.has(q) {
+		if len(s.Backoff) == 0 {
+			l.errorf(q, "must hold at least one delay")
+		}
+		for i, d := range s.Backoff {
+			l.positive(q.i(i), d)
+		}
+	}
+	l.oneOf(p.k("log_unsupported"), s.LogUnsupported, "first", "every")
+	l.checkHandler(p.k("handler"), &s.Handler)
+}
+
+func (l *loader) checkHandler(p keyPath, h *HandlerConfig) {
+	var kinds []string
+	var options []string
+	known := false
+	for _, k := range handlerKinds {
+		kinds = append(kinds, k.kind)
+		if k.kind == h.Kind {
+			options, known = k.options, true
+		}
+	}
+	switch kp := p.k("kind"); {
+	case !l.has(kp):
+		l.errorf(kp, "required: use %s", orList(kinds))
+		return
+	case !known:
+		l.errorf(kp, "unknown handler kind %q: use %s", h.Kind, orList(kinds))
+		return
+	case h.Kind == HandlerStdout && l.mode == ModePipe:
+		l.errorf(kp, "streamd pipe cannot use the stdout handler: stdout carries the stage's output")
+	}
+	table, _ := l.lookup(p)
+	for name := range table.(map[string]any) {
+		if name != "kind" && !slices.Contains(options, name) {
+			takes := "takes no options"
+			if len(options) > 0 {
+				takes = "takes " + andList(options)
+			}
+			l.errorf(p.k(name), "not an option of the %s handler, which %s", h.Kind, takes)
+		}
+	}
+	switch h.Kind {
+	case HandlerHTTP:
+		l.checkHTTP(p, h)
+	case HandlerExec:
+		l.checkExec(p, h)
+	case HandlerStdout:
+		l.oneOf(p.k("format"), h.Format, "log", "ndjson")
+	}
+}
+
+func (l *loader) checkHTTP(p keyPath, h *HandlerConfig) {
+	u, err := url.Parse(h.URL)
+	switch q := p.k("url"); {
+	case !l.has(q):
+		l.errorf(q, "required: the http:// or https:// URL records are POSTed to")
+	case err != nil:
+		l.errorf(q, "not a URL: %v", errors.Unwrap(err)) // the inner error, without the URL and any secret in it
+	case u.Scheme != "http" && u.Scheme != "https":
+		l.errorf(q, "%q: use an http:// or https:// URL", h.URL)
+	case u.Host == "":
+		l.errorf(q, "%q has no host", h.URL)
+	case u.User != nil:
+		l.errorf(q, "%q holds credentials: the configuration holds no secrets; put a token in bearer_token_file", u.Redacted())
+	}
+	l.positive(p.k("timeout"), h.Timeout)
+	for name, value := range h.Headers {
+		q := p.k("headers").k(name)
+		switch {
+		case !validHeaderName(name):
+			l.errorf(q, "%q is not an HTTP header name", name)
+		case strings.EqualFold(name, "Authorization"):
+			l.errorf(q, "the configuration holds no secrets: put the token in bearer_token_file")
+		case strings.ContainsAny(value, "\r\n\x00"):
+			l.errorf(q, "a header value must not contain CR, LF or NUL")
+		}
+	}
+	if q := p.k("bearer_token_file"); l.has(q) {
+		h.BearerTokenFile = l.filePath(q, h.BearerTokenFile)
+	}
+	if q := p.k("ca_file"); l.has(q) {
+		h.CAFile = l.filePath(q, h.CAFile)
+		if err == nil && u.Scheme == "http" {
+			l.errorf(q, "the URL is http://; a CA file is only used for https://")
+		}
+	}
+}
+
+func (l *loader) checkExec(p keyPath, h *HandlerConfig) {
+	q := p.k("command")
+	switch {
+	case !l.has(q):
+		l.errorf(q, `required: the program and its arguments, as in ["/usr/local/bin/handle", "--json"]`)
+	case len(h.Command) == 0:
+		l.errorf(q, "must name at least the program")
+	case h.Command[0] == "":
+		l.errorf(q.i(0), "the program must not be empty")
+	case strings.Contains(h.Command[0], "/"):
+		h.Command[0] = l.filePath(q.i(0), h.Command[0]) // one without a slash is looked up in $PATH
+	}
+	for i, arg := range h.Command {
+		if strings.ContainsRune(arg, 0) {
+			l.errorf(q.i(i), "must not contain a NUL byte")
+		}
+	}
+	l.positive(p.k("timeout"), h.Timeout)
+	for name, value := range h.Env {
+		switch q := p.k("env").k(name); {
+		case name == "" || strings.ContainsAny(name, "=\x00"):
+			l.errorf(q, "%q is not an environment variable name", name)
+		case strings.ContainsRune(value, 0):
+			l.errorf(q, "must not contain a NUL byte")
+		}
+	}
+}
+
+// name checks the name of a stream or subscription: set, well formed, and
+// not already in seen, which it is added to.
+func (l *loader) name(p keyPath, name, what string, seen map[string]keyPath) {
+	switch {
+	case !l.has(p):
+		l.errorf(p, "required: the %s's name", what)
+	case len(name) == 0 || len(name) > maxNameLen || strings.ContainsFunc(name, func(r rune) bool { return !nameRune(r) }):
+		l.errorf(p, "%s name %q: use 1 to %d characters of A-Z a-z 0-9 . _ -", what, name, maxNameLen)
+		if seen[name] == nil {
+			seen[name] = p // reported once, here, not again where it is used
+		}
+	case seen[name] != nil:
+		l.errorf(p, "%s name %q is already used by %s", what, name, seen[name][:len(p)-1])
+	default:
+		seen[name] = p
+	}
+}
+
+func nameRune(r rune) bool {
+	return 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || r == '.' || r == '_' || r == '-'
+}
+
+// streamKey checks a stream key a subscription reads or writes, and
+// reports whether it is good.
+func (l *loader) streamKey(p keyPath, key string) bool {
+	if err := streamfile.ValidKey(key); err != nil {
+		l.errorf(p, "%v", err)
+		return false
+	}
+	switch key {
+	case primingKey:
+		l.errorf(p, "stream key %q is reserved for the record that primes a new file", key)
+		return false
+	case streamfile.EOSKey:
+		l.errorf(p, "stream key %q is reserved for the end-of-stream mark", key)
+		return false
+	}
+	return true
+}
+
+// filePath checks a path from the file at p and returns it absolute and
+// clean: a relative path is taken from the configuration file's directory.
+func (l *loader) filePath(p keyPath, path string) string {
+	switch {
+	case path == "":
+		l.errorf(p, "must not be empty")
+		return ""
+	case strings.ContainsRune(path, 0):
+		l.errorf(p, "must not contain a NUL byte")
+		return ""
+	case strings.HasPrefix(path, "~"):
+		l.errorf(p, "%q: ~ is not expanded; write the whole path", path)
+		return ""
+	case !filepath.IsAbs(path):
+		path = filepath.Join(l.dir, path)
+	}
+	return filepath.Clean(path)
+}
+
+// hostPort checks a listen address.
+func (l *loader) hostPort(p keyPath, addr string) {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		l.errorf(p, "%q is not host:port, as in 127.0.0.1:9464", addr)
+		return
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		l.errorf(p, "port %q is not a number from 1 to 65535", port)
+	}
+}
+
+// positive checks that a duration the file sets is more than zero.
+func (l *loader) positive(p keyPath, d Duration) {
+	if l.has(p) && d <= 0 {
+		l.errorf(p, "must be positive, not %s", d)
+	}
+}
+
+// oneOf checks that a string the file sets is one of values.
+func (l *loader) oneOf(p keyPath, v string, values ...string) {
+	if l.has(p) && !slices.Contains(values, v) {
+		l.errorf(p, "unknown value %q: use %s", v, orList(values))
+	}
+}
+
+// unused reports a key the file sets that the mode does not use.
+func (l *loader) unused(p keyPath, why string) {
+	if l.has(p) {
+		l.errorf(p, "not used by streamd %s: %s", l.mode, why)
+	}
+}
+
+// validHeaderName reports whether name is an HTTP field name: a token of
+// RFC 9110 §5.6.2.
+func validHeaderName(name string) bool {
+	return name != "" && !strings.ContainsFunc(name, func(r rune) bool {
+		return !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || strings.ContainsRune("!#$%&'*+-.^_`|~", r))
+	})
+}
+
+func orList(words []string) string  { return list(words, "or") }
+func andList(words []string) string { return list(words, "and") }
+
+// list writes words as "a, b or c".
+func list(words []string, conj string) string {
+	if len(words) < 2 {
+		return strings.Join(words, "")
+	}
+	return strings.Join(words[:len(words)-1], ", ") + " " + conj + " " + words[len(words)-1]
+}
