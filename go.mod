@@ -6,6 +6,20 @@ require golang.org/x/sys v0.50.0
 
 require go.uber.org/goleak v1.3.0
 
-require github.com/stretchr/testify v1.12.1 // indirect
+require (
+	github.com/BurntSushi/toml v1.6.0
+	github.com/fsnotify/fsnotify v1.10.1
+)
 
-require github.com/BurntSushi/toml v1.6.0
+require github.com/prometheus/client_golang v1.25.0
+
+require (
+	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/kylelemons/godebug v1.1.0 // indirect
+	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/prometheus/client_model v0.6.3 // indirect
+	github.com/prometheus/common v0.72.0 // indirect
+	github.com/prometheus/procfs v0.22.0 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
+)

@@ -3,27 +3,33 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
+	"log/slog"
 	"os"
+	"os/signal"
 	"strconv"
 	"syscall"
 	"time"
 
 	"github.com/streamd/streamd/pipe"
 	"github.com/streamd/streamd/streamfile"
+	"github.com/streamd/streamd/tail"
 )
 
 func runDecode(args []string, s stdio) int {
 	fs := flag.NewFlagSet("decode", flag.ContinueOnError)
 	fs.SetOutput(s.err)
 	format := fs.String("format", "log", "output format: log (stdio lines) or ndjson")
+	follow := fs.Bool("follow", false, "print the messages as the file grows, until its end-of-stream frame or SIGINT/SIGTERM; beacons are not printed")
 	fs.Usage = func() {
-		fmt.Fprintln(s.err, "usage: streamd decode [--format=log|ndjson] FILE")
+		fmt.Fprintln(s.err, "usage: streamd decode [--format=log|ndjson] [--follow] FILE")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -44,6 +50,9 @@ func runDecode(args []string, s stdio) int {
 		return exitUsage
 	}
 	path := fs.Arg(0)
+	if *follow {
+		return followFile(path, p, s)
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		fmt.Fprintf(s.err, "streamd decode: %v\n", err)
@@ -130,6 +139,68 @@ func decodeFile(f *os.File, path string, p printer, out *bufio.Writer, errw io.W
 			fmt.Fprintf(errw, "streamd decode: %s: %v\n", path, err)
 			return exitUsage
 		}
+	}
+}
+
+// followFile prints the messages of the file at path as a [tail.Follower]
+// delivers them, until the end of stream or a signal. A file's header line
+// comes before its messages, again after the path was replaced. Corrupt
+// data stops it, with an error record as decodeFile prints it.
+func followFile(path string, p printer, s stdio) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	logger := slog.New(slog.NewTextHandler(s.err, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	fl, err := tail.New(tail.Options{Path: path, OnCorrupt: tail.StopOnCorrupt, Logger: logger})
+	if err != nil {
+		fmt.Fprintf(s.err, "streamd decode: %v\n", err)
+		if errors.Is(err, fs.ErrNotExist) {
+			return exitUsage
+		}
+		return exitError
+	}
+	defer fl.Close()
+	out := bufio.NewWriterSize(s.out, 64<<10)
+	flushed := func() bool {
+		err := out.Flush()
+		if err != nil && !errors.Is(err, syscall.EPIPE) {
+			fmt.Fprintf(s.err, "streamd decode: write output: %v\n", err)
+		}
+		return err == nil
+	}
+	file := fl.Position().File
+	if h := fl.Header(); h.BeaconInterval != 0 {
+		p.header(out, &h)
+	}
+	var line []byte
+	for {
+		if !flushed() {
+			return exitError
+		}
+		r, err := fl.Next(ctx)
+		if err == nil {
+			if r.File != file {
+				h := fl.Header()
+				p.header(out, &h)
+				file = r.File
+			}
+			line = p.appendRecord(line[:0], &r.Record)
+			out.Write(line)
+			continue
+		}
+		if errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) {
+			return exitOK
+		}
+		var ce *streamfile.ChecksumError
+		var fe *streamfile.FormatError
+		switch {
+		case errors.As(err, &ce):
+			out.Write(p.appendError(nil, errorRecord{kind: "checksum", offset: ce.Offset, received: ce.Received, computed: ce.Computed}))
+		case errors.As(err, &fe):
+			out.Write(p.appendError(nil, errorRecord{kind: "format", offset: fe.Offset, reason: fe.Reason}))
+		}
+		fmt.Fprintf(s.err, "streamd decode: %v\n", err)
+		flushed()
+		return exitError
 	}
 }
 

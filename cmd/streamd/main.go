@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -33,6 +34,7 @@ type stdio struct {
 }
 
 var commands = []command{
+	{"run", "run the daemon (the default command)", runDaemon},
 	{"check-config", "check a configuration file as streamd would load it", runCheckConfig},
 	{"decode", "print the records of a stream file", runDecode},
 	{"publish", "append stdio-format lines from stdin to a stream file", runPublish},
@@ -45,9 +47,8 @@ func main() {
 }
 
 func run(args []string, s stdio) int {
-	if len(args) == 0 {
-		usage(s.err)
-		return exitUsage
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") && !isHelp(args[0]) {
+		return runDaemon(args, s)
 	}
 	switch args[0] {
 	case "-h", "-help", "--help", "help":
@@ -62,6 +63,10 @@ func run(args []string, s stdio) int {
 	fmt.Fprintf(s.err, "streamd: unknown command %q\n", args[0])
 	usage(s.err)
 	return exitUsage
+}
+
+func isHelp(arg string) bool {
+	return arg == "-h" || arg == "-help" || arg == "--help"
 }
 
 func usage(w io.Writer) {

@@ -16,14 +16,18 @@ func runVersion(args []string, s stdio) int {
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
-	revision := "unknown"
+	fmt.Fprintf(s.out, "streamd %s (revision %s, %s, %s/%s)\n", version, revision(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	return exitOK
+}
+
+// revision is the VCS revision the binary was built from, when known.
+func revision() string {
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, st := range bi.Settings {
 			if st.Key == "vcs.revision" {
-				revision = st.Value
+				return st.Value
 			}
 		}
 	}
-	fmt.Fprintf(s.out, "streamd %s (revision %s, %s, %s/%s)\n", version, revision, runtime.Version(), runtime.GOOS, runtime.GOARCH)
-	return exitOK
+	return "unknown"
 }

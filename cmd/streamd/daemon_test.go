@@ -1,0 +1,287 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/streamd/streamd/envelope"
+	"github.com/streamd/streamd/streamfile"
+)
+
+// lockedBuffer is a bytes.Buffer safe for a process writing while the test
+// reads.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// daemonProc is a running `streamd run`.
+type daemonProc struct {
+	cmd    *exec.Cmd
+	stderr *lockedBuffer
+	stdout *lockedBuffer
+	done   chan struct{}
+}
+
+// env is one end-to-end test's directory with a stream file and a config.
+type env struct {
+	t      *testing.T
+	dir    string
+	stream string // path of the stream file
+	config string
+	log    string // the exec handler's delivery log
+}
+
+// newEnv writes a config with one stream and the given subscription
+// tables (TOML, after the [[stream]] table).
+func newEnv(t *testing.T, subscriptions string) *env {
+	t.Helper()
+	dir := t.TempDir()
+	e := &env{t: t, dir: dir, stream: filepath.Join(dir, "orders.ss"), config: filepath.Join(dir, "streamd.toml"), log: filepath.Join(dir, "deliveries.log")}
+	e.writeConfig(subscriptions)
+	return e
+}
+
+func (e *env) writeConfig(subscriptions string) {
+	cfg := fmt.Sprintf(`state_dir = %q
+shutdown_timeout = "5s"
+commit_interval = "100ms"
+
+[metrics]
+listen = ""
+
+[[stream]]
+name = "orders"
+path = %q
+beacon_interval = 1024
+poll_interval = "200ms"
+`, filepath.Join(e.dir, "state"), e.stream) + strings.ReplaceAll(subscriptions, "LOG", e.log)
+	if err := os.WriteFile(e.config, []byte(cfg), 0o644); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// start runs the daemon on the env's config.
+func (e *env) start() *daemonProc {
+	e.t.Helper()
+	p := &daemonProc{stderr: &lockedBuffer{}, stdout: &lockedBuffer{}, done: make(chan struct{})}
+	p.cmd = exec.Command(streamdBinary(e.t), "run", "--config.file="+e.config, "--log.format=text")
+	p.cmd.Stderr, p.cmd.Stdout = p.stderr, p.stdout
+	if err := p.cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	go func() { p.cmd.Wait(); close(p.done) }()
+	e.t.Cleanup(func() {
+		p.cmd.Process.Kill()
+		<-p.done
+		if e.t.Failed() {
+			e.t.Logf("daemon stderr:\n%s", p.stderr.String())
+		}
+	})
+	return p
+}
+
+// stop sends SIGTERM and returns the exit code.
+func (p *daemonProc) stop(t *testing.T) int {
+	t.Helper()
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(15 * time.Second):
+		t.Fatalf("daemon did not stop within 15s after SIGTERM; stderr:\n%s", p.stderr.String())
+	}
+	return p.cmd.ProcessState.ExitCode()
+}
+
+// publish appends lines (stdio format) with the publish command.
+func (e *env) publish(lines ...string) {
+	e.t.Helper()
+	r := runBinary(e.t, []byte(strings.Join(lines, "\n")+"\n"), "publish", "--file="+e.stream, "--key=orders", "--beacon-interval=1024")
+	if r.code != 0 {
+		e.t.Fatalf("publish: %s", r.stderr)
+	}
+}
+
+// frames decodes the stream file.
+func (e *env) frames() []streamfile.Frame {
+	e.t.Helper()
+	return readFile(e.t, e.stream)
+}
+
+// framesOf returns the frames of one key, with decoded envelopes.
+func (e *env) framesOf(key string) []delivered {
+	var out []delivered
+	for _, f := range e.frames() {
+		if f.Key == key {
+			h, p := envelope.Decode(f.Payload)
+			out = append(out, delivered{seq: f.Seq, headers: h, payload: string(p)})
+		}
+	}
+	return out
+}
+
+type delivered struct {
+	seq     uint64
+	headers envelope.Headers
+	payload string
+}
+
+func (d delivered) header(name string) string {
+	v, _ := d.headers.Get(name)
+	return string(v)
+}
+
+// deliveries reads the exec handler's log: one line per delivery.
+func (e *env) deliveries() []string {
+	b, _ := os.ReadFile(e.log)
+	s := strings.TrimSuffix(string(b), "\n")
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, "\n")
+}
+
+// eventually polls cond until it holds or the timeout passes.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// execSub is a subscription whose exec handler logs "seq attempt payload"
+// and answers with the shell case on the attempt given in outcome: a shell
+// snippet that prints an outcome line and/or exits.
+func execSub(name, extra, outcome string) string {
+	return fmt.Sprintf(`
+[[subscription]]
+name = %q
+stream = "orders"
+key = "orders"
+%s
+[subscription.handler]
+kind = "exec"
+timeout = "10s"
+command = ["/bin/sh", "-c", '''p=$(cat); echo "$STREAMD_SEQ $STREAMD_ATTEMPT $p" >> LOG; %s''']
+`, name, extra, outcome)
+}
+
+func TestRunRetryAfterCopy(t *testing.T) {
+	// checklist 5, 19: RETRY_AFTER(d) with no declaration: after d one copy
+	// under the same key with the next sequence, count 1, the same payload,
+	// delivered again to the same subscription.
+	e := newEnv(t, execSub("billing", "", `if [ "$STREAMD_ATTEMPT" = 1 ]; then echo retry_after=300ms; fi`))
+	e.publish(`{"id":7}`)
+	p := e.start()
+	eventually(t, 10*time.Second, "the copy to be delivered", func() bool { return len(e.deliveries()) == 2 })
+	copies := e.framesOf("orders")
+	if len(copies) != 2 {
+		t.Fatalf("%d records under orders, want the original and one copy", len(copies))
+	}
+	c := copies[1]
+	if c.seq != 2 || c.payload != `{"id":7}` || c.header(envelope.RetryCountHeader) != "1" || c.header("stream-sequence") != "1" {
+		t.Fatalf("copy: seq %d payload %q headers %v", c.seq, c.payload, c.headers)
+	}
+	if got := e.deliveries(); got[0] != `1 1 {"id":7}` || got[1] != `2 2 {"id":7}` {
+		t.Fatalf("deliveries %q", got)
+	}
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+	if strings.Contains(p.stderr.String(), "ack / nack failed") != true {
+		t.Errorf("the ack of the copy was not reported as unsupported:\n%s", p.stderr.String())
+	}
+}
+
+func TestRunDeadLetterAtCap(t *testing.T) {
+	// checklist 8, 14: max_attempts = 3 and a dead letter, always
+	// RETRY_AFTER: counts absent, 1, 2; then one dead letter with count 3,
+	// at once, carrying the user header.
+	e := newEnv(t, execSub("billing", `max_attempts = 3
+dead_letter = "orders.dead"`, `echo retry_after=100ms`))
+	r := runBinary(t, []byte(`{"id":7}`+"\n"), "publish", "--file="+e.stream, "--key=orders", "--header=x-tenant=acme", "--beacon-interval=1024")
+	if r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	p := e.start()
+	eventually(t, 10*time.Second, "the dead letter", func() bool { return len(e.framesOf("orders.dead")) == 1 })
+	time.Sleep(300 * time.Millisecond) // nothing more may come
+	if got := e.deliveries(); len(got) != 3 || !strings.HasPrefix(got[0], "1 1 ") || !strings.HasPrefix(got[1], "2 2 ") || !strings.HasPrefix(got[2], "3 3 ") {
+		t.Fatalf("deliveries %q", got)
+	}
+	dl := e.framesOf("orders.dead")[0]
+	if dl.header(envelope.RetryCountHeader) != "3" || dl.header("x-tenant") != "acme" || dl.payload != `{"id":7}` {
+		t.Fatalf("dead letter headers %v payload %q", dl.headers, dl.payload)
+	}
+	if n := len(e.framesOf("orders")); n != 3 {
+		t.Fatalf("%d records under orders, want the original and two copies", n)
+	}
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+	for _, want := range []string{"retry declaration; a cap applies", "attempt=3", "publishing the delivery to the dead-letter destination"} {
+		if !strings.Contains(p.stderr.String(), want) {
+			t.Errorf("log lacks %q", want)
+		}
+	}
+}
+
+func TestRunResume(t *testing.T) {
+	// Acceptance 2: stop after the first records, append more while
+	// stopped, restart: only the new ones are delivered.
+	e := newEnv(t, execSub("billing", "", ``))
+	lines := make([]string, 500)
+	for i := range lines {
+		lines[i] = fmt.Sprintf("r%d", i+1)
+	}
+	e.publish(lines...)
+	p := e.start()
+	eventually(t, 20*time.Second, "500 deliveries", func() bool { return len(e.deliveries()) >= 500 })
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+	more := make([]string, 500)
+	for i := range more {
+		more[i] = fmt.Sprintf("r%d", 501+i)
+	}
+	e.publish(more...)
+	p = e.start()
+	eventually(t, 20*time.Second, "1000 deliveries", func() bool { return len(e.deliveries()) >= 1000 })
+	time.Sleep(300 * time.Millisecond)
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+	got := e.deliveries()
+	if len(got) != 1000 {
+		t.Fatalf("%d deliveries, want exactly 1000", len(got))
+	}
+	for i, line := range got {
+		if want := fmt.Sprintf("%d 1 r%d", i+1, i+1); line != want {
+			t.Fatalf("delivery %d = %q, want %q", i, line, want)
+		}
+	}
+}

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/streamd/streamd/streamfile"
+)
+
+// TestDecodeFollow runs `streamd decode --follow --format=ndjson` on a file,
+// appends to it, and expects the lines a plain decode prints for the same
+// file, as they are written. It ends once by SIGTERM and once at the
+// end-of-stream frame, both with exit code 0.
+func TestDecodeFollow(t *testing.T) {
+	for _, end := range []string{"sigterm", "eos"} {
+		t.Run(end, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "follow.ss")
+			w, err := streamfile.OpenWriter(path, streamfile.CreateOptions{Create: true,
+				Header: streamfile.Header{FileName: "follow.ss", CreatedAtMs: 1694767177437, BeaconInterval: streamfile.DefaultBeaconInterval}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			publish := func(payloads ...string) {
+				t.Helper()
+				fs := make([]streamfile.Frame, len(payloads))
+				for i, p := range payloads {
+					fs[i] = streamfile.Frame{Key: "orders", TimestampMs: 1694767177500, Payload: []byte(p)}
+				}
+				if err := w.Publish(fs); err != nil {
+					t.Fatal(err)
+				}
+			}
+			publish(`{"id":1}`, `{"id":2}`, `{"id":3}`)
+
+			cmd := exec.Command(streamdBinary(t), "decode", "--follow", "--format=ndjson", path)
+			// Under -race, a process sleeps a second at exit by default.
+			cmd.Env = append(os.Environ(), "GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
+			stdout, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer cmd.Process.Kill()
+			lines := make(chan string, 100)
+			go func() {
+				sc := bufio.NewScanner(stdout)
+				for sc.Scan() {
+					lines <- sc.Text()
+				}
+				close(lines)
+			}()
+			var printed []string
+			expect := func() {
+				t.Helper()
+				want := decodeNDJSON(t, path)
+				deadline := time.After(30 * time.Second)
+				for len(printed) < len(want) {
+					select {
+					case l, ok := <-lines:
+						if !ok {
+							t.Fatalf("output ended after %d lines; stderr: %s", len(printed), stderr.String())
+						}
+						printed = append(printed, l)
+					case <-deadline:
+						t.Fatalf("printed %d lines, want %d", len(printed), len(want))
+					}
+				}
+				if got := strings.Join(printed, "\n"); got != strings.Join(want, "\n") {
+					t.Fatalf("follow printed\n%s\nwant\n%s", got, strings.Join(want, "\n"))
+				}
+			}
+			expect()
+			publish(`{"id":4}`)
+			publish(`{"id":5}`, `{"id":6}`)
+			expect()
+			if end == "eos" {
+				if err := w.Append(streamfile.Frame{Key: streamfile.EOSKey, TimestampMs: 1694767178000, Payload: []byte(streamfile.EOSPayload)}); err != nil {
+					t.Fatal(err)
+				}
+				expect()
+			} else if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() {
+				for range lines {
+				}
+				done <- cmd.Wait()
+			}()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("exit: %v; stderr: %s", err, stderr.String())
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("streamd decode --follow did not end")
+			}
+			if stderr.Len() > 0 {
+				t.Errorf("stderr: %s", stderr.String())
+			}
+		})
+	}
+}
+
+// decodeNDJSON returns the lines a plain `decode --format=ndjson` prints
+// for the file at path.
+func decodeNDJSON(t *testing.T, path string) []string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var b bytes.Buffer
+	out := bufio.NewWriter(&b)
+	if code := decodeFile(f, path, &ndjsonPrinter{}, out, io.Discard); code != exitOK {
+		t.Fatalf("decode: exit %d", code)
+	}
+	out.Flush()
+	return strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+}

@@ -1,0 +1,564 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"os"
+	"reflect"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/streamd/streamd/metrics"
+	"github.com/streamd/streamd/offsets"
+	"github.com/streamd/streamd/retrytimer"
+	"github.com/streamd/streamd/tail"
+)
+
+// Options are what a program gives the daemon besides its configuration.
+type Options struct {
+	// Logger receives the daemon's logs; nil discards them.
+	Logger *slog.Logger
+	// Stdout is where the stdout handler prints; nil is os.Stdout.
+	Stdout io.Writer
+	// Handlers replace the configured handler of the subscriptions they
+	// name: the Go API for programs that embed the daemon.
+	Handlers map[string]Handler
+	// Registry collects the metrics; nil makes one with the Go and process
+	// collectors.
+	Registry *prometheus.Registry
+	// Build is reported in streamd_build_info.
+	Build metrics.BuildInfo
+}
+
+// Daemon runs the subscriptions of a configuration: it follows their
+// stream files, hands records to handlers, settles the outcomes, and
+// commits positions.
+type Daemon struct {
+	opts    Options
+	logger  *slog.Logger
+	notify  *notifier
+	reg     *prometheus.Registry
+	metrics *metrics.Metrics
+
+	reloads  chan reloadRequest
+	ended    chan *runningSub // a subscription's goroutine returned
+	stopping chan struct{}    // closed when the main loop returns
+
+	// Set up by Run and used by its goroutine only, but for the maps the
+	// retry queue and the store read under mu.
+	mu      sync.Mutex
+	cfg     *Config
+	store   *offsets.Store
+	queue   *retrytimer.Queue
+	streams map[string]*stream
+	subs    map[string]*runningSub
+	names   atomic.Pointer[map[string]bool]
+}
+
+// runningSub is a subscription and the goroutine that runs it.
+type runningSub struct {
+	sub            *subscription
+	stopReading    context.CancelFunc
+	cancelHandlers context.CancelFunc
+	done           chan struct{}
+	err            error // once done is closed
+	handler        Handler
+}
+
+// stop stops reading at once and gives the deliveries in flight until the
+// deadline; then their contexts end.
+func (rs *runningSub) stop(deadline time.Time) {
+	rs.stopReading()
+	t := time.AfterFunc(time.Until(deadline), rs.cancelHandlers)
+	<-rs.done
+	t.Stop()
+	rs.cancelHandlers()
+	closeHandler(rs.handler)
+}
+
+type reloadRequest struct {
+	cfg  *Config
+	done chan error
+}
+
+// New returns a daemon for cfg, which LoadConfig returned in ModeRun. It
+// starts nothing: Run does.
+func New(cfg *Config, opts Options) *Daemon {
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Stdout == nil {
+		opts.Stdout = os.Stdout
+	}
+	reg := opts.Registry
+	if reg == nil {
+		reg = metrics.NewRegistry()
+	}
+	d := &Daemon{
+		opts:     opts,
+		logger:   logger,
+		notify:   newNotifier(),
+		reg:      reg,
+		metrics:  metrics.New(reg, opts.Build),
+		reloads:  make(chan reloadRequest),
+		ended:    make(chan *runningSub),
+		stopping: make(chan struct{}),
+		cfg:      cfg,
+		streams:  map[string]*stream{},
+		subs:     map[string]*runningSub{},
+	}
+	d.names.Store(&map[string]bool{})
+	return d
+}
+
+// Reload asks the running daemon to apply cfg: subscriptions added,
+// removed or changed are started and stopped without disturbing the
+// others. On an error the old configuration keeps running.
+func (d *Daemon) Reload(ctx context.Context, cfg *Config) error {
+	req := reloadRequest{cfg, make(chan error, 1)}
+	select {
+	case d.reloads <- req:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-req.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Run runs the daemon until ctx ends (a graceful stop, Invariant 7), a
+// handler panics, or every subscription was a replay and has finished.
+func (d *Daemon) Run(ctx context.Context) (err error) {
+	cfg := d.cfg
+	if err := os.MkdirAll(cfg.StateDir, 0o750); err != nil {
+		return fmt.Errorf("state directory: %w", err)
+	}
+	store, err := offsets.Open(cfg.StateDir, offsets.Options{Sync: d.syncStreams, Observe: d.metrics.ObserveCommit})
+	if err != nil {
+		return err
+	}
+	d.store = store
+	defer func() { err = errors.Join(err, store.Close()) }()
+	queue, err := retrytimer.Open(retrytimer.Options{Dir: cfg.StateDir, Fire: d.fire, Logger: d.logger.With("component", "retrytimer")})
+	if err != nil {
+		return err
+	}
+	d.queue = queue
+	defer func() { err = errors.Join(err, queue.Close()) }()
+	defer d.closeStreams()
+	if err := d.openStreams(cfg); err != nil {
+		return err
+	}
+	var server *metrics.Server
+	if cfg.Metrics.Listen != "" {
+		server = metrics.NewServer(cfg.Metrics.Listen, d.reg, d.metrics.Health(), d.logger.With("component", "metrics"))
+		if err := server.Listen(); err != nil {
+			return err
+		}
+	}
+	d.metrics.ObserveReload(time.Now(), nil)
+
+	bg, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer stopBackground()
+	wg.Go(func() {
+		if err := store.Run(bg, time.Duration(cfg.CommitInterval)); err != nil {
+			d.logger.Error("final commit of positions failed", "err", err)
+		}
+	})
+	wg.Go(func() {
+		if err := queue.Run(bg); err != nil {
+			d.logger.Error("retry queue failed", "err", err)
+		}
+	})
+	if server != nil {
+		wg.Go(func() {
+			if err := server.Run(bg); err != nil {
+				d.logger.Error("metrics server failed", "err", err)
+			}
+		})
+	}
+
+	for _, sc := range cfg.Subscriptions {
+		if err := d.startSubscription(sc); err != nil {
+			d.stopAll()
+			return err
+		}
+	}
+	d.setNames()
+	d.notify.send("READY=1\nSTATUS=" + d.status())
+	d.logger.Info("streamd running", "subscriptions", len(d.subs), "streams", len(d.streams), "state_dir", cfg.StateDir)
+
+	err = d.loop(ctx)
+	d.notify.send("STOPPING=1")
+	d.logger.Info("stopping", "shutdown_timeout", time.Duration(d.cfg.ShutdownTimeout))
+	d.stopAll()
+	return err
+}
+
+// loop waits for the end, reloads and subscriptions that stop.
+func (d *Daemon) loop(ctx context.Context) error {
+	defer close(d.stopping)
+	var watchdog <-chan time.Time
+	if iv := watchdogInterval(); iv > 0 {
+		t := time.NewTicker(iv)
+		defer t.Stop()
+		watchdog = t.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case req := <-d.reloads:
+			req.done <- d.reload(req.cfg)
+		case <-watchdog:
+			if reason := d.wedged(); reason != "" {
+				d.logger.Error("not pinging the watchdog", "reason", reason)
+			} else {
+				d.notify.send("WATCHDOG=1")
+			}
+		case rs := <-d.ended:
+			var pe *panicError
+			if errors.As(rs.err, &pe) {
+				return pe
+			}
+			name := rs.sub.cfg.Name
+			if rs.err != nil {
+				d.logger.Error("subscription stopped", "subscription", name, "err", rs.err)
+				rs.sub.metrics.SetHealthy(false, rs.err.Error())
+				d.notify.send("STATUS=" + d.status())
+				continue
+			}
+			d.logger.Info("subscription finished", "subscription", name)
+			if d.allReplaysFinished() {
+				d.logger.Info("every subscription finished its replay")
+				return nil
+			}
+		}
+	}
+}
+
+// startSubscription opens the subscription's follower at its stored
+// position (or its start_at on the first start) and runs it.
+func (d *Daemon) startSubscription(sc SubscriptionConfig) error {
+	st := d.streams[sc.Stream]
+	handler, ok := d.opts.Handlers[sc.Name]
+	if !ok {
+		var err error
+		if handler, err = newHandler(sc.Handler, d.opts.Stdout, d.logger); err != nil {
+			return fmt.Errorf("subscription %q: %w", sc.Name, err)
+		}
+	}
+	start, err := tail.ParseStart(sc.StartAt.String())
+	if err != nil {
+		return fmt.Errorf("subscription %q: %w", sc.Name, err)
+	}
+	logger := d.logger.With("subscription", sc.Name)
+	sm := d.metrics.Subscription(sc.Name, sc.Stream)
+	opts := tail.Options{
+		Path:         st.cfg.Path,
+		Key:          sc.Key,
+		Start:        start,
+		Replay:       sc.Replay,
+		PollInterval: time.Duration(st.cfg.PollInterval),
+		Logger:       logger.With("component", "tail"),
+		Observer:     tailObserver{sub: sm, stream: d.metrics.Stream(st.cfg.Name)},
+	}
+	if sc.OnCorrupt == "stop" {
+		opts.OnCorrupt = tail.StopOnCorrupt
+	}
+	from := offsets.Mark{}
+	if p, ok := d.store.Get(sc.Name); ok && p.Stream == st.cfg.Path {
+		opts.Resume = &tail.Position{File: p.File, Offset: p.Offset}
+		from = offsets.Mark{Offset: p.Offset, Seq: p.LastSeq}
+	}
+	follower, err := tail.New(opts)
+	if err != nil {
+		closeHandler(handler)
+		return fmt.Errorf("subscription %q: %w", sc.Name, err)
+	}
+	backoff := make([]time.Duration, len(sc.Backoff))
+	for i, b := range sc.Backoff {
+		backoff[i] = time.Duration(b)
+	}
+	retryKey := sc.OutRetry
+	if retryKey == "" {
+		retryKey = sc.Key
+	}
+	maxAttempts := 0
+	if sc.MaxAttempts != nil {
+		maxAttempts = *sc.MaxAttempts
+		logger.Info("retry declaration; a cap applies to the copies this process publishes",
+			"max_attempts", maxAttempts, "dead_letter", sc.DeadLetter, "applied_by", "runtime")
+	} else if sc.DeadLetter != "" {
+		logger.Info("retry declaration; a cap applies to the copies this process publishes",
+			"dead_letter", sc.DeadLetter, "applied_by", "runtime")
+	}
+	sub := &subscription{
+		cfg:     sc,
+		stream:  st,
+		handler: handler,
+		store:   d.store,
+		names:   &d.names,
+		logger:  logger,
+		metrics: sm,
+		settler: &settler{
+			name: sc.Name, maxAttempts: maxAttempts, deadLetter: sc.DeadLetter, retryKey: retryKey,
+			backoff: backoff, origin: true, copies: fileCopies{stream: st, queue: d.queue},
+			metrics: sm, logger: logger, now: time.Now,
+			unsupported: newUnsupportedLog(sc.Name, sc.LogUnsupported == "every", logger, time.Now),
+		},
+		follower: follower,
+		tracker:  offsets.NewTracker(from, trackerWindow),
+	}
+	if opts.Resume != nil {
+		sub.file = opts.Resume.File
+	}
+	ctx, stopReading := context.WithCancel(context.Background())
+	hctx, cancelHandlers := context.WithCancel(context.Background())
+	rs := &runningSub{sub: sub, stopReading: stopReading, cancelHandlers: cancelHandlers, done: make(chan struct{}), handler: handler}
+	d.subs[sc.Name] = rs
+	sm.SetHealthy(true, "")
+	go func() {
+		defer close(rs.done)
+		rs.err = sub.run(ctx, hctx)
+		select {
+		case d.ended <- rs:
+		case <-d.stopping:
+		}
+	}()
+	return nil
+}
+
+// closeHandler releases a handler's resources, if it holds any.
+func closeHandler(h Handler) {
+	if c, ok := h.(io.Closer); ok {
+		c.Close()
+	}
+}
+
+// stopSubscriptions stops the named subscriptions at once, each within the
+// shutdown timeout.
+func (d *Daemon) stopSubscriptions(names []string) {
+	deadline := time.Now().Add(time.Duration(d.cfg.ShutdownTimeout))
+	var wg sync.WaitGroup
+	for _, name := range names {
+		rs := d.subs[name]
+		delete(d.subs, name)
+		wg.Go(func() { rs.stop(deadline) })
+	}
+	wg.Wait()
+}
+
+// stopAll stops every subscription.
+func (d *Daemon) stopAll() {
+	d.stopSubscriptions(slices.Collect(maps.Keys(d.subs)))
+}
+
+// reload applies cfg to the running daemon. What cannot change without a
+// restart is refused, and the old configuration keeps running.
+func (d *Daemon) reload(cfg *Config) error {
+	d.notify.reloading()
+	defer func() { d.notify.send("READY=1\nSTATUS=" + d.status()) }()
+	err := d.applyReload(cfg)
+	d.metrics.ObserveReload(time.Now(), err)
+	if err != nil {
+		d.logger.Error("reload failed; the previous configuration keeps running", "err", err)
+		return err
+	}
+	d.logger.Info("configuration reloaded", "subscriptions", len(d.subs), "streams", len(d.streams))
+	return nil
+}
+
+func (d *Daemon) applyReload(cfg *Config) error {
+	old := d.cfg
+	switch {
+	case cfg.StateDir != old.StateDir:
+		return fmt.Errorf("state_dir changed from %q to %q: restart required", old.StateDir, cfg.StateDir)
+	case cfg.Metrics.Listen != old.Metrics.Listen:
+		return fmt.Errorf("metrics listen changed from %q to %q: restart required", old.Metrics.Listen, cfg.Metrics.Listen)
+	case cfg.CommitInterval != old.CommitInterval:
+		return fmt.Errorf("commit_interval changed from %s to %s: restart required", old.CommitInterval, cfg.CommitInterval)
+	}
+	oldStreams := map[string]StreamConfig{}
+	for _, s := range old.Streams {
+		oldStreams[s.Name] = s
+	}
+	for _, s := range cfg.Streams {
+		if o, ok := oldStreams[s.Name]; ok && !reflect.DeepEqual(o, s) {
+			return fmt.Errorf("stream %q changed: restart required to apply it", s.Name)
+		}
+	}
+	// Open new streams first: a failure leaves everything as it was.
+	var opened []string
+	for _, s := range cfg.Streams {
+		if _, ok := d.streams[s.Name]; ok {
+			continue
+		}
+		st, err := openStream(s)
+		if err != nil {
+			for _, name := range opened {
+				d.streams[name].close()
+				delete(d.streams, name)
+			}
+			return err
+		}
+		d.streams[s.Name] = st
+		opened = append(opened, s.Name)
+	}
+	wanted := map[string]SubscriptionConfig{}
+	for _, sc := range cfg.Subscriptions {
+		wanted[sc.Name] = sc
+	}
+	var stop []string
+	var gone []*metrics.SubscriptionMetrics
+	for name, rs := range d.subs {
+		sc, ok := wanted[name]
+		if !ok || !reflect.DeepEqual(sc, rs.sub.cfg) {
+			stop = append(stop, name)
+		}
+		if !ok {
+			gone = append(gone, rs.sub.metrics)
+		}
+	}
+	d.stopSubscriptions(stop)
+	d.cfg = cfg
+	var errs []error
+	for _, sc := range cfg.Subscriptions {
+		if _, running := d.subs[sc.Name]; running {
+			continue
+		}
+		if err := d.startSubscription(sc); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for name, st := range d.streams {
+		if !slices.ContainsFunc(cfg.Streams, func(s StreamConfig) bool { return s.Name == name }) {
+			st.close()
+			delete(d.streams, name)
+			d.metrics.Stream(name).Remove()
+		}
+	}
+	for _, m := range gone {
+		m.Remove()
+	}
+	d.setNames()
+	return errors.Join(errs...)
+}
+
+// openStreams opens every configured stream file.
+func (d *Daemon) openStreams(cfg *Config) error {
+	for _, s := range cfg.Streams {
+		st, err := openStream(s)
+		if err != nil {
+			return err
+		}
+		d.mu.Lock()
+		d.streams[s.Name] = st
+		d.mu.Unlock()
+		d.metrics.Stream(s.Name).Size.Set(float64(st.w.Size()))
+	}
+	return nil
+}
+
+func (d *Daemon) closeStreams() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for name, st := range d.streams {
+		if err := st.close(); err != nil {
+			d.logger.Error("closing a stream file", "stream", name, "err", err)
+		}
+	}
+}
+
+// syncStreams makes appended copies durable before a commit moves a
+// position past them (Invariant 2): one fsync per stream per commit.
+func (d *Daemon) syncStreams() error {
+	d.mu.Lock()
+	streams := slices.Collect(maps.Values(d.streams))
+	d.mu.Unlock()
+	var errs []error
+	for _, st := range streams {
+		errs = append(errs, st.sync())
+	}
+	return errors.Join(errs...)
+}
+
+// fire appends a delayed copy whose time has come.
+func (d *Daemon) fire(_ context.Context, c retrytimer.Copy) error {
+	d.mu.Lock()
+	st := d.streams[c.Stream]
+	d.mu.Unlock()
+	if st == nil {
+		return fmt.Errorf("stream %q of a pending copy is not configured; the copy stays in the spool", c.Stream)
+	}
+	return st.append(c.Key, c.Headers, c.Payload)
+}
+
+// status is the STATUS= line for systemd.
+func (d *Daemon) status() string {
+	up := 0
+	for _, rs := range d.subs {
+		select {
+		case <-rs.done:
+		default:
+			up++
+		}
+	}
+	return fmt.Sprintf("%d of %d subscriptions running", up, len(d.subs))
+}
+
+// wedged says why the daemon should not ping the watchdog: a delivery that
+// runs far past any timeout means a handler hangs and nothing progresses.
+func (d *Daemon) wedged() string {
+	limit := 2 * time.Duration(d.cfg.ShutdownTimeout)
+	for name, rs := range d.subs {
+		if t := rs.sub.busySince.Load(); t != 0 {
+			if limit < time.Duration(rs.sub.cfg.Handler.Timeout) {
+				limit = 2 * time.Duration(rs.sub.cfg.Handler.Timeout)
+			}
+			if age := time.Since(time.Unix(0, t)); age > limit {
+				return fmt.Sprintf("subscription %q has been handling one record for %s", name, age.Round(time.Second))
+			}
+		}
+	}
+	return ""
+}
+
+// allReplaysFinished reports whether every subscription is a replay that
+// finished.
+func (d *Daemon) allReplaysFinished() bool {
+	for _, rs := range d.subs {
+		select {
+		case <-rs.done:
+			if rs.err != nil || !rs.sub.cfg.Replay {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return len(d.subs) > 0
+}
+
+// setNames publishes the subscription names for the origin filter.
+func (d *Daemon) setNames() {
+	names := make(map[string]bool, len(d.subs))
+	for name := range d.subs {
+		names[name] = true
+	}
+	d.names.Store(&names)
+}

@@ -1,0 +1,277 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// sh is the argv that runs script with /bin/sh.
+func sh(script string) []string {
+	return []string{"/bin/sh", "-c", script, "sh"}
+}
+
+func TestExecHandlerOutcomes(t *testing.T) {
+	tests := []struct {
+		name    string
+		script  string
+		payload []byte
+		kind    OutcomeKind
+		delay   time.Duration
+		err     string
+	}{
+		{name: "exit 0", script: "exit 0", kind: OutcomeAck},
+		{name: "exit 65 EX_DATAERR", script: "exit 65", kind: OutcomeDrop},
+		{name: "exit 75 EX_TEMPFAIL", script: "echo busy >&2; exit 75", kind: OutcomeFailed,
+			err: `exec /bin/sh: exit status 75 (EX_TEMPFAIL): stderr: "busy"`},
+		{name: "exit 3 with the last stderr lines", script: `for i in 1 2 3 4 5 6 7; do echo "line $i" >&2; done; exit 3`,
+			kind: OutcomeFailed, err: `exec /bin/sh: exit status 3: stderr: "line 3\nline 4\nline 5\nline 6\nline 7"`},
+		{name: "exit 3 without stderr", script: "exit 3", kind: OutcomeFailed, err: "exec /bin/sh: exit status 3"},
+		{name: "killed by a signal", script: "kill -9 $$", kind: OutcomeFailed, err: "exec /bin/sh: signal: killed"},
+		{name: "retry_after on stdout wins over the exit status", script: "echo working; echo retry_after=250ms; exit 1",
+			kind: OutcomeRetryAfter, delay: 250 * time.Millisecond},
+		{name: "outcome=drop", script: "echo outcome=drop", kind: OutcomeDrop},
+		{name: "outcome=retry", script: "echo outcome=retry; exit 75", kind: OutcomeRetry},
+		{name: "outcome=retry_after", script: "echo ' outcome=retry_after=2s\r'", kind: OutcomeRetryAfter, delay: 2 * time.Second},
+		{name: "last directive wins", script: "echo retry_after=1s; echo outcome=ack; exit 65", kind: OutcomeAck},
+		{name: "directive without a final newline", script: "printf outcome=ack; exit 3", kind: OutcomeAck},
+		{name: "directive after a long line", script: "head -c 1000000 /dev/zero; echo; echo retry_after=3s",
+			kind: OutcomeRetryAfter, delay: 3 * time.Second},
+		{name: "a directive in a long line is ignored", script: "printf 'retry_after=1s%300s\\n' x; exit 65", kind: OutcomeDrop},
+		{name: "other stdout lines are ignored", script: "echo ack; echo retry; echo 'outcome: drop'", kind: OutcomeAck},
+		{name: "invalid directive", script: "echo retry_after=soon; exit 0", kind: OutcomeFailed,
+			err: `exec /bin/sh: stdout: invalid outcome "retry_after=soon"`},
+		{name: "payload not read", script: "exit 0", payload: bytes.Repeat([]byte("p"), 1<<20), kind: OutcomeAck},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := mustNewHandler(t, HandlerConfig{Kind: HandlerExec, Command: sh(tt.script), Timeout: Duration(10 * time.Second)})
+			d := testDelivery()
+			if tt.payload != nil {
+				d.Payload = tt.payload
+			}
+			checkOutcome(t, h.Handle(t.Context(), d), tt.kind, tt.delay, tt.delay, tt.err)
+		})
+	}
+}
+
+func TestExecHandlerStdinAndEnv(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("STREAMD_TEST_INHERITED", "yes")
+	h := mustNewHandler(t, HandlerConfig{
+		Kind:    HandlerExec,
+		Command: sh(`cat > "$OUT/payload" && env > "$OUT/env"`),
+		Env:     map[string]string{"OUT": dir, "STREAMD_SEQ": "999", "STREAMD_TEST_INHERITED": "configured"},
+		Timeout: Duration(10 * time.Second),
+	})
+	d := testDelivery()
+	d.Payload = []byte("line one\nline two\x00\xff")
+	checkOutcome(t, h.Handle(t.Context(), d), OutcomeAck, 0, 0, "")
+
+	payload, err := os.ReadFile(filepath.Join(dir, "payload"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(payload, d.Payload) {
+		t.Errorf("stdin %q, want %q", payload, d.Payload)
+	}
+	envText, err := os.ReadFile(filepath.Join(dir, "env"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := make(map[string]string)
+	for line := range strings.Lines(string(envText)) {
+		name, value, _ := strings.Cut(strings.TrimSuffix(line, "\n"), "=")
+		env[name] = value
+	}
+	want := map[string]string{
+		"STREAMD_SUBSCRIPTION":           "billing",
+		"STREAMD_STREAM_KEY":             "orders",
+		"STREAMD_SEQ":                    "7", // the metadata wins over env
+		"STREAMD_SHARD":                  "3",
+		"STREAMD_TIMESTAMP_MS":           "1700000000500",
+		"STREAMD_ATTEMPT":                "2",
+		"STREAMD_HEADER_CONTENT_TYPE":    "text/plain",
+		"STREAMD_HEADER_X_TENANT":        "acme",
+		"STREAMD_HEADER_WE_IRD_NAME":     " padded",
+		"STREAMD_HEADER_EMPTY":           "",
+		"STREAMD_HEADER_STREAM_SEQUENCE": "7",
+		"STREAMD_BASE64_HEADER_BIN":      "AP8=",
+		"STREAMD_TEST_INHERITED":         "configured", // env wins over the daemon's environment
+		"OUT":                            dir,
+	}
+	for name, value := range want {
+		if got, ok := env[name]; !ok || got != value {
+			t.Errorf("%s=%q (set: %v), want %q", name, got, ok, value)
+		}
+	}
+	if v, ok := env["STREAMD_HEADER_BIN"]; ok {
+		t.Errorf("STREAMD_HEADER_BIN=%q, want it unset", v)
+	}
+	if _, ok := env["PATH"]; !ok {
+		t.Error("PATH is not inherited")
+	}
+}
+
+func TestExecHandlerKillsProcessGroup(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	tests := []struct {
+		name    string
+		timeout time.Duration // of the handler
+		ctx     time.Duration // of the ctx passed to Handle
+		err     string
+	}{
+		{name: "timeout", timeout: timeout, ctx: time.Minute, err: "exec /bin/sh: timed out after 300ms"},
+		{name: "shutdown", timeout: time.Minute, ctx: timeout, err: "exec /bin/sh: cancelled: context deadline exceeded"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			h := mustNewHandler(t, HandlerConfig{
+				Kind: HandlerExec,
+				// The child starts a grandchild in its process group, which
+				// holds stdout and stderr open, and waits.
+				Command: sh(`sleep 30 & echo $! > "$OUT/grandchild"; echo $$ > "$OUT/child"; wait`),
+				Env:     map[string]string{"OUT": dir},
+				Timeout: Duration(tt.timeout),
+			})
+			ctx, cancel := context.WithTimeout(t.Context(), tt.ctx)
+			defer cancel()
+			start := time.Now()
+			got := h.Handle(ctx, testDelivery())
+			if elapsed := time.Since(start); elapsed > timeout+time.Second {
+				t.Errorf("Handle took %v, want at most %v", elapsed, timeout+time.Second)
+			}
+			checkOutcome(t, got, OutcomeFailed, 0, 0, tt.err)
+			for _, name := range []string{"child", "grandchild"} {
+				b, err := os.ReadFile(filepath.Join(dir, name))
+				if err != nil {
+					t.Fatal(err)
+				}
+				pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !waitProcessGone(pid, time.Second) {
+					syscall.Kill(pid, syscall.SIGKILL)
+					t.Errorf("the %s (pid %d) is still running a second after Handle returned", name, pid)
+				}
+			}
+		})
+	}
+}
+
+// waitProcessGone polls until pid is gone or within is over. A zombie
+// counts as gone: it is dead and only waits to be reaped, which an init
+// process that does not reap orphans (as in some containers) never does.
+func waitProcessGone(pid int, within time.Duration) bool {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(within)
+	for {
+		if errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+			return true
+		}
+		if stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat"); err == nil {
+			// The state follows the command name, which is in parentheses.
+			if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) && (stat[i+2] == 'Z' || stat[i+2] == 'X') {
+				return true
+			}
+		}
+		select {
+		case <-tick.C:
+		case <-deadline:
+			return false
+		}
+	}
+}
+
+func TestExecHandlerLingeringOutput(t *testing.T) {
+	dir := t.TempDir()
+	var logs bytes.Buffer
+	h, err := newHandler(HandlerConfig{
+		Kind: HandlerExec,
+		// The command exits at once, leaving a process that holds stdout.
+		Command: sh(`sleep 30 & echo $! > "$OUT/pid"; echo outcome=drop`),
+		Env:     map[string]string{"OUT": dir},
+		Timeout: Duration(10 * time.Second),
+	}, io.Discard, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if b, err := os.ReadFile(filepath.Join(dir, "pid")); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	start := time.Now()
+	checkOutcome(t, h.Handle(t.Context(), testDelivery()), OutcomeDrop, 0, 0, "")
+	if elapsed := time.Since(start); elapsed > execWaitDelay+time.Second {
+		t.Errorf("Handle took %v, want at most %v", elapsed, execWaitDelay+time.Second)
+	}
+	if !strings.Contains(logs.String(), "command exited but a process it started kept stdout or stderr open") ||
+		!strings.Contains(logs.String(), "kind=exec") {
+		t.Errorf("log %q, want the lingering process warning", logs.String())
+	}
+}
+
+func TestExecHandlerStartFailure(t *testing.T) {
+	prog := filepath.Join(t.TempDir(), "handle")
+	if err := os.WriteFile(prog, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	h := mustNewHandler(t, HandlerConfig{Kind: HandlerExec, Command: []string{prog}, Timeout: Duration(10 * time.Second)})
+	checkOutcome(t, h.Handle(t.Context(), testDelivery()), OutcomeAck, 0, 0, "")
+	if err := os.Remove(prog); err != nil {
+		t.Fatal(err)
+	}
+	checkOutcome(t, h.Handle(t.Context(), testDelivery()), OutcomeFailed, 0, 0,
+		"exec "+prog+": fork/exec "+prog+": no such file or directory")
+}
+
+func TestExecHandlerConfigErrors(t *testing.T) {
+	tests := []struct {
+		name    string
+		command []string
+		err     string
+	}{
+		{name: "no command", err: "exec handler: command: must name the program"},
+		{name: "not in PATH", command: []string{"streamd-no-such-program"},
+			err: `exec handler: command: exec: "streamd-no-such-program": executable file not found in $PATH`},
+		{name: "missing file", command: []string{"/nonexistent/handle"},
+			err: `exec handler: command: exec: "/nonexistent/handle": stat /nonexistent/handle: no such file or directory`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := newHandler(HandlerConfig{Kind: HandlerExec, Command: tt.command}, io.Discard, nil)
+			if err == nil || err.Error() != tt.err {
+				t.Errorf("newHandler: %v, want %q", err, tt.err)
+			}
+		})
+	}
+}
+
+func TestExecEnvName(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"content-type", "CONTENT_TYPE"},
+		{"X.Trace id", "X_TRACE_ID"},
+		{"é9", "__9"},
+		{"", ""},
+	}
+	for _, tt := range tests {
+		if got := envName(tt.in); got != tt.want {
+			t.Errorf("envName(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}

@@ -1,0 +1,488 @@
+package daemon
+
+import (
+	"cmp"
+	"context"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/streamd/streamd/envelope"
+)
+
+// testDelivery is a delivery with text, binary and oddly named headers.
+func testDelivery() *Delivery {
+	return &Delivery{
+		Subscription: "billing",
+		Key:          "orders",
+		Shard:        3,
+		Seq:          7,
+		TimestampMs:  1700000000500,
+		Attempt:      2,
+		Headers: envelope.Headers{
+			{Name: "content-type", Value: []byte("text/plain")},
+			{Name: "x-tenant", Value: []byte("acme")},
+			{Name: "bin", Value: []byte{0x00, 0xff}},
+			{Name: "we ird%name", Value: []byte(" padded")},
+			{Name: "empty", Value: nil},
+			{Name: "stream-sequence", Value: []byte("7")},
+		},
+		Payload: []byte("hello"),
+	}
+}
+
+// mustNewHandler builds a handler with newHandler and closes it when the
+// test ends, if it is an io.Closer.
+func mustNewHandler(t *testing.T, cfg HandlerConfig) Handler {
+	t.Helper()
+	h, err := newHandler(cfg, io.Discard, nil)
+	if err != nil {
+		t.Fatalf("newHandler: %v", err)
+	}
+	if c, ok := h.(io.Closer); ok {
+		t.Cleanup(func() {
+			if err := c.Close(); err != nil {
+				t.Errorf("Close: %v", err)
+			}
+		})
+	}
+	return h
+}
+
+// checkOutcome compares an outcome with the wanted kind, a delay within
+// [minDelay, maxDelay], and an error containing errPart ("" for none).
+func checkOutcome(t *testing.T, got Outcome, kind OutcomeKind, minDelay, maxDelay time.Duration, errPart string) {
+	t.Helper()
+	if got.Kind != kind {
+		t.Fatalf("outcome %v (delay %v, err %v), want %v", got.Kind, got.Delay, got.Err, kind)
+	}
+	if got.Delay < minDelay || got.Delay > maxDelay {
+		t.Errorf("delay %v, want %v to %v", got.Delay, minDelay, maxDelay)
+	}
+	switch {
+	case errPart == "" && got.Err != nil:
+		t.Errorf("err %q, want none", got.Err)
+	case errPart != "" && (got.Err == nil || !strings.Contains(got.Err.Error(), errPart)):
+		t.Errorf("err %v, want one containing %q", got.Err, errPart)
+	}
+}
+
+func writeTestFile(t *testing.T, name, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestHTTPHandlerOutcomes(t *testing.T) {
+	respond := func(code int, header ...string) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			for i := 0; i+1 < len(header); i += 2 {
+				w.Header().Set(header[i], header[i+1])
+			}
+			w.WriteHeader(code)
+		}
+	}
+	tests := []struct {
+		name               string
+		server             http.HandlerFunc
+		kind               OutcomeKind
+		minDelay, maxDelay time.Duration
+		err                string
+	}{
+		{name: "200", server: respond(200), kind: OutcomeAck},
+		{name: "204", server: respond(204), kind: OutcomeAck},
+		{name: "400", server: respond(400), kind: OutcomeDrop},
+		{name: "404", server: respond(404), kind: OutcomeDrop},
+		{name: "429 Retry-After seconds", server: respond(429, "Retry-After", "3"),
+			kind: OutcomeRetryAfter, minDelay: 3 * time.Second, maxDelay: 3 * time.Second},
+		{name: "503 Retry-After HTTP-date", server: func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Retry-After", time.Now().Add(10*time.Second).UTC().Format(http.TimeFormat))
+			w.WriteHeader(503)
+		}, kind: OutcomeRetryAfter, minDelay: 8 * time.Second, maxDelay: 10 * time.Second},
+		{name: "503 Retry-After past date", server: respond(503, "Retry-After", "Sun, 06 Nov 1994 08:49:37 GMT"),
+			kind: OutcomeRetryAfter},
+		{name: "503 without Retry-After", server: respond(503), kind: OutcomeFailed,
+			err: "http: 503 Service Unavailable, no Retry-After"},
+		{name: "429 without Retry-After", server: respond(429), kind: OutcomeFailed,
+			err: "http: 429 Too Many Requests, no Retry-After"},
+		{name: "503 invalid Retry-After", server: respond(503, "Retry-After", "soon"), kind: OutcomeFailed,
+			err: `invalid Retry-After "soon"`},
+		{name: "500 with body", server: func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(500)
+			io.WriteString(w, "boom\n")
+		}, kind: OutcomeFailed, err: `http: 500 Internal Server Error: "boom\n"`},
+		{name: "500 long body", server: func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(500)
+			io.WriteString(w, strings.Repeat("x", 10000))
+		}, kind: OutcomeFailed, err: strings.Repeat("x", httpExcerptLimit) + `"...`},
+		{name: "502", server: respond(502), kind: OutcomeFailed, err: "http: 502 Bad Gateway"},
+		{name: "redirect not followed", server: respond(302, "Location", "/elsewhere"), kind: OutcomeFailed,
+			err: `http: 302 Found, redirect to "/elsewhere" (not followed)`},
+		{name: "Streamd-Outcome drop wins over 200", server: respond(200, "Streamd-Outcome", "drop"), kind: OutcomeDrop},
+		{name: "Streamd-Outcome ack wins over 500", server: respond(500, "Streamd-Outcome", "ack"), kind: OutcomeAck},
+		{name: "Streamd-Outcome retry", server: respond(200, "Streamd-Outcome", "retry"), kind: OutcomeRetry},
+		{name: "Streamd-Outcome retry_after wins over Retry-After", server: respond(503, "Retry-After", "3", "Streamd-Outcome", "retry_after=1m30s"),
+			kind: OutcomeRetryAfter, minDelay: 90 * time.Second, maxDelay: 90 * time.Second},
+		{name: "Streamd-Outcome invalid", server: respond(200, "Streamd-Outcome", "later"), kind: OutcomeFailed,
+			err: `http: Streamd-Outcome response header: invalid outcome "later"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := httptest.NewServer(tt.server)
+			t.Cleanup(srv.Close)
+			h := mustNewHandler(t, HandlerConfig{Kind: HandlerHTTP, URL: srv.URL, Timeout: Duration(5 * time.Second)})
+			got := h.Handle(t.Context(), testDelivery())
+			checkOutcome(t, got, tt.kind, tt.minDelay, tt.maxDelay, tt.err)
+		})
+	}
+}
+
+// capturedRequest is what a test server saw.
+type capturedRequest struct {
+	method, host string
+	header       http.Header
+	body         string
+	length       int64
+}
+
+func TestHTTPHandlerRequest(t *testing.T) {
+	token := writeTestFile(t, "token", "s3cret\n")
+	plain := &Delivery{Subscription: "audit", Key: "events", Seq: 1, TimestampMs: 5, Attempt: 1}
+	tests := []struct {
+		name     string
+		delivery *Delivery
+		cfg      HandlerConfig
+		host     string
+		header   map[string]string
+		absent   []string
+		body     string
+	}{
+		{
+			name:     "metadata, record headers, configured headers, token",
+			delivery: testDelivery(),
+			cfg: HandlerConfig{
+				Headers:         map[string]string{"X-Api-Version": "2", "Host": "api.example", "Content-Type": "application/json"},
+				BearerTokenFile: token,
+			},
+			host: "api.example",
+			header: map[string]string{
+				"Content-Type":                          "text/plain",
+				"Streamd-Subscription":                  "billing",
+				"Streamd-Stream-Key":                    "orders",
+				"Streamd-Seq":                           "7",
+				"Streamd-Shard":                         "3",
+				"Streamd-Timestamp-Ms":                  "1700000000500",
+				"Streamd-Attempt":                       "2",
+				"Streamd-Header-Content-Type":           "text/plain",
+				"Streamd-Header-X-Tenant":               "acme",
+				"Streamd-Header-Stream-Sequence":        "7",
+				"Streamd-Header-Empty":                  "",
+				"Streamd-Base64-Header-Bin":             "AP8=",
+				"Streamd-Base64-Header-We%20ird%25name": "IHBhZGRlZA==",
+				"X-Api-Version":                         "2",
+				"Authorization":                         "Bearer s3cret",
+			},
+			absent: []string{"Streamd-Header-Bin", "Streamd-Header-We%20ird%25name", "Host"},
+			body:   "hello",
+		},
+		{
+			name:     "configured Content-Type, empty payload",
+			delivery: plain,
+			cfg:      HandlerConfig{Headers: map[string]string{"Content-Type": "application/json"}},
+			header: map[string]string{
+				"Content-Type":         "application/json",
+				"Streamd-Subscription": "audit",
+				"Streamd-Stream-Key":   "events",
+				"Streamd-Seq":          "1",
+				"Streamd-Shard":        "0",
+				"Streamd-Timestamp-Ms": "5",
+				"Streamd-Attempt":      "1",
+			},
+			absent: []string{"Authorization"},
+		},
+		{
+			name:     "default Content-Type",
+			delivery: &Delivery{Key: "events", Payload: []byte{0, 1, 2}},
+			header:   map[string]string{"Content-Type": "application/octet-stream"},
+			body:     "\x00\x01\x02",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			seen := make(chan capturedRequest, 1)
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				body, _ := io.ReadAll(r.Body)
+				seen <- capturedRequest{method: r.Method, host: r.Host, header: r.Header, body: string(body), length: r.ContentLength}
+			}))
+			t.Cleanup(srv.Close)
+			cfg := tt.cfg
+			cfg.Kind, cfg.URL, cfg.Timeout = HandlerHTTP, srv.URL, Duration(5*time.Second)
+			h := mustNewHandler(t, cfg)
+			checkOutcome(t, h.Handle(t.Context(), tt.delivery), OutcomeAck, 0, 0, "")
+			got := <-seen
+			if got.method != http.MethodPost {
+				t.Errorf("method %s, want POST", got.method)
+			}
+			if want := cmp.Or(tt.host, strings.TrimPrefix(srv.URL, "http://")); got.host != want {
+				t.Errorf("Host %q, want %q", got.host, want)
+			}
+			if got.body != tt.body || got.length != int64(len(tt.body)) {
+				t.Errorf("body %q (Content-Length %d), want %q", got.body, got.length, tt.body)
+			}
+			for name, want := range tt.header {
+				if v := got.header[http.CanonicalHeaderKey(name)]; len(v) != 1 || v[0] != want {
+					t.Errorf("header %s: %q, want %q", name, v, want)
+				}
+			}
+			for _, name := range tt.absent {
+				if v, ok := got.header[http.CanonicalHeaderKey(name)]; ok {
+					t.Errorf("header %s: %q, want none", name, v)
+				}
+			}
+		})
+	}
+}
+
+func TestHTTPHandlerKeepAlive(t *testing.T) {
+	var conns atomic.Int64
+	var n atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Vary the outcome and send bodies to be drained.
+		switch n.Add(1) % 3 {
+		case 0:
+			w.WriteHeader(200)
+		case 1:
+			w.WriteHeader(500)
+		case 2:
+			w.WriteHeader(404)
+		}
+		io.WriteString(w, strings.Repeat("b", 10<<10))
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	h := mustNewHandler(t, HandlerConfig{Kind: HandlerHTTP, URL: srv.URL, Timeout: Duration(5 * time.Second)})
+	for range 50 {
+		h.Handle(t.Context(), testDelivery())
+	}
+	if got := conns.Load(); got != 1 {
+		t.Errorf("50 sequential deliveries opened %d connections, want 1", got)
+	}
+}
+
+func TestHTTPHandlerTLS(t *testing.T) {
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the failed handshake of the second row
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	caFile := writeTestFile(t, "ca.pem", string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})))
+	tests := []struct {
+		name   string
+		caFile string
+		kind   OutcomeKind
+		err    string
+	}{
+		{name: "ca_file trusts the server", caFile: caFile, kind: OutcomeAck},
+		{name: "system roots do not", kind: OutcomeFailed, err: "certificate"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := mustNewHandler(t, HandlerConfig{Kind: HandlerHTTP, URL: srv.URL, CAFile: tt.caFile, Timeout: Duration(5 * time.Second)})
+			checkOutcome(t, h.Handle(t.Context(), testDelivery()), tt.kind, 0, 0, tt.err)
+		})
+	}
+}
+
+func TestHTTPHandlerTransportFailures(t *testing.T) {
+	const timeout = 100 * time.Millisecond
+	blocked := func(t *testing.T, hook func()) string {
+		release := make(chan struct{})
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			hook()
+			select {
+			case <-r.Context().Done():
+			case <-release:
+			}
+		}))
+		t.Cleanup(srv.Close)
+		t.Cleanup(func() { close(release) })
+		return srv.URL
+	}
+	tests := []struct {
+		name  string
+		setup func(t *testing.T, cancel context.CancelFunc) string // returns the URL
+		err   string
+	}{
+		{name: "timeout", err: "http: timed out after 100ms", setup: func(t *testing.T, _ context.CancelFunc) string {
+			return blocked(t, func() {})
+		}},
+		{name: "shutdown cancels", err: "http: cancelled: context canceled", setup: func(t *testing.T, cancel context.CancelFunc) string {
+			return blocked(t, cancel)
+		}},
+		{name: "connection refused", err: "connection refused", setup: func(t *testing.T, _ context.CancelFunc) string {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr := ln.Addr().String()
+			ln.Close()
+			return "http://" + addr + "/"
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			url := tt.setup(t, cancel)
+			h := mustNewHandler(t, HandlerConfig{Kind: HandlerHTTP, URL: url, Timeout: Duration(timeout)})
+			start := time.Now()
+			got := h.Handle(ctx, testDelivery())
+			if elapsed := time.Since(start); elapsed > timeout+time.Second {
+				t.Errorf("Handle took %v, want at most %v", elapsed, timeout+time.Second)
+			}
+			checkOutcome(t, got, OutcomeFailed, 0, 0, tt.err)
+			if strings.Contains(got.Err.Error(), url) {
+				t.Errorf("err %q repeats the URL", got.Err)
+			}
+		})
+	}
+}
+
+func TestHTTPHandlerConfigErrors(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	tests := []struct {
+		name string
+		cfg  HandlerConfig
+		err  string
+	}{
+		{name: "missing token file", cfg: HandlerConfig{BearerTokenFile: filepath.Join(dir, "nope")},
+			err: "http handler: bearer_token_file: open " + filepath.Join(dir, "nope") + ": no such file or directory"},
+		{name: "empty token file", cfg: HandlerConfig{BearerTokenFile: write("empty", "\n")},
+			err: "http handler: bearer_token_file: " + filepath.Join(dir, "empty") + " is empty"},
+		{name: "token with a space", cfg: HandlerConfig{BearerTokenFile: write("spaced", "a b\n")},
+			err: "the token must be one line of printable ASCII without spaces"},
+		{name: "missing ca file", cfg: HandlerConfig{CAFile: filepath.Join(dir, "nope.pem")},
+			err: "http handler: ca_file: open "},
+		{name: "ca file without PEM", cfg: HandlerConfig{CAFile: write("bad.pem", "not a certificate")},
+			err: "http handler: ca_file: " + filepath.Join(dir, "bad.pem") + " holds no PEM certificate"},
+		{name: "bad header value", cfg: HandlerConfig{Headers: map[string]string{"X-A": "a\x01b"}},
+			err: "http handler: headers.X-A: not a valid HTTP header"},
+		{name: "not http", cfg: HandlerConfig{URL: "ftp://example.com/"},
+			err: "http handler: url: use an http:// or https:// URL with a host"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := tt.cfg
+			cfg.Kind = HandlerHTTP
+			if cfg.URL == "" {
+				cfg.URL = "https://example.com/"
+			}
+			h, err := newHandler(cfg, io.Discard, nil)
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("newHandler: %v (%T), want an error containing %q", err, h, tt.err)
+			}
+		})
+	}
+}
+
+func TestHandlerOutcomeDirective(t *testing.T) {
+	tests := []struct {
+		in   string
+		want Outcome
+		err  bool
+	}{
+		{in: "ack", want: Outcome{Kind: OutcomeAck}},
+		{in: " drop\t", want: Outcome{Kind: OutcomeDrop}},
+		{in: "retry", want: Outcome{Kind: OutcomeRetry}},
+		{in: "retry_after=250ms", want: Outcome{Kind: OutcomeRetryAfter, Delay: 250 * time.Millisecond}},
+		{in: "retry_after=0s", want: Outcome{Kind: OutcomeRetryAfter}},
+		{in: "retry_after=-1s", err: true},
+		{in: "retry_after=5", err: true},
+		{in: "retry_after=", err: true},
+		{in: "ACK", err: true},
+		{in: "failed", err: true},
+		{in: "", err: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got, err := parseOutcomeDirective(tt.in)
+			if tt.err {
+				if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("invalid outcome %q", strings.Trim(tt.in, " \t"))) {
+					t.Errorf("parseOutcomeDirective(%q) = %v, %v; want an invalid outcome error", tt.in, got, err)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Errorf("parseOutcomeDirective(%q) = %v, %v; want %v", tt.in, got, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestHTTPRetryAfter(t *testing.T) {
+	now := time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)
+	tests := []struct {
+		in   string
+		want time.Duration
+		ok   bool
+	}{
+		{in: "3", want: 3 * time.Second, ok: true},
+		{in: " 0 ", want: 0, ok: true},
+		{in: "Wed, 01 May 2024 12:00:42 GMT", want: 42 * time.Second, ok: true},
+		{in: "Wednesday, 01-May-24 12:01:00 GMT", want: time.Minute, ok: true}, // RFC 850
+		{in: "Wed May  1 12:00:05 2024", want: 5 * time.Second, ok: true},      // asctime
+		{in: "Tue, 30 Apr 2024 12:00:00 GMT", want: 0, ok: true},               // past
+		{in: "99999999999999999999"},
+		{in: "9223372037"}, // seconds beyond a time.Duration
+		{in: "-1"},
+		{in: "1.5"},
+		{in: "soon"},
+		{in: ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got, ok := parseRetryAfter(tt.in, now)
+			if got != tt.want || ok != tt.ok {
+				t.Errorf("parseRetryAfter(%q) = %v, %v; want %v, %v", tt.in, got, ok, tt.want, tt.ok)
+			}
+		})
+	}
+}
+
+func TestHTTPEscapeHeaderName(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"x-tenant", "x-tenant"},
+		{"we ird%name", "we%20ird%25name"},
+		{"a:b/é", "a%3Ab%2F%C3%A9"},
+		{"", ""},
+	}
+	for _, tt := range tests {
+		if got := escapeHeaderName(tt.in); got != tt.want {
+			t.Errorf("escapeHeaderName(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}

@@ -1,0 +1,76 @@
+package daemon
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+)
+
+// newHandler builds the handler a subscription's [subscription.handler]
+// table configures: http, exec, stdout (which writes to stdout) or discard.
+// cfg is expected to have passed the configuration checks and to carry its
+// defaults; what can only fail now (reading bearer_token_file or ca_file,
+// finding the exec program) is an error that names the kind and the option.
+// A nil logger discards.
+//
+// Construction starts no goroutines. A handler that holds resources (the
+// http handler's idle connections) implements [io.Closer]; the caller
+// closes it, once no Handle call is running, when it implements it.
+func newHandler(cfg HandlerConfig, stdout io.Writer, logger *slog.Logger) (Handler, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	logger = logger.With("component", "handler", "kind", cfg.Kind)
+	var (
+		h   Handler
+		err error
+	)
+	switch cfg.Kind {
+	case HandlerHTTP:
+		h, err = newHTTPHandler(cfg)
+	case HandlerExec:
+		h, err = newExecHandler(cfg, logger)
+	case HandlerStdout:
+		h, err = newStdoutHandler(cfg, stdout)
+	case HandlerDiscard:
+		h = discardHandler{}
+	default:
+		return nil, fmt.Errorf("unknown handler kind %q: use %s, %s, %s or %s", cfg.Kind, HandlerHTTP, HandlerExec, HandlerStdout, HandlerDiscard)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s handler: %w", cfg.Kind, err)
+	}
+	return h, nil
+}
+
+// parseOutcomeDirective reads an outcome a handler names explicitly, in the
+// Streamd-Outcome response header (http) or an outcome= line on stdout
+// (exec): "ack", "drop", "retry" or "retry_after=<duration>", where the
+// duration is written as [time.ParseDuration] reads it ("250ms", "5s") and
+// is not negative. Keywords are lowercase; surrounding spaces and tabs are
+// ignored.
+func parseOutcomeDirective(s string) (Outcome, error) {
+	s = strings.Trim(s, " \t")
+	switch s {
+	case "ack":
+		return Outcome{Kind: OutcomeAck}, nil
+	case "drop":
+		return Outcome{Kind: OutcomeDrop}, nil
+	case "retry":
+		return Outcome{Kind: OutcomeRetry}, nil
+	}
+	if v, ok := strings.CutPrefix(s, "retry_after="); ok {
+		d, err := time.ParseDuration(v)
+		if err == nil && d >= 0 {
+			return Outcome{Kind: OutcomeRetryAfter, Delay: d}, nil
+		}
+	}
+	return Outcome{}, fmt.Errorf("invalid outcome %q: use ack, drop, retry or retry_after=<duration>, as in retry_after=30s", s)
+}
+
+// failedOutcome is an OutcomeFailed for err.
+func failedOutcome(err error) Outcome {
+	return Outcome{Kind: OutcomeFailed, Err: err}
+}

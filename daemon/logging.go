@@ -1,0 +1,107 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+)
+
+// NewLogger returns the daemon's logger writing to w: text with timestamps in
+// a terminal, JSON with format "json", and, when w is the journal's stream
+// ($JOURNAL_STREAM names w's device and inode), text without the time and
+// with a "<N>" priority prefix that journald turns into PRIORITY.
+func NewLogger(w *os.File, level, format string) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("log level %q: use debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	switch {
+	case format == "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	case format != "" && format != "text" && format != "auto":
+		return nil, fmt.Errorf("log format %q: use auto, text or json", format)
+	case format != "text" && isJournalStream(w):
+		opts.ReplaceAttr = func(groups []string, a slog.Attr) slog.Attr {
+			if len(groups) == 0 && a.Key == slog.TimeKey {
+				return slog.Attr{}
+			}
+			return a
+		}
+		jh := &journalHandler{shared: &journalShared{w: w}}
+		jh.inner = slog.NewTextHandler(&jh.shared.buf, opts)
+		return slog.New(jh), nil
+	}
+	return slog.New(slog.NewTextHandler(w, opts)), nil
+}
+
+// isJournalStream reports whether f is the stream systemd connected to the
+// journal, as go-systemd's StderrIsJournalStream decides it.
+func isJournalStream(f *os.File) bool {
+	dev, ino, ok := strings.Cut(os.Getenv("JOURNAL_STREAM"), ":")
+	if !ok {
+		return false
+	}
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+		return false
+	}
+	return fmt.Sprint(st.Dev) == dev && fmt.Sprint(st.Ino) == ino
+}
+
+// journalHandler formats each record with a text handler into a buffer and
+// writes it with its syslog priority prefix: error 3, warning 4, info 6,
+// debug 7.
+type journalHandler struct {
+	inner  slog.Handler // writes into shared.buf
+	shared *journalShared
+}
+
+type journalShared struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+	w   io.Writer
+}
+
+func (h *journalHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return h.inner.Enabled(ctx, l)
+}
+
+func (h *journalHandler) Handle(ctx context.Context, r slog.Record) error {
+	s := h.shared
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.buf.Reset()
+	s.buf.WriteString(priority(r.Level))
+	if err := h.inner.Handle(ctx, r); err != nil {
+		return err
+	}
+	_, err := s.w.Write(s.buf.Bytes())
+	return err
+}
+
+func (h *journalHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return &journalHandler{inner: h.inner.WithAttrs(as), shared: h.shared}
+}
+
+func (h *journalHandler) WithGroup(name string) slog.Handler {
+	return &journalHandler{inner: h.inner.WithGroup(name), shared: h.shared}
+}
+
+func priority(l slog.Level) string {
+	switch {
+	case l >= slog.LevelError:
+		return "<3>"
+	case l >= slog.LevelWarn:
+		return "<4>"
+	case l >= slog.LevelInfo:
+		return "<6>"
+	}
+	return "<7>"
+}

@@ -1,0 +1,209 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/streamd/streamd/envelope"
+	"github.com/streamd/streamd/metrics"
+)
+
+// OriginHeader names the subscription that made a retry copy, so that other
+// subscriptions of the daemon reading the same key pass over it (DESIGN.md,
+// "Several subscriptions on one key").
+const OriginHeader = "x-streamd-origin"
+
+// unsupportedError is the text the reference runtime reports for an
+// acknowledgement on these transports (settlement.md §2).
+const unsupportedError = "acknowledgement is not supported by this broker"
+
+// copyWriter publishes copies for a subscription: now (appended before the
+// next delivery reaches the handler), or at a due time (durably scheduled
+// before returning).
+type copyWriter interface {
+	publish(ctx context.Context, key string, h envelope.Headers, payload []byte) error
+	schedule(key string, h envelope.Headers, payload []byte, due time.Time) error
+}
+
+// settler applies settlement.md §4 to the outcomes of one subscription.
+type settler struct {
+	name        string
+	maxAttempts int    // 0: no cap
+	deadLetter  string // "": none
+	retryKey    string // where retry copies go
+	backoff     []time.Duration
+	origin      bool // mark retry copies with OriginHeader
+	copies      copyWriter
+	metrics     *metrics.SubscriptionMetrics
+	logger      *slog.Logger
+	unsupported *unsupportedLog
+	now         func() time.Time
+}
+
+// errCopy wraps a failure to write or spool a copy: the record is not
+// settled and its position must not move past it.
+type errCopy struct {
+	dest string
+	err  error
+}
+
+func (e *errCopy) Error() string {
+	return fmt.Sprintf("publish copy under %q: %v", e.dest, e.err)
+}
+
+func (e *errCopy) Unwrap() error { return e.err }
+
+// settle carries out outcome o for delivery d. A nil error means the
+// outcome is final: the record's position may be committed. An error
+// (*errCopy) means a copy could not be written; nothing was settled.
+func (s *settler) settle(ctx context.Context, d *Delivery, o Outcome) error {
+	m := s.metrics
+	switch o.Kind {
+	case OutcomeAck:
+		m.HandlerRecords[metrics.OutcomeAck].Inc()
+		s.unsupported.report("ack", d)
+		m.Unsupported[metrics.OperationAck].Inc()
+		return nil
+	case OutcomeDrop:
+		m.HandlerRecords[metrics.OutcomeDrop].Inc()
+		s.unsupported.report("drop", d)
+		m.Unsupported[metrics.OperationDrop].Inc()
+		return nil
+	case OutcomeRetry:
+		m.HandlerRecords[metrics.OutcomeRetry].Inc()
+		if s.maxAttempts == 0 && s.deadLetter == "" {
+			s.unsupported.report("retry", d)
+			m.Unsupported[metrics.OperationRetry].Inc()
+			return nil
+		}
+		return s.redeliver(ctx, d, 0)
+	case OutcomeRetryAfter:
+		m.HandlerRecords[metrics.OutcomeRetryAfter].Inc()
+		return s.redeliver(ctx, d, max(o.Delay, 0))
+	case OutcomeFailed:
+		m.HandlerRecords[metrics.OutcomeFailed].Inc()
+		delay := s.backoffFor(d.Attempt)
+		s.logger.Warn("handler failed; retrying after backoff", "subscription", s.name,
+			"seq", d.Seq, "attempt", d.Attempt, "retry_after", delay, "err", o.Err)
+		return s.redeliver(ctx, d, delay)
+	}
+	return fmt.Errorf("unknown outcome %d", o.Kind)
+}
+
+// backoffFor is the backoff step for a delivery's attempt: the first step
+// after the first attempt, the last step repeating.
+func (s *settler) backoffFor(attempt uint64) time.Duration {
+	return s.backoff[min(max(attempt, 1), uint64(len(s.backoff)))-1]
+}
+
+// redeliver is settlement.md §4.1 redeliver: the cap is checked first.
+func (s *settler) redeliver(ctx context.Context, d *Delivery, delay time.Duration) error {
+	attempt := d.Attempt
+	switch {
+	case s.maxAttempts > 0 && attempt >= uint64(s.maxAttempts):
+		if s.deadLetter != "" {
+			s.logger.Warn("retry attempts exhausted; publishing the delivery to the dead-letter destination",
+				"subscription", s.name, "attempt", attempt, "dead_letter", s.deadLetter)
+			return s.deadLetterCopy(ctx, d)
+		}
+		s.logger.Warn("retry attempts exhausted and no dead-letter destination is declared; rejecting the delivery",
+			"subscription", s.name, "attempt", attempt)
+		s.unsupported.report("reject", d)
+		s.metrics.Unsupported[metrics.OperationReject].Inc()
+		s.metrics.Rejects.Inc()
+		return nil
+	case s.maxAttempts == 0 && s.deadLetter != "":
+		return s.deadLetterCopy(ctx, d)
+	}
+	h := s.copyHeaders(d, true)
+	if delay == 0 {
+		if err := s.copies.publish(ctx, s.retryKey, h, d.Payload); err != nil {
+			s.metrics.CopyErrors.Inc()
+			return &errCopy{s.retryKey, err}
+		}
+		s.metrics.RetriesAppended.Inc()
+		return nil
+	}
+	if err := s.copies.schedule(s.retryKey, h, d.Payload, s.now().Add(delay)); err != nil {
+		s.metrics.CopyErrors.Inc()
+		return &errCopy{s.retryKey, err}
+	}
+	s.metrics.RetriesScheduled.Inc()
+	return nil
+}
+
+func (s *settler) deadLetterCopy(ctx context.Context, d *Delivery) error {
+	if err := s.copies.publish(ctx, s.deadLetter, s.copyHeaders(d, false), d.Payload); err != nil {
+		s.metrics.CopyErrors.Inc()
+		return &errCopy{s.deadLetter, err}
+	}
+	s.metrics.DeadLetters.Inc()
+	return nil
+}
+
+// copyHeaders clones the delivery's headers (stream-sequence included) and
+// sets the incremented retry count (settlement.md §4.2). Retry copies also
+// carry the origin; dead letters do not, so that any subscription of the
+// dead-letter key sees them.
+func (s *settler) copyHeaders(d *Delivery, retry bool) envelope.Headers {
+	h := envelope.NextAttemptHeaders(d.Headers)
+	if retry && s.origin {
+		h.Set(OriginHeader, []byte(s.name))
+	}
+	return h
+}
+
+// unsupportedLog reports settlements the transport cannot perform: every
+// one (L1 of settlement.md §6) with "every", otherwise the first per
+// outcome and then a summary at most once a minute.
+type unsupportedLog struct {
+	name   string
+	every  bool
+	logger *slog.Logger
+	now    func() time.Time
+
+	mu       sync.Mutex
+	seen     map[string]bool
+	pending  map[string]int // counted since the last summary
+	lastSum  time.Time
+	interval time.Duration
+}
+
+func newUnsupportedLog(name string, every bool, logger *slog.Logger, now func() time.Time) *unsupportedLog {
+	return &unsupportedLog{name: name, every: every, logger: logger, now: now,
+		seen: map[string]bool{}, pending: map[string]int{}, lastSum: now(), interval: time.Minute}
+}
+
+func (u *unsupportedLog) report(op string, d *Delivery) {
+	if u.every {
+		u.logger.Warn("ack / nack failed", "subscription", u.name, "error", unsupportedError, "seq", d.Seq)
+		return
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if !u.seen[op] {
+		u.seen[op] = true
+		u.logger.Warn("ack / nack failed", "subscription", u.name, "error", unsupportedError, "outcome", op,
+			"seq", d.Seq, "note", "logged once per outcome; counted in streamd_handler_unsupported_total")
+		return
+	}
+	u.pending[op]++
+	if now := u.now(); now.Sub(u.lastSum) >= u.interval {
+		u.summary(now)
+	}
+}
+
+// summary logs and resets the counts since the last summary. u.mu is held.
+func (u *unsupportedLog) summary(now time.Time) {
+	attrs := []any{"subscription", u.name, "error", unsupportedError}
+	for op, n := range u.pending {
+		attrs = append(attrs, op, strconv.Itoa(n))
+	}
+	u.logger.Info("unsupported settlements since the last summary", attrs...)
+	clear(u.pending)
+	u.lastSum = now
+}

@@ -1,0 +1,124 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/streamd/streamd/envelope"
+	"github.com/streamd/streamd/retrytimer"
+	"github.com/streamd/streamd/streamfile"
+)
+
+// reservedKey is the stream key of the reference runtime's priming record;
+// it is never delivered (settlement.md §7.2).
+const reservedKey = "ruststream-internal"
+
+// stream is one configured stream file, opened for appending copies. Its
+// writer is shared by the subscriptions of the stream and by the retry
+// queue, so appends are serialised here; each append also takes the file's
+// flock inside the writer.
+type stream struct {
+	cfg StreamConfig
+
+	mu    sync.Mutex
+	w     *streamfile.Writer
+	dirty bool // appended since the last sync
+}
+
+// openStream opens (and, with create, makes) the stream file. A file of at
+// most 128 bytes gets the reference runtime's priming record, so that files
+// stay interchangeable with it (settlement.md §7.2, checklist 31).
+func openStream(cfg StreamConfig) (*stream, error) {
+	if !cfg.Create {
+		if _, err := os.Stat(cfg.Path); err != nil {
+			return nil, fmt.Errorf("stream %q: %w (create = false: the file must exist)", cfg.Name, err)
+		}
+	}
+	w, err := streamfile.OpenWriter(cfg.Path, streamfile.CreateOptions{
+		Create: cfg.Create,
+		Header: streamfile.Header{
+			FileName:       truncateName(filepath.Base(cfg.Path)),
+			CreatedAtMs:    uint64(time.Now().UnixMilli()),
+			BeaconInterval: uint32(cfg.BeaconInterval),
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("stream %q: %w", cfg.Name, err)
+	}
+	s := &stream{cfg: cfg, w: w}
+	if w.Size() <= streamfile.HeaderSize+7 { // a header, and the empty beacon of a 128-byte interval
+		if err := s.append(reservedKey, nil, []byte("1")); err != nil {
+			return nil, errors.Join(err, w.Close())
+		}
+	}
+	return s, nil
+}
+
+// truncateName shortens a file name to what the header can hold.
+func truncateName(name string) string {
+	if len(name) > streamfile.MaxFileNameLen {
+		return name[:streamfile.MaxFileNameLen]
+	}
+	return name
+}
+
+// append writes one record under key with the next sequence of the key.
+func (s *stream) append(key string, h envelope.Headers, payload []byte) error {
+	f := []streamfile.Frame{{
+		Key:         key,
+		TimestampMs: uint64(time.Now().UnixMilli()),
+		Payload:     envelope.Encode(h, payload, false),
+	}}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.w.Publish(f); err != nil {
+		return fmt.Errorf("stream %q: %w", s.cfg.Name, err)
+	}
+	s.dirty = true
+	return nil
+}
+
+// sync makes the appended copies durable; a commit that moves a position
+// past a copy calls it first (Invariant 2).
+func (s *stream) sync() error {
+	s.mu.Lock()
+	dirty := s.dirty
+	s.dirty = false
+	s.mu.Unlock()
+	if !dirty {
+		return nil
+	}
+	if err := s.w.Sync(); err != nil {
+		s.mu.Lock()
+		s.dirty = true
+		s.mu.Unlock()
+		return fmt.Errorf("stream %q: %w", s.cfg.Name, err)
+	}
+	return nil
+}
+
+func (s *stream) close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return errors.Join(s.w.Sync(), s.w.Close())
+}
+
+// fileCopies publishes a file subscription's copies into its stream: now,
+// or through the durable retry queue.
+type fileCopies struct {
+	stream *stream
+	queue  *retrytimer.Queue
+}
+
+func (c fileCopies) publish(_ context.Context, key string, h envelope.Headers, payload []byte) error {
+	return c.stream.append(key, h, payload)
+}
+
+func (c fileCopies) schedule(key string, h envelope.Headers, payload []byte, due time.Time) error {
+	return c.queue.Schedule(retrytimer.Copy{Stream: c.stream.cfg.Name, Key: key, Headers: h, Payload: payload}, due)
+}

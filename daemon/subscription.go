@@ -1,0 +1,262 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/streamd/streamd/envelope"
+	"github.com/streamd/streamd/metrics"
+	"github.com/streamd/streamd/offsets"
+	"github.com/streamd/streamd/tail"
+)
+
+// trackerWindow bounds the records in flight per subscription: a slow
+// handler slows its reader instead of growing memory (Invariant 5).
+const trackerWindow = 4096
+
+// subscription follows one stream file and hands the records of its key to
+// its handler, settling each outcome and storing the position of the
+// longest settled prefix (Invariant 1).
+type subscription struct {
+	cfg     SubscriptionConfig
+	stream  *stream
+	handler Handler
+	settler *settler
+	store   *offsets.Store
+	names   *atomic.Pointer[map[string]bool] // the daemon's subscription names, for the origin filter
+	logger  *slog.Logger
+	metrics *metrics.SubscriptionMetrics
+	// busySince is when the running delivery started (Unix ns), 0 when
+	// none runs: the watchdog's view of a handler that hangs.
+	busySince atomic.Int64
+
+	follower *tail.Follower
+	tracker  *offsets.Tracker
+	file     offsets.Identity // of the records the tracker holds
+}
+
+// job is one record handed to a worker when concurrency is above 1.
+type job struct {
+	d      Delivery
+	ticket offsets.Ticket
+}
+
+// run reads until ctx ends, the replay finishes, or the subscription fails.
+// Handlers run with hctx, which the daemon ends at the shutdown deadline, so
+// that deliveries in flight when reading stops can finish. A nil error means
+// it stopped as asked or finished its replay.
+func (s *subscription) run(ctx, hctx context.Context) error {
+	defer s.follower.Close()
+	workers := max(s.cfg.Concurrency, 1)
+	jobs := make(chan job)
+	var wg sync.WaitGroup
+	errc := make(chan error, workers)
+	if workers > 1 {
+		for range workers {
+			wg.Go(func() {
+				for j := range jobs {
+					if err := s.deliver(hctx, &j.d, j.ticket); err != nil {
+						errc <- err
+						return
+					}
+				}
+			})
+		}
+	}
+	err := s.read(ctx, hctx, jobs, errc)
+	close(jobs)
+	wg.Wait()
+	if err == nil {
+		select {
+		case err = <-errc:
+		default:
+		}
+	}
+	return err
+}
+
+// read is the reader loop: records in file order, each begun in the tracker
+// before it is handed out.
+func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job, errc <-chan error) error {
+	var delivery Delivery
+	for {
+		rec, err := s.follower.Next(ctx)
+		switch {
+		case errors.Is(err, io.EOF):
+			return nil // the replay finished, or the stream ended
+		case ctx.Err() != nil:
+			return nil
+		case err != nil:
+			return fmt.Errorf("subscription %q: %w", s.cfg.Name, err)
+		}
+		select {
+		case err := <-errc:
+			return err
+		default:
+		}
+		if rec.File != s.file {
+			// Another file: its offsets start over, so settle everything of
+			// the old one first.
+			if err := s.tracker.Wait(ctx); err != nil {
+				return nil
+			}
+			s.file = rec.File
+			s.tracker = offsets.NewTracker(offsets.Mark{Offset: rec.Offset}, trackerWindow)
+		}
+		if !s.wanted(rec) {
+			// Passed over: settled at once, with the sequence of the last
+			// record of the key, which the stored position names.
+			ticket, err := s.tracker.Begin(ctx, rec.Offset, rec.End, s.tracker.Committable().Seq)
+			if err != nil {
+				return nil // ctx ended while the window was full
+			}
+			s.settled(ticket)
+			continue
+		}
+		ticket, err := s.tracker.Begin(ctx, rec.Offset, rec.End, rec.Seq)
+		if err != nil {
+			return nil
+		}
+		s.metrics.LastRecordTimestamp.Set(float64(rec.TimestampMs) / 1000)
+		d := &delivery
+		headers, payload := envelope.Decode(rec.Payload)
+		if origin, ok := headers.Get(OriginHeader); ok && string(origin) != s.cfg.Name && (*s.names.Load())[string(origin)] {
+			s.metrics.HandlerRecords[metrics.OutcomeForeignCopy].Inc()
+			s.settled(ticket)
+			continue
+		}
+		headers.SetSequence(rec.Seq)
+		*d = Delivery{
+			Subscription: s.cfg.Name, Key: rec.Key, Shard: rec.Shard, Seq: rec.Seq, TimestampMs: rec.TimestampMs,
+			Headers: headers, Payload: payload, Attempt: envelope.RetryCount(headers) + 1,
+		}
+		if s.cfg.Concurrency <= 1 {
+			if err := s.deliver(hctx, d, ticket); err != nil {
+				return err
+			}
+			continue
+		}
+		if len(headers) == 0 {
+			d.Payload = bytes.Clone(payload) // a plain payload aliases the reader's buffer
+		}
+		select {
+		case jobs <- job{*d, ticket}:
+		case err := <-errc:
+			return err
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// wanted reports whether rec is for this subscription's handler.
+func (s *subscription) wanted(rec *tail.Record) bool {
+	return rec.Key == s.cfg.Key && rec.Key != reservedKey && !rec.IsEOS()
+}
+
+// deliver runs the handler and settles its outcome. A copy that cannot be
+// written is retried with the backoff until it is, or until the daemon
+// stops: then the record stays unsettled and is read again after a restart.
+func (s *subscription) deliver(ctx context.Context, d *Delivery, ticket offsets.Ticket) error {
+	o, err := s.handle(ctx, d)
+	if err != nil {
+		return err
+	}
+	for attempt := uint64(1); ; attempt++ {
+		err := s.settler.settle(ctx, d, o)
+		if err == nil {
+			s.settled(ticket)
+			return nil
+		}
+		wait := s.settler.backoffFor(attempt)
+		s.logger.Error("publishing the copy failed; the record stays unsettled and is retried", "subscription", s.cfg.Name,
+			"seq", d.Seq, "retry_in", wait, "err", err)
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// settled marks a record final and stores the committable position.
+func (s *subscription) settled(ticket offsets.Ticket) {
+	if err := s.tracker.Settle(ticket); err != nil {
+		s.logger.Error("settling a record", "subscription", s.cfg.Name, "err", err)
+		return
+	}
+	m := s.tracker.Committable()
+	if err := s.store.Set(s.cfg.Name, offsets.Position{Stream: s.stream.cfg.Path, File: s.file, Offset: m.Offset, LastSeq: m.Seq}); err != nil {
+		s.logger.Error("storing the position", "subscription", s.cfg.Name, "err", err)
+	}
+	s.metrics.Position.Set(float64(m.Offset))
+}
+
+// handle runs the handler, timing it. A panic is the fail-fast policy of
+// settlement.md §5: logged (L7), the record stays unsettled, and the error
+// stops the daemon, which exits non-zero.
+func (s *subscription) handle(ctx context.Context, d *Delivery) (o Outcome, err error) {
+	start := time.Now()
+	s.busySince.Store(start.UnixNano())
+	defer func() {
+		s.busySince.Store(0)
+		s.metrics.HandlerDuration.Observe(time.Since(start).Seconds())
+		if p := recover(); p != nil {
+			s.metrics.HandlerRecords[metrics.OutcomePanic].Inc()
+			s.logger.Error("handler panicked", "subscription", s.cfg.Name, "panic", fmt.Sprint(p))
+			err = &panicError{subscription: s.cfg.Name, value: p}
+		}
+	}()
+	return s.handler.Handle(ctx, d), nil
+}
+
+// panicError ends the daemon after a handler panicked.
+type panicError struct {
+	subscription string
+	value        any
+}
+
+func (e *panicError) Error() string {
+	return fmt.Sprintf("subscription %q: handler panicked: %v", e.subscription, e.value)
+}
+
+// tailObserver counts what a subscription's follower reads and what
+// happens to its file.
+type tailObserver struct {
+	sub    *metrics.SubscriptionMetrics
+	stream *metrics.StreamMetrics
+}
+
+func (o tailObserver) Read(records, bytes int64) {
+	o.sub.RecordsRead.Add(float64(records))
+	o.sub.ReadBytes.Add(float64(bytes))
+}
+
+func (o tailObserver) Event(e tail.Event) {
+	switch e {
+	case tail.EventOverflow:
+		o.stream.WatchOverflows.Inc()
+		o.sub.ReadErrors[metrics.ReasonOverflow].Inc()
+	case tail.EventPollRead:
+		o.stream.PollReads.Inc()
+	case tail.EventTruncated:
+		o.sub.ReadErrors[metrics.ReasonTruncation].Inc()
+	case tail.EventReplaced:
+		o.sub.ReadErrors[metrics.ReasonReplacement].Inc()
+	case tail.EventRemoved:
+		o.sub.ReadErrors[metrics.ReasonRemoval].Inc()
+	case tail.EventTornTail:
+		o.sub.ReadErrors[metrics.ReasonTornTail].Inc()
+	case tail.EventChecksum:
+		o.sub.ReadErrors[metrics.ReasonChecksum].Inc()
+	case tail.EventFormat:
+		o.sub.ReadErrors[metrics.ReasonFormat].Inc()
+	}
+}

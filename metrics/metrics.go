@@ -1,0 +1,259 @@
+package metrics
+
+import (
+	"cmp"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+const namespace = "streamd"
+
+// The label names.
+const (
+	labelStream       = "stream"
+	labelSubscription = "subscription"
+	labelReason       = "reason"
+	labelOutcome      = "outcome"
+	labelOperation    = "operation"
+	labelResult       = "result"
+)
+
+var (
+	// handlerBuckets span 1 ms to about 33 s: a local HTTP call or a
+	// process start at the low end, handler timeouts at the high end.
+	handlerBuckets = prometheus.ExponentialBuckets(0.001, 2, 16)
+	// commitBuckets are etcd's WAL fsync buckets, 1 ms to about 8 s.
+	commitBuckets = prometheus.ExponentialBuckets(0.001, 2, 14)
+)
+
+// BuildInfo is what streamd_build_info says about the binary. An empty
+// Version or Revision is exposed as "unknown", an empty GoVersion as
+// [runtime.Version].
+type BuildInfo struct {
+	Version   string
+	Revision  string
+	GoVersion string
+}
+
+// NewRegistry returns a registry with the Go runtime and process
+// collectors registered, for [New] and [NewServer].
+func NewRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	registerRuntime(reg)
+	return reg
+}
+
+// registerRuntime registers the Go runtime and process collectors.
+func registerRuntime(reg prometheus.Registerer) {
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+}
+
+// Metrics is streamd's metric catalog (see the package documentation).
+// Its methods and the handles it returns are safe for concurrent use.
+type Metrics struct {
+	health *Health
+
+	// Per stream.
+	streamSize     *prometheus.GaugeVec
+	watchOverflows *prometheus.CounterVec
+	pollReads      *prometheus.CounterVec
+
+	// Per subscription.
+	recordsRead      *prometheus.CounterVec
+	readBytes        *prometheus.CounterVec
+	readErrors       *prometheus.CounterVec
+	position         *prometheus.GaugeVec
+	lastRecord       *prometheus.GaugeVec
+	handlerRecords   *prometheus.CounterVec
+	unsupported      *prometheus.CounterVec
+	handlerDuration  *prometheus.HistogramVec
+	retriesScheduled *prometheus.CounterVec
+	retriesPending   *prometheus.GaugeVec
+	retriesAppended  *prometheus.CounterVec
+	deadLetters      *prometheus.CounterVec
+	rejects          *prometheus.CounterVec
+	copyErrors       *prometheus.CounterVec
+	up               *prometheus.GaugeVec
+
+	streamVecs, subscriptionVecs []*prometheus.MetricVec
+
+	commitSuccess    prometheus.Counter
+	commitFailure    prometheus.Counter
+	commitDuration   prometheus.Histogram
+	reloadSuccessful prometheus.Gauge
+	reloadTimestamp  prometheus.Gauge
+
+	mu            sync.Mutex
+	streams       map[string]*StreamMetrics
+	subscriptions map[string]*SubscriptionMetrics
+}
+
+// New creates the catalog and registers it with reg; a nil reg registers
+// nothing. It panics, as [prometheus.Registerer.MustRegister] does, if reg
+// already holds metrics of the same names. The process-wide series
+// (commits, config reload, build info) start at once; per-stream and
+// per-subscription series start when [Metrics.Stream] and
+// [Metrics.Subscription] create their handles.
+func New(reg prometheus.Registerer, build BuildInfo) *Metrics {
+	f := promauto.With(reg)
+	streamLabels := []string{labelStream}
+	readLabels := []string{labelStream, labelSubscription}
+	subLabels := []string{labelSubscription}
+	m := &Metrics{
+		health: &Health{subscriptions: make(map[string]*healthState)},
+
+		streamSize: f.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "stream_size_bytes",
+			Help: "Size of the stream file, as last seen by its readers.",
+		}, streamLabels),
+		watchOverflows: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "watch_overflows_total",
+			Help: "Overflows of the file notification queue while following the stream file.",
+		}, streamLabels),
+		pollReads: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "poll_reads_total",
+			Help: "Changes of the stream file found by polling rather than by a notification.",
+		}, streamLabels),
+
+		recordsRead: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "records_read_total",
+			Help: "Records read for the subscription.",
+		}, readLabels),
+		readBytes: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "read_bytes_total",
+			Help: "Bytes of the stream file read for the subscription.",
+		}, readLabels),
+		readErrors: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "read_errors_total",
+			Help: "Problems met while reading for the subscription, by reason.",
+		}, []string{labelStream, labelSubscription, labelReason}),
+		position: f.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "stream_position_bytes",
+			Help: "Committed position of the subscription in the stream file.",
+		}, readLabels),
+		lastRecord: f.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "stream_last_record_timestamp_seconds",
+			Help: "Timestamp of the last record read for the subscription, 0 before the first.",
+		}, readLabels),
+		handlerRecords: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "handler_records_total",
+			Help: "Deliveries of the subscription, by outcome.",
+		}, []string{labelSubscription, labelOutcome}),
+		unsupported: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "handler_unsupported_total",
+			Help: "Settlements the transport cannot perform, by operation.",
+		}, []string{labelSubscription, labelOperation}),
+		handlerDuration: f.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "handler_duration_seconds",
+			Help:    "Time the subscription's handler took per delivery.",
+			Buckets: handlerBuckets,
+		}, subLabels),
+		retriesScheduled: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "retries_scheduled_total",
+			Help: "Delayed retry copies put in the retry spool.",
+		}, subLabels),
+		retriesPending: f.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "retries_pending",
+			Help: "Delayed retry copies waiting in the retry spool.",
+		}, subLabels),
+		retriesAppended: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "retries_appended_total",
+			Help: "Retry copies written to their destination.",
+		}, subLabels),
+		deadLetters: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "dead_letters_total",
+			Help: "Copies written to the dead-letter key.",
+		}, subLabels),
+		rejects: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "rejects_total",
+			Help: "Deliveries rejected at the retry cap with no dead-letter key.",
+		}, subLabels),
+		copyErrors: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "copy_errors_total",
+			Help: "Retry or dead-letter copies that could not be written.",
+		}, subLabels),
+		up: f.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "subscription_up",
+			Help: "Whether the subscription is healthy (1) or not (0).",
+		}, subLabels),
+
+		commitDuration: f.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "offset_commit_duration_seconds",
+			Help:    "Time a commit of the positions to the sidecar took, fsyncs included.",
+			Buckets: commitBuckets,
+		}),
+		reloadSuccessful: f.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "config_last_reload_successful",
+			Help: "Whether the last configuration load or reload succeeded (1) or not (0).",
+		}),
+		reloadTimestamp: f.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "config_last_reload_success_timestamp_seconds",
+			Help: "Timestamp of the last successful configuration load or reload.",
+		}),
+
+		streams:       make(map[string]*StreamMetrics),
+		subscriptions: make(map[string]*SubscriptionMetrics),
+	}
+	commits := f.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "offset_commits_total",
+		Help: "Commits of the positions to the sidecar, by result.",
+	}, []string{labelResult})
+	m.commitSuccess = commits.WithLabelValues(resultSuccess)
+	m.commitFailure = commits.WithLabelValues(resultFailure)
+
+	f.NewGauge(prometheus.GaugeOpts{
+		Namespace: namespace, Name: "build_info",
+		Help: "Always 1; the labels say which streamd this is.",
+		ConstLabels: prometheus.Labels{
+			"version":   cmp.Or(build.Version, "unknown"),
+			"revision":  cmp.Or(build.Revision, "unknown"),
+			"goversion": cmp.Or(build.GoVersion, runtime.Version()),
+		},
+	}).Set(1)
+
+	m.streamVecs = []*prometheus.MetricVec{m.streamSize.MetricVec, m.watchOverflows.MetricVec, m.pollReads.MetricVec}
+	m.subscriptionVecs = []*prometheus.MetricVec{
+		m.recordsRead.MetricVec, m.readBytes.MetricVec, m.readErrors.MetricVec,
+		m.position.MetricVec, m.lastRecord.MetricVec,
+		m.handlerRecords.MetricVec, m.unsupported.MetricVec, m.handlerDuration.MetricVec,
+		m.retriesScheduled.MetricVec, m.retriesPending.MetricVec, m.retriesAppended.MetricVec,
+		m.deadLetters.MetricVec, m.rejects.MetricVec, m.copyErrors.MetricVec, m.up.MetricVec,
+	}
+	return m
+}
+
+// Health returns the health of the subscriptions that have handles, for
+// [NewServer].
+func (m *Metrics) Health() *Health { return m.health }
+
+// ObserveCommit counts one commit of the positions to the sidecar, failed
+// when err is not nil, and observes how long it took (failed commits
+// included).
+func (m *Metrics) ObserveCommit(d time.Duration, err error) {
+	if err != nil {
+		m.commitFailure.Inc()
+	} else {
+		m.commitSuccess.Inc()
+	}
+	m.commitDuration.Observe(d.Seconds())
+}
+
+// ObserveReload records a configuration load or reload that ended at the
+// given time, failed when err is not nil. Call it for the first load too.
+// A failure leaves the timestamp of the last success as it was.
+func (m *Metrics) ObserveReload(at time.Time, err error) {
+	if err != nil {
+		m.reloadSuccessful.Set(0)
+		return
+	}
+	m.reloadSuccessful.Set(1)
+	m.reloadTimestamp.Set(float64(at.UnixNano()) / 1e9)
+}

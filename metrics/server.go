@@ -1,0 +1,161 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+const (
+	// shutdownTimeout bounds how long Run waits for requests in flight
+	// once its context is done.
+	shutdownTimeout = 5 * time.Second
+	// readHeaderTimeout bounds how long a client may take to send its
+	// request headers.
+	readHeaderTimeout = 10 * time.Second
+)
+
+// Server is the HTTP listener of /metrics and /healthz:
+//
+//	GET /metrics   the exposition of the gatherer, in the Prometheus text format
+//	GET /healthz   200 "ok" while every subscription is healthy, else 503
+//	               with one line per unhealthy subscription ([Health.Err])
+//
+// [Server.Listen] binds the address, so that a bad address fails before
+// the daemon reports that it is ready; [Server.Run] serves until its
+// context is done. Listen, Run and Close are called from one goroutine.
+type Server struct {
+	listen  string
+	handler http.Handler
+	logger  *slog.Logger
+	ln      net.Listener
+}
+
+// NewServer returns a server for the host:port listen that serves reg and
+// health; it starts nothing. A nil health is always healthy, a nil logger
+// discards.
+func NewServer(listen string, reg prometheus.Gatherer, health *Health, logger *slog.Logger) *Server {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	logger = logger.With("component", "metrics")
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorLog:      errorLog{logger},
+		ErrorHandling: promhttp.ContinueOnError,
+	}))
+	mux.Handle("GET /healthz", healthHandler(health))
+	return &Server{listen: listen, handler: mux, logger: logger}
+}
+
+// healthHandler serves /healthz.
+func healthHandler(h *Health) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		if err := h.Err(); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, err.Error()+"\n")
+			return
+		}
+		_, _ = io.WriteString(w, "ok\n")
+	})
+}
+
+// errorLog logs the errors of gathering and serving metrics.
+type errorLog struct{ logger *slog.Logger }
+
+func (l errorLog) Println(v ...any) {
+	l.logger.Error("serving metrics failed", "err", fmt.Sprint(v...))
+}
+
+// Listen binds the listen address. The error names the address, such as
+// "metrics: listen on 127.0.0.1:9464: address already in use", and
+// matches the system error with [errors.Is].
+func (s *Server) Listen() error {
+	if s.ln != nil {
+		return fmt.Errorf("metrics: listen on %s: already listening", s.listen)
+	}
+	ln, err := net.Listen("tcp", s.listen)
+	if err != nil {
+		var opErr *net.OpError
+		if errors.As(err, &opErr) {
+			err = opErr.Err
+		}
+		var sysErr *os.SyscallError
+		if errors.As(err, &sysErr) {
+			err = sysErr.Err
+		}
+		return fmt.Errorf("metrics: listen on %s: %w", s.listen, err)
+	}
+	s.ln = ln
+	return nil
+}
+
+// Addr returns the address the server listens on, with the port the
+// system chose for port 0, or "" before [Server.Listen].
+func (s *Server) Addr() string {
+	if s.ln == nil {
+		return ""
+	}
+	return s.ln.Addr().String()
+}
+
+// Run serves on the listener, calling [Server.Listen] first if it was not
+// called, until ctx is done. It then stops accepting, lets requests in
+// flight finish for up to 5 s, and returns nil. It returns an error if the
+// listener cannot be bound or fails, or if requests were still in flight
+// after those 5 s (they are cut off). Run is called once, and closes the
+// listener when it returns.
+func (s *Server) Run(ctx context.Context) error {
+	if s.ln == nil {
+		if err := s.Listen(); err != nil {
+			return err
+		}
+	}
+	addr := s.Addr()
+	srv := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(s.ln) }()
+	s.logger.Info("listening", "address", addr)
+
+	select {
+	case err := <-served:
+		return errors.Join(fmt.Errorf("metrics: serve on %s: %w", addr, err), srv.Close())
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	if err != nil {
+		err = fmt.Errorf("metrics: shut down %s: %w", addr, errors.Join(err, srv.Close()))
+	}
+	<-served // http.ErrServerClosed
+	return err
+}
+
+// Close closes the listener of a server that [Server.Listen] bound but
+// that will not [Server.Run], such as when startup fails after Listen. It
+// does nothing after Run.
+func (s *Server) Close() error {
+	if s.ln == nil {
+		return nil
+	}
+	if err := s.ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+		return fmt.Errorf("metrics: close %s: %w", s.listen, err)
+	}
+	return nil
+}

@@ -1,0 +1,635 @@
+package tail
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/streamd/streamd/offsets"
+	"github.com/streamd/streamd/streamfile"
+)
+
+// DefaultPollInterval is how often a follower looks at the file when no
+// notification arrives.
+const DefaultPollInterval = time.Second
+
+// flushBytes is how many bytes a follower reads between two reports to the
+// [Observer] while it catches up.
+const flushBytes = 1 << 20
+
+// ErrClosed is returned by [Follower.Next] after [Follower.Close].
+var ErrClosed = errors.New("tail: follower is closed")
+
+// Options configure a [Follower].
+type Options struct {
+	// Path is the stream file to follow. It must exist when [New] is
+	// called. Its directory is watched, so that a file replaced at the path
+	// is noticed.
+	Path string
+	// Key is the stream key that seq: and time: starts look for.
+	Key string
+	// Start is where to begin when Resume does not apply.
+	Start Start
+	// Resume is a stored position. It applies when the file at Path has the
+	// identity Resume.File. Otherwise the file is another one than the
+	// position was stored for, and it is read from its beginning (logged,
+	// and counted as [EventReplaced]).
+	Resume *Position
+	// Replay reads to the end of the data (or the end-of-stream frame) and
+	// finishes there, instead of following the file as it grows.
+	Replay bool
+	// PollInterval is how long the follower waits for a notification
+	// before it looks at the file anyway. Zero means [DefaultPollInterval].
+	PollInterval time.Duration
+	// PollOnly turns notifications off: the file is only looked at every
+	// PollInterval.
+	PollOnly bool
+	// OnCorrupt says what happens at a corrupt frame.
+	OnCorrupt CorruptPolicy
+	// Logger receives the follower's log lines; nil discards them.
+	Logger *slog.Logger
+	// Observer is told what the follower reads and what happens to the
+	// file; nil ignores it.
+	Observer Observer
+}
+
+// CorruptPolicy says what a [Follower] does at a frame whose checksum does
+// not match, or at bytes that are not a frame.
+type CorruptPolicy uint8
+
+const (
+	// SkipCorrupt counts and logs the damage and reads on: after the frame
+	// when its framing is intact, otherwise from the first frame after the
+	// next beacon.
+	SkipCorrupt CorruptPolicy = iota
+	// StopOnCorrupt makes [Follower.Next] return the error, now and on
+	// every later call.
+	StopOnCorrupt
+)
+
+// Position is a place in one particular stream file.
+type Position struct {
+	// File is the identity of the file the offset belongs to.
+	File offsets.Identity
+	// Offset is where the next frame starts.
+	Offset int64
+}
+
+// Record is a frame as a [Follower] delivers it: the frame, where it was
+// found, and in which file.
+type Record struct {
+	streamfile.Record
+	// File is the identity of the file the record was read from.
+	File offsets.Identity
+}
+
+// file is what a follower needs of an open stream file.
+type file interface {
+	io.ReaderAt
+	Stat() (os.FileInfo, error)
+	Close() error
+}
+
+func openFile(name string) (file, error) { return os.Open(name) }
+
+// testHooks let the tests of this package act at given points.
+type testHooks struct {
+	beforeWait func() // in Next, before it blocks
+	onEvent    func() // in the watch goroutine, before each notification is handled
+	open       func(string) (file, error)
+}
+
+// Follower reads the records of one stream file as the file grows, and
+// follows the path through truncation, replacement and removal; see the
+// package documentation.
+//
+// A Follower is not safe for concurrent use: one goroutine calls Next, and
+// Close once Next has returned.
+type Follower struct {
+	opts   Options
+	path   string // absolute
+	dir    string // watched directory
+	target string // path as notifications name it
+	log    *slog.Logger
+	obs    Observer
+	hooks  testHooks
+
+	f       file
+	id      offsets.Identity
+	hdr     streamfile.Header
+	rawHdr  [streamfile.HeaderSize]byte
+	dec     *streamfile.Decoder // nil until the header is complete
+	started bool                // the start position was applied
+	pending *streamfile.Target  // pass over frames until one reaches it
+	skipAt  int64               // >= 0: find the first frame boundary after this offset (after a format error)
+
+	lastSize int64 // file size at the last look
+	draining bool  // the path names another file: read this one to its end, then switch
+	removed  bool  // the path is gone
+	missing  limiter
+
+	rec Record
+	err error // returned by every later Next: io.EOF after the end of stream, ErrClosed, or a fatal error
+
+	records   int64 // delivered since the last report to the Observer
+	reportPos int64 // read position at the last report
+
+	watch    *watcher // nil until the first wait, and with PollOnly
+	watching bool     // the directory is being watched
+	watchLog limiter
+	timer    *time.Timer
+	corrupt  limiter
+}
+
+// New opens the file at opts.Path and finds where reading starts. It starts
+// no goroutine; [Follower.Next] sets up the watch when it first has to wait.
+// If the header is not complete yet, a live follower waits for it in Next,
+// and resolves the start position then.
+func New(opts Options) (*Follower, error) {
+	return newFollower(opts, testHooks{})
+}
+
+func newFollower(opts Options, hooks testHooks) (*Follower, error) {
+	if opts.Path == "" {
+		return nil, errors.New("tail: no path to follow")
+	}
+	if opts.Start.needsKey() && opts.Key == "" {
+		return nil, fmt.Errorf("tail: start position %s needs a stream key", opts.Start)
+	}
+	if opts.Key != "" {
+		if err := streamfile.ValidKey(opts.Key); err != nil {
+			return nil, fmt.Errorf("tail: %w", err)
+		}
+	}
+	if opts.PollInterval < 0 {
+		return nil, fmt.Errorf("tail: poll interval %v is negative", opts.PollInterval)
+	}
+	if opts.PollInterval == 0 {
+		opts.PollInterval = DefaultPollInterval
+	}
+	if opts.OnCorrupt > StopOnCorrupt {
+		return nil, fmt.Errorf("tail: unknown corrupt-frame policy %d", opts.OnCorrupt)
+	}
+	abs, err := filepath.Abs(opts.Path)
+	if err != nil {
+		return nil, fmt.Errorf("tail: %w", err)
+	}
+	if hooks.open == nil {
+		hooks.open = openFile
+	}
+	fl := &Follower{
+		opts:   opts,
+		path:   abs,
+		dir:    filepath.Dir(abs),
+		log:    opts.Logger,
+		obs:    opts.Observer,
+		hooks:  hooks,
+		skipAt: -1,
+	}
+	// fsnotify names events as the watched path, a slash and the name.
+	fl.target = fl.dir + "/" + filepath.Base(abs)
+	if fl.log == nil {
+		fl.log = slog.New(slog.DiscardHandler)
+	}
+	fl.log = fl.log.With("component", "tail", "path", abs)
+	if fl.obs == nil {
+		fl.obs = nopObserver{}
+	}
+	fl.f, err = hooks.open(abs)
+	if err != nil {
+		return nil, fmt.Errorf("tail: %w", err)
+	}
+	if _, err := fl.readHeader(); err != nil {
+		return nil, errors.Join(err, fl.f.Close())
+	}
+	return fl, nil
+}
+
+// Header returns the header of the file records are read from, or the zero
+// Header while it is incomplete.
+func (fl *Follower) Header() streamfile.Header { return fl.hdr }
+
+// Position returns the file and offset where the next record will be read
+// from. Before the header of the file is complete, it is the zero Position.
+func (fl *Follower) Position() Position {
+	if fl.hdr.BeaconInterval == 0 {
+		return Position{}
+	}
+	return Position{File: fl.id, Offset: fl.pos()}
+}
+
+// Next returns the next record, waiting for it if needed. The record and its
+// payload are valid until the next call. Next returns:
+//   - io.EOF after the end-of-stream frame (which is returned as a record,
+//     see [streamfile.Frame.IsEOS]), and, in replay mode, at the end of the
+//     data;
+//   - ctx.Err() when ctx is done while it waits; while it catches up with a
+//     backlog, it notices ctx within a MiB of reading;
+//   - in replay mode, an error wrapping [streamfile.ErrTruncated] when the
+//     data ends inside a frame;
+//   - with [StopOnCorrupt], the [*streamfile.ChecksumError] or
+//     [*streamfile.FormatError], wrapped;
+//   - an error for a file that cannot be read, or a replacement file that is
+//     not a stream file.
+//
+// Every error but ctx.Err() is returned by every later call too.
+func (fl *Follower) Next(ctx context.Context) (*Record, error) {
+	if fl.err != nil {
+		return nil, fl.err
+	}
+	for {
+		if fl.dec == nil {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			ready, err := fl.prepare()
+			if err != nil {
+				return nil, fl.fail(err)
+			}
+			if !ready {
+				if err := fl.idle(ctx, io.EOF); err != nil {
+					return nil, err
+				}
+				continue
+			}
+		} else if fl.dec.Pos()-fl.reportPos >= flushBytes {
+			// Catching up: report, and notice a cancellation.
+			fl.report()
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+		}
+		rec, err := fl.dec.Next()
+		if err == nil {
+			if fl.pending != nil || rec.IsEOS() {
+				if !fl.deliver(rec) {
+					continue
+				}
+			}
+			fl.records++
+			if fl.err != nil { // the end of stream
+				fl.report()
+			}
+			fl.rec.Record = *rec
+			return &fl.rec, nil
+		}
+		var ce *streamfile.ChecksumError
+		var fe *streamfile.FormatError
+		switch {
+		case errors.Is(err, io.EOF), errors.Is(err, streamfile.ErrTruncated):
+			if err := fl.idle(ctx, err); err != nil {
+				return nil, err
+			}
+		case errors.As(err, &ce):
+			if fl.changedInPlace() {
+				continue
+			}
+			if err := fl.damaged(EventChecksum, err, ce.Offset); err != nil {
+				return nil, err
+			}
+		case errors.As(err, &fe):
+			if fl.changedInPlace() {
+				continue
+			}
+			if err := fl.damaged(EventFormat, err, fe.Offset); err != nil {
+				return nil, err
+			}
+			fl.skipAt, fl.dec = fl.dec.Pos(), nil
+		default:
+			return nil, fl.fail(fmt.Errorf("tail: %s: %w", fl.path, err))
+		}
+	}
+}
+
+// deliver decides about a record that is the end of stream, or that comes
+// while frames are passed over until one reaches the seek target.
+func (fl *Follower) deliver(rec *streamfile.Record) bool {
+	if rec.IsEOS() {
+		fl.err = io.EOF
+		fl.log.Info("end of stream", "offset", rec.Offset)
+		return true
+	}
+	if !reached(fl.pending, rec) {
+		return false
+	}
+	fl.pending = nil
+	return true
+}
+
+// fail makes err the answer to every later call of Next.
+func (fl *Follower) fail(err error) error {
+	fl.err = err
+	fl.report()
+	return err
+}
+
+// idle handles the end of the available data, where the decoder said err
+// (io.EOF, or ErrTruncated inside a frame): a replay finishes, a file that
+// was replaced is left for the new one, and otherwise the follower waits.
+// It returns nil when Next should read again.
+func (fl *Follower) idle(ctx context.Context, err error) error {
+	if fl.draining {
+		return fl.switchFile(err)
+	}
+	if fl.opts.Replay {
+		if errors.Is(err, streamfile.ErrTruncated) {
+			return fl.fail(fmt.Errorf("tail: %s: file of %d bytes ends inside the frame at offset %d: %w", fl.path, fl.size(), fl.pos(), err))
+		}
+		fl.log.Debug("replay finished", "offset", fl.pos())
+		return fl.fail(io.EOF)
+	}
+	return fl.wait(ctx)
+}
+
+// pos returns the read position: where the next frame starts, or the
+// damaged bytes being skipped; 0 before the header is read.
+func (fl *Follower) pos() int64 {
+	switch {
+	case fl.dec != nil:
+		return fl.dec.Pos()
+	case fl.skipAt >= 0:
+		return fl.skipAt
+	}
+	return 0
+}
+
+// size returns the size of the open file, or -1.
+func (fl *Follower) size() int64 {
+	fi, err := fl.f.Stat()
+	if err != nil {
+		return -1
+	}
+	return fi.Size()
+}
+
+// prepare gets the decoder ready: it reads the header of a new file and
+// applies the start position, or finds the next frame after damaged bytes.
+// It reports false when it has to wait for more data.
+func (fl *Follower) prepare() (bool, error) {
+	if fl.skipAt < 0 {
+		return fl.readHeader()
+	}
+	next := fl.skipAt + 1
+	interval := int64(fl.hdr.BeaconInterval)
+	for {
+		p, err := streamfile.FrameBoundaryAfter(fl.f, fl.hdr, next)
+		var fe *streamfile.FormatError
+		switch {
+		case err == nil:
+			fl.log.Warn("skipped damaged bytes", "offset", fl.skipAt, "next_frame", p)
+			fl.dec = streamfile.NewDecoder(fl.f, fl.hdr, p)
+			fl.reportPos += p - fl.skipAt
+			fl.skipAt = -1
+			return true, nil
+		case errors.Is(err, streamfile.ErrTruncated):
+			return false, nil
+		case errors.As(err, &fe):
+			// The beacon is damaged too: try the one after it.
+			next = (next+interval-1)/interval*interval + 1
+		default:
+			return false, fmt.Errorf("tail: %s: %w", fl.path, err)
+		}
+	}
+}
+
+// readHeader reads the header of the open file, sets its identity, and
+// creates the decoder at the start position (the beginning, for every file
+// after the first). It reports false while the header is incomplete.
+func (fl *Follower) readHeader() (bool, error) {
+	n, err := fl.f.ReadAt(fl.rawHdr[:], 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return false, fmt.Errorf("tail: %s: read header: %w", fl.path, err)
+	}
+	h, err := streamfile.ParseHeader(fl.rawHdr[:n])
+	if errors.Is(err, streamfile.ErrTruncated) {
+		if fl.opts.Replay {
+			return false, fmt.Errorf("tail: %s: file of %d bytes ends inside the %d-byte header: %w", fl.path, n, streamfile.HeaderSize, err)
+		}
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("tail: %s: %w", fl.path, err)
+	}
+	fi, err := fl.f.Stat()
+	if err != nil {
+		return false, fmt.Errorf("tail: %w", err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return false, fmt.Errorf("tail: %s: no device and inode numbers", fl.path)
+	}
+	fl.hdr = h
+	fl.id = offsets.Identity{Dev: uint64(st.Dev), Ino: st.Ino, FileName: h.FileName, CreatedAtMs: h.CreatedAtMs}
+	fl.rec.File = fl.id
+	fl.lastSize = fi.Size()
+	off := int64(streamfile.HeaderSize)
+	fl.pending = nil
+	if !fl.started {
+		fl.started = true
+		if off, err = fl.startOffset(fi.Size()); err != nil {
+			return false, err
+		}
+	}
+	fl.dec = streamfile.NewDecoder(fl.f, h, off)
+	fl.reportPos = off
+	fl.log.Debug("reading", "file_name", h.FileName, "created_at_ms", h.CreatedAtMs, "dev", st.Dev, "ino", st.Ino, "offset", off)
+	return true, nil
+}
+
+// startOffset applies Options.Resume or Options.Start to the first file.
+func (fl *Follower) startOffset(size int64) (int64, error) {
+	if r := fl.opts.Resume; r != nil {
+		if r.File != fl.id {
+			fl.log.Warn("stored position belongs to another file; reading this one from the beginning",
+				"stored_ino", r.File.Ino, "stored_file_name", r.File.FileName, "stored_created_at_ms", r.File.CreatedAtMs,
+				"ino", fl.id.Ino, "file_name", fl.id.FileName, "created_at_ms", fl.id.CreatedAtMs)
+			fl.obs.Event(EventReplaced)
+			return streamfile.HeaderSize, nil
+		}
+		if err := checkBoundary(fl.f, fl.hdr, size, r.Offset); err != nil {
+			fl.log.Warn("stored position does not fit the file, which was truncated or rewritten; reading it from the beginning",
+				"offset", r.Offset, "size", size, "err", err)
+			fl.obs.Event(EventTruncated)
+			return streamfile.HeaderSize, nil
+		}
+		return r.Offset, nil
+	}
+	off, pending, err := fl.opts.Start.resolve(fl.f, fl.hdr, size, fl.opts.Key)
+	if err != nil {
+		return 0, fmt.Errorf("tail: %s: start position %s: %w", fl.path, fl.opts.Start, err)
+	}
+	fl.pending = pending
+	return off, nil
+}
+
+// damaged handles a corrupt frame by the policy.
+func (fl *Follower) damaged(e Event, err error, off int64) error {
+	fl.obs.Event(e)
+	if fl.opts.OnCorrupt == StopOnCorrupt {
+		fl.log.Error("corrupt frame; stopping", "offset", off, "err", err)
+		return fl.fail(fmt.Errorf("tail: %s: %w", fl.path, err))
+	}
+	if ok, suppressed := fl.corrupt.allow(time.Now()); ok {
+		fl.log.Warn("corrupt frame; skipping it", "offset", off, "err", err, "suppressed", suppressed)
+	}
+	return nil
+}
+
+// changedInPlace looks, before damage is reported, whether the file was
+// truncated or rewritten under the follower; if so it starts over in it.
+func (fl *Follower) changedInPlace() bool {
+	if fl.opts.Replay {
+		return false
+	}
+	fi, err := fl.f.Stat()
+	if err != nil {
+		return false
+	}
+	return fl.checkInPlace(fi.Size())
+}
+
+// checkInPlace starts over in the open file when it shrank below the read
+// position or its header changed.
+func (fl *Follower) checkInPlace(size int64) bool {
+	if fl.hdr.BeaconInterval == 0 {
+		return false
+	}
+	var what string
+	if size < fl.pos() {
+		what = "stream file was truncated below the read position; reading it from the beginning"
+	} else {
+		var b [streamfile.HeaderSize]byte
+		n, _ := fl.f.ReadAt(b[:], 0)
+		if n == len(b) && b == fl.rawHdr {
+			return false
+		}
+		what = "stream file was rewritten with a new header; reading it from the beginning"
+	}
+	fl.report()
+	fl.log.Warn(what, "offset", fl.pos(), "size", size, "file_name", fl.id.FileName, "created_at_ms", fl.id.CreatedAtMs)
+	fl.obs.Event(EventTruncated)
+	fl.dec, fl.hdr, fl.pending, fl.skipAt = nil, streamfile.Header{}, nil, -1
+	return true
+}
+
+// check looks at the open file and at the path after a wake-up.
+func (fl *Follower) check(polled bool) error {
+	fi, err := fl.f.Stat()
+	if err != nil {
+		return fl.fail(fmt.Errorf("tail: %w", err))
+	}
+	size := fi.Size()
+	if polled && size > max(fl.lastSize, fl.pos()) {
+		fl.obs.Event(EventPollRead)
+		fl.log.Debug("poll found new data", "size", size)
+	}
+	fl.lastSize = size
+	if fl.checkInPlace(size) {
+		return nil
+	}
+	st, err := os.Stat(fl.path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		fl.draining = false
+		if !fl.removed {
+			fl.removed = true
+			fl.missing = limiter{last: time.Now()}
+			fl.log.Warn("stream file removed; waiting for it to come back", "offset", fl.pos())
+			fl.obs.Event(EventRemoved)
+		} else if ok, _ := fl.missing.allow(time.Now()); ok {
+			fl.log.Warn("stream file still missing", "offset", fl.pos())
+		}
+	case err != nil:
+		if ok, _ := fl.missing.allow(time.Now()); ok {
+			fl.log.Warn("cannot look at the path", "err", err)
+		}
+	case !os.SameFile(fi, st):
+		fl.draining = true
+	case fl.removed:
+		fl.removed = false
+		fl.log.Info("stream file is back")
+	}
+	return nil
+}
+
+// switchFile opens the file that now has the path, after the old one was
+// read to its end, where the decoder said err.
+func (fl *Follower) switchFile(err error) error {
+	nf, oerr := fl.hooks.open(fl.path)
+	if errors.Is(oerr, fs.ErrNotExist) {
+		fl.draining = false
+		return nil // check notices the removal at the next wake-up
+	}
+	if oerr != nil {
+		return fl.fail(fmt.Errorf("tail: %w", oerr))
+	}
+	fl.report()
+	if errors.Is(err, streamfile.ErrTruncated) {
+		fl.log.Warn("replaced file ends inside a frame; that frame is lost", "offset", fl.pos(), "size", fl.size())
+		fl.obs.Event(EventTornTail)
+	}
+	fl.log.Warn("stream file replaced; reading the new file from the beginning",
+		"old_ino", fl.id.Ino, "old_file_name", fl.id.FileName, "old_created_at_ms", fl.id.CreatedAtMs, "old_offset", fl.pos())
+	fl.obs.Event(EventReplaced)
+	cerr := fl.f.Close()
+	fl.f = nf
+	fl.dec, fl.hdr, fl.pending, fl.skipAt = nil, streamfile.Header{}, nil, -1
+	fl.draining, fl.removed = false, false
+	if cerr != nil {
+		fl.log.Warn("closing the replaced file failed", "err", cerr)
+	}
+	return nil
+}
+
+// report tells the Observer what was read since the last report.
+func (fl *Follower) report() {
+	pos := fl.pos()
+	bytes := max(pos-fl.reportPos, 0)
+	fl.reportPos = pos
+	if fl.records == 0 && bytes == 0 {
+		return
+	}
+	fl.obs.Read(fl.records, bytes)
+	fl.records = 0
+}
+
+// Close stops watching and closes the file. It returns nil when called
+// again.
+func (fl *Follower) Close() error {
+	if fl.err == ErrClosed {
+		return nil
+	}
+	fl.report()
+	fl.err = ErrClosed
+	var err error
+	if fl.watch != nil {
+		err = fl.watch.close()
+	}
+	if fl.timer != nil {
+		fl.timer.Stop()
+	}
+	return errors.Join(err, fl.f.Close())
+}
+
+// limiter lets a repeated log line through about once every 10 s.
+type limiter struct {
+	last       time.Time
+	suppressed int
+}
+
+func (l *limiter) allow(now time.Time) (ok bool, suppressed int) {
+	if !l.last.IsZero() && now.Sub(l.last) < 10*time.Second {
+		l.suppressed++
+		return false, 0
+	}
+	suppressed = l.suppressed
+	l.last, l.suppressed = now, 0
+	return true, suppressed
+}

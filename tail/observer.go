@@ -1,0 +1,73 @@
+package tail
+
+// Observer is told what a [Follower] reads and what happens to its file,
+// for metrics. Its methods are called on the goroutine that calls
+// [Follower.Next] or [Follower.Close], one at a time; they must return
+// quickly and must not call the Follower.
+type Observer interface {
+	// Read reports records delivered since the last call, and the bytes
+	// the read position moved over (frames, and the beacons between
+	// them). It is called before the follower waits, every MiB while it
+	// catches up, when it changes files and when it stops.
+	Read(records, bytes int64)
+	// Event reports one event; each is logged as well.
+	Event(e Event)
+}
+
+// Event is something that happened to a followed file or its watch.
+type Event uint8
+
+// The events an [Observer] is told about.
+const (
+	// EventOverflow: the notification queue overflowed. The follower then
+	// looks at the file as a poll would, so nothing is missed.
+	EventOverflow Event = iota + 1
+	// EventPollRead: the poll interval passed without a notification and
+	// the file had changed (in poll-only mode, every change is found so).
+	EventPollRead
+	// EventTruncated: the file shrank below the read position, or was
+	// rewritten in place with a new header, or a stored position does not
+	// fit it; it is read from its beginning.
+	EventTruncated
+	// EventReplaced: the path names another file (renamed over, or
+	// deleted and created again), or a stored position belongs to another
+	// file. The old file was read to its end; the new one is read from its
+	// beginning.
+	EventReplaced
+	// EventRemoved: the path no longer exists. The follower keeps the old
+	// file open and waits for the path to come back.
+	EventRemoved
+	// EventTornTail: a replaced file ended inside a frame, which is lost.
+	EventTornTail
+	// EventChecksum: a frame's payload does not match its checksum.
+	EventChecksum
+	// EventFormat: bytes where a frame should be are not one.
+	EventFormat
+)
+
+var eventNames = [...]string{
+	EventOverflow:  "overflow",
+	EventPollRead:  "poll_read",
+	EventTruncated: "truncated",
+	EventReplaced:  "replaced",
+	EventRemoved:   "removed",
+	EventTornTail:  "torn_tail",
+	EventChecksum:  "checksum",
+	EventFormat:    "format",
+}
+
+// String returns the event's name in snake_case, fit for a metric label.
+func (e Event) String() string {
+	if int(e) < len(eventNames) && eventNames[e] != "" {
+		return eventNames[e]
+	}
+	return "unknown"
+}
+
+// Events lists every event, for pre-initialising metric labels.
+var Events = []Event{EventOverflow, EventPollRead, EventTruncated, EventReplaced, EventRemoved, EventTornTail, EventChecksum, EventFormat}
+
+type nopObserver struct{}
+
+func (nopObserver) Read(int64, int64) {}
+func (nopObserver) Event(Event)       {}

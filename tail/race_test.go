@@ -1,0 +1,5 @@
+//go:build race
+
+package tail
+
+const raceEnabled = true

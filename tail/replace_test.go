@@ -1,0 +1,307 @@
+package tail
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/streamd/streamd/offsets"
+	"github.com/streamd/streamd/streamfile"
+)
+
+// replacement is a way the file at a path is replaced by new content.
+type replacement struct {
+	name string
+	// inPlace: the old file's bytes are gone, so the records the follower
+	// has not read yet are lost with them; the test waits until it has
+	// read them.
+	inPlace bool
+	// longer: the new file is longer than the old one, so only its new
+	// header tells it apart.
+	longer bool
+	do     func(t *testing.T, path string, h streamfile.Header, fs []streamfile.Frame)
+}
+
+var replacements = []replacement{
+	{"truncate and rewrite", true, false, func(t *testing.T, path string, h streamfile.Header, fs []streamfile.Frame) {
+		if err := os.Truncate(path, 0); err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, path, h, fs)
+	}},
+	{"truncate and rewrite, longer", true, true, func(t *testing.T, path string, h streamfile.Header, fs []streamfile.Frame) {
+		if err := os.Truncate(path, 0); err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, path, h, fs)
+	}},
+	{"truncate and rewrite with the same header", true, false, func(t *testing.T, path string, h streamfile.Header, fs []streamfile.Frame) {
+		if err := os.Truncate(path, 0); err != nil {
+			t.Fatal(err)
+		}
+		h.CreatedAtMs = 1 // as the old file's
+		writeFile(t, path, h, fs)
+	}},
+	{"rename over", false, false, func(t *testing.T, path string, h streamfile.Header, fs []streamfile.Frame) {
+		tmp := path + ".tmp"
+		writeFile(t, tmp, h, fs)
+		if err := os.Rename(tmp, path); err != nil {
+			t.Fatal(err)
+		}
+	}},
+	{"delete and recreate", false, false, func(t *testing.T, path string, h streamfile.Header, fs []streamfile.Frame) {
+		if err := os.Remove(path); err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, path, h, fs)
+	}},
+}
+
+// oldHeader and newHeader are the headers of the file before and after the
+// replacement; the new file is much shorter than the position the follower
+// has reached in the old one.
+var (
+	oldHeader = streamfile.Header{FileName: "r.ss", CreatedAtMs: 1, BeaconInterval: 1024}
+	newHeader = streamfile.Header{FileName: "r.ss", CreatedAtMs: 2, BeaconInterval: 1024}
+)
+
+// checkDelivery checks that each file is read in order without a record
+// twice, and that a file read after another one (or after the same file was
+// truncated: it can keep its identity) is read from its beginning.
+func checkDelivery(t *testing.T, gotten []got) {
+	t.Helper()
+	for i := 1; i < len(gotten); i++ {
+		g, last := gotten[i], gotten[i-1]
+		switch {
+		case g.File == last.File && g.Offset >= last.End:
+		case g.Offset == streamfile.HeaderSize:
+		default:
+			t.Fatalf("record %d: %s after %s", i, g, last)
+		}
+	}
+}
+
+// TestReplaceLive replaces the file while the follower reads it. The
+// replacement happens when the follower has read everything and is about to
+// wait; just before it, frames are appended to the old file (unless the
+// replacement destroys them): those are delivered, then the new file from
+// its beginning, which is then followed.
+func TestReplaceLive(t *testing.T) {
+	for _, rp := range replacements {
+		t.Run(rp.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "r.ss")
+			old := frames("old", 1, 80, 1, 60)
+			repl := frames("new", 1, 40, 1, 20)
+			if rp.longer {
+				repl = frames("new", 1, 40, 1, 400)
+			}
+			writeFile(t, path, oldHeader, old[:50])
+			if rp.inPlace {
+				appendFrames(t, path, old[50:])
+			}
+			var armed bool
+			hooks := testHooks{beforeWait: func() {
+				if !armed {
+					return
+				}
+				armed = false
+				if !rp.inPlace {
+					appendFrames(t, path, old[50:])
+				}
+				rp.do(t, path, newHeader, repl[:35])
+			}}
+			obs := newObserver()
+			fl, err := newFollower(Options{Path: path, PollInterval: time.Hour, Observer: obs, Logger: testLogger(t)}, hooks)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer fl.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			next := func(n int) (out []got) {
+				for range n {
+					r, err := fl.Next(ctx)
+					if err != nil {
+						t.Fatalf("after %d records: %v", len(out), err)
+					}
+					out = append(out, copyRecord(r))
+				}
+				return out
+			}
+			gotten := next(50)
+			if rp.inPlace {
+				gotten = append(gotten, next(30)...)
+			}
+			armed = true
+			gotten = append(gotten, next(80+35-len(gotten))...)
+			if armed {
+				t.Fatal("the follower never waited")
+			}
+			appendFrames(t, path, repl[35:])
+			gotten = append(gotten, next(5)...)
+			if err := sameFrames(gotten, append(old[:80:80], repl...)); err != nil {
+				t.Fatal(err)
+			}
+			checkDelivery(t, gotten)
+			e := EventReplaced
+			if rp.inPlace {
+				e = EventTruncated
+			}
+			if obs.count(e) != 1 {
+				t.Fatalf("observer: %v, want one %s", obs, e)
+			}
+		})
+	}
+}
+
+// TestReplaceWhileStopped replaces the file while no follower runs, after
+// one stored a position past the end of the new file: a follower resuming
+// from it reads the new file from its beginning.
+func TestReplaceWhileStopped(t *testing.T) {
+	for _, rp := range replacements {
+		t.Run(rp.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "r.ss")
+			old := frames("old", 1, 80, 1, 60)
+			repl := frames("new", 1, 10, 1, 20)
+			if rp.longer {
+				repl = frames("new", 1, 40, 1, 400)
+			}
+			writeFile(t, path, oldHeader, old)
+			fl, err := New(Options{Path: path})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 60 {
+				if _, err := fl.Next(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			stored := fl.Position()
+			if err := fl.Close(); err != nil {
+				t.Fatal(err)
+			}
+			rp.do(t, path, newHeader, repl)
+			if fi, _ := os.Stat(path); !rp.longer && fi.Size() >= stored.Offset {
+				t.Fatalf("new file of %d bytes is not shorter than the stored offset %d", fi.Size(), stored.Offset)
+			}
+			obs := newObserver()
+			fl, err = New(Options{Path: path, Resume: &stored, Start: Start{kind: startEnd}, Replay: true, Observer: obs, Logger: testLogger(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer fl.Close()
+			var gotten []got
+			for {
+				r, err := fl.Next(context.Background())
+				if err != nil {
+					break
+				}
+				gotten = append(gotten, copyRecord(r))
+			}
+			if err := sameFrames(gotten, repl); err != nil {
+				t.Fatal(err)
+			}
+			if obs.count(EventReplaced)+obs.count(EventTruncated) != 1 {
+				t.Fatalf("observer: %v", obs)
+			}
+		})
+	}
+}
+
+// TestResume continues from a stored position of the same file.
+func TestResume(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "r.ss")
+	fs := frames("r", 1, 100, 1, 300)
+	writeFile(t, path, oldHeader, fs)
+	fl, err := New(Options{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 37 {
+		if _, err := fl.Next(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stored := fl.Position()
+	fl.Close()
+	for _, tc := range []struct {
+		name   string
+		resume Position
+		first  uint64 // seq of the first record
+		event  Event
+	}{
+		{"same file", stored, 38, 0},
+		{"another file", Position{File: offsets.Identity{Dev: stored.File.Dev, Ino: stored.File.Ino + 1, FileName: "r.ss", CreatedAtMs: 1}, Offset: stored.Offset}, 1, EventReplaced},
+		{"not a frame boundary", Position{File: stored.File, Offset: stored.Offset + 1}, 1, EventTruncated},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			obs := newObserver()
+			fl, err := New(Options{Path: path, Resume: &tc.resume, Replay: true, Observer: obs, Logger: testLogger(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer fl.Close()
+			r, err := fl.Next(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Seq != tc.first {
+				t.Fatalf("first record seq %d, want %d", r.Seq, tc.first)
+			}
+			if tc.event != 0 && obs.count(tc.event) != 1 {
+				t.Fatalf("observer: %v, want one %s", obs, tc.event)
+			}
+		})
+	}
+}
+
+// TestRemoveAndReturn removes the path, keeps writing to the removed file,
+// and then creates a new file at the path.
+func TestRemoveAndReturn(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "gone.ss")
+	old := frames("old", 1, 30, 1, 40)
+	repl := frames("new", 1, 10, 1, 40)
+	writeFile(t, path, oldHeader, old[:10])
+	obs := newObserver()
+	fl, err := New(Options{Path: path, PollInterval: 20 * time.Millisecond, Observer: obs, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fl.Close()
+	items, stop := follow(t, fl)
+	defer stop()
+	gotten := collect(t, items, 10, 10*time.Second)
+	w, err := streamfile.OpenWriter(path, streamfile.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for obs.count(EventRemoved) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("removal not reported: %v", obs)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// A writer that still has the removed file open appends to it: the
+	// poll finds those frames.
+	if err := w.Append(old[10:]...); err != nil {
+		t.Fatal(err)
+	}
+	gotten = append(gotten, collect(t, items, 20, 10*time.Second)...)
+	writeFile(t, path, newHeader, repl)
+	gotten = append(gotten, collect(t, items, 10, 10*time.Second)...)
+	if err := sameFrames(gotten, append(old, repl...)); err != nil {
+		t.Fatal(err)
+	}
+	checkDelivery(t, gotten)
+	stop()
+	if obs.count(EventRemoved) != 1 || obs.count(EventReplaced) != 1 {
+		t.Fatalf("observer: %v", obs)
+	}
+}
