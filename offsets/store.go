@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 	"unicode/utf8"
 )
@@ -27,6 +28,16 @@ type Identity struct {
 	// writer stored and the creation time in milliseconds since the epoch.
 	FileName    string
 	CreatedAtMs uint64
+}
+
+// IdentityOf returns the identity of an open stream file from its stat
+// information and the file name and creation time of its header.
+func IdentityOf(fi fs.FileInfo, fileName string, createdAtMs uint64) (Identity, error) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return Identity{}, fmt.Errorf("offsets: %s: no device and inode numbers", fi.Name())
+	}
+	return Identity{Dev: uint64(st.Dev), Ino: st.Ino, FileName: fileName, CreatedAtMs: createdAtMs}, nil
 }
 
 // Position is where a subscription resumes.

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/streamd/streamd/offsets"
@@ -382,6 +381,8 @@ func (fl *Follower) prepare() (bool, error) {
 		p, err := streamfile.FrameBoundaryAfter(fl.f, fl.hdr, next)
 		var fe *streamfile.FormatError
 		switch {
+		case err == nil && p > fl.size():
+			return false, nil // the rest of the frame after the beacon is still being written
 		case err == nil:
 			fl.log.Warn("skipped damaged bytes", "offset", fl.skipAt, "next_frame", p)
 			fl.dec = streamfile.NewDecoder(fl.f, fl.hdr, p)
@@ -421,12 +422,12 @@ func (fl *Follower) readHeader() (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("tail: %w", err)
 	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
-		return false, fmt.Errorf("tail: %s: no device and inode numbers", fl.path)
+	id, err := offsets.IdentityOf(fi, h.FileName, h.CreatedAtMs)
+	if err != nil {
+		return false, fmt.Errorf("tail: %w", err)
 	}
 	fl.hdr = h
-	fl.id = offsets.Identity{Dev: uint64(st.Dev), Ino: st.Ino, FileName: h.FileName, CreatedAtMs: h.CreatedAtMs}
+	fl.id = id
 	fl.rec.File = fl.id
 	fl.lastSize = fi.Size()
 	off := int64(streamfile.HeaderSize)
@@ -439,7 +440,7 @@ func (fl *Follower) readHeader() (bool, error) {
 	}
 	fl.dec = streamfile.NewDecoder(fl.f, h, off)
 	fl.reportPos = off
-	fl.log.Debug("reading", "file_name", h.FileName, "created_at_ms", h.CreatedAtMs, "dev", st.Dev, "ino", st.Ino, "offset", off)
+	fl.log.Debug("reading", "file_name", h.FileName, "created_at_ms", h.CreatedAtMs, "dev", id.Dev, "ino", id.Ino, "offset", off)
 	return true, nil
 }
 

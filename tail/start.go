@@ -133,6 +133,18 @@ func (s Start) resolve(r io.ReaderAt, h streamfile.Header, size int64, key strin
 	return streamfile.HeaderSize, nil, nil
 }
 
+// Offset resolves s to the frame boundary where reading would start in a
+// file of the given size, for tools that store a position (streamd offsets
+// set). Unlike a follower, which waits for a seq: or time: target that no
+// frame reaches yet, it refuses such a target.
+func (s Start) Offset(r io.ReaderAt, h streamfile.Header, size int64, key string) (int64, error) {
+	off, pending, err := s.resolve(r, h, size, key)
+	if err == nil && pending != nil {
+		return 0, fmt.Errorf("no record of key %q reaches %s in the file yet", key, s)
+	}
+	return off, err
+}
+
 // reached reports whether a frame is at or past t, as [streamfile.Seek]
 // decides it.
 func reached(t *streamfile.Target, rec *streamfile.Record) bool {

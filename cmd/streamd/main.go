@@ -38,6 +38,7 @@ var commands = []command{
 	{"check-config", "check a configuration file as streamd would load it", runCheckConfig},
 	{"decode", "print the records of a stream file", runDecode},
 	{"publish", "append stdio-format lines from stdin to a stream file", runPublish},
+	{"offsets", "show or set the stored positions of subscriptions", runOffsets},
 	{"version", "print version information", runVersion},
 }
 
