@@ -290,37 +290,15 @@ func (d *Daemon) startSubscription(sc SubscriptionConfig) error {
 		closeHandler(handler)
 		return fmt.Errorf("subscription %q: %w", sc.Name, err)
 	}
-	backoff := make([]time.Duration, len(sc.Backoff))
-	for i, b := range sc.Backoff {
-		backoff[i] = time.Duration(b)
-	}
-	retryKey := sc.OutRetry
-	if retryKey == "" {
-		retryKey = sc.Key
-	}
-	maxAttempts := 0
-	if sc.MaxAttempts != nil {
-		maxAttempts = *sc.MaxAttempts
-		logger.Info("retry declaration; a cap applies to the copies this process publishes",
-			"max_attempts", maxAttempts, "dead_letter", sc.DeadLetter, "applied_by", "runtime")
-	} else if sc.DeadLetter != "" {
-		logger.Info("retry declaration; a cap applies to the copies this process publishes",
-			"dead_letter", sc.DeadLetter, "applied_by", "runtime")
-	}
 	sub := &subscription{
-		cfg:     sc,
-		stream:  st,
-		handler: handler,
-		store:   d.store,
-		names:   &d.names,
-		logger:  logger,
-		metrics: sm,
-		settler: &settler{
-			name: sc.Name, maxAttempts: maxAttempts, deadLetter: sc.DeadLetter, retryKey: retryKey,
-			backoff: backoff, origin: true, copies: fileCopies{stream: st, queue: d.queue},
-			metrics: sm, logger: logger, now: time.Now,
-			unsupported: newUnsupportedLog(sc.Name, sc.LogUnsupported == "every", logger, time.Now),
-		},
+		cfg:      sc,
+		stream:   st,
+		handler:  handler,
+		store:    d.store,
+		names:    &d.names,
+		logger:   logger,
+		metrics:  sm,
+		settler:  newSettler(sc, fileCopies{stream: st, queue: d.queue}, sm, logger, true),
 		follower: follower,
 		tracker:  offsets.NewTracker(from, trackerWindow),
 	}

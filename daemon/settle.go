@@ -44,6 +44,34 @@ type settler struct {
 	now         func() time.Time
 }
 
+// newSettler returns the settler of a subscription, and logs its retry
+// declaration (L6 of settlement.md §6) when it has one. origin marks retry
+// copies with the subscription's name, for the other subscriptions of a
+// daemon that read the same file.
+func newSettler(sc SubscriptionConfig, copies copyWriter, m *metrics.SubscriptionMetrics, logger *slog.Logger, origin bool) *settler {
+	backoff := make([]time.Duration, len(sc.Backoff))
+	for i, b := range sc.Backoff {
+		backoff[i] = time.Duration(b)
+	}
+	retryKey := sc.OutRetry
+	if retryKey == "" {
+		retryKey = sc.Key
+	}
+	maxAttempts := 0
+	if sc.MaxAttempts != nil {
+		maxAttempts = *sc.MaxAttempts
+	}
+	if sc.MaxAttempts != nil || sc.DeadLetter != "" {
+		logger.Info("retry declaration; a cap applies to the copies this process publishes",
+			"max_attempts", maxAttempts, "dead_letter", sc.DeadLetter, "applied_by", "runtime")
+	}
+	return &settler{
+		name: sc.Name, maxAttempts: maxAttempts, deadLetter: sc.DeadLetter, retryKey: retryKey,
+		backoff: backoff, origin: origin, copies: copies, metrics: m, logger: logger, now: time.Now,
+		unsupported: newUnsupportedLog(sc.Name, sc.LogUnsupported == "every", logger, time.Now),
+	}
+}
+
 // errCopy wraps a failure to write or spool a copy: the record is not
 // settled and its position must not move past it.
 type errCopy struct {

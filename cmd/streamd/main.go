@@ -35,6 +35,7 @@ type stdio struct {
 
 var commands = []command{
 	{"run", "run the daemon (the default command)", runDaemon},
+	{"pipe", "run as one stage of a shell pipeline over stdio lines", runPipe},
 	{"check-config", "check a configuration file as streamd would load it", runCheckConfig},
 	{"decode", "print the records of a stream file", runDecode},
 	{"publish", "append stdio-format lines from stdin to a stream file", runPublish},
