@@ -6,7 +6,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 FUZZTIME ?= 10s
 BENCHTIME ?= 1s
 
-.PHONY: all build test test-short bench fuzz style vet tidy-check ci run clean
+.PHONY: all build test test-short bench fuzz style vet tidy-check ci run clean verify-unit install check-config
 
 all: build
 
@@ -50,16 +50,48 @@ tidy-check:
 	@echo ">> go mod tidy -diff"
 	$(GO) mod tidy -diff
 
-ci: style vet tidy-check test
+ci: style vet tidy-check test check-config verify-unit
 
-# run builds streamd, publishes a few demo records into var/demo.ss and decodes them.
+# run builds streamd, publishes demo records into var/demo.ss (once) and runs
+# the daemon on configs/local.toml until Ctrl-C.
 run: build
-	@echo ">> publishing demo records into var/demo.ss"
 	@mkdir -p var
-	@printf '%s\n' '[orders] {"id":1,"item":"tea"}' '[orders] {"id":2,"item":"coffee"}' '[audit] login ok' \
-		| $(BIN) publish --file=var/demo.ss --header=source=make-run
-	@echo ">> decoding var/demo.ss"
-	$(BIN) decode var/demo.ss
+	@if [ ! -f var/demo.ss ]; then \
+		echo ">> publishing demo records into var/demo.ss"; \
+		printf '%s\n' '{"id":1,"item":"tea"}' '{"id":2,"item":"coffee"}' \
+			| $(BIN) publish --file=var/demo.ss --key=orders --header=source=make-run; \
+	fi
+	@echo ">> running streamd on configs/local.toml (metrics on http://127.0.0.1:9464/metrics; Ctrl-C stops)"
+	$(BIN) run --config.file=configs/local.toml
+
+check-config: build
+	@echo ">> checking the example configurations"
+	$(BIN) check-config --config.file=configs/streamd.toml
+	$(BIN) check-config --config.file=configs/local.toml
+	$(BIN) check-config --config.file=configs/pipe.toml --mode=pipe
 
 clean:
 	rm -rf bin var
+
+UNITDIR  ?= /etc/systemd/system
+PREFIX   ?= /usr/local
+
+# verify-unit checks the systemd unit with its ExecStart pointed at the built
+# binary: systemd-analyze verify must print nothing, and the offline
+# security score must be at most 2.0.
+verify-unit: build
+	@echo ">> verifying deploy/systemd/streamd.service"
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	sed 's|/usr/local/bin/streamd|$(abspath $(BIN))|g' deploy/systemd/streamd.service > "$$tmp/streamd.service" && \
+	out=$$(systemd-analyze verify --man=no "$$tmp/streamd.service" 2>&1) && \
+	if [ -n "$$out" ]; then echo "$$out"; exit 1; fi && \
+	systemd-analyze security --offline=yes --threshold=20 "$$tmp/streamd.service" | tail -1
+
+# install puts the binary, the unit, the sysusers file and the example
+# configuration in place (run as root; then: systemctl daemon-reload).
+install: build
+	@echo ">> installing streamd"
+	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/streamd
+	install -D -m 0644 deploy/systemd/streamd.service $(DESTDIR)$(UNITDIR)/streamd.service
+	install -D -m 0644 deploy/systemd/streamd.sysusers $(DESTDIR)/usr/lib/sysusers.d/streamd.conf
+	install -D -m 0640 configs/streamd.toml $(DESTDIR)/etc/streamd/streamd.toml

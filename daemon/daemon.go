@@ -151,7 +151,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	}
 	d.store = store
 	defer func() { err = errors.Join(err, store.Close()) }()
-	queue, err := retrytimer.Open(retrytimer.Options{Dir: cfg.StateDir, Fire: d.fire, Logger: d.logger.With("component", "retrytimer")})
+	queue, err := retrytimer.Open(retrytimer.Options{Dir: cfg.StateDir, Fire: d.fire, Logger: d.logger})
 	if err != nil {
 		return err
 	}
@@ -163,7 +163,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	}
 	var server *metrics.Server
 	if cfg.Metrics.Listen != "" {
-		server = metrics.NewServer(cfg.Metrics.Listen, d.reg, d.metrics.Health(), d.logger.With("component", "metrics"))
+		server = metrics.NewServer(cfg.Metrics.Listen, d.reg, d.metrics.Health(), d.logger)
 		if err := server.Listen(); err != nil {
 			return err
 		}
@@ -274,7 +274,7 @@ func (d *Daemon) startSubscription(sc SubscriptionConfig) error {
 		Start:        start,
 		Replay:       sc.Replay,
 		PollInterval: time.Duration(st.cfg.PollInterval),
-		Logger:       logger.With("component", "tail"),
+		Logger:       logger,
 		Observer:     tailObserver{sub: sm, stream: d.metrics.Stream(st.cfg.Name)},
 	}
 	if sc.OnCorrupt == "stop" {

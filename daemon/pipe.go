@@ -55,7 +55,7 @@ func RunPipe(ctx context.Context, cfg *Config, opts PipeOptions) (err error) {
 	out := &lineWriter{w: opts.Out}
 	queue, err := retrytimer.Open(retrytimer.Options{
 		Fire:   func(_ context.Context, c retrytimer.Copy) error { return out.write(c.Key, c.Headers, c.Payload) },
-		Logger: logger.With("component", "retrytimer"),
+		Logger: logger,
 	})
 	if err != nil {
 		return err
@@ -71,7 +71,7 @@ func RunPipe(ctx context.Context, cfg *Config, opts PipeOptions) (err error) {
 		}
 	}()
 	if cfg.Metrics.Listen != "" {
-		server := metrics.NewServer(cfg.Metrics.Listen, reg, m.Health(), logger.With("component", "metrics"))
+		server := metrics.NewServer(cfg.Metrics.Listen, reg, m.Health(), logger)
 		if err := server.Listen(); err != nil {
 			return err
 		}
@@ -198,7 +198,7 @@ func readLines(ctx context.Context, in io.Reader, subs []*pipeSub, logger *slog.
 				if errors.Is(err, ErrStdoutClosed) {
 					return ErrStdoutClosed
 				}
-				logger.Warn("publishing the retry copy failed; message lost", "subscription", s.cfg.Name, "err", err)
+				logger.Warn("publishing the retry copy failed; message lost", "subscription", s.cfg.Name, "destination", s.settler.retryKey, "err", err)
 			}
 		}
 	}

@@ -68,7 +68,7 @@ func newSettler(sc SubscriptionConfig, copies copyWriter, m *metrics.Subscriptio
 	return &settler{
 		name: sc.Name, maxAttempts: maxAttempts, deadLetter: sc.DeadLetter, retryKey: retryKey,
 		backoff: backoff, origin: origin, copies: copies, metrics: m, logger: logger, now: time.Now,
-		unsupported: newUnsupportedLog(sc.Name, sc.LogUnsupported == "every", logger, time.Now),
+		unsupported: newUnsupportedLog(sc.LogUnsupported == "every", logger, time.Now),
 	}
 }
 
@@ -115,7 +115,7 @@ func (s *settler) settle(ctx context.Context, d *Delivery, o Outcome) error {
 	case OutcomeFailed:
 		m.HandlerRecords[metrics.OutcomeFailed].Inc()
 		delay := s.backoffFor(d.Attempt)
-		s.logger.Warn("handler failed; retrying after backoff", "subscription", s.name,
+		s.logger.Warn("handler failed; retrying after backoff",
 			"seq", d.Seq, "attempt", d.Attempt, "retry_after", delay, "err", o.Err)
 		return s.redeliver(ctx, d, delay)
 	}
@@ -135,11 +135,11 @@ func (s *settler) redeliver(ctx context.Context, d *Delivery, delay time.Duratio
 	case s.maxAttempts > 0 && attempt >= uint64(s.maxAttempts):
 		if s.deadLetter != "" {
 			s.logger.Warn("retry attempts exhausted; publishing the delivery to the dead-letter destination",
-				"subscription", s.name, "attempt", attempt, "dead_letter", s.deadLetter)
+				"attempt", attempt, "dead_letter", s.deadLetter)
 			return s.deadLetterCopy(ctx, d)
 		}
 		s.logger.Warn("retry attempts exhausted and no dead-letter destination is declared; rejecting the delivery",
-			"subscription", s.name, "attempt", attempt)
+			"attempt", attempt)
 		s.unsupported.report("reject", d)
 		s.metrics.Unsupported[metrics.OperationReject].Inc()
 		s.metrics.Rejects.Inc()
@@ -189,7 +189,6 @@ func (s *settler) copyHeaders(d *Delivery, retry bool) envelope.Headers {
 // one (L1 of settlement.md §6) with "every", otherwise the first per
 // outcome and then a summary at most once a minute.
 type unsupportedLog struct {
-	name   string
 	every  bool
 	logger *slog.Logger
 	now    func() time.Time
@@ -201,21 +200,21 @@ type unsupportedLog struct {
 	interval time.Duration
 }
 
-func newUnsupportedLog(name string, every bool, logger *slog.Logger, now func() time.Time) *unsupportedLog {
-	return &unsupportedLog{name: name, every: every, logger: logger, now: now,
+func newUnsupportedLog(every bool, logger *slog.Logger, now func() time.Time) *unsupportedLog {
+	return &unsupportedLog{every: every, logger: logger, now: now,
 		seen: map[string]bool{}, pending: map[string]int{}, lastSum: now(), interval: time.Minute}
 }
 
 func (u *unsupportedLog) report(op string, d *Delivery) {
 	if u.every {
-		u.logger.Warn("ack / nack failed", "subscription", u.name, "error", unsupportedError, "seq", d.Seq)
+		u.logger.Warn("ack / nack failed", "error", unsupportedError, "seq", d.Seq)
 		return
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if !u.seen[op] {
 		u.seen[op] = true
-		u.logger.Warn("ack / nack failed", "subscription", u.name, "error", unsupportedError, "outcome", op,
+		u.logger.Warn("ack / nack failed", "error", unsupportedError, "outcome", op,
 			"seq", d.Seq, "note", "logged once per outcome; counted in streamd_handler_unsupported_total")
 		return
 	}
@@ -227,7 +226,7 @@ func (u *unsupportedLog) report(op string, d *Delivery) {
 
 // summary logs and resets the counts since the last summary. u.mu is held.
 func (u *unsupportedLog) summary(now time.Time) {
-	attrs := []any{"subscription", u.name, "error", unsupportedError}
+	attrs := []any{"error", unsupportedError}
 	for op, n := range u.pending {
 		attrs = append(attrs, op, strconv.Itoa(n))
 	}

@@ -110,6 +110,11 @@ func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job, errc <-c
 			s.file = rec.File
 			s.tracker = offsets.NewTracker(offsets.Mark{Offset: rec.Offset}, trackerWindow)
 		}
+		if rec.IsEOS() {
+			// The position stays at the end-of-stream frame: a writer that
+			// continues the file overwrites it (spec §10).
+			continue
+		}
 		if !s.wanted(rec) {
 			// Passed over: settled at once, with the sequence of the last
 			// record of the key, which the stored position names.
@@ -158,7 +163,7 @@ func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job, errc <-c
 
 // wanted reports whether rec is for this subscription's handler.
 func (s *subscription) wanted(rec *tail.Record) bool {
-	return rec.Key == s.cfg.Key && rec.Key != reservedKey && !rec.IsEOS()
+	return rec.Key == s.cfg.Key && rec.Key != reservedKey
 }
 
 // deliver runs the handler and settles its outcome. A copy that cannot be
@@ -176,7 +181,7 @@ func (s *subscription) deliver(ctx context.Context, d *Delivery, ticket offsets.
 			return nil
 		}
 		wait := s.settler.backoffFor(attempt)
-		s.logger.Error("publishing the copy failed; the record stays unsettled and is retried", "subscription", s.cfg.Name,
+		s.logger.Error("publishing the copy failed; the record stays unsettled and is retried",
 			"seq", d.Seq, "retry_in", wait, "err", err)
 		select {
 		case <-time.After(wait):
@@ -189,12 +194,12 @@ func (s *subscription) deliver(ctx context.Context, d *Delivery, ticket offsets.
 // settled marks a record final and stores the committable position.
 func (s *subscription) settled(ticket offsets.Ticket) {
 	if err := s.tracker.Settle(ticket); err != nil {
-		s.logger.Error("settling a record", "subscription", s.cfg.Name, "err", err)
+		s.logger.Error("settling a record", "err", err)
 		return
 	}
 	m := s.tracker.Committable()
 	if err := s.store.Set(s.cfg.Name, offsets.Position{Stream: s.stream.cfg.Path, File: s.file, Offset: m.Offset, LastSeq: m.Seq}); err != nil {
-		s.logger.Error("storing the position", "subscription", s.cfg.Name, "err", err)
+		s.logger.Error("storing the position", "err", err)
 	}
 	s.metrics.Position.Set(float64(m.Offset))
 }
@@ -210,7 +215,7 @@ func (s *subscription) handle(ctx context.Context, d *Delivery) (o Outcome, err 
 		s.metrics.HandlerDuration.Observe(time.Since(start).Seconds())
 		if p := recover(); p != nil {
 			s.metrics.HandlerRecords[metrics.OutcomePanic].Inc()
-			s.logger.Error("handler panicked", "subscription", s.cfg.Name, "panic", fmt.Sprint(p))
+			s.logger.Error("handler panicked", "panic", fmt.Sprint(p))
 			err = &panicError{subscription: s.cfg.Name, value: p}
 		}
 	}()

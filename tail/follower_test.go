@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -372,6 +373,8 @@ func TestOverflow(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fl.Close()
+	unstall := sync.OnceFunc(func() { close(release) })
+	defer unstall() // before Close, which waits for the stalled goroutine
 	items, stop := follow(t, fl)
 	defer stop()
 	collect(t, items, 10, 10*time.Second)
@@ -385,11 +388,21 @@ func TestOverflow(t *testing.T) {
 		defer f.Close()
 		noise[i] = f
 	}
+	// The watch may not be up yet: write until its goroutine stalls.
 	armed.Store(true)
-	if _, err := noise[0].Write([]byte{0}); err != nil {
-		t.Fatal(err)
+	deadline := time.After(10 * time.Second)
+	for stalling := true; stalling; {
+		if _, err := noise[0].Write([]byte{0}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-stalled:
+			stalling = false
+		case <-time.After(10 * time.Millisecond):
+		case <-deadline:
+			t.Fatal("the notification goroutine never saw an event")
+		}
 	}
-	<-stalled
 	// Alternate between two files, so that the kernel cannot merge the
 	// events, well past its queue limit.
 	limit := 16384
@@ -405,7 +418,7 @@ func TestOverflow(t *testing.T) {
 		}
 	}
 	appendFrames(t, path, fs[10:])
-	close(release)
+	unstall()
 	gotten := collect(t, items, len(fs)-10, 30*time.Second)
 	if err := sameFrames(gotten, fs[10:]); err != nil {
 		t.Fatal(err)
@@ -500,5 +513,56 @@ func TestNoAllocs(t *testing.T) {
 	})
 	if allocs > 0.01 {
 		t.Fatalf("%.3f allocations per record", allocs)
+	}
+}
+
+// TestSkipFormatErrorLive damages a frame near the end of a live file: the
+// follower waits for the beacon it resynchronises at, and for the frame
+// after it, then goes on.
+func TestSkipFormatErrorLive(t *testing.T) {
+	edgeA, _ := vectorFrames(t, "edge-a-spliced")
+	for _, tc := range []struct {
+		damage, cut int
+		lost        int // index of the damaged frame
+	}{
+		{1126, 1200, 7}, // the damaged frame is incomplete
+		{1126, 2060, 7}, // the beacon after it is incomplete
+		{1126, 2100, 7}, // the frame after that beacon is incomplete
+		{2088, 4200, 8}, // the frame after the beacon at 4096 starts past the end
+	} {
+		data := readVector(t, "edge-a-spliced")
+		data[tc.damage] = '/'
+		path := filepath.Join(t.TempDir(), "bad.ss")
+		if err := os.WriteFile(path, data[:tc.cut], 0o644); err != nil {
+			t.Fatal(err)
+		}
+		obs := newObserver()
+		fl, err := New(Options{Path: path, PollInterval: time.Hour, Observer: obs, Logger: testLogger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		items, stop := follow(t, fl)
+		want := append(edgeA[:tc.lost:tc.lost], edgeA[tc.lost+1:]...)
+		gotten := collect(t, items, tc.lost, 10*time.Second)
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, piece := range [][]byte{data[tc.cut : tc.cut+200], data[tc.cut+200:]} {
+			time.Sleep(5 * time.Millisecond)
+			if _, err := f.Write(piece); err != nil {
+				t.Fatal(err)
+			}
+		}
+		f.Close()
+		gotten = append(gotten, collect(t, items, len(want)-tc.lost, 10*time.Second)...)
+		stop()
+		fl.Close()
+		if err := sameFrames(gotten, want); err != nil {
+			t.Fatalf("damage at %d, cut at %d: %v", tc.damage, tc.cut, err)
+		}
+		if obs.count(EventFormat) != 1 || obs.count(EventTruncated) != 0 {
+			t.Fatalf("damage at %d, cut at %d: observer: %v", tc.damage, tc.cut, obs)
+		}
 	}
 }
