@@ -184,6 +184,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 			d.logger.Error("retry queue failed", "err", err)
 		}
 	})
+	wg.Go(func() { d.updateSizes(bg, time.Duration(cfg.CommitInterval)) })
 	if server != nil {
 		wg.Go(func() {
 			if err := server.Run(bg); err != nil {
@@ -390,11 +391,11 @@ func (d *Daemon) applyReload(cfg *Config) error {
 		if err != nil {
 			for _, name := range opened {
 				d.streams[name].close()
-				delete(d.streams, name)
+				d.setStream(name, nil)
 			}
 			return err
 		}
-		d.streams[s.Name] = st
+		d.setStream(s.Name, st)
 		opened = append(opened, s.Name)
 	}
 	wanted := map[string]SubscriptionConfig{}
@@ -426,7 +427,7 @@ func (d *Daemon) applyReload(cfg *Config) error {
 	for name, st := range d.streams {
 		if !slices.ContainsFunc(cfg.Streams, func(s StreamConfig) bool { return s.Name == name }) {
 			st.close()
-			delete(d.streams, name)
+			d.setStream(name, nil)
 			d.metrics.Stream(name).Remove()
 		}
 	}
@@ -444,12 +445,21 @@ func (d *Daemon) openStreams(cfg *Config) error {
 		if err != nil {
 			return err
 		}
-		d.mu.Lock()
-		d.streams[s.Name] = st
-		d.mu.Unlock()
-		d.metrics.Stream(s.Name).Size.Set(float64(st.w.Size()))
+		d.setStream(s.Name, st)
 	}
 	return nil
+}
+
+// setStream adds (or, with nil, removes) an open stream. Only Run's
+// goroutine changes the map; others read it under d.mu.
+func (d *Daemon) setStream(name string, st *stream) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if st == nil {
+		delete(d.streams, name)
+		return
+	}
+	d.streams[name] = st
 }
 
 func (d *Daemon) closeStreams() {
@@ -473,6 +483,27 @@ func (d *Daemon) syncStreams() error {
 		errs = append(errs, st.sync())
 	}
 	return errors.Join(errs...)
+}
+
+// updateSizes sets streamd_stream_size_bytes of every stream each interval,
+// so that lag is size minus position.
+func (d *Daemon) updateSizes(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		d.mu.Lock()
+		for name, st := range d.streams {
+			if fi, err := os.Stat(st.cfg.Path); err == nil {
+				d.metrics.Stream(name).Size.Set(float64(fi.Size()))
+			}
+		}
+		d.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // fire appends a delayed copy whose time has come.

@@ -51,7 +51,11 @@ func openStream(cfg StreamConfig) (*stream, error) {
 		return nil, fmt.Errorf("stream %q: %w", cfg.Name, err)
 	}
 	s := &stream{cfg: cfg, w: w}
-	if w.Size() <= streamfile.HeaderSize+7 { // a header, and the empty beacon of a 128-byte interval
+	fi, err := os.Stat(cfg.Path)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("stream %q: %w", cfg.Name, err), w.Close())
+	}
+	if fi.Size() <= streamfile.HeaderSize+7 { // a header, and the empty beacon of a 128-byte interval
 		if err := s.append(reservedKey, nil, []byte("1")); err != nil {
 			return nil, errors.Join(err, w.Close())
 		}

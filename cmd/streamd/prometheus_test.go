@@ -1,0 +1,108 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// freePort returns a loopback address with a port nothing listens on.
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// TestPrometheusScrapes runs the real Prometheus server against a running
+// streamd and asks its HTTP API for what streamd processed.
+func TestPrometheusScrapes(t *testing.T) {
+	prom, err := exec.LookPath("prometheus")
+	if err != nil {
+		t.Skip("the prometheus server is not installed (Debian package prometheus; .ci/run installs it)")
+	}
+	metricsAddr := freePort(t)
+	e := newEnv(t, execSub("billing", "", `if [ "$p" = drop ]; then exit 65; fi`))
+	cfg, _ := os.ReadFile(e.config)
+	cfg = []byte(strings.Replace(string(cfg), `listen = ""`, fmt.Sprintf("listen = %q", metricsAddr), 1))
+	os.WriteFile(e.config, cfg, 0o644)
+	e.publish("a", "b", "drop", "c", "d")
+	p := e.start()
+	eventually(t, 10*time.Second, "5 deliveries", func() bool { return len(e.deliveries()) == 5 })
+
+	promAddr := freePort(t)
+	dir := t.TempDir()
+	promCfg := filepath.Join(dir, "prometheus.yml")
+	os.WriteFile(promCfg, []byte(fmt.Sprintf(`global:
+  scrape_interval: 1s
+scrape_configs:
+  - job_name: streamd
+    static_configs:
+      - targets: [%q]
+`, metricsAddr)), 0o644)
+	cmd := exec.Command(prom, "--config.file="+promCfg, "--storage.tsdb.path="+filepath.Join(dir, "data"),
+		"--web.listen-address="+promAddr, "--log.level=warn")
+	var promLog lockedBuffer
+	cmd.Stdout, cmd.Stderr = &promLog, &promLog
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("prometheus output:\n%s", promLog.String())
+		}
+	}()
+
+	query := func(q string) (float64, bool) {
+		resp, err := http.Get("http://" + promAddr + "/api/v1/query?query=" + url.QueryEscape(q))
+		if err != nil {
+			return 0, false
+		}
+		defer resp.Body.Close()
+		var body struct {
+			Status string
+			Data   struct {
+				Result []struct {
+					Value [2]any
+				}
+			}
+		}
+		if json.NewDecoder(resp.Body).Decode(&body) != nil || body.Status != "success" || len(body.Data.Result) != 1 {
+			return 0, false
+		}
+		s, _ := body.Data.Result[0].Value[1].(string)
+		v, err := strconv.ParseFloat(s, 64)
+		return v, err == nil
+	}
+	for _, c := range []struct {
+		query string
+		want  float64
+	}{
+		{`sum(streamd_records_read_total{subscription="billing"})`, 5},
+		{`streamd_handler_records_total{subscription="billing",outcome="ack"}`, 4},
+		{`streamd_handler_records_total{subscription="billing",outcome="drop"}`, 1},
+		{`streamd_subscription_up{subscription="billing"}`, 1},
+	} {
+		eventually(t, 30*time.Second, fmt.Sprintf("Prometheus to report %s = %v", c.query, c.want), func() bool {
+			v, ok := query(c.query)
+			return ok && v == c.want
+		})
+	}
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+}
