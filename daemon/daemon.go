@@ -73,6 +73,16 @@ type runningSub struct {
 	handler        Handler
 }
 
+// failed reports whether the subscription stopped with an error.
+func (rs *runningSub) failed() bool {
+	select {
+	case <-rs.done:
+		return rs.err != nil
+	default:
+		return false
+	}
+}
+
 // stop stops reading at once and gives the deliveries in flight until the
 // deadline; then their contexts end.
 func (rs *runningSub) stop(deadline time.Time) {
@@ -406,8 +416,8 @@ func (d *Daemon) applyReload(cfg *Config) error {
 	var gone []*metrics.SubscriptionMetrics
 	for name, rs := range d.subs {
 		sc, ok := wanted[name]
-		if !ok || !reflect.DeepEqual(sc, rs.sub.cfg) {
-			stop = append(stop, name)
+		if !ok || !reflect.DeepEqual(sc, rs.sub.cfg) || rs.failed() {
+			stop = append(stop, name) // a failed subscription is started again
 		}
 		if !ok {
 			gone = append(gone, rs.sub.metrics)
