@@ -242,6 +242,9 @@ func (d *Daemon) loop(ctx context.Context) error {
 				d.notify.send("WATCHDOG=1")
 			}
 		case rs := <-d.ended:
+			if d.subs[rs.sub.cfg.Name] != rs {
+				continue // stopped by a reload
+			}
 			var pe *panicError
 			if errors.As(rs.err, &pe) {
 				return pe
@@ -322,8 +325,8 @@ func (d *Daemon) startSubscription(sc SubscriptionConfig) error {
 	d.subs[sc.Name] = rs
 	sm.SetHealthy(true, "")
 	go func() {
-		defer close(rs.done)
 		rs.err = sub.run(ctx, hctx)
+		close(rs.done)
 		select {
 		case d.ended <- rs:
 		case <-d.stopping:

@@ -46,6 +46,18 @@ func readFile(t testing.TB, path string) []streamfile.Frame {
 	}
 }
 
+// framesAt returns the frames of one key in the stream file at path.
+func framesAt(t testing.TB, path, key string) []streamfile.Frame {
+	t.Helper()
+	var out []streamfile.Frame
+	for _, f := range readFile(t, path) {
+		if f.Key == key {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
 // TestPublishSeveralKeys publishes lines for several keys into a file with a
 // 1024-byte interval: every record decodes, sequences count per key from 1,
 // and the beacons are exactly those of a single writer (the file equals one
