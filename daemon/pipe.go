@@ -52,9 +52,22 @@ func RunPipe(ctx context.Context, cfg *Config, opts PipeOptions) (err error) {
 		reg = metrics.NewRegistry()
 	}
 	m := metrics.New(reg, opts.Build)
+	// Reading stops when ctx ends or when stdout closes, even under a
+	// delayed copy; handlers in flight get until shutdown_timeout.
+	readCtx, stopReading := context.WithCancel(ctx)
+	defer stopReading()
+	hctx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelHandlers()
+	context.AfterFunc(readCtx, func() { time.AfterFunc(time.Duration(cfg.ShutdownTimeout), cancelHandlers) })
 	out := &lineWriter{w: opts.Out}
 	queue, err := retrytimer.Open(retrytimer.Options{
-		Fire:   func(_ context.Context, c retrytimer.Copy) error { return out.write(c.Key, c.Headers, c.Payload) },
+		Fire: func(_ context.Context, c retrytimer.Copy) error {
+			err := out.write(c.Key, c.Headers, c.Payload)
+			if errors.Is(err, ErrStdoutClosed) {
+				stopReading()
+			}
+			return err
+		},
 		Logger: logger,
 	})
 	if err != nil {
@@ -87,10 +100,13 @@ func RunPipe(ctx context.Context, cfg *Config, opts PipeOptions) (err error) {
 			logger.Error("retry queue failed", "err", err)
 		}
 	})
-	readErr := readLines(ctx, opts.In, subs, logger)
+	readErr := readLines(readCtx, hctx, opts.In, subs, logger)
 	stopQueue()
 	wg.Wait()
 
+	if out.isClosed() {
+		readErr = ErrStdoutClosed
+	}
 	if errors.Is(readErr, ErrStdoutClosed) {
 		logger.Info("stdout was closed by the next stage; stopping", "pending_copies", queue.Pending())
 		return readErr
@@ -140,7 +156,7 @@ func pipeSubscriptions(cfg *Config, opts Options, logger *slog.Logger, m *metric
 
 // readLines reads stdin to its end (or until ctx ends) and hands each line
 // to the subscriptions of its key, one line at a time.
-func readLines(ctx context.Context, in io.Reader, subs []*pipeSub, logger *slog.Logger) error {
+func readLines(ctx, hctx context.Context, in io.Reader, subs []*pipeSub, logger *slog.Logger) error {
 	failOnInvalid := false
 	for _, s := range subs {
 		failOnInvalid = failOnInvalid || s.cfg.OnInvalid == "fail"
@@ -163,6 +179,9 @@ func readLines(ctx context.Context, in io.Reader, subs []*pipeSub, logger *slog.
 		}
 		if !ok {
 			return <-readErr
+		}
+		if ctx.Err() != nil {
+			return nil // stopped: a line taken at the same time is not handled
 		}
 		l, err := pipe.ParseLine(line)
 		if err != nil {
@@ -192,9 +211,9 @@ func readLines(ctx context.Context, in io.Reader, subs []*pipeSub, logger *slog.
 			d = Delivery{Subscription: s.cfg.Name, Key: key, Shard: shard, Seq: seq, TimestampMs: uint64(ts.UnixMilli()),
 				Headers: headers, Payload: body, Attempt: envelope.RetryCount(headers) + 1}
 			start := time.Now()
-			o := s.handler.Handle(ctx, &d)
+			o := s.handler.Handle(hctx, &d)
 			s.metrics.HandlerDuration.Observe(time.Since(start).Seconds())
-			if err := s.settler.settle(ctx, &d, o); err != nil {
+			if err := s.settler.settle(hctx, &d, o); err != nil {
 				if errors.Is(err, ErrStdoutClosed) {
 					return ErrStdoutClosed
 				}
@@ -237,10 +256,17 @@ func scanLines(in io.Reader, lines chan<- []byte) error {
 // lineWriter prints copies on stdout in the upstream producer's format,
 // one whole line per write.
 type lineWriter struct {
-	mu   sync.Mutex
-	w    io.Writer
-	prod pipe.Producer
-	buf  []byte
+	mu     sync.Mutex
+	w      io.Writer
+	prod   pipe.Producer
+	buf    []byte
+	closed bool // a write found stdout closed
+}
+
+func (lw *lineWriter) isClosed() bool {
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	return lw.closed
 }
 
 func (lw *lineWriter) write(key string, h envelope.Headers, payload []byte) error {
@@ -249,6 +275,9 @@ func (lw *lineWriter) write(key string, h envelope.Headers, payload []byte) erro
 	}
 	lw.mu.Lock()
 	defer lw.mu.Unlock()
+	if lw.closed {
+		return ErrStdoutClosed
+	}
 	line, printed, err := lw.prod.Append(lw.buf[:0], time.Now(), key, envelope.Encode(h, payload, true))
 	if err != nil {
 		return err
@@ -259,6 +288,7 @@ func (lw *lineWriter) write(key string, h envelope.Headers, payload []byte) erro
 	}
 	if _, err := lw.w.Write(line); err != nil {
 		if errors.Is(err, syscall.EPIPE) {
+			lw.closed = true
 			return ErrStdoutClosed
 		}
 		return fmt.Errorf("write stdout: %w", err)
