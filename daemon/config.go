@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"github.com/streamd/streamd/tail"
 	"os"
 	"path/filepath"
 	"slices"
@@ -98,7 +99,7 @@ type SubscriptionConfig struct {
 	Key string `toml:"key"`
 	// StartAt is where the first start reads from (ModeRun only); later
 	// starts resume at the stored position. Default beginning.
-	StartAt Position `toml:"start_at"`
+	StartAt tail.Start `toml:"start_at"`
 	// Replay makes the subscription finish at the end of the file or its
 	// end-of-stream mark (ModeRun only).
 	Replay bool `toml:"replay"`

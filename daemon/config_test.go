@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"errors"
+	"github.com/streamd/streamd/tail"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -75,8 +76,8 @@ F:12: subscription[0].start_at: not used by streamd pipe: a pipe stage cannot se
 		{"replay-end", ModeRun, `F:11: subscription[0].replay: start_at = "end" leaves nothing to replay`},
 		{"run-keys", ModeRun, `F:11: subscription[0].dead_letter: "orders" is the key the subscription reads: its dead letters would come back to it
 F:12: subscription[0].on_invalid: not used by streamd run: it is for invalid stdin lines of a pipe stage`},
-		{"start-at", ModeRun, `F:11: subscription[0].start_at: invalid position "yesterday": use beginning, end, seq:N, time:RFC3339 or offset:N
-F:19: subscription[1].start_at: invalid position "seq:0": a sequence is a decimal number from 1`},
+		{"start-at", ModeRun, `F:11: subscription[0].start_at: start position "yesterday": want beginning, end, seq:N, time:RFC3339 or offset:N
+F:19: subscription[1].start_at: start position "seq:x": the sequence number must be a decimal integer from 0 to 18446744073709551615`},
 		{"state-dir-missing", ModeRun, `F: state_dir: required: the directory for positions and the retry spool (or $STATE_DIRECTORY, which systemd's StateDirectory= sets)`},
 		{"syntax", ModeRun, `F:6:13: expected value but found "jobs" instead`},
 		{"tilde", ModeRun, `F:1: state_dir: "~/streamd": ~ is not expanded; write the whole path
@@ -262,7 +263,7 @@ func TestStreamdTomlDocumentsEveryKey(t *testing.T) {
 			}
 			var re string
 			switch {
-			case f.Type.Kind() == reflect.Struct && f.Type != reflect.TypeFor[Position]():
+			case f.Type.Kind() == reflect.Struct && f.Type != reflect.TypeFor[tail.Start]():
 				re = `(?m)^\[` + regexp.QuoteMeta(name) + `\]$`
 				check(f.Type, name)
 			case f.Type.Kind() == reflect.Slice && f.Type.Elem().Kind() == reflect.Struct:
@@ -293,7 +294,7 @@ func TestConfigTags(t *testing.T) {
 			}
 			seen[tag] = true
 			switch {
-			case f.Type.Kind() == reflect.Struct && f.Type.PkgPath() == configType.PkgPath() && f.Type != reflect.TypeFor[Position]():
+			case f.Type.Kind() == reflect.Struct && f.Type.PkgPath() == configType.PkgPath() && f.Type != reflect.TypeFor[tail.Start]():
 				check(f.Type)
 			case f.Type.Kind() == reflect.Slice && f.Type.Elem().Kind() == reflect.Struct:
 				check(f.Type.Elem())
@@ -423,7 +424,7 @@ format = "ndjson"
 				{Name: "s", Path: "/srv/s.ss", Create: true, BeaconInterval: 4096, PollInterval: Duration(10 * time.Second)},
 			},
 			Subscriptions: []SubscriptionConfig{
-				{Name: "a", Stream: "s", Key: "k", StartAt: Position{Kind: PositionTime, Time: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)},
+				{Name: "a", Stream: "s", Key: "k", StartAt: mustStart(t, "time:2025-03-01T12:00:00Z"),
 					Replay: true, Concurrency: 8, MaxAttempts: ptr(1), DeadLetter: "k.dead", OutRetry: "k.retry",
 					Backoff: []Duration{Duration(100 * time.Millisecond)}, LogUnsupported: "every", OnCorrupt: "stop",
 					Handler: HandlerConfig{Kind: HandlerStdout, Format: "ndjson"}},
@@ -577,40 +578,14 @@ func TestDefaultConfigFile(t *testing.T) {
 	}
 }
 
-func TestPosition(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		want Position
-	}{
-		{"beginning", Position{}},
-		{"end", Position{Kind: PositionEnd}},
-		{"seq:1", Position{Kind: PositionSeq, Seq: 1}},
-		{"seq:18446744073709551615", Position{Kind: PositionSeq, Seq: 1<<64 - 1}},
-		{"time:1970-01-01T00:00:00Z", Position{Kind: PositionTime, Time: time.UnixMilli(0).UTC()}},
-		{"time:2025-03-01T12:00:00.5+01:00", Position{Kind: PositionTime, Time: time.Date(2025, 3, 1, 12, 0, 0, 5e8, time.FixedZone("", 3600))}},
-		{"offset:128", Position{Kind: PositionOffset, Offset: 128}},
-	} {
-		got, err := ParsePosition(tc.in)
-		if err != nil || got.String() != tc.in || got.Kind != tc.want.Kind || got.Seq != tc.want.Seq || got.Offset != tc.want.Offset || !got.Time.Equal(tc.want.Time) {
-			t.Errorf("ParsePosition(%q) = %+v, %v; want %+v written the same", tc.in, got, err, tc.want)
-		}
+// mustStart parses a start position for a table.
+func mustStart(t *testing.T, s string) tail.Start {
+	t.Helper()
+	v, err := tail.ParseStart(s)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, tc := range []struct{ in, want string }{
-		{"", `invalid position "": use beginning, end, seq:N, time:RFC3339 or offset:N`},
-		{"Beginning", `invalid position "Beginning": use beginning, end, seq:N, time:RFC3339 or offset:N`},
-		{"sequence:3", `invalid position "sequence:3": use beginning, end, seq:N, time:RFC3339 or offset:N`},
-		{"seq:0", `invalid position "seq:0": a sequence is a decimal number from 1`},
-		{"seq:+3", `invalid position "seq:+3": a sequence is a decimal number from 1`},
-		{"seq:18446744073709551616", `invalid position "seq:18446744073709551616": a sequence is a decimal number from 1`},
-		{"time:2025-03-01", `invalid position "time:2025-03-01": write the time in RFC 3339, as in time:2025-03-01T12:00:00Z`},
-		{"time:1969-12-31T23:59:59Z", `invalid position "time:1969-12-31T23:59:59Z": record timestamps start at 1970-01-01T00:00:00Z`},
-		{"offset:127", `invalid position "offset:127": an offset is a decimal number from 128, where the first frame can start`},
-		{"offset:-1", `invalid position "offset:-1": an offset is a decimal number from 128, where the first frame can start`},
-	} {
-		if _, err := ParsePosition(tc.in); err == nil || err.Error() != tc.want {
-			t.Errorf("ParsePosition(%q) error %v, want %s", tc.in, err, tc.want)
-		}
-	}
+	return v
 }
 
 func TestDuration(t *testing.T) {

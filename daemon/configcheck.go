@@ -108,7 +108,7 @@ func (l *loader) checkSubscription(p keyPath, s *SubscriptionConfig, streams, na
 		case streams[s.Stream] == nil:
 			l.errorf(q, "no [[stream]] is named %q", s.Stream)
 		}
-		if s.Replay && s.StartAt.Kind == PositionEnd {
+		if s.Replay && s.StartAt.IsEnd() {
 			l.errorf(p.k("replay"), "start_at = %q leaves nothing to replay", s.StartAt)
 		}
 		l.unused(p.k("on_invalid"), "it is for invalid stdin lines of a pipe stage")

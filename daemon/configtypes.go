@@ -3,6 +3,7 @@ package daemon
 import (
 	"encoding"
 	"fmt"
+	"github.com/streamd/streamd/tail"
 	"math"
 	"reflect"
 	"strconv"
@@ -160,8 +161,8 @@ func describeType(t reflect.Type) string {
 	switch t {
 	case reflect.TypeFor[Duration]():
 		return `a duration string such as "5s"`
-	case reflect.TypeFor[Position]():
-		return "a position string: " + positionForms
+	case reflect.TypeFor[tail.Start]():
+		return "a position string: " + tail.StartForms
 	}
 	switch t.Kind() {
 	case reflect.String:

@@ -276,16 +276,12 @@ func (d *Daemon) startSubscription(sc SubscriptionConfig) error {
 			return fmt.Errorf("subscription %q: %w", sc.Name, err)
 		}
 	}
-	start, err := tail.ParseStart(sc.StartAt.String())
-	if err != nil {
-		return fmt.Errorf("subscription %q: %w", sc.Name, err)
-	}
 	logger := d.logger.With("subscription", sc.Name)
 	sm := d.metrics.Subscription(sc.Name, sc.Stream)
 	opts := tail.Options{
 		Path:         st.cfg.Path,
 		Key:          sc.Key,
-		Start:        start,
+		Start:        sc.StartAt,
 		Replay:       sc.Replay,
 		PollInterval: time.Duration(st.cfg.PollInterval),
 		Logger:       logger,

@@ -72,8 +72,25 @@ func ParseStart(s string) (Start, error) {
 		}
 		return Start{kind: startOffset, off: n}, nil
 	}
-	return Start{}, fmt.Errorf("start position %q: want beginning, end, seq:N, time:RFC3339 or offset:N", s)
+	return Start{}, fmt.Errorf("start position %q: want %s", s, StartForms)
 }
+
+// StartForms lists the forms of a start position, for messages.
+const StartForms = "beginning, end, seq:N, time:RFC3339 or offset:N"
+
+// UnmarshalText parses a start position, as [ParseStart] does, so that a
+// Start can be read from a configuration file.
+func (s *Start) UnmarshalText(text []byte) error {
+	v, err := ParseStart(string(text))
+	if err != nil {
+		return err
+	}
+	*s = v
+	return nil
+}
+
+// IsEnd reports whether s is the end of the file.
+func (s Start) IsEnd() bool { return s.kind == startEnd }
 
 // String returns s in the form [ParseStart] reads.
 func (s Start) String() string {
