@@ -4,8 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strconv"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/streamd/streamd/envelope"
@@ -93,18 +92,18 @@ func (s *settler) settle(ctx context.Context, d *Delivery, o Outcome) error {
 	switch o.Kind {
 	case OutcomeAck:
 		m.HandlerRecords[metrics.OutcomeAck].Inc()
-		s.unsupported.report("ack", d)
+		s.unsupported.report(opAck, d)
 		m.Unsupported[metrics.OperationAck].Inc()
 		return nil
 	case OutcomeDrop:
 		m.HandlerRecords[metrics.OutcomeDrop].Inc()
-		s.unsupported.report("drop", d)
+		s.unsupported.report(opDrop, d)
 		m.Unsupported[metrics.OperationDrop].Inc()
 		return nil
 	case OutcomeRetry:
 		m.HandlerRecords[metrics.OutcomeRetry].Inc()
 		if s.maxAttempts == 0 && s.deadLetter == "" {
-			s.unsupported.report("retry", d)
+			s.unsupported.report(opRetry, d)
 			m.Unsupported[metrics.OperationRetry].Inc()
 			return nil
 		}
@@ -140,7 +139,7 @@ func (s *settler) redeliver(ctx context.Context, d *Delivery, delay time.Duratio
 		}
 		s.logger.Warn("retry attempts exhausted and no dead-letter destination is declared; rejecting the delivery",
 			"attempt", attempt)
-		s.unsupported.report("reject", d)
+		s.unsupported.report(opReject, d)
 		s.metrics.Unsupported[metrics.OperationReject].Inc()
 		s.metrics.Rejects.Inc()
 		return nil
@@ -185,52 +184,63 @@ func (s *settler) copyHeaders(d *Delivery, retry bool) envelope.Headers {
 	return h
 }
 
+// The settlements the transport cannot perform, as unsupportedLog counts
+// them.
+const (
+	opAck = iota
+	opDrop
+	opRetry
+	opReject
+	numOps
+)
+
+var opNames = [numOps]string{"ack", "drop", "retry", "reject"}
+
 // unsupportedLog reports settlements the transport cannot perform: every
 // one (L1 of settlement.md §6) with "every", otherwise the first per
-// outcome and then a summary at most once a minute.
+// outcome and then a summary at most once a minute. The common case, an
+// outcome seen before, is a few atomic operations.
 type unsupportedLog struct {
 	every  bool
 	logger *slog.Logger
 	now    func() time.Time
 
-	mu       sync.Mutex
-	seen     map[string]bool
-	pending  map[string]int // counted since the last summary
-	lastSum  time.Time
+	seen     [numOps]atomic.Bool
+	pending  [numOps]atomic.Int64 // counted since the last summary
+	lastSum  atomic.Int64         // Unix ns of the last summary
 	interval time.Duration
 }
 
 func newUnsupportedLog(every bool, logger *slog.Logger, now func() time.Time) *unsupportedLog {
-	return &unsupportedLog{every: every, logger: logger, now: now,
-		seen: map[string]bool{}, pending: map[string]int{}, lastSum: now(), interval: time.Minute}
+	u := &unsupportedLog{every: every, logger: logger, now: now, interval: time.Minute}
+	u.lastSum.Store(now().UnixNano())
+	return u
 }
 
-func (u *unsupportedLog) report(op string, d *Delivery) {
+func (u *unsupportedLog) report(op int, d *Delivery) {
 	if u.every {
 		u.logger.Warn("ack / nack failed", "error", unsupportedError, "seq", d.Seq)
 		return
 	}
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if !u.seen[op] {
-		u.seen[op] = true
-		u.logger.Warn("ack / nack failed", "error", unsupportedError, "outcome", op,
+	if !u.seen[op].Load() && u.seen[op].CompareAndSwap(false, true) {
+		u.logger.Warn("ack / nack failed", "error", unsupportedError, "outcome", opNames[op],
 			"seq", d.Seq, "note", "logged once per outcome; counted in streamd_handler_unsupported_total")
 		return
 	}
-	u.pending[op]++
-	if now := u.now(); now.Sub(u.lastSum) >= u.interval {
-		u.summary(now)
+	u.pending[op].Add(1)
+	now := u.now().UnixNano()
+	if last := u.lastSum.Load(); time.Duration(now-last) >= u.interval && u.lastSum.CompareAndSwap(last, now) {
+		u.summary()
 	}
 }
 
-// summary logs and resets the counts since the last summary. u.mu is held.
-func (u *unsupportedLog) summary(now time.Time) {
+// summary logs and resets the counts since the last summary.
+func (u *unsupportedLog) summary() {
 	attrs := []any{"error", unsupportedError}
-	for op, n := range u.pending {
-		attrs = append(attrs, op, strconv.Itoa(n))
+	for op := range numOps {
+		if n := u.pending[op].Swap(0); n > 0 {
+			attrs = append(attrs, opNames[op], n)
+		}
 	}
 	u.logger.Info("unsupported settlements since the last summary", attrs...)
-	clear(u.pending)
-	u.lastSum = now
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,6 +41,9 @@ type subscription struct {
 	follower *tail.Follower
 	tracker  *offsets.Tracker
 	file     offsets.Identity // of the records the tracker holds
+
+	seqHeader [1]envelope.Header // the headers of a plain record
+	seqValue  [20]byte
 }
 
 // job is one record handed to a worker when concurrency is above 1.
@@ -137,7 +141,15 @@ func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job, errc <-c
 			s.settled(ticket)
 			continue
 		}
-		headers.SetSequence(rec.Seq)
+		plain := len(headers) == 0 // the payload aliases the reader's buffer
+		if plain && s.cfg.Concurrency <= 1 {
+			// A plain payload, handled before the next read: reuse the
+			// header slice and its value instead of allocating them.
+			s.seqHeader[0] = envelope.Header{Name: envelope.SequenceHeader, Value: strconv.AppendUint(s.seqValue[:0], rec.Seq, 10)}
+			headers = s.seqHeader[:]
+		} else {
+			headers.SetSequence(rec.Seq)
+		}
 		*d = Delivery{
 			Subscription: s.cfg.Name, Key: rec.Key, Shard: rec.Shard, Seq: rec.Seq, TimestampMs: rec.TimestampMs,
 			Headers: headers, Payload: payload, Attempt: envelope.RetryCount(headers) + 1,
@@ -148,8 +160,8 @@ func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job, errc <-c
 			}
 			continue
 		}
-		if len(headers) == 0 {
-			d.Payload = bytes.Clone(payload) // a plain payload aliases the reader's buffer
+		if plain {
+			d.Payload = bytes.Clone(payload)
 		}
 		select {
 		case jobs <- job{*d, ticket}:

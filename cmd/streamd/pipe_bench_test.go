@@ -38,10 +38,7 @@ func benchPipeLines(n int) []byte {
 // stage's CPU time.
 func BenchmarkPipeDiscard(b *testing.B) {
 	dir := b.TempDir()
-	bin := filepath.Join(dir, "streamd")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		b.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := benchBinary(b)
 	cfg := filepath.Join(dir, "pipe.toml")
 	if err := os.WriteFile(cfg, []byte(`
 [[subscription]]
