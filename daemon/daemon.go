@@ -60,7 +60,7 @@ type Daemon struct {
 	queue   *retrytimer.Queue
 	streams map[string]*stream
 	subs    map[string]*runningSub
-	names   atomic.Pointer[map[string]bool]
+	keys    atomic.Pointer[map[string]string] // subscription name → key
 }
 
 // runningSub is a subscription and the goroutine that runs it.
@@ -126,7 +126,7 @@ func New(cfg *Config, opts Options) *Daemon {
 		streams:  map[string]*stream{},
 		subs:     map[string]*runningSub{},
 	}
-	d.names.Store(&map[string]bool{})
+	d.keys.Store(&map[string]string{})
 	return d
 }
 
@@ -305,7 +305,7 @@ func (d *Daemon) startSubscription(sc SubscriptionConfig) error {
 		stream:   st,
 		handler:  handler,
 		store:    d.store,
-		names:    &d.names,
+		keys:     &d.keys,
 		logger:   logger,
 		metrics:  sm,
 		settler:  newSettler(sc, fileCopies{stream: st, queue: d.queue}, sm, logger, true),
@@ -572,11 +572,11 @@ func (d *Daemon) allReplaysFinished() bool {
 	return len(d.subs) > 0
 }
 
-// setNames publishes the subscription names for the origin filter.
+// setNames publishes each subscription's key for the origin filter.
 func (d *Daemon) setNames() {
-	names := make(map[string]bool, len(d.subs))
-	for name := range d.subs {
-		names[name] = true
+	keys := make(map[string]string, len(d.subs))
+	for name, rs := range d.subs {
+		keys[name] = rs.sub.cfg.Key
 	}
-	d.names.Store(&names)
+	d.keys.Store(&keys)
 }

@@ -60,9 +60,13 @@ func newSettler(sc SubscriptionConfig, copies copyWriter, m *metrics.Subscriptio
 	if sc.MaxAttempts != nil {
 		maxAttempts = *sc.MaxAttempts
 	}
-	if sc.MaxAttempts != nil || sc.DeadLetter != "" {
+	switch {
+	case sc.MaxAttempts != nil:
 		logger.Info("retry declaration; a cap applies to the copies this process publishes",
 			"max_attempts", maxAttempts, "dead_letter", sc.DeadLetter, "applied_by", "runtime")
+	case sc.DeadLetter != "":
+		logger.Info("retry declaration; a cap applies to the copies this process publishes",
+			"dead_letter", sc.DeadLetter, "applied_by", "runtime")
 	}
 	return &settler{
 		name: sc.Name, maxAttempts: maxAttempts, deadLetter: sc.DeadLetter, retryKey: retryKey,

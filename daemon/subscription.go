@@ -31,7 +31,7 @@ type subscription struct {
 	handler Handler
 	settler *settler
 	store   *offsets.Store
-	names   *atomic.Pointer[map[string]bool] // the daemon's subscription names, for the origin filter
+	keys    *atomic.Pointer[map[string]string] // the key of each of the daemon's subscriptions, for the origin filter
 	logger  *slog.Logger
 	metrics *metrics.SubscriptionMetrics
 	// busySince is when the running delivery started (Unix ns), 0 when
@@ -136,7 +136,7 @@ func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job, errc <-c
 		s.metrics.LastRecordTimestamp.Set(float64(rec.TimestampMs) / 1000)
 		d := &delivery
 		headers, payload := envelope.Decode(rec.Payload)
-		if origin, ok := headers.Get(OriginHeader); ok && string(origin) != s.cfg.Name && (*s.names.Load())[string(origin)] {
+		if s.foreign(headers) {
 			s.metrics.HandlerRecords[metrics.OutcomeForeignCopy].Inc()
 			s.settled(ticket)
 			continue
@@ -171,6 +171,20 @@ func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job, errc <-c
 			return nil
 		}
 	}
+}
+
+// foreign reports whether a record is a retry copy made by another
+// subscription of the daemon that reads the same key: that subscription
+// handles it again, so this one passes over it. A copy under another
+// subscription's out_retry key is not foreign to the subscription that
+// reads that key.
+func (s *subscription) foreign(h envelope.Headers) bool {
+	origin, ok := h.Get(OriginHeader)
+	if !ok || string(origin) == s.cfg.Name {
+		return false
+	}
+	key, ok := (*s.keys.Load())[string(origin)]
+	return ok && key == s.cfg.Key
 }
 
 // wanted reports whether rec is for this subscription's handler.

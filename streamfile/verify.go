@@ -19,6 +19,7 @@ type VerifyReport struct {
 // through its remaining count, to a frame start the sequential reader found
 // too (spec §6.5). A torn last frame is allowed; it ends the check.
 func Verify(r io.ReaderAt, size int64) (VerifyReport, error) {
+	r = io.NewSectionReader(r, 0, size) // a file still growing is read up to size
 	var rep VerifyReport
 	h, err := ReadHeader(r)
 	if err != nil {

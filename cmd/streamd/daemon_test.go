@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -283,5 +284,29 @@ func TestRunResume(t *testing.T) {
 		if want := fmt.Sprintf("%d 1 r%d", i+1, i+1); line != want {
 			t.Fatalf("delivery %d = %q, want %q", i, line, want)
 		}
+	}
+}
+
+// TestRunRetryWorkerInSameDaemon: a subscription of the out_retry key of
+// another subscription in the same daemon handles its copies; the origin
+// filter passes over copies only for subscriptions of the same key.
+func TestRunRetryWorkerInSameDaemon(t *testing.T) {
+	e := newEnv(t, execSub("billing", `out_retry = "orders.retry"`, `echo retry_after=0s`)+`
+[[subscription]]
+name = "retries"
+stream = "orders"
+key = "orders.retry"
+[subscription.handler]
+kind = "exec"
+timeout = "10s"
+command = ["/bin/sh", "-c", '''p=$(cat); echo "retry $STREAMD_ATTEMPT $p" >> LOG''']
+`)
+	e.publish("x")
+	p := e.start()
+	eventually(t, 10*time.Second, "the retry worker to handle the copy", func() bool {
+		return slices.Contains(e.deliveries(), "retry 2 x")
+	})
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("exit code %d", code)
 	}
 }
