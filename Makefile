@@ -78,14 +78,17 @@ PREFIX   ?= /usr/local
 
 # verify-unit checks the systemd unit with its ExecStart pointed at the built
 # binary: systemd-analyze verify must print nothing, and the offline
-# security score must be at most 2.0.
+# security score must be at most 2.0. The sysusers file must create the user
+# and its group membership in a scratch root.
 verify-unit: build
 	@echo ">> verifying deploy/systemd/streamd.service"
 	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
 	sed 's|/usr/local/bin/streamd|$(abspath $(BIN))|g' deploy/systemd/streamd.service > "$$tmp/streamd.service" && \
 	out=$$(systemd-analyze verify --man=no "$$tmp/streamd.service" 2>&1) && \
 	if [ -n "$$out" ]; then echo "$$out"; exit 1; fi && \
-	systemd-analyze security --offline=yes --threshold=20 "$$tmp/streamd.service" | tail -1
+	systemd-analyze security --offline=yes --threshold=20 "$$tmp/streamd.service" | tail -1 && \
+	mkdir -p "$$tmp/root/etc" && systemd-sysusers --root="$$tmp/root" $(abspath deploy/systemd/streamd.sysusers) && \
+	grep -q '^streamd:' "$$tmp/root/etc/passwd" && grep -q '^seastreamer:.*streamd' "$$tmp/root/etc/group"
 
 # install puts the binary, the unit, the sysusers file and the example
 # configuration in place (run as root; then: systemctl daemon-reload).

@@ -119,3 +119,10 @@ func TestDecodeErrors(t *testing.T) {
 		})
 	}
 }
+
+func TestVersion(t *testing.T) {
+	r := runBinary(t, nil, "version")
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "streamd ") || !strings.Contains(r.stdout, "go1.") {
+		t.Fatalf("version: exit %d, stdout %q", r.code, r.stdout)
+	}
+}
