@@ -10,6 +10,7 @@ import (
 	"os"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -83,19 +84,31 @@ func (rs *runningSub) failed() bool {
 	}
 }
 
+// stopGrace is how long a stop waits past the deadline for a handler that
+// ignores its context's end.
+const stopGrace = 500 * time.Millisecond
+
 // stop stops reading at once and gives the deliveries in flight until the
-// deadline; then their contexts end.
-func (rs *runningSub) stop(deadline time.Time) {
+// deadline; then their contexts end. A handler that still does not return
+// is abandoned after stopGrace, so that a stop stays bounded (Invariant 7):
+// its record is unsettled, so its position was not stored.
+func (rs *runningSub) stop(deadline time.Time, logger *slog.Logger) {
 	rs.stopReading()
 	t := time.AfterFunc(time.Until(deadline), rs.cancelHandlers)
-	<-rs.done
-	t.Stop()
+	defer t.Stop()
+	select {
+	case <-rs.done:
+	case <-time.After(time.Until(deadline) + stopGrace):
+		logger.Error("a handler did not return by the shutdown deadline; abandoning it, its record is read again after a restart",
+			"subscription", rs.sub.cfg.Name)
+		return
+	}
 	rs.cancelHandlers()
 	closeHandler(rs.handler)
 }
 
 type reloadRequest struct {
-	cfg  *Config
+	load func() (*Config, error)
 	done chan error
 }
 
@@ -130,11 +143,13 @@ func New(cfg *Config, opts Options) *Daemon {
 	return d
 }
 
-// Reload asks the running daemon to apply cfg: subscriptions added,
-// removed or changed are started and stopped without disturbing the
-// others. On an error the old configuration keeps running.
-func (d *Daemon) Reload(ctx context.Context, cfg *Config) error {
-	req := reloadRequest{cfg, make(chan error, 1)}
+// Reload asks the running daemon to load its configuration again with load
+// and apply it: subscriptions added, removed or changed are started and
+// stopped without disturbing the others. On an error, in loading or in
+// applying, the old configuration keeps running; systemd and the metrics
+// are told either way.
+func (d *Daemon) Reload(ctx context.Context, load func() (*Config, error)) error {
+	req := reloadRequest{load, make(chan error, 1)}
 	select {
 	case d.reloads <- req:
 	case <-ctx.Done():
@@ -234,7 +249,7 @@ func (d *Daemon) loop(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case req := <-d.reloads:
-			req.done <- d.reload(req.cfg)
+			req.done <- d.reload(req.load)
 		case <-watchdog:
 			if reason := d.wedged(); reason != "" {
 				d.logger.Error("not pinging the watchdog", "reason", reason)
@@ -346,7 +361,7 @@ func (d *Daemon) stopSubscriptions(names []string) {
 	for _, name := range names {
 		rs := d.subs[name]
 		delete(d.subs, name)
-		wg.Go(func() { rs.stop(deadline) })
+		wg.Go(func() { rs.stop(deadline, d.logger) })
 	}
 	wg.Wait()
 }
@@ -358,15 +373,19 @@ func (d *Daemon) stopAll() {
 
 // reload applies cfg to the running daemon. What cannot change without a
 // restart is refused, and the old configuration keeps running.
-func (d *Daemon) reload(cfg *Config) error {
+func (d *Daemon) reload(load func() (*Config, error)) error {
 	d.notify.reloading()
-	defer func() { d.notify.send("READY=1\nSTATUS=" + d.status()) }()
-	err := d.applyReload(cfg)
+	cfg, err := load()
+	if err == nil {
+		err = d.applyReload(cfg)
+	}
 	d.metrics.ObserveReload(time.Now(), err)
 	if err != nil {
+		d.notify.send("READY=1\nSTATUS=reload failed, the previous configuration keeps running: " + strings.ReplaceAll(err.Error(), "\n", "; "))
 		d.logger.Error("reload failed; the previous configuration keeps running", "err", err)
 		return err
 	}
+	d.notify.send("READY=1\nSTATUS=" + d.status())
 	d.logger.Info("configuration reloaded", "subscriptions", len(d.subs), "streams", len(d.streams))
 	return nil
 }

@@ -90,6 +90,7 @@ func (s *subscription) run(ctx, hctx context.Context) error {
 // before it is handed out.
 func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job, errc <-chan error) error {
 	var delivery Delivery
+	lastSeq := s.tracker.Committable().Seq // of the last record of the key handed out
 	for {
 		rec, err := s.follower.Next(ctx)
 		switch {
@@ -122,7 +123,7 @@ func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job, errc <-c
 		if !s.wanted(rec) {
 			// Passed over: settled at once, with the sequence of the last
 			// record of the key, which the stored position names.
-			ticket, err := s.tracker.Begin(ctx, rec.Offset, rec.End, s.tracker.Committable().Seq)
+			ticket, err := s.tracker.Begin(ctx, rec.Offset, rec.End, lastSeq)
 			if err != nil {
 				return nil // ctx ended while the window was full
 			}
@@ -133,6 +134,7 @@ func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job, errc <-c
 		if err != nil {
 			return nil
 		}
+		lastSeq = rec.Seq
 		s.metrics.LastRecordTimestamp.Set(float64(rec.TimestampMs) / 1000)
 		d := &delivery
 		headers, payload := envelope.Decode(rec.Payload)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -67,14 +66,8 @@ func runDaemon(args []string, s stdio) int {
 			}
 			return exitOK
 		case <-hup:
-			next, err := daemon.LoadConfig(*path, daemon.ModeRun)
-			if err != nil {
-				logger.Error("reload: invalid configuration; the previous one keeps running", "config_file", *path, "err", err)
-				continue
-			}
-			if err := d.Reload(ctx, next); err != nil && !errors.Is(err, context.Canceled) {
-				logger.Error("reload failed", "err", err)
-			}
+			// The daemon logs and reports the outcome of the reload.
+			d.Reload(ctx, func() (*daemon.Config, error) { return daemon.LoadConfig(*path, daemon.ModeRun) })
 		}
 	}
 }
