@@ -93,9 +93,9 @@ func (h *stdoutHandler) Handle(_ context.Context, d *Delivery) Outcome {
 // documentation describes it.
 func appendDeliveryJSON(b []byte, d *Delivery) []byte {
 	b = append(b, `{"subscription":`...)
-	b = appendJSONText(b, d.Subscription)
+	b = AppendJSONString(b, d.Subscription)
 	b = append(b, `,"stream_key":`...)
-	b = appendJSONText(b, d.Key)
+	b = AppendJSONString(b, d.Key)
 	b = append(b, `,"shard_id":`...)
 	b = strconv.AppendUint(b, d.Shard, 10)
 	b = append(b, `,"seq":`...)
@@ -116,9 +116,9 @@ func appendDeliveryJSON(b []byte, d *Delivery) []byte {
 			b = append(b, ',')
 		}
 		first = false
-		b = appendJSONText(b, e.Name)
+		b = AppendJSONString(b, e.Name)
 		b = append(b, ':')
-		b = appendJSONText(b, string(e.Value))
+		b = AppendJSONString(b, string(e.Value))
 	}
 	b = append(b, '}')
 	if binary > 0 {
@@ -132,7 +132,7 @@ func appendDeliveryJSON(b []byte, d *Delivery) []byte {
 				b = append(b, ',')
 			}
 			first = false
-			b = appendJSONText(b, e.Name)
+			b = AppendJSONString(b, e.Name)
 			b = append(b, `:"`...)
 			b = base64.StdEncoding.AppendEncode(b, e.Value)
 			b = append(b, '"')
@@ -144,9 +144,10 @@ func appendDeliveryJSON(b []byte, d *Delivery) []byte {
 	return append(b, "\"}\n"...)
 }
 
-// appendJSONText appends s as a JSON string, without the HTML escaping of
-// encoding/json's defaults, as streamd decode writes strings.
-func appendJSONText(b []byte, s string) []byte {
+// AppendJSONString appends s as a JSON string, without the HTML escaping
+// of encoding/json's defaults: the strings of the ndjson that the stdout
+// handler and streamd decode print.
+func AppendJSONString(b []byte, s string) []byte {
 	plain := true
 	for i := 0; i < len(s) && plain; i++ {
 		c := s[i]

@@ -2,10 +2,8 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -18,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/streamd/streamd/daemon"
 	"github.com/streamd/streamd/pipe"
 	"github.com/streamd/streamd/streamfile"
 	"github.com/streamd/streamd/tail"
@@ -225,7 +224,7 @@ type ndjsonPrinter struct{}
 
 func (ndjsonPrinter) header(w *bufio.Writer, h *streamfile.Header) {
 	b := []byte(`{"file_name":`)
-	b = appendJSONString(b, h.FileName)
+	b = daemon.AppendJSONString(b, h.FileName)
 	b = append(b, `,"created_at_ms":`...)
 	b = strconv.AppendUint(b, h.CreatedAtMs, 10)
 	b = append(b, `,"beacon_interval":`...)
@@ -237,7 +236,7 @@ func (ndjsonPrinter) appendRecord(b []byte, r *streamfile.Record) []byte {
 	b = append(b, `{"offset":`...)
 	b = strconv.AppendInt(b, r.Offset, 10)
 	b = append(b, `,"stream_key":`...)
-	b = appendJSONString(b, r.Key)
+	b = daemon.AppendJSONString(b, r.Key)
 	b = append(b, `,"shard_id":`...)
 	b = strconv.AppendUint(b, r.Shard, 10)
 	b = append(b, `,"seq":`...)
@@ -262,7 +261,7 @@ func (ndjsonPrinter) appendBeacon(b []byte, at int64, bc *streamfile.Beacon) []b
 			b = append(b, ',')
 		}
 		b = append(b, `{"stream_key":`...)
-		b = appendJSONString(b, m.Key)
+		b = daemon.AppendJSONString(b, m.Key)
 		b = append(b, `,"shard_id":`...)
 		b = strconv.AppendUint(b, m.Shard, 10)
 		b = append(b, `,"seq":`...)
@@ -292,29 +291,9 @@ func (ndjsonPrinter) appendError(b []byte, e errorRecord) []byte {
 		b = strconv.AppendUint(b, uint64(e.computed), 10)
 	default:
 		b = append(b, `,"reason":`...)
-		b = appendJSONString(b, e.reason)
+		b = daemon.AppendJSONString(b, e.reason)
 	}
 	return append(b, "}\n"...)
-}
-
-// appendJSONString appends s as a JSON string, without the HTML escaping
-// of encoding/json's defaults.
-func appendJSONString(b []byte, s string) []byte {
-	plain := true
-	for i := 0; i < len(s) && plain; i++ {
-		c := s[i]
-		plain = c >= 0x20 && c < 0x7f && c != '"' && c != '\\'
-	}
-	if plain {
-		b = append(b, '"')
-		b = append(b, s...)
-		return append(b, '"')
-	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	enc.Encode(s) // cannot fail for a string
-	return append(b, bytes.TrimSuffix(buf.Bytes(), []byte("\n"))...)
 }
 
 // logPrinter prints messages as stdio lines in the 4-part form, and the

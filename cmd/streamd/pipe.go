@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"os/signal"
 	"runtime"
 	"syscall"
@@ -20,9 +19,8 @@ import (
 func runPipe(args []string, s stdio) int {
 	fset := flag.NewFlagSet("pipe", flag.ContinueOnError)
 	fset.SetOutput(s.err)
-	path := fset.String("config.file", daemon.DefaultConfigFile(), "configuration file (pipe mode)")
-	level := fset.String("log.level", "", "log level: debug, info, warn or error (default: the file's [log] level)")
-	format := fset.String("log.format", "", "log format: auto, text or json (default: the file's [log] format)")
+	flags := addDaemonFlags(fset)
+	path := flags.path
 	fset.Usage = func() {
 		fmt.Fprintln(s.err, "usage: producer | streamd pipe [--config.file=PATH] | consumer")
 		fset.PrintDefaults()
@@ -41,7 +39,7 @@ func runPipe(args []string, s stdio) int {
 		fmt.Fprintf(s.err, "streamd pipe: couldn't load configuration (--config.file=%q):\n%v\n", *path, err)
 		return exitError
 	}
-	logger, err := daemon.NewLogger(os.Stderr, pick(*level, cfg.Log.Level), pick(*format, cfg.Log.Format))
+	logger, err := flags.logger(cfg)
 	if err != nil {
 		fmt.Fprintf(s.err, "streamd pipe: %v\n", err)
 		return exitUsage

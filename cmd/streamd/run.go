@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"runtime"
@@ -18,9 +19,8 @@ import (
 func runDaemon(args []string, s stdio) int {
 	fset := flag.NewFlagSet("run", flag.ContinueOnError)
 	fset.SetOutput(s.err)
-	path := fset.String("config.file", daemon.DefaultConfigFile(), "configuration file")
-	level := fset.String("log.level", "", "log level: debug, info, warn or error (default: the file's [log] level)")
-	format := fset.String("log.format", "", "log format: auto, text or json (default: the file's [log] format)")
+	flags := addDaemonFlags(fset)
+	path := flags.path
 	fset.Usage = func() {
 		fmt.Fprintln(s.err, "usage: streamd run [--config.file=PATH] [--log.level=LEVEL] [--log.format=FORMAT]")
 		fset.PrintDefaults()
@@ -45,7 +45,7 @@ func runDaemon(args []string, s stdio) int {
 		fmt.Fprintf(s.err, "streamd: couldn't load configuration (--config.file=%q):\n%v\n", *path, err)
 		return exitError
 	}
-	logger, err := daemon.NewLogger(os.Stderr, pick(*level, cfg.Log.Level), pick(*format, cfg.Log.Format))
+	logger, err := flags.logger(cfg)
 	if err != nil {
 		fmt.Fprintf(s.err, "streamd: %v\n", err)
 		return exitUsage
@@ -70,6 +70,24 @@ func runDaemon(args []string, s stdio) int {
 			d.Reload(ctx, func() (*daemon.Config, error) { return daemon.LoadConfig(*path, daemon.ModeRun) })
 		}
 	}
+}
+
+// daemonFlags are the flags that run and pipe share.
+type daemonFlags struct {
+	path, level, format *string
+}
+
+func addDaemonFlags(fset *flag.FlagSet) daemonFlags {
+	return daemonFlags{
+		path:   fset.String("config.file", daemon.DefaultConfigFile(), "configuration file"),
+		level:  fset.String("log.level", "", "log level: debug, info, warn or error (default: the file's [log] level)"),
+		format: fset.String("log.format", "", "log format: auto, text or json (default: the file's [log] format)"),
+	}
+}
+
+// logger makes the logger on stderr, the flags winning over the file.
+func (f daemonFlags) logger(cfg *daemon.Config) (*slog.Logger, error) {
+	return daemon.NewLogger(os.Stderr, pick(*f.level, cfg.Log.Level), pick(*f.format, cfg.Log.Format))
 }
 
 // pick returns flag when it is set, else the configured value.
