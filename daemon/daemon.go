@@ -559,17 +559,17 @@ func (d *Daemon) status() string {
 }
 
 // wedged says why the daemon should not ping the watchdog: a delivery that
-// runs far past any timeout means a handler hangs and nothing progresses.
+// runs far past its handler's timeout (and the shutdown timeout) means a
+// handler hangs and nothing progresses.
 func (d *Daemon) wedged() string {
-	limit := 2 * time.Duration(d.cfg.ShutdownTimeout)
 	for name, rs := range d.subs {
-		if t := rs.sub.busySince.Load(); t != 0 {
-			if limit < time.Duration(rs.sub.cfg.Handler.Timeout) {
-				limit = 2 * time.Duration(rs.sub.cfg.Handler.Timeout)
-			}
-			if age := time.Since(time.Unix(0, t)); age > limit {
-				return fmt.Sprintf("subscription %q has been handling one record for %s", name, age.Round(time.Second))
-			}
+		start := rs.sub.oldestBusy()
+		if start.IsZero() {
+			continue
+		}
+		limit := 2 * max(time.Duration(d.cfg.ShutdownTimeout), time.Duration(rs.sub.cfg.Handler.Timeout))
+		if age := time.Since(start); age > limit {
+			return fmt.Sprintf("subscription %q has been handling one record for %s", name, age.Round(time.Second))
 		}
 	}
 	return ""

@@ -34,9 +34,10 @@ type subscription struct {
 	keys    *atomic.Pointer[map[string]string] // the key of each of the daemon's subscriptions, for the origin filter
 	logger  *slog.Logger
 	metrics *metrics.SubscriptionMetrics
-	// busySince is when the running delivery started (Unix ns), 0 when
-	// none runs: the watchdog's view of a handler that hangs.
-	busySince atomic.Int64
+	// busy holds the start (Unix ns) of each delivery in flight: the
+	// watchdog's view of a handler that hangs, whichever worker runs it.
+	busyMu sync.Mutex
+	busy   map[*Delivery]int64
 
 	follower *tail.Follower
 	tracker  *offsets.Tracker
@@ -237,9 +238,16 @@ func (s *subscription) settled(ticket offsets.Ticket) {
 // stops the daemon, which exits non-zero.
 func (s *subscription) handle(ctx context.Context, d *Delivery) (o Outcome, err error) {
 	start := time.Now()
-	s.busySince.Store(start.UnixNano())
+	s.busyMu.Lock()
+	if s.busy == nil {
+		s.busy = make(map[*Delivery]int64)
+	}
+	s.busy[d] = start.UnixNano()
+	s.busyMu.Unlock()
 	defer func() {
-		s.busySince.Store(0)
+		s.busyMu.Lock()
+		delete(s.busy, d)
+		s.busyMu.Unlock()
 		s.metrics.HandlerDuration.Observe(time.Since(start).Seconds())
 		if p := recover(); p != nil {
 			s.metrics.HandlerRecords[metrics.OutcomePanic].Inc()
@@ -248,6 +256,23 @@ func (s *subscription) handle(ctx context.Context, d *Delivery) (o Outcome, err 
 		}
 	}()
 	return s.handler.Handle(ctx, d), nil
+}
+
+// oldestBusy returns when the longest-running delivery in flight started,
+// or the zero time when none runs.
+func (s *subscription) oldestBusy() time.Time {
+	s.busyMu.Lock()
+	defer s.busyMu.Unlock()
+	var oldest int64
+	for _, t := range s.busy {
+		if oldest == 0 || t < oldest {
+			oldest = t
+		}
+	}
+	if oldest == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, oldest)
 }
 
 // panicError ends the daemon after a handler panicked.

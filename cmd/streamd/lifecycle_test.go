@@ -52,6 +52,7 @@ func (e *env) startWithStdout(w *os.File) *daemonProc {
 	p := &daemonProc{stderr: &lockedBuffer{}, stdout: &lockedBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(streamdBinary(e.t), "run", "--config.file="+e.config, "--log.format=text")
 	p.cmd.Stderr, p.cmd.Stdout = p.stderr, w
+	p.cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0") // as start does
 	if err := p.cmd.Start(); err != nil {
 		e.t.Fatal(err)
 	}
@@ -159,7 +160,6 @@ esac`))
 	if n := len(e.deliveries()); n != 8 {
 		t.Errorf("%d delivery log lines, want 8: no delivery may start after SIGTERM\n%s", n, strings.Join(e.deliveries(), "\n"))
 	}
-	// took includes the race runtime's one-second sleep at exit.
 	t.Logf("stopped %s after SIGTERM with 2 handlers in flight", took.Round(time.Millisecond))
 
 	// Positions committed: the end of slow-2, the last record settled.
