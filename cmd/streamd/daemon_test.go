@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -85,9 +86,18 @@ poll_interval = "200ms"
 // start runs the daemon on the env's config.
 func (e *env) start() *daemonProc {
 	e.t.Helper()
+	return e.startOn(nil)
+}
+
+// startOn runs the daemon with its stdout on w, or on a buffer when w is nil.
+func (e *env) startOn(w io.Writer) *daemonProc {
+	e.t.Helper()
 	p := &daemonProc{stderr: &lockedBuffer{}, stdout: &lockedBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(streamdBinary(e.t), "run", "--config.file="+e.config, "--log.format=text")
 	p.cmd.Stderr, p.cmd.Stdout = p.stderr, p.stdout
+	if w != nil {
+		p.cmd.Stdout = w
+	}
 	// The race detector's exit delay would count against shutdown bounds.
 	p.cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
 	if err := p.cmd.Start(); err != nil {

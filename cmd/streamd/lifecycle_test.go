@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -49,22 +48,7 @@ func (e *env) editConfig(pairs ...string) {
 // startWithStdout runs the daemon like start, with its stdout on w.
 func (e *env) startWithStdout(w *os.File) *daemonProc {
 	e.t.Helper()
-	p := &daemonProc{stderr: &lockedBuffer{}, stdout: &lockedBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(streamdBinary(e.t), "run", "--config.file="+e.config, "--log.format=text")
-	p.cmd.Stderr, p.cmd.Stdout = p.stderr, w
-	p.cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0") // as start does
-	if err := p.cmd.Start(); err != nil {
-		e.t.Fatal(err)
-	}
-	go func() { p.cmd.Wait(); close(p.done) }()
-	e.t.Cleanup(func() {
-		p.cmd.Process.Kill()
-		<-p.done
-		if e.t.Failed() {
-			e.t.Logf("daemon stderr:\n%s", p.stderr.String())
-		}
-	})
-	return p
+	return e.startOn(w)
 }
 
 // logCount is how often msg occurs in the daemon's log.
