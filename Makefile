@@ -6,7 +6,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 FUZZTIME ?= 10s
 BENCHTIME ?= 1s
 
-.PHONY: all build test test-short bench fuzz style vet tidy-check ci run clean verify-unit install check-config
+.PHONY: all build test test-short bench torture fuzz style vet tidy-check ci run clean verify-unit install check-config
 
 all: build
 
@@ -25,6 +25,15 @@ test-short:
 bench:
 	@echo ">> running benchmarks"
 	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) ./...
+
+# torture kills the daemon with SIGKILL $(KILLS) times at random points while a
+# producer appends and handlers mix every outcome, then audits everything.
+KILLS ?= 100
+torture:
+	@echo ">> torture: $(KILLS) kills"
+	@out=$$(mktemp) && trap 'rm -f "$$out"' EXIT && \
+	if STREAMD_TORTURE_KILLS=$(KILLS) $(GO) test -race -count=1 -run '^TestCrashKill9$$' -v -timeout 30m ./cmd/streamd > "$$out" 2>&1; \
+	then grep -E 'audit:|seed|^(ok|---)' "$$out"; else cat "$$out"; exit 1; fi
 
 # fuzz runs every Fuzz target for $(FUZZTIME); a longer run: make fuzz FUZZTIME=1h
 fuzz:

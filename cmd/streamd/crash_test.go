@@ -272,10 +272,19 @@ exit $code
 //
 // The records carry a header (which copies and dead letters must keep);
 // TestConcurrencyCrash covers plain records under concurrency > 1.
+//
+// STREAMD_TORTURE_KILLS sets the number of kills (make torture runs 100).
 func TestCrashKill9(t *testing.T) {
 	kills := 20
 	if testing.Short() {
 		kills = 5
+	}
+	if v := os.Getenv("STREAMD_TORTURE_KILLS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("STREAMD_TORTURE_KILLS=%q: want a positive number of kills", v)
+		}
+		kills = n
 	}
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
