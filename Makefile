@@ -22,9 +22,17 @@ test-short:
 	@echo ">> running short tests"
 	$(GO) test -race -short -count=1 ./...
 
+# bench runs every benchmark BENCHCOUNT times and writes BENCHMARKS.md with
+# the medians and each goal; the end-to-end benchmarks of the binary run a
+# few whole runs each.
+BENCHCOUNT ?= 5
 bench:
-	@echo ">> running benchmarks"
-	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) ./...
+	@echo ">> running benchmarks ($(BENCHCOUNT) runs each; the raw output goes to bench.out)"
+	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) -count=$(BENCHCOUNT) \
+		$$($(GO) list ./... | grep -v -e /cmd/streamd -e /tools/) > bench.out
+	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=2x -count=3 -timeout 30m ./cmd/streamd >> bench.out
+	$(GO) run ./tools/benchreport < bench.out > BENCHMARKS.md
+	@echo ">> wrote BENCHMARKS.md"
 
 # torture kills the daemon with SIGKILL $(KILLS) times at random points while a
 # producer appends and handlers mix every outcome, then audits everything.
