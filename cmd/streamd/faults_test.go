@@ -1,0 +1,121 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/streamd/streamd/envelope"
+	"github.com/streamd/streamd/offsets"
+	"github.com/streamd/streamd/streamfile"
+)
+
+// mountTmpfs mounts a tmpfs of the given size at dir, or skips the test
+// saying why it cannot.
+func mountTmpfs(t *testing.T, dir, size string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a small tmpfs for a full disk needs root")
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs here (%v: %s)", err, strings.TrimSpace(string(out)))
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", dir).Run() })
+}
+
+// TestFaultFullStreamDisk fills the filesystem of the stream file while the
+// daemon appends retry copies: no position moves past a record whose copy
+// was not written, the error is logged clearly, and once space returns
+// every copy is written and the file is whole.
+func TestFaultFullStreamDisk(t *testing.T) {
+	e := newEnv(t, execSub("billing", "", `if [ "$STREAMD_ATTEMPT" = 1 ]; then echo outcome=retry_after=0s; fi`))
+	streams := filepath.Join(e.dir, "streams")
+	os.Mkdir(streams, 0o755)
+	mountTmpfs(t, streams, "256k")
+	e.stream = filepath.Join(streams, "orders.ss")
+	cfg, _ := os.ReadFile(e.config)
+	os.WriteFile(e.config, []byte(strings.Replace(string(cfg), filepath.Join(e.dir, "orders.ss"), e.stream, 1)), 0o644)
+
+	// Fill most of the filesystem with 1 KiB records.
+	w, err := streamfile.OpenWriter(e.stream, streamfile.CreateOptions{Create: true,
+		Header: streamfile.Header{FileName: "orders.ss", BeaconInterval: 1024}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 200
+	for i := range n {
+		p := fmt.Sprintf("%04d%s", i, strings.Repeat("x", 1000))
+		if err := w.Publish([]streamfile.Frame{{Key: "orders", TimestampMs: 1, Payload: []byte(p)}}); err != nil {
+			t.Fatalf("record %d: %v", i, err)
+		}
+	}
+	w.Close()
+
+	p := e.start()
+	eventually(t, 20*time.Second, "the full disk to be reported", func() bool {
+		return strings.Contains(p.stderr.String(), "no space left on device")
+	})
+	if !strings.Contains(p.stderr.String(), "the record stays unsettled") {
+		t.Errorf("the log does not say the record stays unsettled:\n%s", p.stderr.String())
+	}
+	// Invariant 1: the stored position never passes a record whose copy
+	// is not in the file. Record i's copy is written before i settles.
+	time.Sleep(500 * time.Millisecond) // commits happen every 100ms
+	stored, err := offsets.Load(filepath.Join(e.dir, "state"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	copies := countCopies(t, e.stream)
+	if last := stored["billing"].LastSeq; last > uint64(copies) {
+		t.Fatalf("stored position after seq %d, but only %d copies are in the file", last, copies)
+	}
+	if copies >= n {
+		t.Fatalf("all %d copies fit: the disk never filled", copies)
+	}
+
+	// Space returns: every copy is written, and the file is whole.
+	if out, err := exec.Command("mount", "-o", "remount,size=8m", streams).CombinedOutput(); err != nil {
+		t.Fatalf("remount: %v: %s", err, out)
+	}
+	eventually(t, 30*time.Second, "every copy", func() bool { return countCopies(t, e.stream) == n })
+	eventually(t, 30*time.Second, "every record and copy delivered", func() bool { return len(e.deliveries()) >= 2*n })
+	time.Sleep(300 * time.Millisecond) // a commit
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+	readFile(t, e.stream) // decodes whole, beacons well placed
+	stored, _ = offsets.Load(filepath.Join(e.dir, "state"))
+	if fi, _ := os.Stat(e.stream); stored["billing"].Offset != fi.Size() {
+		t.Fatalf("stored offset %d, want the end of the file %d", stored["billing"].Offset, fi.Size())
+	}
+}
+
+// countCopies counts the retry copies (count 1) in the stream file, reading
+// only its complete frames.
+func countCopies(t *testing.T, path string) int {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h, err := streamfile.ReadHeader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := streamfile.NewDecoder(f, h, streamfile.HeaderSize)
+	n := 0
+	for {
+		r, err := d.Next()
+		if err != nil {
+			return n
+		}
+		if hd, _ := envelope.Decode(r.Payload); envelope.RetryCount(hd) == 1 {
+			n++
+		}
+	}
+}
