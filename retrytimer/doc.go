@@ -104,10 +104,14 @@
 //
 // # Failures
 //
-// A failed write or fsync of the spool fails the queue for good: Schedule
-// returns the error, Run and Drain return it, and nothing more is written,
-// so that a partial write can only be a torn tail. The process should exit
-// and restart from the spool.
+// A Schedule whose write fails (a full disk) truncates the part of its
+// record that the write left, so the spool is as it was: Schedule returns
+// the error, the copy is not scheduled, and a later Schedule may succeed
+// once there is space. Any other failure (an fsync, a write whose partial
+// record cannot be removed, a done-record) fails the queue for good:
+// Schedule returns the error, Run and Drain return it, and nothing more is
+// written, so that a partial write can only be a torn tail. The process
+// should exit and restart from the spool.
 //
 // # Concurrency
 //

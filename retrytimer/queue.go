@@ -185,9 +185,13 @@ func (q *Queue) Schedule(c Copy, due time.Time) error {
 		e.rec = rec
 	} else {
 		if e.off, err = q.sp.append(rec); err != nil {
-			q.fail(err)
+			if _, partial := errors.AsType[*partialWriteError](err); partial {
+				q.fail(err)
+				q.mu.Unlock()
+				return q.err
+			}
 			q.mu.Unlock()
-			return q.err
+			return fmt.Errorf("retrytimer: spool: %w (nothing was written; try again)", err)
 		}
 		e.size = uint32(len(rec) - hdrSize)
 		q.sp.live += e.recordSize()

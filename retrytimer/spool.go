@@ -34,16 +34,32 @@ type spool struct {
 func (sp *spool) dead() int64 { return sp.size - int64(len(fileMagic)) - sp.live }
 
 // append writes rec at the end of the log and returns its offset. A failed
-// write may leave part of rec behind: the caller must stop writing.
+// write (a full disk) is undone by truncating the part of rec it left, so
+// the log stays as it was and later appends may succeed; if even that
+// fails, the error is a *partialWriteError and the caller must stop
+// writing.
 func (sp *spool) append(rec []byte) (int64, error) {
 	off := sp.size
 	if _, err := sp.f.WriteAt(rec, off); err != nil {
+		if terr := sp.f.Truncate(off); terr != nil {
+			return 0, &partialWriteError{errors.Join(err, terr)}
+		}
 		return 0, err
 	}
 	sp.size += int64(len(rec))
 	sp.written++
 	return off, nil
 }
+
+// partialWriteError is a failed append whose partial record could not be
+// removed.
+type partialWriteError struct{ err error }
+
+func (e *partialWriteError) Error() string {
+	return "write left a partial record that could not be removed: " + e.err.Error()
+}
+
+func (e *partialWriteError) Unwrap() error { return e.err }
 
 // read returns e's schedule record, reusing *buf, after checking its
 // checksums and that it schedules e.

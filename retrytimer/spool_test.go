@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -375,8 +376,9 @@ func TestOpenRemovesLeftoverTemp(t *testing.T) {
 	}
 }
 
-// TestSpoolWriteFailure checks that a failed spool write fails the queue for
-// good, so that a partial write can only be a torn tail.
+// TestSpoolWriteFailure checks that a failed spool write whose partial
+// record cannot be removed fails the queue for good, so that a partial write
+// can only be a torn tail.
 func TestSpoolWriteFailure(t *testing.T) {
 	dir := t.TempDir()
 	q, err := Open(Options{Dir: dir, Fire: (&recorder{t: t}).fire})
@@ -386,7 +388,8 @@ func TestSpoolWriteFailure(t *testing.T) {
 	mustSchedule(t, q, "a", time.Now().Add(-time.Second))
 	q.sp.f.Close() // every later write fails
 	path := filepath.Join(dir, spoolName)
-	want := "retrytimer: spool: write " + path + ": file already closed"
+	want := "retrytimer: spool: write left a partial record that could not be removed: write " + path +
+		": file already closed\ntruncate " + path + ": file already closed"
 	if err := q.Schedule(testCopy("b", time.Now(), 0), time.Now()); err == nil || err.Error() != want {
 		t.Errorf("Schedule: %v, want %s", err, want)
 	}
@@ -405,5 +408,53 @@ func TestSpoolWriteFailure(t *testing.T) {
 	q = mustOpen(t, Options{Dir: dir, Fire: (&recorder{t: t}).fire})
 	if got := pendingKeys(t, q); !slices.Equal(got, []string{"a"}) {
 		t.Errorf("pending after reopening %v, want [a]", got)
+	}
+}
+
+// TestSpoolFullDisk fills the filesystem under the spool: a Schedule that
+// does not fit fails and leaves the spool as it was, and once space returns
+// the queue schedules and fires again.
+func TestSpoolFullDisk(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a small tmpfs for a full disk needs root")
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs here (%v: %s)", err, strings.TrimSpace(string(out)))
+	}
+	defer exec.Command("umount", "-l", dir).Run()
+	rec := &recorder{t: t}
+	q := mustOpen(t, Options{Dir: dir, Fire: rec.fire})
+	filler := filepath.Join(dir, "filler")
+	f, err := os.Create(filler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := f.Write(make([]byte, 1024)); err != nil {
+			break // the disk is full
+		}
+	}
+	f.Close()
+	big := testCopy("full", time.Now(), 0)
+	big.Payload = make([]byte, 8<<10)
+	if err := q.Schedule(big, time.Now()); err == nil || !strings.Contains(err.Error(), "no space left on device") {
+		t.Fatalf("Schedule on a full disk: %v, want no space left on device", err)
+	}
+	os.Remove(filler)
+	mustSchedule(t, q, "after", time.Now())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- q.Run(ctx) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for q.Pending() > 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run after space returned: %v", err)
+	}
+	if q.Pending() != 0 {
+		t.Fatalf("%d copies still pending after space returned", q.Pending())
 	}
 }
