@@ -119,3 +119,50 @@ func countCopies(t *testing.T, path string) int {
 		}
 	}
 }
+
+// TestFaultFullStateDisk fills the filesystem of the state directory while
+// records ask for delayed retries: a copy that cannot be spooled leaves its
+// record unsettled, the sidecar keeps its last good commit, and once space
+// returns the copies are spooled and the positions committed.
+func TestFaultFullStateDisk(t *testing.T) {
+	e := newEnv(t, execSub("billing", `backoff = ["200ms"]`, `if [ "$STREAMD_ATTEMPT" = 1 ]; then echo retry_after=1h; fi`))
+	state := filepath.Join(e.dir, "state")
+	os.Mkdir(state, 0o755)
+	mountTmpfs(t, state, "128k")
+	e.publish("first")
+	p := e.start()
+	eventually(t, 10*time.Second, "the first record to be spooled and committed", func() bool {
+		s, err := offsets.Load(state)
+		return err == nil && s["billing"].LastSeq == 1
+	})
+	filler, err := os.Create(filepath.Join(state, "filler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := filler.Write(make([]byte, 1024)); err != nil {
+			break // the disk is full
+		}
+	}
+	filler.Close()
+	big := strings.Repeat("y", 4000)
+	e.publish("a"+big, "b"+big, "c"+big)
+	eventually(t, 20*time.Second, "the full disk to be reported", func() bool {
+		return strings.Contains(p.stderr.String(), "no space left on device")
+	})
+	time.Sleep(500 * time.Millisecond)
+	if s, err := offsets.Load(state); err != nil || s["billing"].LastSeq != 1 {
+		t.Fatalf("with the state disk full: sidecar %+v, %v; want it still after record 1", s["billing"], err)
+	}
+	os.Remove(filepath.Join(state, "filler"))
+	eventually(t, 20*time.Second, "the positions to be committed after space returned", func() bool {
+		s, err := offsets.Load(state)
+		return err == nil && s["billing"].LastSeq == 4
+	})
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+	if got := e.deliveries(); len(got) != 4 {
+		t.Fatalf("deliveries %q: want each record once (their copies wait an hour)", got)
+	}
+}
