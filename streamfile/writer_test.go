@@ -16,6 +16,24 @@ import (
 // and their offsets, failing on anything but a clean end.
 func readFrames(t testing.TB, path string) ([]Frame, []int64) {
 	t.Helper()
+	frames, offsets, err := decodeFrames(t, path)
+	if !errors.Is(err, io.EOF) && !errors.Is(err, ErrEndOfStream) {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return frames, offsets
+}
+
+// readFramesLenient reads frames up to a torn tail, returning the error
+// that stopped it.
+func readFramesLenient(t testing.TB, path string) ([]Frame, error) {
+	frames, _, err := decodeFrames(t, path)
+	return frames, err
+}
+
+// decodeFrames decodes the file at path until the first error, which it
+// returns with the frames (payloads copied) and their offsets.
+func decodeFrames(t testing.TB, path string) ([]Frame, []int64, error) {
+	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
@@ -30,11 +48,8 @@ func readFrames(t testing.TB, path string) ([]Frame, []int64) {
 	var offsets []int64
 	for {
 		r, err := d.Next()
-		if errors.Is(err, io.EOF) || errors.Is(err, ErrEndOfStream) {
-			return frames, offsets
-		}
 		if err != nil {
-			t.Fatalf("%s: %v", path, err)
+			return frames, offsets, err
 		}
 		fr := r.Frame
 		fr.Payload = bytes.Clone(r.Payload)
@@ -174,30 +189,6 @@ func TestAppendContinuesFile(t *testing.T) {
 			}
 			checkBeacons(t, path)
 		})
-	}
-}
-
-// readFramesLenient reads frames up to a torn tail.
-func readFramesLenient(t testing.TB, path string) ([]Frame, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	h, err := ReadHeader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := NewDecoder(f, h, HeaderSize)
-	var frames []Frame
-	for {
-		r, err := d.Next()
-		if err != nil {
-			return frames, err
-		}
-		fr := r.Frame
-		fr.Payload = bytes.Clone(r.Payload)
-		frames = append(frames, fr)
 	}
 }
 

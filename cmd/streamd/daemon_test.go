@@ -190,17 +190,39 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() bo
 // and answers with the shell case on the attempt given in outcome: a shell
 // snippet that prints an outcome line and/or exits.
 func execSub(name, extra, outcome string) string {
+	return execSubTable(name, "orders", extra, `p=$(cat); echo "$STREAMD_SEQ $STREAMD_ATTEMPT $p" >> LOG; `+outcome)
+}
+
+// execSubTable is a [[subscription]] on stream "orders" reading key, with
+// the TOML extra and an exec handler running the shell script.
+func execSubTable(name, key, extra, script string) string {
 	return fmt.Sprintf(`
 [[subscription]]
 name = %q
 stream = "orders"
-key = "orders"
+key = %q
 %s
 [subscription.handler]
 kind = "exec"
 timeout = "10s"
-command = ["/bin/sh", "-c", '''p=$(cat); echo "$STREAMD_SEQ $STREAMD_ATTEMPT $p" >> LOG; %s''']
-`, name, extra, outcome)
+command = ["/bin/sh", "-c", '''%s''']
+`, name, key, extra, script)
+}
+
+// badStreamFiles writes two files publish and decode must refuse, one that
+// is not a stream file and one of version 2, and returns their paths.
+func badStreamFiles(t *testing.T, dir string) (notSS, v2 string) {
+	t.Helper()
+	notSS = filepath.Join(dir, "not.ss")
+	os.WriteFile(notSS, []byte(strings.Repeat("x", 300)), 0o644)
+	v2 = filepath.Join(dir, "v2.ss")
+	b, err := os.ReadFile(filepath.Join(vectorDir, "sample-1.ss"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[2] = 2
+	os.WriteFile(v2, b, 0o644)
+	return notSS, v2
 }
 
 func TestRunRetryAfterCopy(t *testing.T) {

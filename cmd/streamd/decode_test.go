@@ -88,14 +88,9 @@ func TestDecodeLogFormat(t *testing.T) {
 
 func TestDecodeErrors(t *testing.T) {
 	dir := t.TempDir()
-	notSS := filepath.Join(dir, "not.ss")
-	os.WriteFile(notSS, []byte(strings.Repeat("x", 300)), 0o644)
-	v2 := filepath.Join(dir, "v2.ss")
-	b, _ := os.ReadFile(filepath.Join(vectorDir, "sample-1.ss"))
-	b[2] = 2
-	os.WriteFile(v2, b, 0o644)
+	notSS, v2 := badStreamFiles(t, dir)
 	short := filepath.Join(dir, "short.ss")
-	b[2] = 1
+	b, _ := os.ReadFile(filepath.Join(vectorDir, "sample-1.ss"))
 	os.WriteFile(short, b[:100], 0o644)
 	for _, tc := range []struct {
 		name string

@@ -57,22 +57,12 @@ func (p *daemonProc) logCount(msg string) int { return strings.Count(p.stderr.St
 // lifecycleSub is an exec subscription on key that logs "name seq attempt
 // payload start|end" around the given shell snippet.
 func lifecycleSub(name, key, extra, script string) string {
-	return fmt.Sprintf(`
-[[subscription]]
-name = %q
-stream = "orders"
-key = %q
-%s
-[subscription.handler]
-kind = "exec"
-timeout = "10s"
-command = ["/bin/sh", "-c", '''
+	return execSubTable(name, key, extra, `
 p=$(cat)
 echo "$STREAMD_SUBSCRIPTION $STREAMD_SEQ $STREAMD_ATTEMPT $p start" >> LOG
-%s
+`+script+`
 echo "$STREAMD_SUBSCRIPTION $STREAMD_SEQ $STREAMD_ATTEMPT $p end" >> LOG
-''']
-`, name, key, extra, script)
+`)
 }
 
 // ended returns the "name seq attempt payload" of the deliveries that

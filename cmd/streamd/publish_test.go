@@ -191,12 +191,7 @@ func (s *slowReader) Read(p []byte) (int, error) {
 
 func TestPublishBadInput(t *testing.T) {
 	dir := t.TempDir()
-	notSS := filepath.Join(dir, "not.ss")
-	os.WriteFile(notSS, []byte(strings.Repeat("x", 300)), 0o644)
-	v2 := filepath.Join(dir, "v2.ss")
-	b, _ := os.ReadFile(filepath.Join(vectorDir, "sample-1.ss"))
-	b[2] = 2
-	os.WriteFile(v2, b, 0o644)
+	notSS, v2 := badStreamFiles(t, dir)
 	fresh := filepath.Join(dir, "fresh.ss")
 	for _, tc := range []struct {
 		name  string

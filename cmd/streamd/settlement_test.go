@@ -46,17 +46,7 @@ const (
 // which may print a directive and/or exit. extra is TOML for the
 // [[subscription]] table.
 func xsub(name, key, extra, script string) string {
-	return fmt.Sprintf(`
-[[subscription]]
-name = %q
-stream = "orders"
-key = %q
-%s
-[subscription.handler]
-kind = "exec"
-timeout = "10s"
-command = ["/bin/sh", "-c", '''p=$(cat); echo "$STREAMD_SEQ|$STREAMD_ATTEMPT|$(date +%%s%%3N)|${STREAMD_HEADER_X_RUSTSTREAM_RETRY_COUNT--}|${STREAMD_HEADER_X_TENANT--}|$p" >> LOG.%s; %s''']
-`, name, key, extra, name, script)
+	return execSubTable(name, key, extra, `p=$(cat); echo "$STREAMD_SEQ|$STREAMD_ATTEMPT|$(date +%s%3N)|${STREAMD_HEADER_X_RUSTSTREAM_RETRY_COUNT--}|${STREAMD_HEADER_X_TENANT--}|$p" >> LOG.`+name+`; `+script)
 }
 
 // xcall is one delivery as an xsub handler logged it.
