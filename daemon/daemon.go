@@ -326,6 +326,7 @@ func (d *Daemon) startSubscription(sc SubscriptionConfig) error {
 		settler:  newSettler(sc, fileCopies{stream: st, queue: d.queue}, sm, logger, true),
 		follower: follower,
 		tracker:  offsets.NewTracker(from, trackerWindow),
+		busy:     make([]atomic.Int64, max(sc.Concurrency, 1)),
 	}
 	if opts.Resume != nil {
 		sub.file = opts.Resume.File
@@ -563,12 +564,8 @@ func (d *Daemon) status() string {
 // handler hangs and nothing progresses.
 func (d *Daemon) wedged() string {
 	for name, rs := range d.subs {
-		start := rs.sub.oldestBusy()
-		if start.IsZero() {
-			continue
-		}
 		limit := 2 * max(time.Duration(d.cfg.ShutdownTimeout), time.Duration(rs.sub.cfg.Handler.Timeout))
-		if age := time.Since(start); age > limit {
+		if age := rs.sub.longestBusy(); age > limit {
 			return fmt.Sprintf("subscription %q has been handling one record for %s", name, age.Round(time.Second))
 		}
 	}

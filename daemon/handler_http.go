@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/tls"
@@ -180,8 +181,11 @@ func (h *httpHandler) Close() error {
 func (h *httpHandler) Handle(ctx context.Context, d *Delivery) Outcome {
 	rctx, cancel := context.WithTimeout(ctx, h.timeout)
 	defer cancel()
-	body := &payloadSource{p: d.Payload}
-	defer body.detach()
+	var body *payloadSource
+	if len(d.Payload) > httpCopyLimit {
+		body = &payloadSource{p: d.Payload}
+		defer body.detach()
+	}
 	resp, err := h.client.Do(h.request(rctx, d, body))
 	if err != nil {
 		return failedOutcome(h.transportError(ctx, rctx, err))
@@ -193,7 +197,14 @@ func (h *httpHandler) Handle(ctx context.Context, d *Delivery) Outcome {
 	return h.outcome(resp)
 }
 
-// request builds the POST for d, its body reading from body.
+// httpCopyLimit is the largest payload a request copies instead of reading
+// it through a payloadSource.
+const httpCopyLimit = 64 << 10
+
+// request builds the POST for d. Its body is a copy of the payload when body
+// is nil (payloads up to httpCopyLimit): the request owns the copy, and the
+// transport, which knows the body is in memory, sends headers and body in
+// one write. A larger payload is read through body.
 func (h *httpHandler) request(ctx context.Context, d *Delivery, body *payloadSource) *http.Request {
 	hdr := make(http.Header, len(h.headers)+len(d.Headers)+7)
 	for name, values := range h.headers {
@@ -226,10 +237,16 @@ func (h *httpHandler) request(ctx context.Context, d *Delivery, body *payloadSou
 		Host:   h.host,
 		Header: hdr,
 	}
-	if len(d.Payload) == 0 {
+	switch {
+	case len(d.Payload) == 0:
 		req.Body = http.NoBody
 		req.GetBody = func() (io.ReadCloser, error) { return http.NoBody, nil }
-	} else {
+	case body == nil:
+		p := bytes.Clone(d.Payload)
+		req.ContentLength = int64(len(p))
+		req.Body = io.NopCloser(bytes.NewReader(p))
+		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(p)), nil }
+	default:
 		req.ContentLength = int64(len(d.Payload))
 		req.Body = &payloadReader{src: body}
 		// GetBody lets the transport resend the request on another

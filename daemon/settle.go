@@ -71,7 +71,7 @@ func newSettler(sc SubscriptionConfig, copies copyWriter, m *metrics.Subscriptio
 	return &settler{
 		name: sc.Name, maxAttempts: maxAttempts, deadLetter: sc.DeadLetter, retryKey: retryKey,
 		backoff: backoff, origin: origin, copies: copies, metrics: m, logger: logger, now: time.Now,
-		unsupported: newUnsupportedLog(sc.LogUnsupported == "every", logger, time.Now),
+		unsupported: newUnsupportedLog(sc.LogUnsupported == "every", logger, monoNow),
 	}
 }
 
@@ -207,17 +207,17 @@ var opNames = [numOps]string{"ack", "drop", "retry", "reject"}
 type unsupportedLog struct {
 	every  bool
 	logger *slog.Logger
-	now    func() time.Time
+	now    func() int64 // nanoseconds on a monotonic clock
 
 	seen     [numOps]atomic.Bool
 	pending  [numOps]atomic.Int64 // counted since the last summary
-	lastSum  atomic.Int64         // Unix ns of the last summary
+	lastSum  atomic.Int64         // now() at the last summary
 	interval time.Duration
 }
 
-func newUnsupportedLog(every bool, logger *slog.Logger, now func() time.Time) *unsupportedLog {
+func newUnsupportedLog(every bool, logger *slog.Logger, now func() int64) *unsupportedLog {
 	u := &unsupportedLog{every: every, logger: logger, now: now, interval: time.Minute}
-	u.lastSum.Store(now().UnixNano())
+	u.lastSum.Store(now())
 	return u
 }
 
@@ -232,7 +232,7 @@ func (u *unsupportedLog) report(op int, d *Delivery) {
 		return
 	}
 	u.pending[op].Add(1)
-	now := u.now().UnixNano()
+	now := u.now()
 	if last := u.lastSum.Load(); time.Duration(now-last) >= u.interval && u.lastSum.CompareAndSwap(last, now) {
 		u.summary()
 	}

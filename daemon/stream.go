@@ -106,10 +106,16 @@ func (s *stream) sync() error {
 	return nil
 }
 
+// close syncs what this daemon appended, if anything (a file it only read
+// is not flushed: that is its writer's business), and closes the writer.
 func (s *stream) close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return errors.Join(s.w.Sync(), s.w.Close())
+	var err error
+	if s.dirty {
+		err = s.w.Sync()
+	}
+	return errors.Join(err, s.w.Close())
 }
 
 // fileCopies publishes a file subscription's copies into its stream: now,

@@ -34,10 +34,9 @@ type subscription struct {
 	keys    *atomic.Pointer[map[string]string] // the key of each of the daemon's subscriptions, for the origin filter
 	logger  *slog.Logger
 	metrics *metrics.SubscriptionMetrics
-	// busy holds the start (Unix ns) of each delivery in flight: the
-	// watchdog's view of a handler that hangs, whichever worker runs it.
-	busyMu sync.Mutex
-	busy   map[*Delivery]int64
+	// busy holds, per worker, when its delivery in flight started
+	// ([monoNow]; 0 when idle): the watchdog's view of a handler that hangs.
+	busy []atomic.Int64
 
 	follower *tail.Follower
 	tracker  *offsets.Tracker
@@ -64,10 +63,10 @@ func (s *subscription) run(ctx, hctx context.Context) error {
 	var wg sync.WaitGroup
 	errc := make(chan error, workers)
 	if workers > 1 {
-		for range workers {
+		for w := range workers {
 			wg.Go(func() {
 				for j := range jobs {
-					if err := s.deliver(hctx, &j.d, j.ticket); err != nil {
+					if err := s.deliver(hctx, &j.d, j.ticket, w); err != nil {
 						errc <- err
 						return
 					}
@@ -158,7 +157,7 @@ func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job, errc <-c
 			Headers: headers, Payload: payload, Attempt: envelope.RetryCount(headers) + 1,
 		}
 		if s.cfg.Concurrency <= 1 {
-			if err := s.deliver(hctx, d, ticket); err != nil {
+			if err := s.deliver(hctx, d, ticket, 0); err != nil {
 				return err
 			}
 			continue
@@ -195,11 +194,12 @@ func (s *subscription) wanted(rec *tail.Record) bool {
 	return rec.Key == s.cfg.Key && rec.Key != reservedKey
 }
 
-// deliver runs the handler and settles its outcome. A copy that cannot be
-// written is retried with the backoff until it is, or until the daemon
-// stops: then the record stays unsettled and is read again after a restart.
-func (s *subscription) deliver(ctx context.Context, d *Delivery, ticket offsets.Ticket) error {
-	o, err := s.handle(ctx, d)
+// deliver runs the handler on worker w and settles its outcome. A copy that
+// cannot be written is retried with the backoff until it is, or until the
+// daemon stops: then the record stays unsettled and is read again after a
+// restart.
+func (s *subscription) deliver(ctx context.Context, d *Delivery, ticket offsets.Ticket, w int) error {
+	o, err := s.handle(ctx, d, w)
 	if err != nil {
 		return err
 	}
@@ -233,22 +233,15 @@ func (s *subscription) settled(ticket offsets.Ticket) {
 	s.metrics.Position.Set(float64(m.Offset))
 }
 
-// handle runs the handler, timing it. A panic is the fail-fast policy of
-// settlement.md §5: logged (L7), the record stays unsettled, and the error
-// stops the daemon, which exits non-zero.
-func (s *subscription) handle(ctx context.Context, d *Delivery) (o Outcome, err error) {
-	start := time.Now()
-	s.busyMu.Lock()
-	if s.busy == nil {
-		s.busy = make(map[*Delivery]int64)
-	}
-	s.busy[d] = start.UnixNano()
-	s.busyMu.Unlock()
+// handle runs the handler on worker w, timing it. A panic is the fail-fast
+// policy of settlement.md §5: logged (L7), the record stays unsettled, and
+// the error stops the daemon, which exits non-zero.
+func (s *subscription) handle(ctx context.Context, d *Delivery, w int) (o Outcome, err error) {
+	start := monoNow()
+	s.busy[w].Store(start)
 	defer func() {
-		s.busyMu.Lock()
-		delete(s.busy, d)
-		s.busyMu.Unlock()
-		s.metrics.HandlerDuration.Observe(time.Since(start).Seconds())
+		s.busy[w].Store(0)
+		s.metrics.HandlerDuration.Observe(time.Duration(monoNow() - start).Seconds())
 		if p := recover(); p != nil {
 			s.metrics.HandlerRecords[metrics.OutcomePanic].Inc()
 			s.logger.Error("handler panicked", "panic", fmt.Sprint(p))
@@ -258,22 +251,25 @@ func (s *subscription) handle(ctx context.Context, d *Delivery) (o Outcome, err 
 	return s.handler.Handle(ctx, d), nil
 }
 
-// oldestBusy returns when the longest-running delivery in flight started,
-// or the zero time when none runs.
-func (s *subscription) oldestBusy() time.Time {
-	s.busyMu.Lock()
-	defer s.busyMu.Unlock()
-	var oldest int64
-	for _, t := range s.busy {
-		if oldest == 0 || t < oldest {
-			oldest = t
+// longestBusy returns how long the longest-running delivery in flight has
+// been running, 0 when none runs.
+func (s *subscription) longestBusy() time.Duration {
+	now := monoNow()
+	var longest int64
+	for i := range s.busy {
+		if t := s.busy[i].Load(); t != 0 {
+			longest = max(longest, now-t)
 		}
 	}
-	if oldest == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, oldest)
+	return time.Duration(longest)
 }
+
+// monoEpoch anchors monoNow.
+var monoEpoch = time.Now()
+
+// monoNow is a monotonic clock reading in nanoseconds, never 0: one clock
+// read, cheaper than time.Now, and blind to jumps of the wall clock.
+func monoNow() int64 { return int64(time.Since(monoEpoch)) + 1 }
 
 // panicError ends the daemon after a handler panicked.
 type panicError struct {
