@@ -1,0 +1,184 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/streamd/streamd/envelope"
+)
+
+// httpTestServer answers each POST by the payload's first word and the
+// delivery's attempt, and records what it saw and how many connections it
+// accepted.
+type httpTestServer struct {
+	*httptest.Server
+	mu       sync.Mutex
+	attempts map[string][]string // payload -> Streamd-Attempt of each request
+	conns    atomic.Int64
+}
+
+func newHTTPTestServer(t *testing.T) *httpTestServer {
+	s := &httpTestServer{attempts: map[string][]string{}}
+	s.Server = httptest.NewUnstartedServer(http.HandlerFunc(s.serve))
+	s.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			s.conns.Add(1)
+		}
+	}
+	s.Start()
+	t.Cleanup(s.Close)
+	return s
+}
+
+func (s *httpTestServer) serve(w http.ResponseWriter, r *http.Request) {
+	b, _ := io.ReadAll(r.Body)
+	payload, attempt := string(b), r.Header.Get("Streamd-Attempt")
+	s.mu.Lock()
+	s.attempts[payload] = append(s.attempts[payload], attempt)
+	s.mu.Unlock()
+	if attempt != "1" {
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	switch strings.Fields(payload)[0] {
+	case "ack":
+		w.WriteHeader(http.StatusNoContent)
+	case "reject":
+		http.Error(w, "unprocessable", http.StatusUnprocessableEntity)
+	case "limited":
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusTooManyRequests)
+	case "unavailable":
+		w.WriteHeader(http.StatusServiceUnavailable)
+	case "slow":
+		select {
+		case <-time.After(2 * time.Second):
+		case <-r.Context().Done():
+		}
+	}
+}
+
+func (s *httpTestServer) attemptsOf(payload string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.attempts[payload])
+}
+
+// httpSub is a subscription with an http handler posting to url.
+func httpSub(name, key, url, extra string) string {
+	return fmt.Sprintf(`
+[[subscription]]
+name = %q
+stream = "orders"
+key = %q
+backoff = ["200ms"]
+%s
+[subscription.handler]
+kind = "http"
+url = %q
+timeout = "300ms"
+`, name, key, extra, url)
+}
+
+// TestHTTPHandlerEndToEnd runs the daemon with an http handler against a
+// real local server: 2xx is an ack, another 4xx a drop, 429 with
+// Retry-After a retry_after copy, 503 without it and a timeout each a
+// failure retried after the backoff step, a refused connection fails every
+// attempt until the cap sends the record to the dead letters; the copies
+// carry the attempt in x-ruststream-retry-count.
+func TestHTTPHandlerEndToEnd(t *testing.T) {
+	srv := newHTTPTestServer(t)
+	refused := httptest.NewServer(http.NotFoundHandler())
+	refusedURL := refused.URL
+	refused.Close() // nothing listens there any more
+	e := newEnv(t, httpSub("web", "orders", srv.URL, "concurrency = 4\nmax_attempts = 3\ndead_letter = \"dead\"")+
+		httpSub("down", "elsewhere", refusedURL, "max_attempts = 2\ndead_letter = \"dead\""))
+	e.publish("ack 1", "reject 2", "limited 3", "unavailable 4", "slow 5")
+	runBinary(t, []byte("[elsewhere] down 6\n"), "publish", "--file="+e.stream)
+	p := e.start()
+
+	copyAttempts := func(key, payload string) []string {
+		var out []string
+		for _, f := range e.framesOf(key) {
+			if f.payload == payload {
+				out = append(out, f.header(envelope.RetryCountHeader))
+			}
+		}
+		return out
+	}
+	eventually(t, 20*time.Second, "every record to reach its final outcome", func() bool {
+		return len(srv.attemptsOf("limited 3")) == 2 && len(srv.attemptsOf("unavailable 4")) == 2 &&
+			len(srv.attemptsOf("slow 5")) == 2 && len(copyAttempts("dead", "down 6")) == 1
+	})
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+
+	tests := []struct {
+		payload      string
+		wantAttempts []string // as the server saw them
+		wantCopies   []string // x-ruststream-retry-count of the records under the key, the original first
+	}{
+		{"ack 1", []string{"1"}, []string{""}},
+		{"reject 2", []string{"1"}, []string{""}},
+		{"limited 3", []string{"1", "2"}, []string{"", "1"}},
+		{"unavailable 4", []string{"1", "2"}, []string{"", "1"}},
+		{"slow 5", []string{"1", "2"}, []string{"", "1"}},
+	}
+	for _, tt := range tests {
+		if got := srv.attemptsOf(tt.payload); !slices.Equal(got, tt.wantAttempts) {
+			t.Errorf("%q: the server saw attempts %q, want %q", tt.payload, got, tt.wantAttempts)
+		}
+		if got := copyAttempts("orders", tt.payload); !slices.Equal(got, tt.wantCopies) {
+			t.Errorf("%q: records under the key carry retry counts %q, want %q", tt.payload, got, tt.wantCopies)
+		}
+	}
+	if got := copyAttempts("elsewhere", "down 6"); !slices.Equal(got, []string{"", "1"}) {
+		t.Errorf("refused connection: records under the key carry retry counts %q, want the original and one copy", got)
+	}
+	if got := copyAttempts("dead", "down 6"); !slices.Equal(got, []string{"2"}) {
+		t.Errorf("refused connection: dead letters carry retry counts %q, want one counting both deliveries", got)
+	}
+	if got := copyAttempts("dead", "reject 2"); len(got) != 0 {
+		t.Errorf("a 4xx drop made dead letters: %q", got)
+	}
+	log := p.stderr.String()
+	for _, want := range []string{"connection refused", "503 Service Unavailable, no Retry-After", "timed out after 300ms", "outcome=drop seq=2"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("the log does not mention %q:\n%s", want, log)
+		}
+	}
+}
+
+// TestHTTPHandlerKeepAliveEndToEnd: 200 records through 4 workers use a
+// handful of connections: they are kept alive and reused. (net/http may dial
+// one more while a finished request's connection is being put back, so the
+// bound is twice the workers, not the workers.)
+func TestHTTPHandlerKeepAliveEndToEnd(t *testing.T) {
+	srv := newHTTPTestServer(t)
+	e := newEnv(t, httpSub("web", "orders", srv.URL, "concurrency = 4"))
+	lines := make([]string, 200)
+	for i := range lines {
+		lines[i] = fmt.Sprintf("ack %d", i)
+	}
+	e.publish(lines...)
+	p := e.start()
+	eventually(t, 20*time.Second, "200 deliveries", func() bool {
+		srv.mu.Lock()
+		defer srv.mu.Unlock()
+		return len(srv.attempts) == 200
+	})
+	p.stop(t)
+	if n := srv.conns.Load(); n > 8 {
+		t.Errorf("200 requests from 4 workers opened %d connections, want at most 8", n)
+	}
+}
