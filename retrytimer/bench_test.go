@@ -54,25 +54,37 @@ func openBench(tb testing.TB, m mode) *Queue {
 // others are pending: the heap's cost, and with a spool the fsync's.
 func BenchmarkScheduleFire(b *testing.B) {
 	for _, m := range modes {
-		b.Run(m.name, func(b *testing.B) {
-			q := openBench(b, m)
-			fill(b, q, benchPending, 1024)
-			past := time.Now().Add(-time.Second)
-			c := testCopy("due", past, 1024)
-			ctx := context.Background()
-			b.ReportAllocs()
-			for b.Loop() {
-				if err := q.Schedule(c, past); err != nil {
-					b.Fatal(err)
-				}
-				if wait, err := q.fireOne(ctx); wait != 0 || err != nil {
-					b.Fatalf("fireOne = %v, %v", wait, err)
-				}
-			}
-			if got := q.Pending(); got != benchPending {
-				b.Fatalf("Pending = %d, want %d", got, benchPending)
-			}
-		})
+		b.Run(m.name, func(b *testing.B) { scheduleFire(b, m, benchPending) })
+	}
+}
+
+// BenchmarkScheduleFireScaling: Schedule+fire, memory-only, with 1 000 and
+// with 100 000 copies pending; O(log n) keeps the two close.
+func BenchmarkScheduleFireScaling(b *testing.B) {
+	for _, n := range []int{1_000, 100_000} {
+		b.Run("pending="+strconv.Itoa(n), func(b *testing.B) { scheduleFire(b, modes[0], n) })
+	}
+}
+
+// scheduleFire schedules a due copy and fires it, each iteration, with
+// pending other copies waiting.
+func scheduleFire(b *testing.B, m mode, pending int) {
+	q := openBench(b, m)
+	fill(b, q, pending, 1024)
+	past := time.Now().Add(-time.Second)
+	c := testCopy("due", past, 1024)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := q.Schedule(c, past); err != nil {
+			b.Fatal(err)
+		}
+		if wait, err := q.fireOne(ctx); wait != 0 || err != nil {
+			b.Fatalf("fireOne = %v, %v", wait, err)
+		}
+	}
+	if got := q.Pending(); got != pending {
+		b.Fatalf("Pending = %d, want %d", got, pending)
 	}
 }
 

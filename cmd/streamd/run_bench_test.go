@@ -133,12 +133,15 @@ func BenchmarkRunDiscard(b *testing.B) {
 	bin, dir := benchBinary(b), b.TempDir()
 	benchStream(b, filepath.Join(dir, "orders.ss"), n, 1024)
 	var total time.Duration
+	var peak int64
 	for b.Loop() {
-		d, _ := runReplay(b, bin, dir, "[subscription.handler]\nkind = \"discard\"\n", 1)
+		d, rss := runReplay(b, bin, dir, "[subscription.handler]\nkind = \"discard\"\n", 1)
 		total += d
+		peak = max(peak, rss)
 		checkCommitted(b, dir)
 	}
 	b.ReportMetric(float64(n)*float64(b.N)/total.Seconds(), "records/s")
+	b.ReportMetric(float64(peak)/(1<<20), "peak-RSS-MiB")
 }
 
 // BenchmarkRunHTTP: the real binary replays 50 000 records of 100 bytes

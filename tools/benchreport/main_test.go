@@ -1,12 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseMedians(t *testing.T) {
 	out := `goos: linux
+pkg: example/streamfile
 cpu: Test CPU
 BenchmarkDecode/payload=64KiB-2   10  100 ns/op  900.0 MB/s  0.01 allocs/record
 BenchmarkDecode/payload=64KiB-2   10  100 ns/op  1000 MB/s  0.01 allocs/record
@@ -14,9 +17,9 @@ BenchmarkDecode/payload=64KiB-2   10  100 ns/op  800 MB/s  0.01 allocs/record
 BenchmarkCRC/payload=64KiB-2      10  100 ns/op  1000 MB/s
 PASS
 `
-	f, cpu, err := parse(strings.NewReader(out))
-	if err != nil || cpu != "Test CPU" {
-		t.Fatalf("cpu %q, err %v", cpu, err)
+	f, cpu, warnings, err := parse(strings.NewReader(out))
+	if err != nil || cpu != "Test CPU" || len(warnings) != 0 {
+		t.Fatalf("cpu %q, warnings %q, err %v", cpu, warnings, err)
 	}
 	if v, ok := f.median("BenchmarkDecode/payload=64KiB", "MB/s"); !ok || v != 900 {
 		t.Fatalf("median = %v, %v; want 900", v, ok)
@@ -25,8 +28,114 @@ PASS
 		t.Fatal("a benchmark that did not run has a median")
 	}
 	g := goals()[0]
-	v, text, ok := g.measured(f)
-	if !ok || text != "0.90×" || !g.met(v) {
-		t.Fatalf("decode vs CRC: %v %q %v", v, text, ok)
+	text, met := g.measure(f)
+	if text != "0.90×" || met != "yes" {
+		t.Fatalf("decode vs CRC: %q %q", text, met)
+	}
+}
+
+// TestSameNameTwoPackages: one benchmark name from two packages mixes
+// their figures; the report says so.
+func TestSameNameTwoPackages(t *testing.T) {
+	out := `pkg: example/a
+BenchmarkDecode-2   10  100 ns/op
+pkg: example/b
+BenchmarkDecode-2   10  200 ns/op
+BenchmarkOther-2    10  200 ns/op
+BenchmarkNoProcs/a-b    10  200 ns/op
+`
+	f, _, warnings, err := parse(strings.NewReader(out))
+	if err != nil || len(warnings) != 1 || !strings.Contains(warnings[0], "example/a and example/b") {
+		t.Fatalf("warnings %q, err %v", warnings, err)
+	}
+	if _, ok := f.median("BenchmarkNoProcs/a-b", "ns/op"); !ok {
+		t.Errorf("a name without the -GOMAXPROCS suffix lost its end: %v", f)
+	}
+}
+
+// TestNotMeasured: a goal whose benchmark did not run stays in the report,
+// says so and names what is missing; a missing optional figure only drops
+// out of the text.
+func TestNotMeasured(t *testing.T) {
+	f, _, _, err := parse(strings.NewReader(`BenchmarkFollow/payload=64/paired-2  1  100 ns/op  97 %decoder-speed
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var follow, seek goal
+	for _, g := range goals() {
+		if strings.Contains(g.what, "64 B payloads from the beginning") {
+			follow = g
+		}
+		if strings.HasPrefix(g.what, "seek by sequence") {
+			seek = g
+		}
+	}
+	if text, met := follow.measure(f); text != "97%" || met != "yes" {
+		t.Errorf("follow: %q %q, want 97%% without the optional file size", text, met)
+	}
+	text, met := seek.measure(f)
+	if !strings.HasPrefix(text, notMeasured) || !strings.Contains(text, "`BenchmarkSeek/by=seq` max-blocks/seek") || met != "—" {
+		t.Errorf("seek: %q %q", text, met)
+	}
+}
+
+// TestEveryGoalInReport: the report of an empty run still lists every goal,
+// each marked not measured.
+func TestEveryGoalInReport(t *testing.T) {
+	var buf bytes.Buffer
+	if err := report(&buf, figures{}, "Test CPU", nil, time.Unix(0, 0), "0.00 0.00 0.00"); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	seen := map[string]bool{}
+	for _, g := range goals() {
+		if seen[g.what] {
+			t.Errorf("two goals say %q", g.what)
+		}
+		seen[g.what] = true
+		line := "| " + g.issue + " | " + g.what + " | " + notMeasured
+		if !strings.Contains(out, line) {
+			t.Errorf("report lacks %q", line)
+		}
+	}
+	if n := strings.Count(out, notMeasured); n != len(goals())+1 { // +1: the explanation above the table
+		t.Errorf("%d mentions of %q for %d goals", n, notMeasured, len(goals()))
+	}
+}
+
+// TestGoalThresholds checks the comparisons of a few goals at their limits,
+// MB against MiB included.
+func TestGoalThresholds(t *testing.T) {
+	find := func(prefix string) goal {
+		for _, g := range goals() {
+			if strings.HasPrefix(g.what, prefix) {
+				return g
+			}
+		}
+		t.Fatalf("no goal %q", prefix)
+		return goal{}
+	}
+	for _, tc := range []struct {
+		goal string
+		v    float64
+		met  bool
+	}{
+		{"following a 2 GiB file", 47.6, true},  // 49.9 MB
+		{"following a 2 GiB file", 47.8, false}, // 50.1 MB
+		{"retrytimer heap in use with 100 000 pending 1 KiB copies, durable", 95.3, true},
+		{"retrytimer heap in use with 100 000 pending 1 KiB copies, durable", 95.4, false},
+		{"ten followed files", 0.99, true},
+		{"ten followed files", 1, false},
+		{"seek by time", 64, true},
+		{"seek by time", 65, false},
+		{"follower latency run: polls", 0, true},
+		{"follower latency run: polls", 1, false},
+		{"offsets commits per 100 ms interval with positions set as fast", 1, true},
+		{"offsets commits per 100 ms interval with positions set as fast", 1.1, false},
+	} {
+		if got := find(tc.goal).met(tc.v); got != tc.met {
+			t.Errorf("%s at %v: met %v, want %v", tc.goal, tc.v, got, tc.met)
+		}
 	}
 }
