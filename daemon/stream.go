@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
@@ -27,7 +28,8 @@ type stream struct {
 
 	mu    sync.Mutex
 	w     *streamfile.Writer
-	dirty bool // appended since the last sync
+	fi    os.FileInfo // of the file w appends to
+	dirty bool        // appended since the last sync
 }
 
 // openStream opens (and, with create, makes) the stream file. A file of at
@@ -47,14 +49,17 @@ func openStream(cfg StreamConfig) (*stream, error) {
 			BeaconInterval: uint32(cfg.BeaconInterval),
 		},
 	})
+	if errors.Is(err, fs.ErrPermission) {
+		return nil, fmt.Errorf("stream %q: %w (streamd reads the file and appends retry copies to it: its user needs read and write access)", cfg.Name, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("stream %q: %w", cfg.Name, err)
 	}
-	s := &stream{cfg: cfg, w: w}
 	fi, err := os.Stat(cfg.Path)
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("stream %q: %w", cfg.Name, err), w.Close())
 	}
+	s := &stream{cfg: cfg, w: w, fi: fi}
 	if fi.Size() <= streamfile.HeaderSize+7 { // a header, and the empty beacon of a 128-byte interval
 		if err := s.append(reservedKey, nil, []byte("1")); err != nil {
 			return nil, errors.Join(err, w.Close())
@@ -80,6 +85,9 @@ func (s *stream) append(key string, h envelope.Headers, payload []byte) error {
 	}}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := s.follow(); err != nil {
+		return fmt.Errorf("stream %q: %w", s.cfg.Name, err)
+	}
 	if err := s.w.Publish(f); err != nil {
 		return fmt.Errorf("stream %q: %w", s.cfg.Name, err)
 	}
@@ -87,20 +95,58 @@ func (s *stream) append(key string, h envelope.Headers, payload []byte) error {
 	return nil
 }
 
+// follow points the writer at the file now at the path when another one
+// was renamed over it, or it was deleted and created again, since the
+// writer opened its file: copies must go where the subscriptions read
+// (they leave the old file for the new one), not into a file nobody reads
+// again. A new file that cannot be opened for appending is an error, so
+// the copy fails and its record stays unsettled until it can. A path that
+// is gone leaves the writer on its file, which the subscriptions keep
+// reading too. The old file is synced before it is closed, so the copies
+// in it are durable before a commit passes them (Invariant 2). It is
+// called with mu held.
+func (s *stream) follow() error {
+	st, err := os.Stat(s.cfg.Path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return err
+	case os.SameFile(s.fi, st):
+		return nil
+	}
+	w, err := streamfile.OpenWriter(s.cfg.Path, streamfile.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("the file was replaced, and the new one cannot be opened for appending copies: %w", err)
+	}
+	if err := s.w.Sync(); err != nil {
+		return errors.Join(fmt.Errorf("sync the replaced file: %w", err), w.Close())
+	}
+	s.w.Close()
+	s.w, s.fi = w, st
+	return nil
+}
+
 // sync makes the appended copies durable; a commit that moves a position
 // past a copy calls it first (Invariant 2).
 func (s *stream) sync() error {
 	s.mu.Lock()
-	dirty := s.dirty
+	dirty, w := s.dirty, s.w
 	s.dirty = false
 	s.mu.Unlock()
 	if !dirty {
 		return nil
 	}
-	if err := s.w.Sync(); err != nil {
+	if err := w.Sync(); err != nil {
 		s.mu.Lock()
-		s.dirty = true
+		swapped := s.w != w
+		if !swapped {
+			s.dirty = true
+		}
 		s.mu.Unlock()
+		if swapped && errors.Is(err, os.ErrClosed) {
+			return nil // follow synced w before it closed it
+		}
 		return fmt.Errorf("stream %q: %w", s.cfg.Name, err)
 	}
 	return nil

@@ -133,6 +133,13 @@ type Follower struct {
 	draining bool  // the path names another file: read this one to its end, then switch
 	removed  bool  // the path is gone
 	missing  limiter
+	// counted: EventReplaced was told for the file at the path, which
+	// could not be opened yet.
+	counted bool
+	// openTrouble: the file that replaced the one read cannot be opened;
+	// readTrouble: the open file cannot be read. Both are tried again
+	// until they pass.
+	openTrouble, readTrouble trouble
 
 	rec Record
 	err error // returned by every later Next: io.EOF after the end of stream, ErrClosed, or a fatal error
@@ -235,8 +242,15 @@ func (fl *Follower) Position() Position {
 //     data ends inside a frame;
 //   - with [StopOnCorrupt], the [*streamfile.ChecksumError] or
 //     [*streamfile.FormatError], wrapped;
-//   - an error for a file that cannot be read, or a replacement file that is
-//     not a stream file.
+//   - an error for a replacement file that is not a stream file, and, in
+//     replay mode, for a file that cannot be read.
+//
+// A live follower does not fail on a file it cannot read: an I/O error is
+// logged and the read tried again at the same offset at each wake-up, and
+// a replacement file that cannot be opened (permissions, not a regular
+// file) is counted as [EventReplaced], logged, and tried again likewise
+// while the position stays at the end of the old file. Both are logged at
+// once, then at most every 10 s, and once more when they pass.
 //
 // Every error but ctx.Err() is returned by every later call too.
 func (fl *Follower) Next(ctx context.Context) (*Record, error) {
@@ -250,7 +264,16 @@ func (fl *Follower) Next(ctx context.Context) (*Record, error) {
 			}
 			ready, err := fl.prepare()
 			if err != nil {
-				return nil, fl.fail(err)
+				if !fl.retryable(err) {
+					return nil, fl.fail(err)
+				}
+				if err := fl.readFailed(ctx, err); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			if fl.readTrouble.err != nil {
+				fl.readTrouble.passed(fl.log, "stream file can be read again", "offset", fl.pos())
 			}
 			if !ready {
 				if err := fl.idle(ctx, io.EOF); err != nil {
@@ -267,6 +290,9 @@ func (fl *Follower) Next(ctx context.Context) (*Record, error) {
 		}
 		rec, err := fl.dec.Next()
 		if err == nil {
+			if fl.readTrouble.err != nil {
+				fl.readTrouble.passed(fl.log, "stream file can be read again", "offset", rec.Offset)
+			}
 			if fl.pending != nil || rec.IsEOS() {
 				if !fl.deliver(rec) {
 					continue
@@ -302,9 +328,41 @@ func (fl *Follower) Next(ctx context.Context) (*Record, error) {
 			}
 			fl.skipAt, fl.dec = fl.dec.Pos(), nil
 		default:
-			return nil, fl.fail(fmt.Errorf("tail: %s: %w", fl.path, err))
+			// The decoder stays at the frame it could not read.
+			err = &readError{fmt.Errorf("tail: %s: %w", fl.path, err)}
+			if !fl.retryable(err) {
+				return nil, fl.fail(err)
+			}
+			if err := fl.readFailed(ctx, err); err != nil {
+				return nil, err
+			}
 		}
 	}
+}
+
+// readError is a failure to read the open file (an I/O error), as opposed
+// to bytes that are not what they should be. It may pass: a live follower
+// tries the same read again.
+type readError struct{ err error }
+
+func (e *readError) Error() string { return e.err.Error() }
+func (e *readError) Unwrap() error { return e.err }
+
+// retryable reports whether err is a read error that a live follower
+// waits out; a replay fails with it.
+func (fl *Follower) retryable(err error) bool {
+	_, ok := errors.AsType[*readError](err)
+	return ok && !fl.opts.Replay
+}
+
+// readFailed logs a read error (at once, then at most every 10 s while it
+// lasts) and waits, as at the end of the data, before the read is tried
+// again at the same offset: nothing is skipped, and the follower goes on
+// by itself once the file can be read.
+func (fl *Follower) readFailed(ctx context.Context, err error) error {
+	fl.readTrouble.failed(fl.log, "cannot read the stream file; trying again at the same offset at each notification and poll",
+		err, "offset", fl.pos())
+	return fl.wait(ctx)
 }
 
 // deliver decides about a record that is the end of stream, or that comes
@@ -395,7 +453,7 @@ func (fl *Follower) prepare() (bool, error) {
 			// The beacon is damaged too: try the one after it.
 			next = (next+interval-1)/interval*interval + 1
 		default:
-			return false, fmt.Errorf("tail: %s: %w", fl.path, err)
+			return false, &readError{fmt.Errorf("tail: %s: %w", fl.path, err)}
 		}
 	}
 }
@@ -406,7 +464,7 @@ func (fl *Follower) prepare() (bool, error) {
 func (fl *Follower) readHeader() (bool, error) {
 	n, err := fl.f.ReadAt(fl.rawHdr[:], 0)
 	if err != nil && !errors.Is(err, io.EOF) {
-		return false, fmt.Errorf("tail: %s: read header: %w", fl.path, err)
+		return false, &readError{fmt.Errorf("tail: %s: read header: %w", fl.path, err)}
 	}
 	h, err := streamfile.ParseHeader(fl.rawHdr[:n])
 	if errors.Is(err, streamfile.ErrTruncated) {
@@ -420,7 +478,7 @@ func (fl *Follower) readHeader() (bool, error) {
 	}
 	fi, err := fl.f.Stat()
 	if err != nil {
-		return false, fmt.Errorf("tail: %w", err)
+		return false, &readError{fmt.Errorf("tail: %w", err)}
 	}
 	id, err := offsets.IdentityOf(fi, h.FileName, h.CreatedAtMs)
 	if err != nil {
@@ -507,9 +565,12 @@ func (fl *Follower) checkInPlace(size int64) bool {
 		what = "stream file was truncated below the read position; reading it from the beginning"
 	} else {
 		var b [streamfile.HeaderSize]byte
-		n, _ := fl.f.ReadAt(b[:], 0)
+		n, err := fl.f.ReadAt(b[:], 0)
 		if n == len(b) && b == fl.rawHdr {
 			return false
+		}
+		if n < len(b) && err != nil && !errors.Is(err, io.EOF) {
+			return false // cannot tell: an I/O error is no new header
 		}
 		what = "stream file was rewritten with a new header; reading it from the beginning"
 	}
@@ -538,7 +599,10 @@ func (fl *Follower) check(polled bool) error {
 	st, err := os.Stat(fl.path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		fl.draining = false
+		fl.draining, fl.counted = false, false
+		if fl.openTrouble.err != nil {
+			fl.openTrouble.passed(fl.log, "the file that could not be opened is gone from the path")
+		}
 		if !fl.removed {
 			fl.removed = true
 			fl.missing = limiter{last: time.Now()}
@@ -562,23 +626,43 @@ func (fl *Follower) check(polled bool) error {
 
 // switchFile opens the file that now has the path, after the old one was
 // read to its end, where the decoder said err.
+//
+// A file that cannot be opened (its mode or owner shuts the daemon out) or
+// that is not a regular file (a directory, a FIFO) is no reason to stop:
+// the replacement is counted once, the error logged at once and then at
+// most every 10 s, and the follower keeps its position at the end of the
+// old file and tries again at each wake-up, until the file can be opened
+// or is replaced or removed again.
 func (fl *Follower) switchFile(err error) error {
-	nf, oerr := fl.hooks.open(fl.path)
+	nf, oerr := fl.openReplacement()
 	if errors.Is(oerr, fs.ErrNotExist) {
 		fl.draining = false
 		return nil // check notices the removal at the next wake-up
 	}
 	if oerr != nil {
-		return fl.fail(fmt.Errorf("tail: %w", oerr))
+		fl.draining = false // check sets it again at the next wake-up
+		if !fl.counted {
+			fl.counted = true
+			fl.obs.Event(EventReplaced)
+		}
+		fl.openTrouble.failed(fl.log, "stream file replaced by a file that cannot be opened; its records wait, and it is tried again at each notification and poll",
+			fmt.Errorf("tail: %w", oerr), "old_offset", fl.pos())
+		return nil
 	}
 	fl.report()
 	if errors.Is(err, streamfile.ErrTruncated) {
 		fl.log.Warn("replaced file ends inside a frame; that frame is lost", "offset", fl.pos(), "size", fl.size())
 		fl.obs.Event(EventTornTail)
 	}
+	if fl.openTrouble.err != nil {
+		fl.openTrouble.passed(fl.log, "the file that replaced the stream file can be opened now")
+	}
 	fl.log.Warn("stream file replaced; reading the new file from the beginning",
 		"old_ino", fl.id.Ino, "old_file_name", fl.id.FileName, "old_created_at_ms", fl.id.CreatedAtMs, "old_offset", fl.pos())
-	fl.obs.Event(EventReplaced)
+	if !fl.counted {
+		fl.obs.Event(EventReplaced)
+	}
+	fl.counted = false
 	cerr := fl.f.Close()
 	fl.f = nf
 	fl.dec, fl.hdr, fl.pending, fl.skipAt = nil, streamfile.Header{}, nil, -1
@@ -587,6 +671,30 @@ func (fl *Follower) switchFile(err error) error {
 		fl.log.Warn("closing the replaced file failed", "err", cerr)
 	}
 	return nil
+}
+
+// openReplacement opens the file at the path for switchFile. Anything but a
+// regular file is refused before it is opened: opening a FIFO would block
+// until a writer came.
+func (fl *Follower) openReplacement() (file, error) {
+	st, err := os.Stat(fl.path)
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file (mode %s)", fl.path, st.Mode())
+	}
+	f, err := fl.hooks.open(fl.path)
+	if err != nil {
+		return nil, err
+	}
+	if st, err = f.Stat(); err == nil && !st.Mode().IsRegular() {
+		err = fmt.Errorf("%s is not a regular file (mode %s)", fl.path, st.Mode())
+	}
+	if err != nil {
+		return nil, errors.Join(err, f.Close())
+	}
+	return f, nil
 }
 
 // report tells the Observer what was read since the last report.
@@ -617,6 +725,30 @@ func (fl *Follower) Close() error {
 		fl.timer.Stop()
 	}
 	return errors.Join(err, fl.f.Close())
+}
+
+// trouble is a failure that may pass: logged at once, then at most every
+// 10 s while it lasts, and once more when it passes.
+type trouble struct {
+	err   error // nil while there is none
+	since time.Time
+	log   limiter
+}
+
+func (tr *trouble) failed(log *slog.Logger, msg string, err error, attrs ...any) {
+	now := time.Now()
+	if tr.err == nil {
+		tr.since, tr.log = now, limiter{}
+	}
+	tr.err = err
+	if ok, suppressed := tr.log.allow(now); ok {
+		log.Error(msg, append(attrs, "err", err, "suppressed", suppressed)...)
+	}
+}
+
+func (tr *trouble) passed(log *slog.Logger, msg string, attrs ...any) {
+	log.Info(msg, append(attrs, "after", time.Since(tr.since).Round(time.Millisecond), "err_was", tr.err)...)
+	tr.err = nil
 }
 
 // limiter lets a repeated log line through about once every 10 s.

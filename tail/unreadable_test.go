@@ -1,0 +1,257 @@
+package tail
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// syncBuffer is a bytes.Buffer that a follower's goroutine writes logs to
+// while the test reads them.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// noItem fails the test if the follower hands out anything within d.
+func noItem(t *testing.T, items <-chan item, d time.Duration, what string) {
+	t.Helper()
+	select {
+	case it := <-items:
+		t.Fatalf("%s: Next returned %v, %v; want it to wait", what, it.rec, it.err)
+	case <-time.After(d):
+	}
+}
+
+// TestUnopenableReplacement replaces the followed file by one the follower
+// cannot open: the records of the old file are all delivered, the follower
+// neither fails nor skips anything, counts the replacement once, logs the
+// error once however often it tries again, and once the file can be opened
+// it reads it from its beginning by itself.
+func TestUnopenableReplacement(t *testing.T) {
+	const unopenable = "stream file replaced by a file that cannot be opened"
+	tests := []struct {
+		name string
+		// replace puts something the follower cannot open at path, made
+		// of the new file's content at tmp where that applies.
+		replace func(t *testing.T, path, tmp string, deny *atomic.Bool)
+		// repair makes the new file at tmp the readable file at path.
+		repair func(t *testing.T, path, tmp string, deny *atomic.Bool)
+		err    string
+		// replaced is the most replacement events in all: a repair that
+		// removes what is at the path first makes the new file a
+		// replacement of its own.
+		replaced int
+	}{
+		{
+			name: "permission denied",
+			replace: func(t *testing.T, path, tmp string, deny *atomic.Bool) {
+				deny.Store(true)
+				if err := os.Rename(tmp, path); err != nil {
+					t.Fatal(err)
+				}
+			},
+			// Nothing changes on disk: only the poll finds it readable.
+			repair:   func(t *testing.T, path, tmp string, deny *atomic.Bool) { deny.Store(false) },
+			err:      "permission denied",
+			replaced: 1,
+		},
+		{
+			name: "directory",
+			replace: func(t *testing.T, path, tmp string, deny *atomic.Bool) {
+				if err := os.Remove(path); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Mkdir(path, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			},
+			repair:   renameOverNonFile,
+			err:      "is not a regular file (mode d",
+			replaced: 2,
+		},
+		{
+			// Opening a FIFO would block until a writer came: the
+			// follower must not even try.
+			name: "fifo",
+			replace: func(t *testing.T, path, tmp string, deny *atomic.Bool) {
+				if err := os.Remove(path); err != nil {
+					t.Fatal(err)
+				}
+				if err := syscall.Mkfifo(path, 0o644); err != nil {
+					t.Skipf("mkfifo: %v", err)
+				}
+			},
+			repair:   renameOverNonFile,
+			err:      "is not a regular file (mode p",
+			replaced: 2,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path, tmp := filepath.Join(dir, "r.ss"), filepath.Join(dir, "new.ss")
+			old, repl := frames("old", 1, 10, 1, 50), frames("new", 1, 5, 1, 30)
+			writeFile(t, path, oldHeader, old)
+			writeFile(t, tmp, newHeader, repl)
+			var deny atomic.Bool
+			hooks := testHooks{open: func(name string) (file, error) {
+				if deny.Load() {
+					return nil, &fs.PathError{Op: "open", Path: name, Err: syscall.EACCES}
+				}
+				return os.Open(name)
+			}}
+			var logs syncBuffer
+			obs := newObserver()
+			fl, err := newFollower(Options{Path: path, PollInterval: 50 * time.Millisecond, Observer: obs,
+				Logger: slog.New(slog.NewTextHandler(&logs, nil))}, hooks)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer fl.Close()
+			items, stop := follow(t, fl)
+			defer stop()
+			if err := sameFrames(collect(t, items, len(old), 5*time.Second), old); err != nil {
+				t.Fatal(err)
+			}
+
+			tt.replace(t, path, tmp, &deny)
+			// About ten polls, each of which tries again.
+			noItem(t, items, 600*time.Millisecond, "while the file at the path cannot be opened")
+			if n := obs.count(EventReplaced); n != 1 {
+				t.Errorf("%d replacement events while it cannot be opened, want 1", n)
+			}
+			if n := strings.Count(logs.String(), unopenable); n != 1 {
+				t.Errorf("%d log lines %q, want 1 (rate-limited); log:\n%s", n, unopenable, logs.String())
+			}
+			if !strings.Contains(logs.String(), tt.err) || !strings.Contains(logs.String(), "path="+path) {
+				t.Errorf("the log does not name the path and the error %q:\n%s", tt.err, logs.String())
+			}
+
+			tt.repair(t, path, tmp, &deny)
+			if err := sameFrames(collect(t, items, len(repl), 5*time.Second), repl); err != nil {
+				t.Fatal(err)
+			}
+			noItem(t, items, 200*time.Millisecond, "after the new file was read")
+			if n := obs.count(EventReplaced); n < 1 || n > tt.replaced {
+				t.Errorf("%d replacement events in all, want 1 to %d", n, tt.replaced)
+			}
+			if !strings.Contains(logs.String(), "can be opened now") && !strings.Contains(logs.String(), "gone from the path") {
+				t.Errorf("the log does not say the trouble passed:\n%s", logs.String())
+			}
+		})
+	}
+}
+
+// renameOverNonFile removes what is at path and renames the stream file at
+// tmp there.
+func renameOverNonFile(t *testing.T, path, tmp string, _ *atomic.Bool) {
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// flakyFile fails every read with EIO while fail is set.
+type flakyFile struct {
+	*os.File
+	fail *atomic.Bool
+}
+
+func (f flakyFile) ReadAt(p []byte, off int64) (int, error) {
+	if f.fail.Load() {
+		return 0, &fs.PathError{Op: "read", Path: f.Name(), Err: syscall.EIO}
+	}
+	return f.File.ReadAt(p, off)
+}
+
+// TestReadErrorRetried makes reads of the open file fail with EIO: a live
+// follower waits it out and reads on at the same offset, nothing skipped or
+// repeated, logging the error once and its end once; a replay fails with
+// it.
+func TestReadErrorRetried(t *testing.T) {
+	open := func(fail *atomic.Bool) testHooks {
+		return testHooks{open: func(name string) (file, error) {
+			f, err := os.Open(name)
+			if err != nil {
+				return nil, err
+			}
+			return flakyFile{f, fail}, nil
+		}}
+	}
+	t.Run("live", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "r.ss")
+		fs := frames("k", 1, 20, 1, 40)
+		writeFile(t, path, oldHeader, fs[:10])
+		var fail atomic.Bool
+		var logs syncBuffer
+		fl, err := newFollower(Options{Path: path, PollInterval: 50 * time.Millisecond,
+			Logger: slog.New(slog.NewTextHandler(&logs, nil))}, open(&fail))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer fl.Close()
+		items, stop := follow(t, fl)
+		defer stop()
+		if err := sameFrames(collect(t, items, 10, 5*time.Second), fs[:10]); err != nil {
+			t.Fatal(err)
+		}
+		fail.Store(true)
+		appendFrames(t, path, fs[10:])
+		noItem(t, items, 500*time.Millisecond, "while reads fail")
+		const msg = "cannot read the stream file; trying again at the same offset"
+		if n := strings.Count(logs.String(), msg); n != 1 {
+			t.Errorf("%d log lines %q, want 1 (rate-limited); log:\n%s", n, msg, logs.String())
+		}
+		if !strings.Contains(logs.String(), "input/output error") {
+			t.Errorf("the log does not give the error:\n%s", logs.String())
+		}
+		fail.Store(false)
+		if err := sameFrames(collect(t, items, 10, 5*time.Second), fs[10:]); err != nil {
+			t.Fatal(err)
+		}
+		noItem(t, items, 200*time.Millisecond, "after the rest was read")
+		if !strings.Contains(logs.String(), "stream file can be read again") {
+			t.Errorf("the log does not say reading works again:\n%s", logs.String())
+		}
+	})
+	t.Run("replay", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "r.ss")
+		writeFile(t, path, oldHeader, frames("k", 1, 3, 1, 40))
+		var fail atomic.Bool
+		fl, err := newFollower(Options{Path: path, Replay: true}, open(&fail))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer fl.Close()
+		fail.Store(true)
+		_, err = fl.Next(context.Background())
+		if !errors.Is(err, syscall.EIO) {
+			t.Fatalf("Next = %v, want the EIO", err)
+		}
+	})
+}
