@@ -52,6 +52,9 @@ type Daemon struct {
 	reloads  chan reloadRequest
 	ended    chan *runningSub // a subscription's goroutine returned
 	stopping chan struct{}    // closed when the main loop returns
+	broken   chan error       // a part the daemon cannot run without failed
+
+	commitLog troubleLog // failed commits of the positions
 
 	// Set up by Run and used by its goroutine only, but for the maps the
 	// retry queue and the store read under mu.
@@ -135,6 +138,7 @@ func New(cfg *Config, opts Options) *Daemon {
 		reloads:  make(chan reloadRequest),
 		ended:    make(chan *runningSub),
 		stopping: make(chan struct{}),
+		broken:   make(chan error, 1),
 		cfg:      cfg,
 		streams:  map[string]*stream{},
 		subs:     map[string]*runningSub{},
@@ -170,7 +174,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	if err := os.MkdirAll(cfg.StateDir, 0o750); err != nil {
 		return fmt.Errorf("state directory: %w", err)
 	}
-	store, err := offsets.Open(cfg.StateDir, offsets.Options{Sync: d.syncStreams, Observe: d.metrics.ObserveCommit})
+	store, err := offsets.Open(cfg.StateDir, offsets.Options{Sync: d.syncStreams, Observe: d.observeCommit})
 	if err != nil {
 		return err
 	}
@@ -197,16 +201,20 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 
 	bg, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
+	var finalCommit error
+	defer func() { err = errors.Join(err, finalCommit) }() // after wg.Wait
 	defer wg.Wait()
 	defer stopBackground()
 	wg.Go(func() {
 		if err := store.Run(bg, time.Duration(cfg.CommitInterval)); err != nil {
-			d.logger.Error("final commit of positions failed", "err", err)
+			d.logger.Error("final commit of positions failed; the records since the last commit are delivered again after a restart", "err", err)
+			finalCommit = fmt.Errorf("final commit of positions: %w", err)
 		}
 	})
 	wg.Go(func() {
 		if err := queue.Run(bg); err != nil {
-			d.logger.Error("retry queue failed", "err", err)
+			d.logger.Error("retry spool failed; stopping, so that a restart resumes from the spool", "err", err)
+			d.broken <- fmt.Errorf("retry spool: %w", err)
 		}
 	})
 	wg.Go(func() { d.updateSizes(bg, time.Duration(cfg.CommitInterval)) })
@@ -248,6 +256,8 @@ func (d *Daemon) loop(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case err := <-d.broken:
+			return err
 		case req := <-d.reloads:
 			req.done <- d.reload(req.load)
 		case <-watchdog:
@@ -527,11 +537,24 @@ func (d *Daemon) updateSizes(ctx context.Context, interval time.Duration) {
 			}
 		}
 		d.mu.Unlock()
+		d.metrics.SetRetriesPending(d.queue.Pending())
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+	}
+}
+
+// observeCommit counts a commit of the positions and logs failures: the
+// first at once, then at most every 10 s, and once when commits succeed
+// again.
+func (d *Daemon) observeCommit(took time.Duration, err error) {
+	d.metrics.ObserveCommit(took, err)
+	if err != nil {
+		d.commitLog.failed(d.logger, "committing positions failed; they stay pending and the next commit tries again", err)
+	} else {
+		d.commitLog.passed(d.logger, "committing positions works again")
 	}
 }
 

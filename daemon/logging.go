@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // NewLogger returns the daemon's logger writing to w: text with timestamps in
@@ -104,4 +105,53 @@ func priority(l slog.Level) string {
 		return "<6>"
 	}
 	return "<7>"
+}
+
+// troubleLog logs a failure that may repeat many times a second: the first
+// at once, then at most every troubleLogEvery with the count of those left
+// out, and one line when it passes. It is safe for concurrent use.
+type troubleLog struct {
+	mu         sync.Mutex
+	failing    bool
+	since      time.Time
+	last       time.Time
+	suppressed int
+}
+
+// troubleLogEvery is the least time between two lines of one trouble.
+const troubleLogEvery = 10 * time.Second
+
+// failed logs err with msg, unless a line of the same trouble was logged
+// less than troubleLogEvery ago.
+func (l *troubleLog) failed(logger *slog.Logger, msg string, err error, attrs ...any) {
+	l.mu.Lock()
+	now := time.Now()
+	if !l.failing {
+		l.failing, l.since, l.last, l.suppressed = true, now, time.Time{}, 0
+	}
+	if !l.last.IsZero() && now.Sub(l.last) < troubleLogEvery {
+		l.suppressed++
+		l.mu.Unlock()
+		return
+	}
+	suppressed := l.suppressed
+	l.last, l.suppressed = now, 0
+	l.mu.Unlock()
+	if suppressed > 0 {
+		attrs = append(attrs, "suppressed", suppressed)
+	}
+	logger.Error(msg, append(attrs, "err", err)...)
+}
+
+// passed logs msg once when a trouble that was logged has passed.
+func (l *troubleLog) passed(logger *slog.Logger, msg string, attrs ...any) {
+	l.mu.Lock()
+	if !l.failing {
+		l.mu.Unlock()
+		return
+	}
+	since := l.since
+	l.failing = false
+	l.mu.Unlock()
+	logger.Info(msg, append(attrs, "after", time.Since(since).Round(time.Millisecond))...)
 }

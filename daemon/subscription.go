@@ -37,6 +37,8 @@ type subscription struct {
 	// busy holds, per worker, when its delivery in flight started
 	// ([monoNow]; 0 when idle): the watchdog's view of a handler that hangs.
 	busy []atomic.Int64
+	// copyLog limits the log of copies that cannot be written.
+	copyLog troubleLog
 
 	follower *tail.Follower
 	tracker  *offsets.Tracker
@@ -206,12 +208,15 @@ func (s *subscription) deliver(ctx context.Context, d *Delivery, ticket offsets.
 	for attempt := uint64(1); ; attempt++ {
 		err := s.settler.settle(ctx, d, o)
 		if err == nil {
+			if attempt > 1 {
+				s.copyLog.passed(s.logger, "publishing copies works again", "seq", d.Seq)
+			}
 			s.settled(ticket)
 			return nil
 		}
 		wait := s.settler.backoffFor(attempt)
-		s.logger.Error("publishing the copy failed; the record stays unsettled and is retried",
-			"seq", d.Seq, "retry_in", wait, "err", err)
+		s.copyLog.failed(s.logger, "publishing the copy failed; the record stays unsettled and is retried",
+			err, "seq", d.Seq, "retry_in", wait)
 		select {
 		case <-time.After(wait):
 		case <-ctx.Done():
@@ -312,5 +317,7 @@ func (o tailObserver) Event(e tail.Event) {
 		o.sub.ReadErrors[metrics.ReasonChecksum].Inc()
 	case tail.EventFormat:
 		o.sub.ReadErrors[metrics.ReasonFormat].Inc()
+	case tail.EventUnreadable:
+		o.sub.ReadErrors[metrics.ReasonUnreadable].Inc()
 	}
 }

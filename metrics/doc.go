@@ -73,7 +73,7 @@
 //	| streamd_handler_unsupported_total                    | counter   | subscription, operation      | settlements the transport cannot perform, by Operation                     |
 //	| streamd_handler_duration_seconds                     | histogram | subscription                 | time the handler took per delivery (buckets 1 ms to 32.8 s, doubling)      |
 //	| streamd_retries_scheduled_total                      | counter   | subscription                 | delayed retry copies put in the retry spool                                |
-//	| streamd_retries_pending                              | gauge     | subscription                 | delayed retry copies waiting in the retry spool                            |
+//	| streamd_retries_pending                              | gauge     |                              | delayed retry copies of every subscription waiting in the retry spool      |
 //	| streamd_retries_appended_total                       | counter   | subscription                 | retry copies written to their destination                                  |
 //	| streamd_dead_letters_total                           | counter   | subscription                 | copies written to the dead-letter key                                      |
 //	| streamd_rejects_total                                | counter   | subscription                 | deliveries rejected at the retry cap with no dead-letter key               |
@@ -89,8 +89,9 @@
 //
 // Enum label values: reason is checksum, format, truncation, replacement,
 // removal, torn_tail, overflow (the per-subscription view of a watch
-// overflow, also counted in streamd_watch_overflows_total of its stream) or
-// invalid_line (streamd pipe); outcome is ack, drop, retry, retry_after,
+// overflow, also counted in streamd_watch_overflows_total of its stream),
+// invalid_line (streamd pipe) or unreadable (an I/O error reading the file,
+// once per spell); outcome is ack, drop, retry, retry_after,
 // failed, foreign_copy, decode_error or panic; operation is ack, drop,
 // retry or reject.
 //

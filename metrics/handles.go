@@ -79,8 +79,6 @@ type SubscriptionMetrics struct {
 	HandlerDuration prometheus.Observer
 	// RetriesScheduled is streamd_retries_scheduled_total.
 	RetriesScheduled prometheus.Counter
-	// RetriesPending is streamd_retries_pending.
-	RetriesPending prometheus.Gauge
 	// RetriesAppended is streamd_retries_appended_total.
 	RetriesAppended prometheus.Counter
 	// DeadLetters is streamd_dead_letters_total.
@@ -122,7 +120,6 @@ func (m *Metrics) Subscription(name, stream string) *SubscriptionMetrics {
 		LastRecordTimestamp: m.lastRecord.WithLabelValues(read...),
 		HandlerDuration:     m.handlerDuration.WithLabelValues(name),
 		RetriesScheduled:    m.retriesScheduled.WithLabelValues(name),
-		RetriesPending:      m.retriesPending.WithLabelValues(name),
 		RetriesAppended:     m.retriesAppended.WithLabelValues(name),
 		DeadLetters:         m.deadLetters.WithLabelValues(name),
 		Rejects:             m.rejects.WithLabelValues(name),

@@ -28,6 +28,9 @@ const (
 	// ReasonInvalidLine: a stdin line that is not a valid stdio line
 	// (streamd pipe).
 	ReasonInvalidLine
+	// ReasonUnreadable: reading the stream file failed with an I/O error;
+	// counted once per spell of failures, which the reader waits out.
+	ReasonUnreadable
 	numReasons
 )
 
@@ -40,6 +43,7 @@ var reasonNames = [numReasons]string{
 	ReasonTornTail:    "torn_tail",
 	ReasonOverflow:    "overflow",
 	ReasonInvalidLine: "invalid_line",
+	ReasonUnreadable:  "unreadable",
 }
 
 // String returns the reason's label value.

@@ -76,7 +76,7 @@ type Metrics struct {
 	unsupported      *prometheus.CounterVec
 	handlerDuration  *prometheus.HistogramVec
 	retriesScheduled *prometheus.CounterVec
-	retriesPending   *prometheus.GaugeVec
+	retriesPending   prometheus.Gauge
 	retriesAppended  *prometheus.CounterVec
 	deadLetters      *prometheus.CounterVec
 	rejects          *prometheus.CounterVec
@@ -160,10 +160,10 @@ func New(reg prometheus.Registerer, build BuildInfo) *Metrics {
 			Namespace: namespace, Name: "retries_scheduled_total",
 			Help: "Delayed retry copies put in the retry spool.",
 		}, subLabels),
-		retriesPending: f.NewGaugeVec(prometheus.GaugeOpts{
+		retriesPending: f.NewGauge(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "retries_pending",
-			Help: "Delayed retry copies waiting in the retry spool.",
-		}, subLabels),
+			Help: "Delayed retry copies of every subscription waiting in the retry spool.",
+		}),
 		retriesAppended: f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "retries_appended_total",
 			Help: "Retry copies written to their destination.",
@@ -224,7 +224,7 @@ func New(reg prometheus.Registerer, build BuildInfo) *Metrics {
 		m.recordsRead.MetricVec, m.readBytes.MetricVec, m.readErrors.MetricVec,
 		m.position.MetricVec, m.lastRecord.MetricVec,
 		m.handlerRecords.MetricVec, m.unsupported.MetricVec, m.handlerDuration.MetricVec,
-		m.retriesScheduled.MetricVec, m.retriesPending.MetricVec, m.retriesAppended.MetricVec,
+		m.retriesScheduled.MetricVec, m.retriesAppended.MetricVec,
 		m.deadLetters.MetricVec, m.rejects.MetricVec, m.copyErrors.MetricVec, m.up.MetricVec,
 	}
 	return m
@@ -245,6 +245,9 @@ func (m *Metrics) ObserveCommit(d time.Duration, err error) {
 	}
 	m.commitDuration.Observe(d.Seconds())
 }
+
+// SetRetriesPending sets how many delayed copies wait in the retry spool.
+func (m *Metrics) SetRetriesPending(n int) { m.retriesPending.Set(float64(n)) }
 
 // ObserveReload records a configuration load or reload that ended at the
 // given time, failed when err is not nil. Call it for the first load too.

@@ -223,7 +223,7 @@ func TestHandleFields(t *testing.T) {
 		{"Position", func() { sub.Position.Set(1) }, m.position.WithLabelValues(read...)},
 		{"LastRecordTimestamp", func() { sub.LastRecordTimestamp.Set(1) }, m.lastRecord.WithLabelValues(read...)},
 		{"RetriesScheduled", sub.RetriesScheduled.Inc, m.retriesScheduled.WithLabelValues("billing")},
-		{"RetriesPending", sub.RetriesPending.Inc, m.retriesPending.WithLabelValues("billing")},
+		{"SetRetriesPending", func() { m.SetRetriesPending(1) }, m.retriesPending},
 		{"RetriesAppended", sub.RetriesAppended.Inc, m.retriesAppended.WithLabelValues("billing")},
 		{"DeadLetters", sub.DeadLetters.Inc, m.deadLetters.WithLabelValues("billing")},
 		{"Rejects", sub.Rejects.Inc, m.rejects.WithLabelValues("billing")},
@@ -290,7 +290,8 @@ func TestEnumStrings(t *testing.T) {
 		{ReasonTornTail, "torn_tail"},
 		{ReasonOverflow, "overflow"},
 		{ReasonInvalidLine, "invalid_line"},
-		{numReasons, "Reason(8)"},
+		{ReasonUnreadable, "unreadable"},
+		{numReasons, "Reason(9)"},
 		{Reason(-1), "Reason(-1)"},
 		{OutcomeAck, "ack"},
 		{OutcomeDrop, "drop"},
@@ -331,8 +332,8 @@ func TestSubscriptionRemove(t *testing.T) {
 		{"streamd_handler_records_total", int(numOutcomes)},
 		{"streamd_handler_unsupported_total", int(numOperations)},
 		{"streamd_handler_duration_seconds", 1},
-		{"streamd_retries_pending", 1},
 		{"streamd_subscription_up", 1},
+		{"streamd_retries_pending", 1},   // the whole spool's
 		{"streamd_stream_size_bytes", 1}, // the stream stays
 	}
 	for _, tt := range tests {

@@ -79,7 +79,16 @@
 //     log line every 10 s), keeps reading the open file (a writer may still
 //     append to it), and takes the new file when the path comes back;
 //   - an overflow of the notification queue ([EventOverflow]) is followed
-//     by the same look as a poll, so nothing is missed.
+//     by the same look as a poll, so nothing is missed;
+//   - a replacement that cannot be opened (no permission, not a regular
+//     file) is counted once ([EventReplaced]) and tried again at each
+//     wake-up while the position stays at the end of the old file;
+//   - a read of the open file that fails (an I/O error) is counted once per
+//     spell ([EventUnreadable]) and tried again at the same offset at each
+//     wake-up; a replay fails instead.
+//
+// Those troubles are logged at once, then at most every 10 s, and once more
+// when they pass.
 //
 // A poll that finds a change is counted as [EventPollRead]; with
 // [Options.PollOnly] there are no notifications and every change is found

@@ -355,11 +355,14 @@ func (fl *Follower) retryable(err error) bool {
 	return ok && !fl.opts.Replay
 }
 
-// readFailed logs a read error (at once, then at most every 10 s while it
-// lasts) and waits, as at the end of the data, before the read is tried
+// readFailed counts a read error as [EventUnreadable] when it begins, logs
+// it (at once, then at most every 10 s while it lasts) and waits, as at the end of the data, before the read is tried
 // again at the same offset: nothing is skipped, and the follower goes on
 // by itself once the file can be read.
 func (fl *Follower) readFailed(ctx context.Context, err error) error {
+	if fl.readTrouble.err == nil {
+		fl.obs.Event(EventUnreadable)
+	}
 	fl.readTrouble.failed(fl.log, "cannot read the stream file; trying again at the same offset at each notification and poll",
 		err, "offset", fl.pos())
 	return fl.wait(ctx)

@@ -43,17 +43,22 @@ const (
 	EventChecksum
 	// EventFormat: bytes where a frame should be are not one.
 	EventFormat
+	// EventUnreadable: reading the open file failed (an I/O error). A live
+	// follower tries the same read again at each wake-up; counted once per
+	// spell of failures.
+	EventUnreadable
 )
 
 var eventNames = [...]string{
-	EventOverflow:  "overflow",
-	EventPollRead:  "poll_read",
-	EventTruncated: "truncated",
-	EventReplaced:  "replaced",
-	EventRemoved:   "removed",
-	EventTornTail:  "torn_tail",
-	EventChecksum:  "checksum",
-	EventFormat:    "format",
+	EventOverflow:   "overflow",
+	EventPollRead:   "poll_read",
+	EventTruncated:  "truncated",
+	EventReplaced:   "replaced",
+	EventRemoved:    "removed",
+	EventTornTail:   "torn_tail",
+	EventChecksum:   "checksum",
+	EventFormat:     "format",
+	EventUnreadable: "unreadable",
 }
 
 // String returns the event's name in snake_case, fit for a metric label.
@@ -65,7 +70,7 @@ func (e Event) String() string {
 }
 
 // Events lists every event, for pre-initialising metric labels.
-var Events = []Event{EventOverflow, EventPollRead, EventTruncated, EventReplaced, EventRemoved, EventTornTail, EventChecksum, EventFormat}
+var Events = []Event{EventOverflow, EventPollRead, EventTruncated, EventReplaced, EventRemoved, EventTornTail, EventChecksum, EventFormat, EventUnreadable}
 
 type nopObserver struct{}
 

@@ -209,7 +209,8 @@ func TestReadErrorRetried(t *testing.T) {
 		writeFile(t, path, oldHeader, fs[:10])
 		var fail atomic.Bool
 		var logs syncBuffer
-		fl, err := newFollower(Options{Path: path, PollInterval: 50 * time.Millisecond,
+		obs := newObserver()
+		fl, err := newFollower(Options{Path: path, PollInterval: 50 * time.Millisecond, Observer: obs,
 			Logger: slog.New(slog.NewTextHandler(&logs, nil))}, open(&fail))
 		if err != nil {
 			t.Fatal(err)
@@ -226,6 +227,9 @@ func TestReadErrorRetried(t *testing.T) {
 		const msg = "cannot read the stream file; trying again at the same offset"
 		if n := strings.Count(logs.String(), msg); n != 1 {
 			t.Errorf("%d log lines %q, want 1 (rate-limited); log:\n%s", n, msg, logs.String())
+		}
+		if n := obs.count(EventUnreadable); n != 1 {
+			t.Errorf("%d unreadable events, want 1 for the spell of failures", n)
 		}
 		if !strings.Contains(logs.String(), "input/output error") {
 			t.Errorf("the log does not give the error:\n%s", logs.String())
