@@ -123,10 +123,16 @@ func (d *Decoder) Next() (*Record, error) {
 	return rec, nil
 }
 
-// startErr turns a shortage at the very start of a read into io.EOF.
+// startErr turns a shortage at the very start of a read into io.EOF. After
+// a shortage inside a frame it forgets the bytes read: a torn tail may be
+// truncated and written anew by a writer that repairs it (spec §10), and
+// the next call must read what is there then, not combine old and new.
 func (d *Decoder) startErr(err error) error {
-	if err == ErrTruncated && !d.have(d.pos, 1) {
-		return io.EOF
+	if err == ErrTruncated {
+		if !d.have(d.pos, 1) {
+			return io.EOF
+		}
+		d.buf, d.bufOff = d.buf[:0], d.pos
 	}
 	return err
 }

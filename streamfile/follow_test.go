@@ -90,3 +90,73 @@ func sameFrames(got, want []Frame) error {
 	}
 	return nil
 }
+
+// TestDecoderRereadsRepairedTornTail stops a decoder at a torn tail, then
+// has a writer repair it (truncate the torn bytes, write other frames in
+// their place): the decoder yields the new frames, never the old bytes
+// combined with the new ones.
+func TestDecoderRereadsRepairedTornTail(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "torn.ss")
+	w, err := OpenWriter(path, CreateOptions{Create: true, Header: Header{FileName: "torn.ss", BeaconInterval: 1024}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := Frame{Key: "k", Seq: 1, TimestampMs: 1, Payload: bytes.Repeat([]byte("a"), 100)}
+	if err := w.Append(first); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	end, _ := os.Stat(path)
+	// The head and 20 payload bytes of a frame that will never be finished.
+	torn := Frame{Key: "k", Seq: 2, TimestampMs: 2, Payload: bytes.Repeat([]byte("b"), 100)}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write(append(appendFrameHead(nil, &torn), torn.Payload[:20]...))
+	f.Close()
+
+	r, _ := os.Open(path)
+	defer r.Close()
+	h, _ := ReadHeader(r)
+	d := NewDecoder(r, h, HeaderSize)
+	if rec, err := d.Next(); err != nil || rec.Seq != 1 {
+		t.Fatalf("Next = %v, %v; want seq 1", rec, err)
+	}
+	if _, err := d.Next(); !errors.Is(err, ErrTruncated) {
+		t.Fatalf("Next at the torn tail = %v, want ErrTruncated", err)
+	}
+	if d.Pos() != end.Size() {
+		t.Fatalf("position %d at the torn tail, want %d", d.Pos(), end.Size())
+	}
+
+	// The repair: OpenWriter truncates the torn bytes; other frames follow.
+	w, err = OpenWriter(path, CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	repaired := []Frame{
+		{Key: "k", Seq: 2, TimestampMs: 3, Payload: []byte("short")},
+		{Key: "k", Seq: 3, TimestampMs: 4, Payload: bytes.Repeat([]byte("c"), 300)},
+	}
+	if err := w.Append(repaired...); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	var got []Frame
+	for {
+		rec, err := d.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("after the repair: %v", err)
+		}
+		fr := rec.Frame
+		fr.Payload = bytes.Clone(fr.Payload)
+		got = append(got, fr)
+	}
+	if err := sameFrames(got, repaired); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -120,14 +120,15 @@ type Follower struct {
 	obs    Observer
 	hooks  testHooks
 
-	f       file
-	id      offsets.Identity
-	hdr     streamfile.Header
-	rawHdr  [streamfile.HeaderSize]byte
-	dec     *streamfile.Decoder // nil until the header is complete
-	started bool                // the start position was applied
-	pending *streamfile.Target  // pass over frames until one reaches it
-	skipAt  int64               // >= 0: find the first frame boundary after this offset (after a format error)
+	f         file
+	id        offsets.Identity
+	hdr       streamfile.Header
+	rawHdr    [streamfile.HeaderSize]byte
+	dec       *streamfile.Decoder // nil until the header is complete
+	started   bool                // the start position was applied
+	pending   *streamfile.Target  // pass over frames until one reaches it
+	skipAt    int64               // >= 0: find the first frame boundary after this offset (after a format error)
+	recheckAt int64               // the frame read again after damage met there (see readAgain), or -1
 
 	lastSize int64 // file size at the last look
 	draining bool  // the path names another file: read this one to its end, then switch
@@ -191,13 +192,14 @@ func newFollower(opts Options, hooks testHooks) (*Follower, error) {
 		hooks.open = openFile
 	}
 	fl := &Follower{
-		opts:   opts,
-		path:   abs,
-		dir:    filepath.Dir(abs),
-		log:    opts.Logger,
-		obs:    opts.Observer,
-		hooks:  hooks,
-		skipAt: -1,
+		opts:      opts,
+		path:      abs,
+		dir:       filepath.Dir(abs),
+		log:       opts.Logger,
+		obs:       opts.Observer,
+		hooks:     hooks,
+		skipAt:    -1,
+		recheckAt: -1,
 	}
 	// fsnotify names events as the watched path, a slash and the name.
 	fl.target = fl.dir + "/" + filepath.Base(abs)
@@ -290,6 +292,7 @@ func (fl *Follower) Next(ctx context.Context) (*Record, error) {
 		}
 		rec, err := fl.dec.Next()
 		if err == nil {
+			fl.recheckAt = -1
 			if fl.readTrouble.err != nil {
 				fl.readTrouble.passed(fl.log, "stream file can be read again", "offset", rec.Offset)
 			}
@@ -313,14 +316,14 @@ func (fl *Follower) Next(ctx context.Context) (*Record, error) {
 				return nil, err
 			}
 		case errors.As(err, &ce):
-			if fl.changedInPlace() {
+			if fl.changedInPlace() || fl.readAgain(ce.Offset) {
 				continue
 			}
 			if err := fl.damaged(EventChecksum, err, ce.Offset); err != nil {
 				return nil, err
 			}
 		case errors.As(err, &fe):
-			if fl.changedInPlace() {
+			if fl.changedInPlace() || fl.readAgain(fl.dec.Pos()) {
 				continue
 			}
 			if err := fl.damaged(EventFormat, err, fe.Offset); err != nil {
@@ -529,6 +532,20 @@ func (fl *Follower) startOffset(size int64) (int64, error) {
 	}
 	fl.pending = pending
 	return off, nil
+}
+
+// readAgain reports whether the damage met at the frame at off is met there
+// for the first time; if so the frame is read again from the file with a
+// fresh decoder. Damage counts only when it is seen twice: a writer that
+// repairs a torn tail truncates it and writes anew, and a read that
+// straddled the repair sees old and new bytes together.
+func (fl *Follower) readAgain(off int64) bool {
+	if fl.recheckAt == off {
+		return false
+	}
+	fl.recheckAt = off
+	fl.dec = streamfile.NewDecoder(fl.f, fl.hdr, off)
+	return true
 }
 
 // damaged handles a corrupt frame by the policy.
