@@ -35,12 +35,16 @@ bench:
 	@echo ">> wrote BENCHMARKS.md"
 
 # torture kills the daemon with SIGKILL $(KILLS) times at random points while a
-# producer appends and handlers mix every outcome, then audits everything.
+# producer appends and handlers mix every outcome, and $(POINT_KILLS) times at
+# each failpoint (internal/failpoint: mid-append, mid-commit, mid-spool), then
+# audits everything.
 KILLS ?= 100
+POINT_KILLS ?= 5
 torture:
-	@echo ">> torture: $(KILLS) kills"
+	@echo ">> torture: $(KILLS) kills at random points, $(POINT_KILLS) at each failpoint"
 	@out=$$(mktemp) && trap 'rm -f "$$out"' EXIT && \
-	if STREAMD_TORTURE_KILLS=$(KILLS) $(GO) test -race -count=1 -run '^TestCrashKill9$$' -v -timeout 30m ./cmd/streamd > "$$out" 2>&1; \
+	if STREAMD_TORTURE_KILLS=$(KILLS) STREAMD_TORTURE_POINT_KILLS=$(POINT_KILLS) \
+		$(GO) test -race -count=1 -run '^TestCrashKill9$$' -v -timeout 30m ./cmd/streamd > "$$out" 2>&1; \
 	then grep -E 'audit:|seed|^(ok|---)' "$$out"; else cat "$$out"; exit 1; fi
 
 # fuzz runs every Fuzz target for $(FUZZTIME); a longer run: make fuzz FUZZTIME=1h

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/streamd/streamd/internal/failpoint"
 )
 
 // crashSubscriptions is how many subscriptions the crash helper keeps, so
@@ -67,9 +69,12 @@ func helperCrash(dir string) error {
 // random instants, and checks after each kill that the sidecar loads, that
 // its subscriptions agree (no commit is half visible), and that it holds
 // either the last commit the process saw return or the one it had started:
-// never older, never newer, never backwards. Lanes of kills run in
-// parallel, each on a state directory of its own, because a killed process
-// dies only once its fsync is done.
+// never older, never newer, never backwards. One run in four is not killed
+// from outside but arms a failpoint (offsets.write: a torn temporary file;
+// offsets.commit: a complete one, not renamed) and kills itself in the
+// middle of a commit: the sidecar must then hold the last commit that
+// returned. Lanes of kills run in parallel, each on a state directory of
+// its own, because a killed process dies only once its fsync is done.
 func TestCrash(t *testing.T) {
 	const lanes = 4
 	kills := 200
@@ -93,9 +98,14 @@ func TestCrash(t *testing.T) {
 func crashLane(t *testing.T, rng *rand.Rand, kills int) {
 	dir := t.TempDir()
 	var stored uint64 // what the sidecar held before this run
-	var midCommit, afterRename int
+	var midCommit, afterRename, failpoints int
 	for run := range kills {
 		cmd := helperCommand("crash", dir)
+		point := ""
+		if rng.IntN(4) == 0 {
+			point = failpoint.Points[1+rng.IntN(2)] // offsets.write or offsets.commit
+			cmd.Env = append(cmd.Env, failpoint.EnvVar+"="+point+"="+strconv.Itoa(1+rng.IntN(20)))
+		}
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		stdout, err := cmd.StdoutPipe()
@@ -109,16 +119,18 @@ func crashLane(t *testing.T, rng *rand.Rand, kills int) {
 		var lines []string
 		// Most runs are killed inside the commit loop; some while they
 		// start up, possibly before they open the store.
-		if rng.IntN(5) > 0 {
+		if point == "" && rng.IntN(5) > 0 {
 			line, err := out.ReadString('\n')
 			if err != nil {
 				t.Fatalf("run %d: the helper printed nothing: %v\n%s", run, errors.Join(err, cmd.Wait()), stderr.Bytes())
 			}
 			lines = append(lines, line)
 		}
-		time.Sleep(time.Duration(rng.Int64N(int64(5 * time.Millisecond))))
-		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
+		if point == "" {
+			time.Sleep(time.Duration(rng.Int64N(int64(5 * time.Millisecond))))
+			if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
 		}
 		rest, err := io.ReadAll(out)
 		if err != nil {
@@ -128,6 +140,9 @@ func crashLane(t *testing.T, rng *rand.Rand, kills int) {
 		var exit *exec.ExitError
 		if !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
 			t.Fatalf("run %d: the helper did not die of SIGKILL: %v\n%s", run, err, stderr.Bytes())
+		}
+		if point != "" && !strings.Contains(stderr.String(), "failpoint: "+point+": hit") {
+			t.Fatalf("run %d: the helper died without its failpoint %s:\n%s", run, point, stderr.Bytes())
 		}
 		lines = append(lines, strings.SplitAfter(string(rest), "\n")...)
 
@@ -174,6 +189,17 @@ func crashLane(t *testing.T, rng *rand.Rand, kills int) {
 			t.Fatalf("run %d: the sidecar holds commit %d; before the run it held %d, the helper last saw commit %d return and had started commit %d",
 				run, now, stored, acked, announced)
 		}
+		if point != "" {
+			// Killed before the rename: the commit under way is not visible,
+			// and the temporary file it left is.
+			if now != acked || announced != acked+1 {
+				t.Fatalf("run %d: killed at %s during commit %d, the sidecar holds commit %d, want %d", run, point, announced, now, acked)
+			}
+			if _, err := os.Stat(filepath.Join(dir, SidecarName+".tmp")); err != nil {
+				t.Fatalf("run %d: killed at %s, but no temporary file: %v", run, point, err)
+			}
+			failpoints++
+		}
 		if announced > acked {
 			if now == announced {
 				afterRename++
@@ -196,6 +222,6 @@ func crashLane(t *testing.T, rng *rand.Rand, kills int) {
 			t.Errorf("unexpected file %s in the state directory", filepath.Join(dir, name))
 		}
 	}
-	t.Logf("%d kills, %d commits; %d kills inside a commit before its rename, %d between the rename and its return",
-		kills, stored, midCommit, afterRename)
+	t.Logf("%d kills (%d of them at a failpoint), %d commits; %d kills inside a commit before its rename, %d between the rename and its return",
+		kills, failpoints, stored, midCommit, afterRename)
 }

@@ -74,6 +74,12 @@
 // most one commit interval's worth, plus those in flight) are delivered
 // again. No record is skipped.
 //
+// The crash tests kill the process inside a commit at two failpoints (see
+// internal/failpoint): offsets.write writes a prefix of offsets.json.tmp
+// and dies, offsets.commit dies after it was written and fsynced, before
+// the rename. Either leaves the sidecar of the previous commit and a
+// temporary file that Load never reads and the next commit truncates.
+//
 // # Usage
 //
 // The daemon opens the store, resumes each subscription from its stored

@@ -6,6 +6,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+
+	"github.com/streamd/streamd/internal/failpoint"
 )
 
 // maxSidecarSize bounds what readSidecar reads: at a few hundred bytes per
@@ -55,6 +57,7 @@ func writeAtomically(path string, data []byte) (err error) {
 			}
 		}
 	}()
+	failpoint.TornWrite(failpoint.OffsetsWrite, f, data, 0) // crash tests: a torn temporary sidecar
 	if _, err := f.Write(data); err != nil {
 		return errors.Join(err, f.Close())
 	}
@@ -64,6 +67,7 @@ func writeAtomically(path string, data []byte) (err error) {
 	if err := f.Close(); err != nil {
 		return err
 	}
+	failpoint.Hit(failpoint.OffsetsCommit) // crash tests: a complete temporary sidecar, not renamed
 	if err := os.Rename(tmp, path); err != nil {
 		return err
 	}

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/streamd/streamd/internal/failpoint"
 )
 
 // Environment of the helper process of TestCrashRecovery.
@@ -35,7 +37,9 @@ const (
 // TestCrashRecovery kills a process that schedules and fires copies at
 // random points, restarts it until every copy has fired, and checks that
 // every acknowledged copy fired, none before its due time, and that the
-// spool is compacted at the end.
+// spool is compacted at the end. Every other run is not killed from outside
+// but arms the failpoint retrytimer.spool, so that it kills itself in the
+// middle of a spool append, leaving a torn record.
 func TestCrashRecovery(t *testing.T) {
 	n, kills := 10000, 12
 	if testing.Short() {
@@ -45,7 +49,7 @@ func TestCrashRecovery(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(dir, crashSpool), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	killed := 0
+	killed, torn := 0, 0
 	for run := 1; ; run++ {
 		if run > kills+3 {
 			t.Fatalf("helper still not done after %d runs", run-1)
@@ -53,6 +57,10 @@ func TestCrashRecovery(t *testing.T) {
 		var out bytes.Buffer
 		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1")
 		cmd.Env = append(os.Environ(), envCrashDir+"="+dir, envCrashN+"="+strconv.Itoa(n))
+		armed := killed < kills && run%2 == 0
+		if armed {
+			cmd.Env = append(cmd.Env, failpoint.EnvVar+"="+failpoint.RetrytimerSpool+"="+strconv.Itoa(1+rand.IntN(400)))
+		}
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -60,7 +68,7 @@ func TestCrashRecovery(t *testing.T) {
 		exited := make(chan error, 1)
 		go func() { exited <- cmd.Wait() }()
 		var err error
-		if killed < kills {
+		if killed < kills && !armed {
 			select {
 			case err = <-exited:
 			case <-time.After(time.Duration(rand.Int64N(int64(1500 * time.Millisecond)))):
@@ -74,7 +82,15 @@ func TestCrashRecovery(t *testing.T) {
 		}
 		if ee := (*exec.ExitError)(nil); errors.As(err, &ee) && ee.Sys().(syscall.WaitStatus).Signal() == syscall.SIGKILL {
 			killed++
-			t.Logf("run %d killed: %d acknowledged, %d fired so far", run,
+			how := "killed"
+			if armed {
+				if !strings.Contains(out.String(), "failpoint: "+failpoint.RetrytimerSpool+": hit") {
+					t.Fatalf("run %d died of SIGKILL without its failpoint's line:\n%s", run, out.Bytes())
+				}
+				how = "killed itself in a spool append"
+				torn++
+			}
+			t.Logf("run %d %s: %d acknowledged, %d fired so far", run, how,
 				lineCount(t, filepath.Join(dir, crashAcks)), lineCount(t, filepath.Join(dir, crashFired)))
 			continue
 		}
@@ -127,7 +143,8 @@ func TestCrashRecovery(t *testing.T) {
 	if size > int64(len(fileMagic))+crashMin+200 {
 		t.Errorf("spool holds %d bytes with nothing pending, want compacted", size)
 	}
-	t.Logf("%d copies, %d kills, %d fired more than once (at least once), spool %d bytes", n, killed, dups, size)
+	t.Logf("%d copies, %d kills (%d of them torn spool appends), %d fired more than once (at least once), spool %d bytes",
+		n, killed, torn, dups, size)
 }
 
 // lineCount returns the number of lines in a file, 0 if there is none.

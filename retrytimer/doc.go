@@ -25,11 +25,35 @@
 //
 // Copies fire in order of due time, and copies due at the same time in the
 // order they were scheduled. A copy never fires before its due time, read
-// from the wall clock ([time.Now]): the due time is stored as Unix
-// nanoseconds so that it means the same after a restart, and a wall clock
-// stepped back delays copies rather than firing them early. A copy that is
-// already due (after a restart, say) fires at once. The queue waits on one
-// [time.Timer], reset to the earliest due time; there is no polling.
+// from the wall clock ([Options.Now], by default [time.Now]): the due time
+// is stored as Unix nanoseconds so that it means the same after a restart.
+// A copy that is already due (after a restart, say) fires at once. The
+// queue waits on one [time.Timer], reset to the earliest due time; there is
+// no polling.
+//
+// The wall clock can be stepped, by an administrator, by NTP at boot, or
+// between a crash and the restart. Each copy therefore keeps its delay, the
+// time from its Schedule to its due time, besides the due time itself, and
+// the queue holds no copy much longer than its delay:
+//
+//   - Stepped back, the clock makes due - delay, the time the copy was
+//     scheduled, lie in the future. The queue looks for such copies at
+//     Open, and while it runs whenever a reading of the clock (at Schedule,
+//     and each time its timer fires) is earlier than the one before; it
+//     makes each of them due its delay after the new reading. So a copy
+//     waits at most its delay after Open, and in a running queue at most its
+//     delay after the step is noticed, which is by its own original due
+//     time: under twice its delay in all, however far back the clock went
+//     (a day, a year). Only the entry in memory changes; the record in the
+//     spool keeps the original due time, and a restart clamps again.
+//   - Stepped forward, the clock makes copies due early: they fire the next
+//     time the queue reads the clock (when its timer for the earliest copy
+//     fires, or at once after a restart). Nothing is lost, and nothing fires
+//     twice.
+//
+// Copies of type 1 spool records (written before the delay was kept) have
+// no delay to clamp to, and keep the wall-clock behaviour: a clock stepped
+// back holds them back by the step.
 //
 // [Queue.Run] and [Queue.Drain] call the FireFunc on their own goroutine,
 // one copy at a time. If it returns an error, the copy stays pending and is
@@ -47,16 +71,26 @@
 //
 //	record   = length u32 | length-crc u32 | body-crc u32 | body    (little-endian)
 //	length   = len(body); length-crc = CRC-32C of the 4 length bytes; body-crc = CRC-32C of body
-//	body     = schedule | done
-//	schedule = 0x01 | id u64 | due i64 (Unix ns) | stream bytes | key bytes |
-//	           nheaders u32 | nheaders × (name bytes | value bytes) | payload bytes
+//	body     = schedule | done | schedule1
+//	schedule = 0x03 | id u64 | due i64 (Unix ns) | delay i64 (ns, ≥ 0) | copy
 //	done     = 0x02 | id u64
+//	schedule1 = 0x01 | id u64 | due i64 (Unix ns) | copy                 (read, never written)
+//	copy     = stream bytes | key bytes | nheaders u32 |
+//	           nheaders × (name bytes | value bytes) | payload bytes
 //	bytes    = len u32 | len bytes
 //
 // CRC-32C is [hash/crc32] with the Castagnoli table. Ids are unique within
 // a file and increase with scheduling, so they also break ties between equal
 // due times. A copy is pending when the file holds its schedule record and
-// no done record for it.
+// no done record for it. delay is the copy's delay when it was scheduled
+// (see Timing and order).
+//
+// Type 1 schedule records, without the delay, are what earlier versions
+// wrote; they are still read, in a file with type 3 records or alone, and
+// compaction keeps them as they are. The file header stays "SDRETRY1": an
+// earlier version that opens a spool holding a type 3 record fails with
+// "unknown record type 3" at its offset, naming the file, rather than
+// misreading it.
 //
 // # Crash semantics
 //
@@ -71,7 +105,13 @@
 //     before the kernel writes the page) fires the copy again after restart,
 //     so the stream gets it twice. [Queue.Close] syncs done records, so a
 //     clean stop does not repeat copies.
-//   - A copy never fires before its due time, before or after a restart.
+//   - A copy never fires before its due time by the wall clock, before or
+//     after a restart (a clock stepped forward makes that sooner than its
+//     delay; see Timing and order).
+//
+// The crash tests kill the process in the middle of a spool append at the
+// failpoint retrytimer.spool (see internal/failpoint), which leaves a torn
+// tail: a prefix of a schedule or done record.
 //
 // On load, damage that a crash during the last append can leave is a torn
 // tail, which was never acknowledged: it is truncated away (and logged). A
@@ -122,9 +162,9 @@
 //
 // # Memory
 //
-// With a spool, a pending copy costs one heap entry of 56 bytes; its payload
+// With a spool, a pending copy costs one heap entry of 64 bytes; its payload
 // stays on disk and is read back when it fires. 100 000 pending copies of
-// 1 KiB measured 6.4 MiB of heap (TestMemory100kPending,
+// 1 KiB measured 6.8 MiB of heap (TestMemory100kPending,
 // BenchmarkPending100k). A memory-only queue keeps each copy's encoded
 // record in memory as well: the same 100 000 copies measured 116 MiB of live
 // heap, about 1.2 KiB each, so a caller that must bound memory in that mode

@@ -21,11 +21,16 @@ import (
 func FuzzLoadSpool(f *testing.F) {
 	due := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
 	sched := func(id uint64, c Copy) []byte {
-		rec, err := encodeSchedule(id, due+int64(id), &c)
+		rec, err := encodeSchedule(id, due+int64(id), int64(id)*int64(time.Second), &c)
 		if err != nil {
 			f.Fatal(err)
 		}
 		return rec
+	}
+	// A type 1 record, written before schedule records kept the delay.
+	v1, err := encodeScheduleType(recScheduleV1, 4, due, 0, &Copy{Key: "old", Payload: []byte("v1")})
+	if err != nil {
+		f.Fatal(err)
 	}
 	a := sched(1, Copy{Stream: "orders", Key: "orders", Payload: []byte(`{"id":7}`),
 		Headers: envelope.Headers{{Name: "x-ruststream-retry-count", Value: []byte("1")}}})
@@ -41,6 +46,7 @@ func FuzzLoadSpool(f *testing.F) {
 	f.Add(cat(magic, a, encodeDone(1), encodeDone(1)))
 	f.Add(cat(magic, a, make([]byte, 40)))
 	f.Add(cat(magic, raw(9), b))
+	f.Add(cat(magic, a, v1, encodeDone(4), b))
 
 	f.Fuzz(func(t *testing.T, data []byte) {
 		res, err := scanBytes(data)
@@ -69,11 +75,12 @@ func FuzzLoadSpool(f *testing.F) {
 			}
 			rec := intact[e.off : e.off+e.recordSize()]
 			b, err := decodeBody(rec[hdrSize:])
-			if err != nil || b.typ != recSchedule || b.id != e.id || b.due != e.due {
+			if err != nil || !b.isSchedule() || b.id != e.id || b.due != e.due || b.delay != e.delay ||
+				(b.typ == recSchedule) != (e.delay >= 0) {
 				t.Fatalf("entry %+v reads back as %+v, %v", e, b, err)
 			}
 			live += e.recordSize()
-			re, err := encodeSchedule(b.id, b.due, &b.c)
+			re, err := encodeScheduleType(b.typ, b.id, b.due, b.delay, &b.c)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -93,7 +100,7 @@ func FuzzLoadSpool(f *testing.F) {
 			if again.end != int64(len(d)) {
 				t.Fatalf("%s: intact part ends at %d of %d", name, again.end, len(d))
 			}
-			if !slices.EqualFunc(again.entries, res.entries, func(x, y entry) bool { return x.id == y.id && x.due == y.due }) {
+			if !slices.EqualFunc(again.entries, res.entries, func(x, y entry) bool { return x.id == y.id && x.due == y.due && x.delay == y.delay }) {
 				t.Fatalf("%s: entries %v, want %v", name, again.entries, res.entries)
 			}
 		}
@@ -104,12 +111,18 @@ func FuzzLoadSpool(f *testing.F) {
 // rarely reaches behind a valid checksum. A body that decodes must encode
 // back to the same bytes.
 func FuzzDecodeBody(f *testing.F) {
-	rec, err := encodeSchedule(1, 2, &Copy{Stream: "s", Key: "k", Payload: []byte("p"),
-		Headers: envelope.Headers{{Name: "a", Value: []byte("1")}, {Name: "b"}}})
+	c := &Copy{Stream: "s", Key: "k", Payload: []byte("p"),
+		Headers: envelope.Headers{{Name: "a", Value: []byte("1")}, {Name: "b"}}}
+	rec, err := encodeSchedule(1, 2, 3, c)
+	if err != nil {
+		f.Fatal(err)
+	}
+	v1, err := encodeScheduleType(recScheduleV1, 1, 2, 0, c)
 	if err != nil {
 		f.Fatal(err)
 	}
 	f.Add(rec[hdrSize:])
+	f.Add(v1[hdrSize:])
 	f.Add(encodeDone(3)[hdrSize:])
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -119,8 +132,8 @@ func FuzzDecodeBody(f *testing.F) {
 		}
 		var re []byte
 		switch b.typ {
-		case recSchedule:
-			if re, err = encodeSchedule(b.id, b.due, &b.c); err != nil {
+		case recSchedule, recScheduleV1:
+			if re, err = encodeScheduleType(b.typ, b.id, b.due, b.delay, &b.c); err != nil {
 				t.Fatal(err)
 			}
 		case recDone:

@@ -4,6 +4,7 @@ package retrytimer
 // entry only locates its record; in memory-only mode rec holds the record.
 type entry struct {
 	due   int64  // Unix nanoseconds; after a failed fire, the time of the next try
+	delay int64  // how long before due it was scheduled (ns); unknownDelay for a type 1 record
 	id    uint64 // schedule order, unique within the spool
 	off   int64  // offset of the schedule record in the spool file (file mode)
 	size  uint32 // body length of the schedule record (file mode)

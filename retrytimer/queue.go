@@ -58,6 +58,9 @@ type Options struct {
 	// hold, besides more than it holds of pending ones, before it is
 	// compacted. Zero or negative means 64 KiB.
 	CompactMinBytes int64
+	// Now is the wall clock that due times are read against. Nil means
+	// [time.Now]. Tests set it to a clock that jumps.
+	Now func() time.Time
 }
 
 // Defaults for [Options].
@@ -88,6 +91,7 @@ type Queue struct {
 	backoff    time.Duration
 	maxBackoff time.Duration
 	compactMin int64
+	now        func() time.Time
 	sp         *spool // nil in memory-only mode; set once by Open
 	wake       chan struct{}
 
@@ -104,6 +108,7 @@ type Queue struct {
 	running      bool  // Run or Drain is running
 	closed       bool
 	compactFloor int64 // dead bytes needed for the next compaction
+	latest       int64 // the latest reading of the clock, Unix ns; no entry is scheduled after it
 
 	// Owned by the goroutine in Run or Drain.
 	lastLog    time.Time
@@ -123,6 +128,7 @@ func Open(opts Options) (*Queue, error) {
 		backoff:    opts.RetryBackoff,
 		maxBackoff: opts.MaxRetryBackoff,
 		compactMin: opts.CompactMinBytes,
+		now:        opts.Now,
 		wake:       make(chan struct{}, 1),
 		nextID:     1,
 	}
@@ -130,6 +136,10 @@ func Open(opts Options) (*Queue, error) {
 		q.log = slog.New(slog.DiscardHandler)
 	}
 	q.log = q.log.With("component", "retrytimer")
+	if q.now == nil {
+		q.now = time.Now
+	}
+	q.latest = q.now().UnixNano()
 	if q.backoff <= 0 {
 		q.backoff = DefaultRetryBackoff
 	}
@@ -152,6 +162,12 @@ func Open(opts Options) (*Queue, error) {
 		q.log.Warn("truncated torn tail of spool", "path", sp.path, "offset", res.end, "bytes", torn)
 	}
 	q.sp, q.h, q.nextID = sp, res.entries, res.nextID
+	// The clock of the previous process is not known: a copy scheduled
+	// after now means the clock was stepped back since.
+	if moved := q.rebase(q.latest); moved > 0 {
+		q.log.Warn("wall clock is behind the time copies were scheduled; each is due its delay from now",
+			"path", sp.path, "copies", moved)
+	}
 	heap.Init(&q.h)
 	q.log.Info("spool loaded", "path", sp.path, "pending", len(q.h), "bytes", sp.size)
 	return q, nil
@@ -161,6 +177,11 @@ func Open(opts Options) (*Queue, error) {
 // keeps no reference to c's memory. With a spool, Schedule returns only once
 // the copy is durable: concurrent calls share an fsync. A copy that
 // Schedule failed to add may still fire.
+//
+// The copy's delay, due minus the clock's reading now (zero if due has
+// passed), is kept with it: should the clock be stepped back, the copy is
+// held at most that long after the queue notices (see the package
+// documentation).
 func (q *Queue) Schedule(c Copy, due time.Time) error {
 	if due.Before(minDue) || due.After(maxDue) {
 		return fmt.Errorf("retrytimer: due time %s out of range", due)
@@ -174,8 +195,11 @@ func (q *Queue) Schedule(c Copy, due time.Time) error {
 		q.mu.Unlock()
 		return q.err
 	}
-	e := entry{due: due.UnixNano(), id: q.nextID}
-	rec, err := encodeSchedule(e.id, e.due, &c)
+	// The clock is read under mu, so that readings reach observe in order.
+	now := q.now()
+	moved := q.observe(now.UnixNano())
+	e := entry{due: due.UnixNano(), delay: int64(max(due.Sub(now), 0)), id: q.nextID}
+	rec, err := encodeSchedule(e.id, e.due, e.delay, &c)
 	if err != nil {
 		q.mu.Unlock()
 		return fmt.Errorf("retrytimer: %w", err)
@@ -201,7 +225,7 @@ func (q *Queue) Schedule(c Copy, due time.Time) error {
 	heap.Push(&q.h, e)
 	first := q.h[0].id == e.id
 	q.mu.Unlock()
-	if first {
+	if first || moved > 0 {
 		q.poke()
 	}
 	if q.sp == nil {
@@ -396,11 +420,13 @@ func (q *Queue) fireOne(ctx context.Context) (time.Duration, error) {
 		q.mu.Unlock()
 		return 0, q.err
 	}
+	now := q.now().UnixNano()
+	q.observe(now)
 	if len(q.h) == 0 {
 		q.mu.Unlock()
 		return -1, nil
 	}
-	if wait := q.h[0].due - time.Now().UnixNano(); wait > 0 {
+	if wait := q.h[0].due - now; wait > 0 {
 		q.mu.Unlock()
 		return time.Duration(wait), nil
 	}
@@ -437,7 +463,9 @@ func (q *Queue) fireOne(ctx context.Context) (time.Duration, error) {
 	default:
 		e.tries++
 		retry := q.retryDelay(e.tries)
-		e.due = time.Now().Add(retry).UnixNano()
+		now := q.now().UnixNano()
+		q.observe(now)
+		e.due, e.delay = satAdd(now, int64(retry)), int64(retry)
 		heap.Push(&q.h, e)
 		q.mu.Unlock()
 		q.logFireError(c, e.tries, retry, ferr)
@@ -449,6 +477,57 @@ func (q *Queue) fireOne(ctx context.Context) (time.Duration, error) {
 		q.maybeCompact()
 	}
 	return 0, err
+}
+
+// observe takes a reading of the clock, Unix ns. A reading earlier than the
+// latest one means the wall clock was stepped back: every entry that now
+// looks scheduled in the future is made due its delay after now, so that no
+// copy waits much longer than its delay however far the clock went back. It
+// returns how many entries moved. It is called with mu held; a scan of the
+// heap happens only when the clock went back.
+func (q *Queue) observe(now int64) int {
+	back := now < q.latest
+	q.latest = now
+	if !back {
+		return 0
+	}
+	moved := q.rebase(now)
+	if moved > 0 {
+		heap.Init(&q.h)
+		q.log.Warn("wall clock stepped back; pending copies are due their delay from now", "copies", moved)
+	}
+	return moved
+}
+
+// rebase makes every entry scheduled after now (due minus delay) due its
+// delay after now, without restoring the heap order, and returns how many
+// it moved. Entries of type 1 records, whose delay is not known, keep
+// their due time. It is called with mu held, or before the queue is shared.
+func (q *Queue) rebase(now int64) int {
+	moved := 0
+	for i := range q.h {
+		e := &q.h[i]
+		if e.delay >= 0 && satSub(e.due, e.delay) > now {
+			e.due = satAdd(now, e.delay)
+			moved++
+		}
+	}
+	return moved
+}
+
+// satAdd returns a+b and satSub a-b, for b ≥ 0, saturated at the int64 range.
+func satAdd(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+func satSub(a, b int64) int64 {
+	if a < math.MinInt64+b {
+		return math.MinInt64
+	}
+	return a - b
 }
 
 // copyOf returns the copy e schedules. It is called with mu held.

@@ -22,9 +22,13 @@ const maxBody = math.MaxUint32
 
 // Record types, the first byte of a body.
 const (
-	recSchedule byte = 1
-	recDone     byte = 2
+	recScheduleV1 byte = 1 // a schedule record without the delay, written before type 3
+	recDone       byte = 2
+	recSchedule   byte = 3 // a schedule record with the copy's delay
 )
+
+// unknownDelay is the delay of a copy scheduled by a type 1 record.
+const unknownDelay = -1
 
 // doneBodySize is the size of a done record body: type and id.
 const doneBodySize = 1 + 8
@@ -43,9 +47,19 @@ var (
 func checksum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 
 // encodeSchedule returns the complete record (header and body) that schedules
-// c under id for due (Unix nanoseconds). The record shares no memory with c.
-func encodeSchedule(id uint64, due int64, c *Copy) ([]byte, error) {
+// c under id for due (Unix nanoseconds), delay (nanoseconds, not negative)
+// after the time it was scheduled. The record shares no memory with c.
+func encodeSchedule(id uint64, due, delay int64, c *Copy) ([]byte, error) {
+	return encodeScheduleType(recSchedule, id, due, delay, c)
+}
+
+// encodeScheduleType encodes a schedule record of type typ; a type 1 record
+// has no delay.
+func encodeScheduleType(typ byte, id uint64, due, delay int64, c *Copy) ([]byte, error) {
 	n := 1 + 8 + 8 + 4 + len(c.Stream) + 4 + len(c.Key) + 4 + 4 + len(c.Payload)
+	if typ == recSchedule {
+		n += 8
+	}
 	for _, h := range c.Headers {
 		n += 4 + len(h.Name) + 4 + len(h.Value)
 	}
@@ -53,9 +67,12 @@ func encodeSchedule(id uint64, due int64, c *Copy) ([]byte, error) {
 		return nil, fmt.Errorf("copy of %d bytes is too large for a spool record", n)
 	}
 	rec := make([]byte, hdrSize, hdrSize+n)
-	rec = append(rec, recSchedule)
+	rec = append(rec, typ)
 	rec = le.AppendUint64(rec, id)
 	rec = le.AppendUint64(rec, uint64(due))
+	if typ == recSchedule {
+		rec = le.AppendUint64(rec, uint64(delay))
+	}
 	rec = appendBytes(rec, c.Stream)
 	rec = appendBytes(rec, c.Key)
 	rec = le.AppendUint32(rec, uint32(len(c.Headers)))
@@ -106,11 +123,15 @@ func parseHeader(h []byte) header {
 
 // body is a decoded record body.
 type body struct {
-	typ byte
-	id  uint64
-	due int64 // schedule records only
-	c   Copy  // schedule records only
+	typ   byte
+	id    uint64
+	due   int64 // schedule records only
+	delay int64 // schedule records only; unknownDelay in type 1
+	c     Copy  // schedule records only
 }
+
+// isSchedule reports whether the record schedules a copy.
+func (b *body) isSchedule() bool { return b.typ == recSchedule || b.typ == recScheduleV1 }
 
 // decodeBody parses a record body. The copy's payload and header values
 // alias b; its strings do not.
@@ -122,8 +143,14 @@ func decodeBody(b []byte) (body, error) {
 	r := body{typ: b[0], id: d.u64()}
 	switch r.typ {
 	case recDone:
-	case recSchedule:
+	case recSchedule, recScheduleV1:
 		r.due = int64(d.u64())
+		r.delay = unknownDelay
+		if r.typ == recSchedule {
+			if r.delay = int64(d.u64()); r.delay < 0 {
+				return body{}, errors.New("negative delay")
+			}
+		}
 		r.c.Stream = string(d.bytes())
 		r.c.Key = string(d.bytes())
 		if nh := d.u32(); nh > 0 {

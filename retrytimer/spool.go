@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+
+	"github.com/streamd/streamd/internal/failpoint"
 )
 
 // File names inside the spool directory.
@@ -40,6 +42,7 @@ func (sp *spool) dead() int64 { return sp.size - int64(len(fileMagic)) - sp.live
 // writing.
 func (sp *spool) append(rec []byte) (int64, error) {
 	off := sp.size
+	failpoint.TornWrite(failpoint.RetrytimerSpool, sp.f, rec, off) // crash tests: a torn record, the spool's torn tail
 	if _, err := sp.f.WriteAt(rec, off); err != nil {
 		if terr := sp.f.Truncate(off); terr != nil {
 			return 0, &partialWriteError{errors.Join(err, terr)}
@@ -80,7 +83,7 @@ func (sp *spool) read(e *entry, buf *[]byte) ([]byte, body, error) {
 		return nil, body{}, fmt.Errorf("%s: record at offset %d no longer matches its checksum", sp.path, e.off)
 	}
 	b, err := decodeBody(rec[hdrSize:])
-	if err == nil && (b.typ != recSchedule || b.id != e.id) {
+	if err == nil && (!b.isSchedule() || b.id != e.id) {
 		err = errors.New("not the expected schedule record")
 	}
 	if err != nil {
@@ -234,14 +237,14 @@ func scan(r io.Reader, size int64) (scanResult, error) {
 			return scanResult{}, &corruptError{off, err.Error()}
 		}
 		switch rec.typ {
-		case recSchedule:
+		case recSchedule, recScheduleV1:
 			if rec.id == math.MaxUint64 {
 				return scanResult{}, &corruptError{off, "record id out of range"}
 			}
 			if _, dup := pending[rec.id]; dup {
 				return scanResult{}, &corruptError{off, fmt.Sprintf("id %d scheduled twice", rec.id)}
 			}
-			pending[rec.id] = entry{due: rec.due, id: rec.id, off: off, size: h.n}
+			pending[rec.id] = entry{due: rec.due, delay: rec.delay, id: rec.id, off: off, size: h.n}
 			res.live += hdrSize + int64(h.n)
 			res.nextID = max(res.nextID, rec.id+1)
 		case recDone:

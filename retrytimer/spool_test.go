@@ -188,7 +188,7 @@ func raw(body ...byte) []byte {
 func TestSpoolCorruption(t *testing.T) {
 	due := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	sched := func(id uint64) []byte {
-		rec, err := encodeSchedule(id, due.UnixNano(), &Copy{Stream: "s", Key: "k",
+		rec, err := encodeSchedule(id, due.UnixNano(), int64(time.Minute), &Copy{Stream: "s", Key: "k",
 			Headers: envelope.Headers{{Name: "h", Value: []byte("v")}}, Payload: []byte("p")})
 		if err != nil {
 			t.Fatal(err)
@@ -223,7 +223,8 @@ func TestSpoolCorruption(t *testing.T) {
 		{"unknown type", cat(magic, raw(9, 1, 0, 0, 0, 0, 0, 0, 0), recB), 8, "unknown record type 9"},
 		{"truncated field", cat(magic, raw(bodyA[:30]...)), 8, "truncated field"},
 		{"trailing bytes", cat(magic, raw(append(bytes.Clone(bodyA), 0)...)), 8, "trailing bytes"},
-		{"header count too large", cat(magic, raw(cat(bodyA[:27], []byte{0xff, 0xff, 0, 0}, bodyA[31:])...)), 8, "truncated field"},
+		{"header count too large", cat(magic, raw(cat(bodyA[:35], []byte{0xff, 0xff, 0, 0}, bodyA[39:])...)), 8, "truncated field"},
+		{"negative delay", cat(magic, raw(cat(bodyA[:17], []byte{0, 0, 0, 0, 0, 0, 0, 0x80}, bodyA[25:])...), recB), 8, "negative delay"},
 		{"scheduled twice", cat(magic, recA, recA), afterA, "id 1 scheduled twice"},
 		{"done for an unknown id", cat(magic, recA, encodeDone(7)), afterA, "done record for id 7, which is not pending"},
 		{"done twice", cat(magic, recA, encodeDone(1), encodeDone(1)), afterA + hdrSize + doneBodySize, "done record for id 1, which is not pending"},

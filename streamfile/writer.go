@@ -9,6 +9,8 @@ import (
 	"slices"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/streamd/streamd/internal/failpoint"
 )
 
 // Writer appends frames to a stream file, placing beacons, markers and
@@ -198,6 +200,7 @@ func (w *Writer) batch(frames []Frame, assignSeq bool) error {
 			}
 			w.encode(f)
 		}
+		failpoint.TornWrite(failpoint.StreamfileAppend, w.f, w.buf, w.end) // crash tests: a torn batch, under the flock, before any fsync
 		if _, err := w.f.WriteAt(w.buf, w.end); err != nil {
 			w.forget()
 			return fmt.Errorf("streamfile: append to %s at offset %d: %w", w.f.Name(), w.end, err)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/streamd/streamd/envelope"
+	"github.com/streamd/streamd/internal/failpoint"
 	"github.com/streamd/streamd/offsets"
 	"github.com/streamd/streamd/retrytimer"
 	"github.com/streamd/streamd/streamfile"
@@ -49,11 +51,17 @@ func (p *daemonProc) kill9(t *testing.T) {
 }
 
 // problems returns what the daemon's log shows that must never happen: a
-// data race, a panic, an error logged.
+// data race, a panic, an error logged, or a reader that found damage in
+// the stream file. Only flock'd writers append to the files of the crash
+// tests, so the only damage a crash can leave is a torn tail, which a
+// reader waits on and the next append truncates: a reader that reports a
+// corrupt frame, or a file changed under it, read that repair wrongly.
 func (p *daemonProc) crashProblems() []string {
 	var out []string
 	s := p.stderr.String()
-	for _, bad := range []string{"WARNING: DATA RACE", "panic:", "fatal error:", "level=ERROR"} {
+	for _, bad := range []string{"WARNING: DATA RACE", "panic:", "fatal error:", "level=ERROR",
+		"corrupt frame", "skipped damaged bytes", "stream file was truncated", "stream file was rewritten",
+		"stored position does not fit"} {
 		if n := strings.Count(s, bad); n > 0 {
 			out = append(out, fmt.Sprintf("%d × %q in the daemon's log", n, bad))
 		}
@@ -168,8 +176,9 @@ type crashProducer struct {
 	w     *streamfile.Writer
 	stop  chan struct{}
 	done  chan struct{}
-	count int   // records published; read after done
-	err   error // read after done
+	pause sync.Mutex // held by the test to hold appends back
+	count int        // records published; read after done
+	err   error      // read after done
 }
 
 // newCrashProducer creates the stream file and publishes the first records, so
@@ -215,7 +224,10 @@ func (p *crashProducer) run(rng *rand.Rand) {
 			return
 		case <-time.After(time.Duration(15+rng.IntN(31)) * time.Millisecond):
 		}
-		if err := p.publish(1 + rng.IntN(3)); err != nil {
+		p.pause.Lock()
+		err := p.publish(1 + rng.IntN(3))
+		p.pause.Unlock()
+		if err != nil {
 			p.err = errors.Join(err, p.w.Close())
 			return
 		}
@@ -264,31 +276,117 @@ exit $code
 ''']
 `
 
-// TestCrashKill9 kills the daemon with SIGKILL at random points while a
-// producer appends and the handler acks, drops, retries and retries after
-// a delay, restarts it after each kill, lets it finish, and audits what the
-// crashes left: Invariants 1 to 4, and the retry chain of
-// spec/settlement.md §4 under max_attempts = 3 with a dead letter.
+// crashRun is one run of the daemon in TestCrashKill9.
+type crashRun struct {
+	pid   int
+	from  int64  // the stored offset it resumed at: the sidecar after the previous kill; 0 before the first commit
+	point string // the failpoint that killed it; "" for a kill from outside, or for the last run
+	hit   int    // the armed hit of point
+}
+
+// crashPointHits bounds the hit a failpoint of TestCrashKill9 is armed at
+// (1 to the bound, at random), by how often the daemon passes the point
+// under the producer's load: an append per copy or dead letter, a spool
+// record per delayed copy scheduled or fired, a commit per 100 ms.
+var crashPointHits = map[string]int{
+	failpoint.StreamfileAppend: 30,
+	failpoint.OffsetsWrite:     10,
+	failpoint.OffsetsCommit:    10,
+	failpoint.RetrytimerSpool:  30,
+}
+
+// startArmed runs the daemon like env.start, with extra environment
+// variables (a failpoint's).
+func (e *env) startArmed(extra ...string) *daemonProc {
+	e.t.Helper()
+	p := &daemonProc{stderr: &lockedBuffer{}, stdout: &lockedBuffer{}, done: make(chan struct{})}
+	p.cmd = exec.Command(streamdBinary(e.t), "run", "--config.file="+e.config, "--log.format=text")
+	p.cmd.Stderr, p.cmd.Stdout = p.stderr, p.stdout
+	p.cmd.Env = append(append(os.Environ(), "GORACE=atexit_sleep_ms=0"), extra...)
+	if err := p.cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	go func() { p.cmd.Wait(); close(p.done) }()
+	e.t.Cleanup(func() {
+		p.cmd.Process.Kill()
+		<-p.done
+		if e.t.Failed() {
+			e.t.Logf("daemon stderr:\n%s", p.stderr.String())
+		}
+	})
+	return p
+}
+
+// awaitFailpoint waits until the daemon killed itself at point: it died of
+// SIGKILL, having said so on stderr. It fails the test if the daemon is
+// still running after timeout, or died another way.
+func (p *daemonProc) awaitFailpoint(t *testing.T, point string, hit int, timeout time.Duration) {
+	t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(timeout):
+		p.cmd.Process.Signal(syscall.SIGKILL)
+		<-p.done
+		t.Fatalf("failpoint %s=%d not reached within %s; stderr:\n%s", point, hit, timeout, p.stderr.String())
+	}
+	ws, _ := p.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("armed at %s=%d, the daemon exited with %s; stderr:\n%s", point, hit, p.cmd.ProcessState, p.stderr.String())
+	}
+	if want := fmt.Sprintf("failpoint: %s: hit %d:", point, hit); !strings.Contains(p.stderr.String(), want) {
+		t.Fatalf("the daemon died of SIGKILL without %q on stderr:\n%s", want, p.stderr.String())
+	}
+}
+
+// TestCrashKill9 kills the daemon with SIGKILL while a producer appends and
+// the handler acks, drops, retries and retries after a delay, restarts it
+// after each kill, lets it finish, and audits what the crashes left:
+// Invariants 1 to 4, and the retry chain of spec/settlement.md §4 under
+// max_attempts = 3 with a dead letter.
+//
+// Most kills come from outside at a random instant. The others come from
+// inside, at a failpoint (internal/failpoint) armed at a random hit, in
+// the middle of an operation: a torn append to the stream file, a torn
+// temporary sidecar, a complete one not yet renamed, a torn spool record.
+// After each kill, the sidecar's stored position is read, and the audit
+// checks that the next run redelivers nothing before it: repeats come only
+// from the commit window.
 //
 // The records carry a header (which copies and dead letters must keep);
 // TestConcurrencyCrash covers plain records under concurrency > 1.
 //
-// STREAMD_TORTURE_KILLS sets the number of kills (make torture runs 100).
+// STREAMD_TORTURE_KILLS sets the number of kills from outside (make
+// torture runs 100), STREAMD_TORTURE_POINT_KILLS the number at each
+// failpoint (make torture runs 5).
 func TestCrashKill9(t *testing.T) {
-	kills := 20
+	kills, pointKills := 20, 2
 	if testing.Short() {
-		kills = 5
+		kills, pointKills = 5, 1
 	}
-	if v := os.Getenv("STREAMD_TORTURE_KILLS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			t.Fatalf("STREAMD_TORTURE_KILLS=%q: want a positive number of kills", v)
+	for _, v := range []struct {
+		name string
+		n    *int
+	}{{"STREAMD_TORTURE_KILLS", &kills}, {"STREAMD_TORTURE_POINT_KILLS", &pointKills}} {
+		if s := os.Getenv(v.name); s != "" {
+			n, err := strconv.Atoi(s)
+			if err != nil || n < 0 {
+				t.Fatalf("%s=%q: want a number of kills", v.name, s)
+			}
+			*v.n = n
 		}
-		kills = n
 	}
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 1))
+
+	// The kills in a random order: "" from outside, or a failpoint.
+	plan := make([]string, kills, kills+pointKills*len(failpoint.Points))
+	for _, point := range failpoint.Points {
+		for range pointKills {
+			plan = append(plan, point)
+		}
+	}
+	rng.Shuffle(len(plan), func(i, j int) { plan[i], plan[j] = plan[j], plan[i] })
 
 	e := newEnv(t, crashSub)
 	t.Cleanup(e.waitOrphans)
@@ -298,16 +396,57 @@ func TestCrashKill9(t *testing.T) {
 	defer stopProducer()
 
 	start := time.Now()
-	var committed int       // records before the stored position, summed over the kills
-	var resume int64        // the stored offset the next run resumes at; 0 before the first commit
-	runs := map[int]int64{} // daemon pid → the offset it resumed at
-	for range kills {
-		p := e.start()
-		runs[p.cmd.Process.Pid] = resume
-		time.Sleep(time.Duration(50+rng.IntN(351)) * time.Millisecond)
-		p.kill9(t)
+	var committed int          // records before the stored position, summed over the kills
+	var resume int64           // the stored offset the next run resumes at; 0 before the first commit
+	var runs []crashRun        // in order; run i ended with kill i
+	tornTails, tmpLeft := 0, 0 // torn stream tails and temporary sidecars found at failpoint kills
+	// After a torn append, the producer is held back until the next run
+	// has been up for a while, so that the torn tail is still there when
+	// it starts: its reader reaches it and waits, and its own next append
+	// repairs it (truncates, then writes) under the reader.
+	holding := false
+	release := func() {
+		if holding {
+			holding = false
+			time.AfterFunc(time.Duration(200+rng.IntN(401))*time.Millisecond, prod.pause.Unlock)
+		}
+	}
+	for _, point := range plan {
+		run := crashRun{from: resume, point: point}
+		var p *daemonProc
+		if point == "" {
+			p = e.start()
+			release()
+			time.Sleep(time.Duration(50+rng.IntN(351)) * time.Millisecond)
+			p.kill9(t)
+		} else {
+			run.hit = 1 + rng.IntN(crashPointHits[point])
+			p = e.startArmed(fmt.Sprintf("%s=%s=%d", failpoint.EnvVar, point, run.hit))
+			release()
+			p.awaitFailpoint(t, point, run.hit, 30*time.Second)
+			switch point {
+			case failpoint.StreamfileAppend:
+				prod.pause.Lock()
+				holding = true
+				// The producer may have repaired it already.
+				if recs := scanFrames(e.stream); len(recs) > 0 {
+					if fi, err := os.Stat(e.stream); err == nil && fi.Size() > recs[len(recs)-1].End {
+						tornTails++
+					}
+				}
+			case failpoint.OffsetsWrite, failpoint.OffsetsCommit:
+				if _, err := os.Stat(filepath.Join(e.stateDirPath(), offsets.SidecarName+".tmp")); err != nil {
+					t.Errorf("killed at %s: no temporary sidecar left: %v", point, err)
+				} else {
+					tmpLeft++
+				}
+			}
+		}
+		run.pid = p.cmd.Process.Pid
+		runs = append(runs, run)
 		// Invariant 1 at the instant of the kill: the stored position
-		// passes only records whose handler had finished.
+		// passes only records whose handler had finished. It is read after
+		// the daemon died: where the next run resumes.
 		snapshot := parseDeliveries(t, e.deliveries(), true)
 		if pos, before, ok := checkSettledPrefix(t, e, scanFrames(e.stream), snapshot, false); ok {
 			committed += before
@@ -318,6 +457,9 @@ func TestCrashKill9(t *testing.T) {
 		}
 	}
 	killing := time.Since(start)
+	if holding {
+		prod.pause.Unlock()
+	}
 	stopProducer()
 	if prod.err != nil {
 		t.Fatalf("producer: %v", prod.err)
@@ -328,7 +470,7 @@ func TestCrashKill9(t *testing.T) {
 	// its dead letter, and then nothing written for a second (the retry
 	// delay is 150ms: no copy can still be due).
 	p := e.start()
-	runs[p.cmd.Process.Pid] = resume
+	runs = append(runs, crashRun{pid: p.cmd.Process.Pid, from: resume})
 	var lastLog, lastFrames int
 	quietSince := time.Now()
 	eventually(t, 60*time.Second, "the daemon to deliver everything and go quiet", func() bool {
@@ -346,12 +488,52 @@ func TestCrashKill9(t *testing.T) {
 		t.Errorf("last run: %s", problem)
 	}
 
-	a := auditCrash(t, e, records, runs, p.cmd.Process.Pid)
+	a := auditCrash(t, e, records, runs)
 	t.Logf("audit: %d records, %d kills in %s (stored positions checked at each: %d records behind them in all), "+
 		"%d deliveries (%d repeated, %d cut off by a kill before the payload arrived), "+
 		"%d retry copies (%d repeated), %d dead letters (%d repeated), %d records in the file",
-		records, kills, killing.Round(time.Millisecond), committed, a.deliveries, a.duplicates, a.interrupted,
+		records, len(plan), killing.Round(time.Millisecond), committed, a.deliveries, a.duplicates, a.interrupted,
 		a.copies, a.extraCopies, a.deadLetters, a.extraDead, a.frames)
+
+	// Kills and redeliveries by point.
+	type byPoint struct{ kills, redelivered, max int }
+	points := map[string]*byPoint{}
+	names := append([]string{""}, failpoint.Points...)
+	for _, name := range names {
+		points[name] = &byPoint{}
+	}
+	worst := 0
+	var perKill strings.Builder
+	for i, n := range a.redelivered {
+		bp := points[runs[i].point]
+		bp.kills++
+		bp.redelivered += n
+		bp.max = max(bp.max, n)
+		if n > a.redelivered[worst] {
+			worst = i
+		}
+		fmt.Fprintf(&perKill, " %d", n)
+	}
+	var kinds []string
+	for _, name := range names {
+		bp := points[name]
+		label := name
+		if name == "" {
+			label = "outside"
+		}
+		kinds = append(kinds, fmt.Sprintf("%s %d (redelivered %d, at most %d after one)", label, bp.kills, bp.redelivered, bp.max))
+	}
+	t.Logf("audit: kills by point: %s; at failpoint kills: %d of %d torn appends still on disk at the kill, %d of %d temporary sidecars left",
+		strings.Join(kinds, ", "), tornTails, points[failpoint.StreamfileAppend].kills, tmpLeft,
+		points[failpoint.OffsetsWrite].kills+points[failpoint.OffsetsCommit].kills)
+	if len(a.redelivered) > 0 {
+		how := "outside"
+		if runs[worst].point != "" {
+			how = fmt.Sprintf("%s=%d", runs[worst].point, runs[worst].hit)
+		}
+		t.Logf("audit: originals redelivered after each kill, none before the stored position: max %d (kill %d, %s), %d in all; per kill:%s",
+			a.redelivered[worst], worst+1, how, a.duplicatesAfterKills, perKill.String())
+	}
 }
 
 // crashDone reports whether every record p-0 to p-<records-1> was delivered
@@ -389,11 +571,16 @@ type crashAudit struct {
 	interrupted            int
 	copies, extraCopies    int
 	deadLetters, extraDead int
+	// redelivered[i] counts the originals that the run after kill i
+	// delivered again (an earlier run had delivered them);
+	// duplicatesAfterKills is their sum.
+	redelivered          []int
+	duplicatesAfterKills int
 }
 
 // auditCrash checks the state TestCrashKill9 left after its clean stop.
-// runs maps the pid of each daemon run to the stored offset it resumed at;
-// lastPid is the run that ended cleanly. Lines with an empty payload, from
+// runs are the daemon's runs in order, each with the stored offset it
+// resumed at; the last one ended cleanly. Lines with an empty payload, from
 // handlers a killed daemon started but did not feed, are counted apart.
 //
 // A line from a killed run counts as a delivery although that run did not
@@ -401,9 +588,14 @@ type crashAudit struct {
 // decision, so its work was done. Whether the daemon committed past
 // records it had not settled is checked at each kill instead
 // (checkSettledPrefix).
-func auditCrash(t *testing.T, e *env, records int, runs map[int]int64, lastPid int) crashAudit {
+func auditCrash(t *testing.T, e *env, records int, runs []crashRun) crashAudit {
 	t.Helper()
 	var a crashAudit
+	lastPid := runs[len(runs)-1].pid
+	runIndex := make(map[int]int, len(runs)) // pid → index in runs
+	for i, r := range runs {
+		runIndex[r.pid] = i
+	}
 
 	// The file decodes cleanly: every frame's checksum and every beacon
 	// (streamfile.Verify, in readFile), and no torn tail after a clean
@@ -478,11 +670,14 @@ func auditCrash(t *testing.T, e *env, records int, runs map[int]int64, lastPid i
 	}
 
 	// Each delivery is of a record in the file, as the file has it, and
-	// no run delivered a record before the position it resumed at: a
-	// restart repeats at most what was settled after the last commit
-	// (Invariant 1). Lines whose $PPID is not a run (the handler started
-	// after its daemon died and was adopted) are not attributed.
+	// no run delivered a record before the position it resumed at, the
+	// sidecar as the kill before it left it: a restart repeats at most what
+	// was settled after the last commit (Invariant 1), the commit window.
+	// Lines whose $PPID is not a run (the handler started after its daemon
+	// died and was adopted) are not attributed.
 	attempts := map[string]map[uint64]int{}
+	originalRuns := map[uint64]map[int]bool{} // seq of an original → runs that delivered it
+	var early []string
 	for _, l := range parseDeliveries(t, e.deliveries(), true) {
 		if l.payload == "-" {
 			if l.pid == lastPid {
@@ -492,8 +687,20 @@ func auditCrash(t *testing.T, e *env, records int, runs map[int]int64, lastPid i
 			continue
 		}
 		a.deliveries++
-		if from, ok := runs[l.pid]; ok && ends[l.seq] <= from {
-			t.Errorf("delivery %+v: the run resumed at offset %d, after this record (it ends at %d)", l, from, ends[l.seq])
+		i, attributed := runIndex[l.pid]
+		if attributed && i > 0 && ends[l.seq] <= runs[i].from {
+			how := "from outside"
+			if k := runs[i-1]; k.point != "" {
+				how = fmt.Sprintf("at %s=%d", k.point, k.hit)
+			}
+			early = append(early, fmt.Sprintf("after kill %d (%s), run %d delivered seq %d (%s, attempt %d), which ends at %d, before the stored offset %d it resumed at",
+				i, how, i+1, l.seq, l.payload, l.attempt, ends[l.seq], runs[i].from))
+		}
+		if attributed && l.attempt == 1 {
+			if originalRuns[l.seq] == nil {
+				originalRuns[l.seq] = map[int]bool{}
+			}
+			originalRuns[l.seq][i] = true
 		}
 		fi, ok := bySeq[l.seq]
 		switch {
@@ -507,6 +714,27 @@ func auditCrash(t *testing.T, e *env, records int, runs map[int]int64, lastPid i
 			attempts[l.payload] = map[uint64]int{}
 		}
 		attempts[l.payload][l.attempt]++
+	}
+
+	// A hard failure: a record before the stored position came back.
+	if len(early) > 0 {
+		t.Fatalf("%d deliveries of records before the stored position their run resumed at, outside the commit window:\n%s",
+			len(early), strings.Join(early[:min(len(early), 10)], "\n"))
+	}
+	// Originals delivered again after each kill: by a run, having been
+	// delivered by an earlier one.
+	a.redelivered = make([]int, len(runs)-1)
+	for _, byRun := range originalRuns {
+		first := len(runs)
+		for i := range byRun {
+			first = min(first, i)
+		}
+		for i := range byRun {
+			if i > first {
+				a.redelivered[i-1]++
+				a.duplicatesAfterKills++
+			}
+		}
 	}
 
 	expected := 0
@@ -765,4 +993,92 @@ func checkSettledPrefix(t *testing.T, e *env, recs []streamfile.Record, snapshot
 		t.Errorf("stored last_seq %d, but the last record before offset %d is seq %d", pos.LastSeq, pos.Offset, lastSeq)
 	}
 	return pos, before, true
+}
+
+// TestTornAppendRepaired kills the daemon at the failpoint streamfile.append
+// while it appends a retry copy, which leaves a torn tail: the first bytes
+// of the copy's frame and nothing more. The next run reads up to the torn
+// tail and waits there; then another writer (streamd publish) appends,
+// which first truncates the torn bytes and then writes its own frames in
+// their place, and appends more a little later. The waiting reader must
+// deliver the new records exactly as the file has them (sequence,
+// timestamp, payload), report no damage, and lose nothing.
+func TestTornAppendRepaired(t *testing.T) {
+	for round := range 3 {
+		t.Run(fmt.Sprintf("round%d", round), func(t *testing.T) {
+			dir := t.TempDir()
+			arm := filepath.Join(dir, "arm")
+			e := newEnv(t, execSubTable("billing", "orders", "max_attempts = 3", fmt.Sprintf(`p=$(cat)
+echo "$STREAMD_SEQ $STREAMD_ATTEMPT $p $STREAMD_TIMESTAMP_MS $PPID" >> LOG
+if [ "$p" = tear ] && [ -e %q ]; then echo outcome=retry; fi`, arm)))
+			e.publish("a", "b", "tear")
+			if err := os.WriteFile(arm, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			p := e.startArmed(failpoint.EnvVar + "=" + failpoint.StreamfileAppend + "=1")
+			p.awaitFailpoint(t, failpoint.StreamfileAppend, 1, 20*time.Second)
+			recs := scanFrames(e.stream)
+			fi, err := os.Stat(e.stream)
+			if err != nil || len(recs) == 0 || fi.Size() <= recs[len(recs)-1].End {
+				t.Fatalf("no torn tail after the kill (%v); stderr:\n%s", err, p.stderr.String())
+			}
+			t.Logf("torn tail of %d bytes after the last frame, at %d", fi.Size()-recs[len(recs)-1].End, recs[len(recs)-1].End)
+
+			// The next run acks everything: nothing it does repairs the tail.
+			if err := os.Remove(arm); err != nil {
+				t.Fatal(err)
+			}
+			q := e.start()
+			pid := strconv.Itoa(q.cmd.Process.Pid)
+			eventually(t, 20*time.Second, "the next run to deliver the torn copy's record", func() bool {
+				for _, l := range e.deliveries() {
+					if f := strings.Fields(l); len(f) == 5 && f[2] == "tear" && f[4] == pid {
+						return true
+					}
+				}
+				return false
+			})
+			time.Sleep(300 * time.Millisecond) // its reader waits at the torn tail
+			e.publish("after-1", "after-2", "after-3")
+			time.Sleep(300 * time.Millisecond)
+			var more []string
+			for i := 4; i <= 20; i++ {
+				more = append(more, fmt.Sprintf("after-%d", i))
+			}
+			e.publish(more...)
+
+			want := map[string]streamfile.Record{}
+			for _, r := range scanFrames(e.stream) {
+				_, payload := envelope.Decode(r.Payload)
+				want[string(payload)] = r
+			}
+			eventually(t, 10*time.Second, "the records published after the repair to be delivered", func() bool {
+				n := 0
+				for _, l := range e.deliveries() {
+					if f := strings.Fields(l); len(f) == 5 && strings.HasPrefix(f[2], "after-") {
+						n++
+					}
+				}
+				return n >= 20
+			})
+			if code := q.stop(t); code != 0 {
+				t.Errorf("exit code %d", code)
+			}
+			for _, problem := range q.crashProblems() {
+				t.Errorf("the run after the torn append: %s", problem)
+			}
+			for _, l := range e.deliveries() {
+				f := strings.Fields(l)
+				if len(f) != 5 || f[4] != pid {
+					continue
+				}
+				r, ok := want[f[2]]
+				if !ok || f[0] != strconv.FormatUint(r.Seq, 10) || f[3] != strconv.FormatUint(r.TimestampMs, 10) {
+					t.Errorf("delivered seq %s payload %q timestamp %s; the file has seq %d timestamp %d for that payload (found %v)",
+						f[0], f[2], f[3], r.Seq, r.TimestampMs, ok)
+				}
+			}
+			e.frames() // the file decodes cleanly
+		})
+	}
 }
