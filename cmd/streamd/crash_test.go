@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -299,22 +298,9 @@ var crashPointHits = map[string]int{
 // variables (a failpoint's).
 func (e *env) startArmed(extra ...string) *daemonProc {
 	e.t.Helper()
-	p := &daemonProc{stderr: &lockedBuffer{}, stdout: &lockedBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(streamdBinary(e.t), "run", "--config.file="+e.config, "--log.format=text")
-	p.cmd.Stderr, p.cmd.Stdout = p.stderr, p.stdout
-	p.cmd.Env = append(append(os.Environ(), "GORACE=atexit_sleep_ms=0"), extra...)
-	if err := p.cmd.Start(); err != nil {
-		e.t.Fatal(err)
-	}
-	go func() { p.cmd.Wait(); close(p.done) }()
-	e.t.Cleanup(func() {
-		p.cmd.Process.Kill()
-		<-p.done
-		if e.t.Failed() {
-			e.t.Logf("daemon stderr:\n%s", p.stderr.String())
-		}
-	})
-	return p
+	cmd := e.daemonCmd(streamdBinary(e.t))
+	cmd.Env = extra
+	return e.launch(cmd)
 }
 
 // awaitFailpoint waits until the daemon killed itself at point: it died of

@@ -92,20 +92,34 @@ func (e *env) start() *daemonProc {
 // startOn runs the daemon with its stdout on w, or on a buffer when w is nil.
 func (e *env) startOn(w io.Writer) *daemonProc {
 	e.t.Helper()
-	p := &daemonProc{stderr: &lockedBuffer{}, stdout: &lockedBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(streamdBinary(e.t), "run", "--config.file="+e.config, "--log.format=text")
-	p.cmd.Stderr, p.cmd.Stdout = p.stderr, p.stdout
-	if w != nil {
-		p.cmd.Stdout = w
+	cmd := e.daemonCmd(streamdBinary(e.t))
+	cmd.Stdout = w
+	return e.launch(cmd)
+}
+
+// daemonCmd is `bin run` on the env's config.
+func (e *env) daemonCmd(bin string) *exec.Cmd {
+	return exec.Command(bin, "run", "--config.file="+e.config, "--log.format=text")
+}
+
+// launch starts cmd, a daemonCmd, with its output captured (stdout too
+// unless cmd has one) and cmd.Env added to the environment; the daemon is
+// killed when the test ends, and its stderr logged if the test failed.
+func (e *env) launch(cmd *exec.Cmd) *daemonProc {
+	e.t.Helper()
+	p := &daemonProc{cmd: cmd, stderr: &lockedBuffer{}, stdout: &lockedBuffer{}, done: make(chan struct{})}
+	cmd.Stderr = p.stderr
+	if cmd.Stdout == nil {
+		cmd.Stdout = p.stdout
 	}
 	// The race detector's exit delay would count against shutdown bounds.
-	p.cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
-	if err := p.cmd.Start(); err != nil {
+	cmd.Env = append(append(os.Environ(), "GORACE=atexit_sleep_ms=0"), cmd.Env...)
+	if err := cmd.Start(); err != nil {
 		e.t.Fatal(err)
 	}
-	go func() { p.cmd.Wait(); close(p.done) }()
+	go func() { cmd.Wait(); close(p.done) }()
 	e.t.Cleanup(func() {
-		p.cmd.Process.Kill()
+		cmd.Process.Kill()
 		<-p.done
 		if e.t.Failed() {
 			e.t.Logf("daemon stderr:\n%s", p.stderr.String())

@@ -68,27 +68,22 @@ func asNobody(t *testing.T, e *env) string {
 	return bin
 }
 
+// committedThrough reports, when called, whether the sidecar in state stores
+// subscription name's position after seq.
+func committedThrough(state, name string, seq uint64) func() bool {
+	return func() bool {
+		s, err := offsets.Load(state)
+		return err == nil && s[name].LastSeq == seq
+	}
+}
+
 // startAs runs the daemon binary bin on e's config as uid and gid id, like
 // env.start.
 func (e *env) startAs(bin string, id uint32) *daemonProc {
 	e.t.Helper()
-	p := &daemonProc{stderr: &lockedBuffer{}, stdout: &lockedBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(bin, "run", "--config.file="+e.config, "--log.format=text")
-	p.cmd.Stderr, p.cmd.Stdout = p.stderr, p.stdout
-	p.cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: id, Gid: id}}
-	if err := p.cmd.Start(); err != nil {
-		e.t.Fatal(err)
-	}
-	go func() { p.cmd.Wait(); close(p.done) }()
-	e.t.Cleanup(func() {
-		p.cmd.Process.Kill()
-		<-p.done
-		if e.t.Failed() {
-			e.t.Logf("daemon stderr:\n%s", p.stderr.String())
-		}
-	})
-	return p
+	cmd := e.daemonCmd(bin)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: id, Gid: id}}
+	return e.launch(cmd)
 }
 
 // publishTo appends lines under key orders to the stream file at path,
@@ -451,12 +446,7 @@ func TestFaultReadOnlyStateDir(t *testing.T) {
 	os.Mkdir(state, 0o755)
 	e.publish("a1", "later-1")
 	p := e.start()
-	committed := func(seq uint64) func() bool {
-		return func() bool {
-			s, err := offsets.Load(state)
-			return err == nil && s["billing"].LastSeq == seq
-		}
-	}
+	committed := func(seq uint64) func() bool { return committedThrough(state, "billing", seq) }
 	eventually(t, 10*time.Second, "a1 and later-1 to be committed", committed(2))
 
 	// Read-only under the running daemon.
@@ -586,12 +576,7 @@ func TestFaultStateFilesystemError(t *testing.T) {
 	t.Cleanup(func() { exec.Command("umount", "-l", state).Run() })
 	e.publish("a1", "later-1")
 	p := e.start()
-	committed := func(seq uint64) func() bool {
-		return func() bool {
-			s, err := offsets.Load(state)
-			return err == nil && s["billing"].LastSeq == seq
-		}
-	}
+	committed := func(seq uint64) func() bool { return committedThrough(state, "billing", seq) }
 	eventually(t, 10*time.Second, "a1 and later-1 to be committed", committed(2))
 
 	// The filesystem fails under the running daemon.
