@@ -76,6 +76,9 @@ func decodeRoundTrip(t *testing.T, file []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Closed on every path: a writer left open keeps its flock, and the
+	// next iteration of the process would wait for it forever.
+	defer w.Close()
 	if err := w.Append(valid...); err != nil {
 		t.Fatal(err)
 	}

@@ -211,7 +211,7 @@ func (w *Writer) batch(frames []Frame, assignSeq bool) error {
 }
 
 // locked runs fn while holding the exclusive flock on the file.
-func (w *Writer) locked(fn func() error) error {
+func (w *Writer) locked(fn func() error) (err error) {
 	fd := int(w.f.Fd())
 	for {
 		err := unix.Flock(fd, unix.LOCK_EX)
@@ -222,11 +222,13 @@ func (w *Writer) locked(fn func() error) error {
 			return fmt.Errorf("streamfile: lock %s: %w", w.f.Name(), err)
 		}
 	}
-	err := fn()
-	if uerr := unix.Flock(fd, unix.LOCK_UN); uerr != nil && err == nil {
-		err = fmt.Errorf("streamfile: unlock %s: %w", w.f.Name(), uerr)
-	}
-	return err
+	defer func() {
+		// Deferred, so that the lock is released even if fn panics.
+		if uerr := unix.Flock(fd, unix.LOCK_UN); uerr != nil && err == nil {
+			err = fmt.Errorf("streamfile: unlock %s: %w", w.f.Name(), uerr)
+		}
+	}()
+	return fn()
 }
 
 func (w *Writer) size() (int64, error) {
