@@ -185,6 +185,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		return err
 	}
 	d.queue = queue
+	d.metrics.CountRetriesPending(queue.Pending)
 	defer func() { err = errors.Join(err, queue.Close()) }()
 	defer d.closeStreams()
 	if err := d.openStreams(cfg); err != nil {
@@ -202,7 +203,14 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	bg, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
 	var finalCommit error
-	defer func() { err = errors.Join(err, finalCommit) }() // after wg.Wait
+	defer func() { // after wg.Wait
+		err = errors.Join(err, finalCommit)
+		select {
+		case berr := <-d.broken: // failed while stopping, after loop returned
+			err = errors.Join(err, berr)
+		default:
+		}
+	}()
 	defer wg.Wait()
 	defer stopBackground()
 	wg.Go(func() {
@@ -537,7 +545,6 @@ func (d *Daemon) updateSizes(ctx context.Context, interval time.Duration) {
 			}
 		}
 		d.mu.Unlock()
-		d.metrics.SetRetriesPending(d.queue.Pending())
 		select {
 		case <-ctx.Done():
 			return

@@ -122,6 +122,9 @@ func newHTTPHandler(cfg HandlerConfig) (*httpHandler, error) {
 		}
 		h.headers.Set(name, value)
 	}
+	if h.headers.Get("Content-Type") == "" {
+		h.headers.Set("Content-Type", "application/octet-stream")
+	}
 	if cfg.BearerTokenFile != "" {
 		token, err := readBearerToken(cfg.BearerTokenFile)
 		if err != nil {
@@ -210,9 +213,6 @@ func (h *httpHandler) request(ctx context.Context, d *Delivery, body *payloadSou
 	for name, values := range h.headers {
 		hdr[name] = values // never appended to: each slice has len == cap
 	}
-	if hdr.Get("Content-Type") == "" {
-		hdr.Set("Content-Type", "application/octet-stream")
-	}
 	for _, e := range d.Headers {
 		name := escapeHeaderName(e.Name)
 		if httpTextValue(e.Value) {
@@ -224,12 +224,21 @@ func (h *httpHandler) request(ctx context.Context, d *Delivery, body *payloadSou
 			hdr.Set(httpBase64RecordHeaderPrefix+name, base64.StdEncoding.EncodeToString(e.Value))
 		}
 	}
-	hdr.Set(httpSubscriptionHeader, d.Subscription)
-	hdr.Set(httpStreamKeyHeader, d.Key)
-	hdr.Set(httpSeqHeader, strconv.FormatUint(d.Seq, 10))
-	hdr.Set(httpShardHeader, strconv.FormatUint(d.Shard, 10))
-	hdr.Set(httpTimestampHeader, strconv.FormatUint(d.TimestampMs, 10))
-	hdr.Set(httpAttemptHeader, strconv.FormatUint(d.Attempt, 10))
+	// The metadata: names canonical already, values in one allocation.
+	meta := make([]string, 6)
+	for i, v := range [...]struct {
+		name, value string
+	}{
+		{httpSubscriptionHeader, d.Subscription},
+		{httpStreamKeyHeader, d.Key},
+		{httpSeqHeader, strconv.FormatUint(d.Seq, 10)},
+		{httpShardHeader, strconv.FormatUint(d.Shard, 10)},
+		{httpTimestampHeader, strconv.FormatUint(d.TimestampMs, 10)},
+		{httpAttemptHeader, strconv.FormatUint(d.Attempt, 10)},
+	} {
+		meta[i] = v.value
+		hdr[v.name] = meta[i : i+1 : i+1]
+	}
 
 	req := &http.Request{
 		Method: http.MethodPost,

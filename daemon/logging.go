@@ -109,12 +109,14 @@ func priority(l slog.Level) string {
 
 // troubleLog logs a failure that may repeat many times a second: the first
 // at once, then at most every troubleLogEvery with the count of those left
-// out, and one line when it passes. It is safe for concurrent use.
+// out, and one line when it passes (at most every troubleLogEvery too, for
+// a trouble that comes and goes). It is safe for concurrent use.
 type troubleLog struct {
 	mu         sync.Mutex
 	failing    bool
 	since      time.Time
-	last       time.Time
+	last       time.Time // of the last failure logged
+	lastPassed time.Time // of the last end logged
 	suppressed int
 }
 
@@ -127,7 +129,8 @@ func (l *troubleLog) failed(logger *slog.Logger, msg string, err error, attrs ..
 	l.mu.Lock()
 	now := time.Now()
 	if !l.failing {
-		l.failing, l.since, l.last, l.suppressed = true, now, time.Time{}, 0
+		// last stays: a trouble that comes and goes is limited too.
+		l.failing, l.since = true, now
 	}
 	if !l.last.IsZero() && now.Sub(l.last) < troubleLogEvery {
 		l.suppressed++
@@ -150,8 +153,13 @@ func (l *troubleLog) passed(logger *slog.Logger, msg string, attrs ...any) {
 		l.mu.Unlock()
 		return
 	}
-	since := l.since
+	since, now := l.since, time.Now()
 	l.failing = false
+	if !l.lastPassed.IsZero() && now.Sub(l.lastPassed) < troubleLogEvery {
+		l.mu.Unlock()
+		return
+	}
+	l.lastPassed = now
 	l.mu.Unlock()
-	logger.Info(msg, append(attrs, "after", time.Since(since).Round(time.Millisecond))...)
+	logger.Info(msg, append(attrs, "after", now.Sub(since).Round(time.Millisecond))...)
 }

@@ -74,6 +74,7 @@ func RunPipe(ctx context.Context, cfg *Config, opts PipeOptions) (err error) {
 		return err
 	}
 	defer func() { err = errors.Join(err, queue.Close()) }()
+	m.CountRetriesPending(queue.Pending)
 	subs, err := pipeSubscriptions(cfg, opts.Options, logger, m, pipeCopies{out: out, queue: queue})
 	if err != nil {
 		return err

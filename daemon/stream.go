@@ -28,8 +28,8 @@ type stream struct {
 
 	mu    sync.Mutex
 	w     *streamfile.Writer
-	fi    os.FileInfo // of the file w appends to
-	dirty bool        // appended since the last sync
+	dirty bool // appended since the last sync
+	wrote bool // appended to since it was opened
 }
 
 // openStream opens (and, with create, makes) the stream file. A file of at
@@ -42,7 +42,8 @@ func openStream(cfg StreamConfig) (*stream, error) {
 		}
 	}
 	w, err := streamfile.OpenWriter(cfg.Path, streamfile.CreateOptions{
-		Create: cfg.Create,
+		Create:         cfg.Create,
+		RefuseReplaced: true,
 		Header: streamfile.Header{
 			FileName:       truncateName(filepath.Base(cfg.Path)),
 			CreatedAtMs:    uint64(time.Now().UnixMilli()),
@@ -55,11 +56,11 @@ func openStream(cfg StreamConfig) (*stream, error) {
 	if err != nil {
 		return nil, fmt.Errorf("stream %q: %w", cfg.Name, err)
 	}
-	fi, err := os.Stat(cfg.Path)
+	fi, err := w.Stat()
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("stream %q: %w", cfg.Name, err), w.Close())
 	}
-	s := &stream{cfg: cfg, w: w, fi: fi}
+	s := &stream{cfg: cfg, w: w}
 	if fi.Size() <= streamfile.HeaderSize+7 { // a header, and the empty beacon of a 128-byte interval
 		if err := s.append(reservedKey, nil, []byte("1")); err != nil {
 			return nil, errors.Join(err, w.Close())
@@ -85,37 +86,31 @@ func (s *stream) append(key string, h envelope.Headers, payload []byte) error {
 	}}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.follow(); err != nil {
+	err := s.w.Publish(f)
+	if errors.Is(err, streamfile.ErrReplaced) {
+		if err = s.follow(); err == nil {
+			err = s.w.Publish(f)
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("stream %q: %w", s.cfg.Name, err)
 	}
-	if err := s.w.Publish(f); err != nil {
-		return fmt.Errorf("stream %q: %w", s.cfg.Name, err)
-	}
-	s.dirty = true
+	s.dirty, s.wrote = true, true
 	return nil
 }
 
-// follow points the writer at the file now at the path when another one
-// was renamed over it, or it was deleted and created again, since the
-// writer opened its file: copies must go where the subscriptions read
-// (they leave the old file for the new one), not into a file nobody reads
-// again. A new file that cannot be opened for appending is an error, so
-// the copy fails and its record stays unsettled until it can. A path that
-// is gone leaves the writer on its file, which the subscriptions keep
-// reading too. The old file is synced before it is closed, so the copies
-// in it are durable before a commit passes them (Invariant 2). It is
-// called with mu held.
+// follow points the writer at the file now at the path, after a batch
+// found that another one was renamed over it, or it was deleted and created
+// again (streamfile.ErrReplaced, checked under the file's lock): copies
+// must go where the subscriptions read (they leave the old file for the new
+// one, reading the old one a last time under a shared lock), not into a
+// file nobody reads again. A new file that cannot be opened for appending
+// is an error, so the copy fails and its record stays unsettled until it
+// can. The old file is synced before it is closed, so the copies in it are
+// durable before a commit passes them (Invariant 2). It is called with mu
+// held.
 func (s *stream) follow() error {
-	st, err := os.Stat(s.cfg.Path)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return nil
-	case err != nil:
-		return err
-	case os.SameFile(s.fi, st):
-		return nil
-	}
-	w, err := streamfile.OpenWriter(s.cfg.Path, streamfile.CreateOptions{})
+	w, err := streamfile.OpenWriter(s.cfg.Path, streamfile.CreateOptions{RefuseReplaced: true})
 	if err != nil {
 		return fmt.Errorf("the file was replaced, and the new one cannot be opened for appending copies: %w", err)
 	}
@@ -123,7 +118,7 @@ func (s *stream) follow() error {
 		return errors.Join(fmt.Errorf("sync the replaced file: %w", err), w.Close())
 	}
 	s.w.Close()
-	s.w, s.fi = w, st
+	s.w = w
 	return nil
 }
 
@@ -144,7 +139,7 @@ func (s *stream) sync() error {
 			s.dirty = true
 		}
 		s.mu.Unlock()
-		if swapped && errors.Is(err, os.ErrClosed) {
+		if swapped {
 			return nil // follow synced w before it closed it
 		}
 		return fmt.Errorf("stream %q: %w", s.cfg.Name, err)
@@ -152,13 +147,15 @@ func (s *stream) sync() error {
 	return nil
 }
 
-// close syncs what this daemon appended, if anything (a file it only read
+// close syncs the file if this daemon appended to it (a file it only read
 // is not flushed: that is its writer's business), and closes the writer.
 func (s *stream) close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var err error
-	if s.dirty {
+	if s.wrote {
+		// Even when not dirty: a sync running alongside may have taken the
+		// flag and not be done yet.
 		err = s.w.Sync()
 	}
 	return errors.Join(err, s.w.Close())

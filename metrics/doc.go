@@ -73,7 +73,7 @@
 //	| streamd_handler_unsupported_total                    | counter   | subscription, operation      | settlements the transport cannot perform, by Operation                     |
 //	| streamd_handler_duration_seconds                     | histogram | subscription                 | time the handler took per delivery (buckets 1 ms to 32.8 s, doubling)      |
 //	| streamd_retries_scheduled_total                      | counter   | subscription                 | delayed retry copies put in the retry spool                                |
-//	| streamd_retries_pending                              | gauge     |                              | delayed retry copies of every subscription waiting in the retry spool      |
+//	| streamd_retries_pending                              | gauge     |                              | delayed retry copies of every subscription waiting in the retry queue      |
 //	| streamd_retries_appended_total                       | counter   | subscription                 | retry copies written to their destination                                  |
 //	| streamd_dead_letters_total                           | counter   | subscription                 | copies written to the dead-letter key                                      |
 //	| streamd_rejects_total                                | counter   | subscription                 | deliveries rejected at the retry cap with no dead-letter key               |

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -76,7 +77,8 @@ type Metrics struct {
 	unsupported      *prometheus.CounterVec
 	handlerDuration  *prometheus.HistogramVec
 	retriesScheduled *prometheus.CounterVec
-	retriesPending   prometheus.Gauge
+	retriesPending   prometheus.GaugeFunc
+	pendingFn        atomic.Pointer[func() int] // what retriesPending reads
 	retriesAppended  *prometheus.CounterVec
 	deadLetters      *prometheus.CounterVec
 	rejects          *prometheus.CounterVec
@@ -160,10 +162,7 @@ func New(reg prometheus.Registerer, build BuildInfo) *Metrics {
 			Namespace: namespace, Name: "retries_scheduled_total",
 			Help: "Delayed retry copies put in the retry spool.",
 		}, subLabels),
-		retriesPending: f.NewGauge(prometheus.GaugeOpts{
-			Namespace: namespace, Name: "retries_pending",
-			Help: "Delayed retry copies of every subscription waiting in the retry spool.",
-		}),
+
 		retriesAppended: f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "retries_appended_total",
 			Help: "Retry copies written to their destination.",
@@ -227,6 +226,15 @@ func New(reg prometheus.Registerer, build BuildInfo) *Metrics {
 		m.retriesScheduled.MetricVec, m.retriesAppended.MetricVec,
 		m.deadLetters.MetricVec, m.rejects.MetricVec, m.copyErrors.MetricVec, m.up.MetricVec,
 	}
+	m.retriesPending = f.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: namespace, Name: "retries_pending",
+		Help: "Delayed retry copies of every subscription waiting in the retry queue.",
+	}, func() float64 {
+		if fn := m.pendingFn.Load(); fn != nil {
+			return float64((*fn)())
+		}
+		return 0
+	})
 	return m
 }
 
@@ -246,8 +254,9 @@ func (m *Metrics) ObserveCommit(d time.Duration, err error) {
 	m.commitDuration.Observe(d.Seconds())
 }
 
-// SetRetriesPending sets how many delayed copies wait in the retry spool.
-func (m *Metrics) SetRetriesPending(n int) { m.retriesPending.Set(float64(n)) }
+// CountRetriesPending makes streamd_retries_pending read pending at each
+// scrape: the number of delayed copies waiting in the retry queue.
+func (m *Metrics) CountRetriesPending(pending func() int) { m.pendingFn.Store(&pending) }
 
 // ObserveReload records a configuration load or reload that ended at the
 // given time, failed when err is not nil. Call it for the first load too.

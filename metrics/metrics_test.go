@@ -223,7 +223,7 @@ func TestHandleFields(t *testing.T) {
 		{"Position", func() { sub.Position.Set(1) }, m.position.WithLabelValues(read...)},
 		{"LastRecordTimestamp", func() { sub.LastRecordTimestamp.Set(1) }, m.lastRecord.WithLabelValues(read...)},
 		{"RetriesScheduled", sub.RetriesScheduled.Inc, m.retriesScheduled.WithLabelValues("billing")},
-		{"SetRetriesPending", func() { m.SetRetriesPending(1) }, m.retriesPending},
+		{"CountRetriesPending", func() { m.CountRetriesPending(func() int { return 1 }) }, m.retriesPending},
 		{"RetriesAppended", sub.RetriesAppended.Inc, m.retriesAppended.WithLabelValues("billing")},
 		{"DeadLetters", sub.DeadLetters.Inc, m.deadLetters.WithLabelValues("billing")},
 		{"Rejects", sub.Rejects.Inc, m.rejects.WithLabelValues("billing")},

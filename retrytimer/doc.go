@@ -24,7 +24,7 @@
 // # Timing and order
 //
 // Copies fire in order of due time, and copies due at the same time in the
-// order they were scheduled. A copy never fires before its due time, read
+// order they were scheduled. A copy fires at its due time, read
 // from the wall clock ([Options.Now], by default [time.Now]): the due time
 // is stored as Unix nanoseconds so that it means the same after a restart.
 // A copy that is already due (after a restart, say) fires at once. The
@@ -105,9 +105,10 @@
 //     before the kernel writes the page) fires the copy again after restart,
 //     so the stream gets it twice. [Queue.Close] syncs done records, so a
 //     clean stop does not repeat copies.
-//   - A copy never fires before its due time by the wall clock, before or
-//     after a restart (a clock stepped forward makes that sooner than its
-//     delay; see Timing and order).
+//   - A copy never fires before its delay has passed, before or after a
+//     restart, unless the wall clock is stepped forward (see Timing and
+//     order); a clock stepped back moves its due time earlier, to its
+//     delay from the step.
 //
 // The crash tests kill the process in the middle of a spool append at the
 // failpoint retrytimer.spool (see internal/failpoint), which leaves a torn

@@ -70,6 +70,11 @@ const (
 	DefaultCompactMinBytes = 64 << 10
 )
 
+// scheduleSlack is how far the wall clock may seem to have stepped back
+// between a caller's reading and Schedule's before the due time is moved:
+// the wall and monotonic readings of one time.Now differ by nanoseconds.
+const scheduleSlack = time.Millisecond
+
 // logEvery is the least time between two logged fire failures.
 const logEvery = 10 * time.Second
 
@@ -199,6 +204,12 @@ func (q *Queue) Schedule(c Copy, due time.Time) error {
 	now := q.now()
 	moved := q.observe(now.UnixNano())
 	e := entry{due: due.UnixNano(), delay: int64(max(due.Sub(now), 0)), id: q.nextID}
+	if satSub(e.due, e.delay) > now.UnixNano()+int64(scheduleSlack) {
+		// The wall clock stepped back between the caller's reading and
+		// this one (the delay is measured on the monotonic clock): the
+		// copy is due its delay from now, as rebase makes the others.
+		e.due = satAdd(now.UnixNano(), e.delay)
+	}
 	rec, err := encodeSchedule(e.id, e.due, e.delay, &c)
 	if err != nil {
 		q.mu.Unlock()

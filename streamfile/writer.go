@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"slices"
 
@@ -37,10 +38,12 @@ import (
 //
 // A Writer is not safe for concurrent use.
 type Writer struct {
-	f         *os.File
-	hdr       Header
-	interval  int64
-	perBeacon int
+	f              *os.File
+	path           string // checked before each batch when refuseReplaced is set
+	refuseReplaced bool
+	hdr            Header
+	interval       int64
+	perBeacon      int
 
 	end   int64 // where the next byte goes; -1 until read from the file
 	order []*markerEntry
@@ -77,7 +80,18 @@ type CreateOptions struct {
 	Header Header
 	// Create allows creating the file. Without it a missing file is an error.
 	Create bool
+	// RefuseReplaced makes every batch check, under the file's lock and
+	// before writing, that the path still names the open file. When another
+	// file was renamed over it, or it was deleted and created again, the
+	// batch writes nothing and returns [ErrReplaced]: a reader that moved
+	// on to the new file, after a last read of the old one under a shared
+	// lock, would never see it. A path that is gone is no replacement.
+	RefuseReplaced bool
 }
+
+// ErrReplaced is returned by a batch of a Writer opened with
+// [CreateOptions.RefuseReplaced] when the path names another file now.
+var ErrReplaced = errors.New("streamfile: the path names another file than the one open for writing")
 
 // OpenWriter opens the stream file at path for appending, creating it with
 // opts.Header when it is missing and opts.Create is set.
@@ -93,7 +107,7 @@ func OpenWriter(path string, opts CreateOptions) (*Writer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("streamfile: open for writing: %w", err)
 	}
-	w := &Writer{f: f, end: -1}
+	w := &Writer{f: f, path: path, refuseReplaced: opts.RefuseReplaced, end: -1}
 	err = w.locked(func() error { return w.init(opts) })
 	if err != nil {
 		return nil, errors.Join(err, f.Close())
@@ -184,6 +198,11 @@ func (w *Writer) batch(frames []Frame, assignSeq bool) error {
 		}
 	}
 	return w.locked(func() error {
+		if w.refuseReplaced {
+			if err := w.checkPath(); err != nil {
+				return err
+			}
+		}
 		if err := w.catchUp(); err != nil {
 			return err
 		}
@@ -209,6 +228,29 @@ func (w *Writer) batch(frames []Frame, assignSeq bool) error {
 		return nil
 	})
 }
+
+// checkPath returns ErrReplaced when the path names another file than the
+// open one.
+func (w *Writer) checkPath() error {
+	at, err := os.Stat(w.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("streamfile: %w", err)
+	}
+	open, err := w.f.Stat()
+	if err != nil {
+		return fmt.Errorf("streamfile: stat %s: %w", w.f.Name(), err)
+	}
+	if !os.SameFile(at, open) {
+		return fmt.Errorf("%w (%s)", ErrReplaced, w.path)
+	}
+	return nil
+}
+
+// Stat returns the FileInfo of the open file.
+func (w *Writer) Stat() (os.FileInfo, error) { return w.f.Stat() }
 
 // locked runs fn while holding the exclusive flock on the file.
 func (w *Writer) locked(fn func() error) (err error) {

@@ -307,3 +307,43 @@ func TestAppendRepairsTornTail(t *testing.T) {
 		checkBeacons(t, path)
 	}
 }
+
+// TestWriterRefuseReplaced: with RefuseReplaced a batch writes nothing and
+// returns ErrReplaced once another file was renamed over the path, and
+// goes on appending when the path is merely gone.
+func TestWriterRefuseReplaced(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "s.ss")
+	hdr := Header{FileName: "s.ss", BeaconInterval: 1024}
+	w, err := OpenWriter(path, CreateOptions{Create: true, Header: hdr, RefuseReplaced: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	frame := []Frame{{Key: "k", TimestampMs: 1, Payload: []byte("x")}}
+	if err := w.Publish(frame); err != nil {
+		t.Fatal(err)
+	}
+	moved := filepath.Join(dir, "moved.ss")
+	if err := os.Rename(path, moved); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Publish(frame); err != nil {
+		t.Fatalf("path gone: %v, want the append to go on", err)
+	}
+	other, err := OpenWriter(path, CreateOptions{Create: true, Header: hdr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other.Close()
+	before, _ := os.Stat(moved)
+	if err := w.Publish(frame); !errors.Is(err, ErrReplaced) {
+		t.Fatalf("path replaced: %v, want ErrReplaced", err)
+	}
+	if after, _ := os.Stat(moved); after.Size() != before.Size() {
+		t.Errorf("the refused batch wrote %d bytes", after.Size()-before.Size())
+	}
+	if frames, _ := readFrames(t, moved); len(frames) != 2 {
+		t.Errorf("the old file has %d frames, want the 2 written before the replacement", len(frames))
+	}
+}

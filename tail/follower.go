@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/streamd/streamd/offsets"
 	"github.com/streamd/streamd/streamfile"
 )
@@ -130,10 +132,11 @@ type Follower struct {
 	skipAt    int64               // >= 0: find the first frame boundary after this offset (after a format error)
 	recheckAt int64               // the frame read again after damage met there (see readAgain), or -1
 
-	lastSize int64 // file size at the last look
-	draining bool  // the path names another file: read this one to its end, then switch
-	removed  bool  // the path is gone
-	missing  limiter
+	lastSize  int64 // file size at the last look
+	draining  bool  // the path names another file: read this one to its end, then switch
+	drainSize int64 // the old file's size at the last look under a shared lock, -1 before
+	removed   bool  // the path is gone
+	missing   limiter
 	// counted: EventReplaced was told for the file at the path, which
 	// could not be opened yet.
 	counted bool
@@ -393,12 +396,47 @@ func (fl *Follower) fail(err error) error {
 	return err
 }
 
+// grewUnderLock looks at the size of the file being left under a shared
+// flock, and reports whether it grew since it last looked. A writer that
+// found the path unchanged under its exclusive lock (streamfile's
+// RefuseReplaced, as the daemon's copies are written) has finished its
+// batch once the shared lock is granted, and any later one finds the
+// replacement and writes to the new file: reading the old one up to that
+// size loses none of its copies. The lock is not held while reading, so no
+// writer waits on a subscription's handler.
+func (fl *Follower) grewUnderLock() bool {
+	f, ok := fl.f.(interface{ Fd() uintptr })
+	if !ok {
+		return false
+	}
+	fd := int(f.Fd())
+	for {
+		err := unix.Flock(fd, unix.LOCK_SH)
+		if err == nil {
+			break
+		}
+		if err != unix.EINTR {
+			return false
+		}
+	}
+	fi, err := fl.f.Stat()
+	unix.Flock(fd, unix.LOCK_UN)
+	if err != nil || fi.Size() <= fl.drainSize {
+		return false
+	}
+	fl.drainSize = fi.Size()
+	return true
+}
+
 // idle handles the end of the available data, where the decoder said err
 // (io.EOF, or ErrTruncated inside a frame): a replay finishes, a file that
 // was replaced is left for the new one, and otherwise the follower waits.
 // It returns nil when Next should read again.
 func (fl *Follower) idle(ctx context.Context, err error) error {
 	if fl.draining {
+		if fl.grewUnderLock() {
+			return nil // read what a writer finished before the lock
+		}
 		return fl.switchFile(err)
 	}
 	if fl.opts.Replay {
@@ -597,7 +635,7 @@ func (fl *Follower) checkInPlace(size int64) bool {
 	fl.report()
 	fl.log.Warn(what, "offset", fl.pos(), "size", size, "file_name", fl.id.FileName, "created_at_ms", fl.id.CreatedAtMs)
 	fl.obs.Event(EventTruncated)
-	fl.dec, fl.hdr, fl.pending, fl.skipAt = nil, streamfile.Header{}, nil, -1
+	fl.dec, fl.hdr, fl.pending, fl.skipAt, fl.recheckAt = nil, streamfile.Header{}, nil, -1, -1
 	return true
 }
 
@@ -636,7 +674,9 @@ func (fl *Follower) check(polled bool) error {
 			fl.log.Warn("cannot look at the path", "err", err)
 		}
 	case !os.SameFile(fi, st):
-		fl.draining = true
+		if !fl.draining {
+			fl.draining, fl.drainSize = true, -1
+		}
 	case fl.removed:
 		fl.removed = false
 		fl.log.Info("stream file is back")
@@ -685,7 +725,7 @@ func (fl *Follower) switchFile(err error) error {
 	fl.counted = false
 	cerr := fl.f.Close()
 	fl.f = nf
-	fl.dec, fl.hdr, fl.pending, fl.skipAt = nil, streamfile.Header{}, nil, -1
+	fl.dec, fl.hdr, fl.pending, fl.skipAt, fl.recheckAt = nil, streamfile.Header{}, nil, -1, -1
 	fl.draining, fl.removed = false, false
 	if cerr != nil {
 		fl.log.Warn("closing the replaced file failed", "err", cerr)

@@ -519,11 +519,12 @@ func TestFaultReadOnlyStateDir(t *testing.T) {
 	}
 
 	t.Run("failed commits are logged", func(t *testing.T) {
-		// About 50 commits failed, 100 ms apart, in two spells: each is
-		// logged at once, then at most every 10 s, and its end once.
+		// About 50 commits failed, 100 ms apart, in two spells a few
+		// seconds apart: logged at once, then at most every 10 s (the
+		// second spell too), and the end of the first once.
 		failed := slogRecords(roLog, "committing positions failed")
-		if len(failed) < 2 || len(failed) > 5 || !strings.Contains(failed[0]["err"], filepath.Join(state, offsets.SidecarName)) {
-			t.Errorf("log lines of failed commits %v: want one or two per spell, naming the sidecar", failed)
+		if len(failed) < 1 || len(failed) > 3 || !strings.Contains(failed[0]["err"], filepath.Join(state, offsets.SidecarName)) {
+			t.Errorf("log lines of failed commits %v: want one, or a few, naming the sidecar", failed)
 		}
 		if again := slogRecords(roLog, "committing positions works again"); len(again) != 1 {
 			t.Errorf("log lines of commits working again %v: want one, after the first spell", again)

@@ -1,0 +1,57 @@
+package daemon
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// TestTroubleLog: a failure repeating many times is logged at once, then at
+// most every troubleLogEvery with the count left out; its end is logged
+// once; a trouble that comes and goes stays limited.
+func TestTroubleLog(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var buf bytes.Buffer
+		logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{
+			ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+				if a.Key == slog.TimeKey {
+					return slog.Attr{}
+				}
+				return a
+			},
+		}))
+		var l troubleLog
+		errFull := errors.New("no space left on device")
+		steps := []struct {
+			wait time.Duration
+			fail bool // else it passed
+			want string
+		}{
+			{0, true, `level=ERROR msg=failing err="no space left on device"`},
+			{time.Second, true, ""},
+			{time.Second, true, ""},
+			{9 * time.Second, true, `level=ERROR msg=failing suppressed=2 err="no space left on device"`},
+			{time.Second, false, `level=INFO msg=passed after=12s`},
+			{time.Second, true, ""},  // a new spell, 2 s after the last line
+			{time.Second, false, ""}, // its end, 2 s after the last one
+			{20 * time.Second, true, `level=ERROR msg=failing suppressed=1 err="no space left on device"`},
+			{time.Second, false, `level=INFO msg=passed after=1s`},
+		}
+		for i, s := range steps {
+			time.Sleep(s.wait)
+			buf.Reset()
+			if s.fail {
+				l.failed(logger, "failing", errFull)
+			} else {
+				l.passed(logger, "passed")
+			}
+			if got := strings.TrimSpace(buf.String()); got != s.want {
+				t.Errorf("step %d: logged %q, want %q", i, got, s.want)
+			}
+		}
+	})
+}
