@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/streamd/streamd/offsets"
 	"github.com/streamd/streamd/streamfile"
 )
@@ -303,5 +305,71 @@ func TestRemoveAndReturn(t *testing.T) {
 	stop()
 	if obs.count(EventRemoved) != 1 || obs.count(EventReplaced) != 1 {
 		t.Fatalf("observer: %v", obs)
+	}
+}
+
+// TestReplaceWaitsForLockedWriter: a writer that holds the old file's lock
+// when the path is replaced (it found the path unchanged under the lock, as
+// streamfile's RefuseReplaced does, and is still writing) finishes its
+// batch before the follower leaves the file: the follower looks at the old
+// file's size under a shared lock and reads up to it, so the batch's frames
+// come before the new file's, and none is lost.
+func TestReplaceWaitsForLockedWriter(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "r.ss")
+	old := frames("old", 1, 30, 1, 60)
+	repl := frames("new", 1, 5, 1, 20)
+	writeFile(t, path, oldHeader, old[:20])
+	// The bytes the writer's batch adds: the file with the last 10 frames
+	// appended, from the old end on.
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scratch := filepath.Join(dir, "scratch.ss")
+	if err := os.WriteFile(scratch, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	appendFrames(t, scratch, old[20:])
+	grown, err := os.ReadFile(scratch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch := grown[len(data):]
+
+	fl, err := New(Options{Path: path, PollInterval: 50 * time.Millisecond, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fl.Close()
+	items, stop := follow(t, fl)
+	defer stop()
+	first := collect(t, items, 20, 5*time.Second)
+
+	w, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if err := unix.Flock(int(w.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, path+".new", newHeader, repl)
+	if err := os.Rename(path+".new", path); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // the follower notices and waits for the lock
+	if _, err := w.WriteAt(batch, int64(len(data))); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Flock(int(w.Fd()), unix.LOCK_UN); err != nil {
+		t.Fatal(err)
+	}
+	rest := collect(t, items, 10+len(repl), 5*time.Second)
+	if err := sameFrames(append(first, rest[:10]...), old); err != nil {
+		t.Errorf("the old file: %v", err)
+	}
+	if err := sameFrames(rest[10:], repl); err != nil {
+		t.Errorf("the new file: %v", err)
 	}
 }
