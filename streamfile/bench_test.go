@@ -72,21 +72,7 @@ func BenchmarkDecode(b *testing.B) {
 			var ms0, ms1 runtime.MemStats
 			runtime.ReadMemStats(&ms0)
 			for b.Loop() {
-				d := NewDecoder(f, h, HeaderSize)
-				got := 0
-				for {
-					_, err := d.Next()
-					if err != nil {
-						if !errors.Is(err, io.EOF) {
-							b.Fatal(err)
-						}
-						break
-					}
-					got++
-				}
-				if got != n {
-					b.Fatalf("decoded %d frames, want %d", got, n)
-				}
+				decodeCount(b, f, h, n)
 			}
 			runtime.ReadMemStats(&ms1)
 			b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "records/s")
@@ -111,20 +97,25 @@ func BenchmarkDecodeMemory(b *testing.B) {
 	}
 	b.SetBytes(int64(len(data)))
 	for b.Loop() {
-		d := NewDecoder(r, h, HeaderSize)
-		got := 0
-		for {
-			if _, err := d.Next(); err != nil {
-				if !errors.Is(err, io.EOF) {
-					b.Fatal(err)
-				}
-				break
+		decodeCount(b, r, h, n)
+	}
+}
+
+// decodeCount decodes r to its end and fails unless it held n frames.
+func decodeCount(b *testing.B, r io.ReaderAt, h Header, n int) {
+	d := NewDecoder(r, h, HeaderSize)
+	got := 0
+	for {
+		if _, err := d.Next(); err != nil {
+			if !errors.Is(err, io.EOF) {
+				b.Fatal(err)
 			}
-			got++
+			break
 		}
-		if got != n {
-			b.Fatalf("decoded %d frames, want %d", got, n)
-		}
+		got++
+	}
+	if got != n {
+		b.Fatalf("decoded %d frames, want %d", got, n)
 	}
 }
 
