@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/streamd/streamd/internal/ratelog"
 	"github.com/streamd/streamd/metrics"
 	"github.com/streamd/streamd/offsets"
 	"github.com/streamd/streamd/retrytimer"
@@ -54,7 +55,7 @@ type Daemon struct {
 	stopping chan struct{}    // closed when the main loop returns
 	broken   chan error       // a part the daemon cannot run without failed
 
-	commitLog troubleLog // failed commits of the positions
+	commitLog ratelog.Trouble // failed commits of the positions
 
 	// Set up by Run and used by its goroutine only, but for the maps the
 	// retry queue and the store read under mu.
@@ -559,9 +560,9 @@ func (d *Daemon) updateSizes(ctx context.Context, interval time.Duration) {
 func (d *Daemon) observeCommit(took time.Duration, err error) {
 	d.metrics.ObserveCommit(took, err)
 	if err != nil {
-		d.commitLog.failed(d.logger, "committing positions failed; they stay pending and the next commit tries again", err)
+		d.commitLog.Failed(d.logger, "committing positions failed; they stay pending and the next commit tries again", err)
 	} else {
-		d.commitLog.passed(d.logger, "committing positions works again")
+		d.commitLog.Passed(d.logger, "committing positions works again")
 	}
 }
 

@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 	"unicode/utf8"
+
+	"github.com/streamd/streamd/internal/ratelog"
 )
 
 // The environment of the exec handler's command, besides the daemon's own
@@ -58,8 +60,6 @@ const (
 	// after it exited or was killed: a process it left running in the
 	// background may hold it open.
 	execWaitDelay = time.Second
-	// execLogEvery rate-limits the warning about such processes.
-	execLogEvery = 10 * time.Second
 )
 
 // execHandler runs a command per record: cfg.Command as argv, without a
@@ -96,9 +96,8 @@ type execHandler struct {
 	timeout time.Duration
 	logger  *slog.Logger
 
-	logMu      sync.Mutex
-	logLast    time.Time
-	logSkipped int
+	logMu     sync.Mutex
+	lingerLog ratelog.Limiter // under logMu
 }
 
 func newExecHandler(cfg HandlerConfig, logger *slog.Logger) (*execHandler, error) {
@@ -217,18 +216,16 @@ func envName(name string) string {
 	return string(b)
 }
 
-// warnLingering logs, at most once per execLogEvery, that a command exited
+// warnLingering logs, at most once per ratelog.Every, that a command exited
 // while something it started kept its output open.
 func (h *execHandler) warnLingering(prog string) {
 	h.logMu.Lock()
-	defer h.logMu.Unlock()
-	if now := time.Now(); now.Sub(h.logLast) >= execLogEvery {
+	ok, suppressed := h.lingerLog.Allow(time.Now())
+	h.logMu.Unlock()
+	if ok {
 		h.logger.Warn("command exited but a process it started kept stdout or stderr open; each record waits for it",
-			"program", prog, "wait", execWaitDelay, "suppressed", h.logSkipped)
-		h.logLast, h.logSkipped = now, 0
-		return
+			"program", prog, "wait", execWaitDelay, "suppressed", suppressed)
 	}
-	h.logSkipped++
 }
 
 // execDirectives reads a command's stdout for directive lines, keeping

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"time"
 )
 
 // NewLogger returns the daemon's logger writing to w: text with timestamps in
@@ -105,61 +104,4 @@ func priority(l slog.Level) string {
 		return "<6>"
 	}
 	return "<7>"
-}
-
-// troubleLog logs a failure that may repeat many times a second: the first
-// at once, then at most every troubleLogEvery with the count of those left
-// out, and one line when it passes (at most every troubleLogEvery too, for
-// a trouble that comes and goes). It is safe for concurrent use.
-type troubleLog struct {
-	mu         sync.Mutex
-	failing    bool
-	since      time.Time
-	last       time.Time // of the last failure logged
-	lastPassed time.Time // of the last end logged
-	suppressed int
-}
-
-// troubleLogEvery is the least time between two lines of one trouble.
-const troubleLogEvery = 10 * time.Second
-
-// failed logs err with msg, unless a line of the same trouble was logged
-// less than troubleLogEvery ago.
-func (l *troubleLog) failed(logger *slog.Logger, msg string, err error, attrs ...any) {
-	l.mu.Lock()
-	now := time.Now()
-	if !l.failing {
-		// last stays: a trouble that comes and goes is limited too.
-		l.failing, l.since = true, now
-	}
-	if !l.last.IsZero() && now.Sub(l.last) < troubleLogEvery {
-		l.suppressed++
-		l.mu.Unlock()
-		return
-	}
-	suppressed := l.suppressed
-	l.last, l.suppressed = now, 0
-	l.mu.Unlock()
-	if suppressed > 0 {
-		attrs = append(attrs, "suppressed", suppressed)
-	}
-	logger.Error(msg, append(attrs, "err", err)...)
-}
-
-// passed logs msg once when a trouble that was logged has passed.
-func (l *troubleLog) passed(logger *slog.Logger, msg string, attrs ...any) {
-	l.mu.Lock()
-	if !l.failing {
-		l.mu.Unlock()
-		return
-	}
-	since, now := l.since, time.Now()
-	l.failing = false
-	if !l.lastPassed.IsZero() && now.Sub(l.lastPassed) < troubleLogEvery {
-		l.mu.Unlock()
-		return
-	}
-	l.lastPassed = now
-	l.mu.Unlock()
-	logger.Info(msg, append(attrs, "after", now.Sub(since).Round(time.Millisecond))...)
 }

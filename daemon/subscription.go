@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/streamd/streamd/envelope"
+	"github.com/streamd/streamd/internal/ratelog"
 	"github.com/streamd/streamd/metrics"
 	"github.com/streamd/streamd/offsets"
 	"github.com/streamd/streamd/tail"
@@ -38,7 +39,7 @@ type subscription struct {
 	// ([monoNow]; 0 when idle): the watchdog's view of a handler that hangs.
 	busy []atomic.Int64
 	// copyLog limits the log of copies that cannot be written.
-	copyLog troubleLog
+	copyLog ratelog.Trouble
 
 	follower *tail.Follower
 	tracker  *offsets.Tracker
@@ -209,13 +210,13 @@ func (s *subscription) deliver(ctx context.Context, d *Delivery, ticket offsets.
 		err := s.settler.settle(ctx, d, o)
 		if err == nil {
 			if attempt > 1 {
-				s.copyLog.passed(s.logger, "publishing copies works again", "seq", d.Seq)
+				s.copyLog.Passed(s.logger, "publishing copies works again", "seq", d.Seq)
 			}
 			s.settled(ticket)
 			return nil
 		}
 		wait := s.settler.backoffFor(attempt)
-		s.copyLog.failed(s.logger, "publishing the copy failed; the record stays unsettled and is retried",
+		s.copyLog.Failed(s.logger, "publishing the copy failed; the record stays unsettled and is retried",
 			err, "seq", d.Seq, "retry_in", wait)
 		select {
 		case <-time.After(wait):

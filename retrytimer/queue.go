@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/streamd/streamd/envelope"
+	"github.com/streamd/streamd/internal/ratelog"
 )
 
 // Copy is a record to be written back to a stream once it is due.
@@ -75,9 +76,6 @@ const (
 // the wall and monotonic readings of one time.Now differ by nanoseconds.
 const scheduleSlack = time.Millisecond
 
-// logEvery is the least time between two logged fire failures.
-const logEvery = 10 * time.Second
-
 // ErrClosed is returned by the methods of a closed [Queue].
 var ErrClosed = errors.New("retrytimer: queue closed")
 
@@ -116,8 +114,7 @@ type Queue struct {
 	latest       int64 // the latest reading of the clock, Unix ns; no entry is scheduled after it
 
 	// Owned by the goroutine in Run or Drain.
-	lastLog    time.Time
-	suppressed int
+	fireLog ratelog.Limiter // of fire failures
 }
 
 // Open returns a queue. With a spool directory, it loads the copies pending
@@ -565,14 +562,12 @@ func (q *Queue) retryDelay(tries uint32) time.Duration {
 }
 
 func (q *Queue) logFireError(c Copy, tries uint32, retry time.Duration, err error) {
-	now := time.Now()
-	if !q.lastLog.IsZero() && now.Sub(q.lastLog) < logEvery {
-		q.suppressed++
+	ok, suppressed := q.fireLog.Allow(time.Now())
+	if !ok {
 		return
 	}
 	q.log.Warn("fire failed, will retry", "stream", c.Stream, "key", c.Key, "attempt", tries,
-		"retry_in", retry, "suppressed", q.suppressed, "err", err)
-	q.lastLog, q.suppressed = now, 0
+		"retry_in", retry, "suppressed", suppressed, "err", err)
 }
 
 // maybeCompact compacts the spool when fired copies take more room than

@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/streamd/streamd/internal/ratelog"
 	"github.com/streamd/streamd/offsets"
 	"github.com/streamd/streamd/streamfile"
 )
@@ -136,14 +137,14 @@ type Follower struct {
 	draining  bool  // the path names another file: read this one to its end, then switch
 	drainSize int64 // the old file's size at the last look under a shared lock, -1 before
 	removed   bool  // the path is gone
-	missing   limiter
+	missing   ratelog.Limiter
 	// counted: EventReplaced was told for the file at the path, which
 	// could not be opened yet.
 	counted bool
 	// openTrouble: the file that replaced the one read cannot be opened;
 	// readTrouble: the open file cannot be read. Both are tried again
 	// until they pass.
-	openTrouble, readTrouble trouble
+	openTrouble, readTrouble ratelog.Trouble
 
 	rec Record
 	err error // returned by every later Next: io.EOF after the end of stream, ErrClosed, or a fatal error
@@ -153,9 +154,9 @@ type Follower struct {
 
 	watch    *watcher // nil until the first wait, and with PollOnly
 	watching bool     // the directory is being watched
-	watchLog limiter
+	watchLog ratelog.Limiter
 	timer    *time.Timer
-	corrupt  limiter
+	corrupt  ratelog.Limiter
 }
 
 // New opens the file at opts.Path and finds where reading starts. It starts
@@ -277,8 +278,8 @@ func (fl *Follower) Next(ctx context.Context) (*Record, error) {
 				}
 				continue
 			}
-			if fl.readTrouble.err != nil {
-				fl.readTrouble.passed(fl.log, "stream file can be read again", "offset", fl.pos())
+			if fl.readTrouble.Failing() {
+				fl.readTrouble.Passed(fl.log, "stream file can be read again", "offset", fl.pos())
 			}
 			if !ready {
 				if err := fl.idle(ctx, io.EOF); err != nil {
@@ -296,8 +297,8 @@ func (fl *Follower) Next(ctx context.Context) (*Record, error) {
 		rec, err := fl.dec.Next()
 		if err == nil {
 			fl.recheckAt = -1
-			if fl.readTrouble.err != nil {
-				fl.readTrouble.passed(fl.log, "stream file can be read again", "offset", rec.Offset)
+			if fl.readTrouble.Failing() {
+				fl.readTrouble.Passed(fl.log, "stream file can be read again", "offset", rec.Offset)
 			}
 			if fl.pending != nil || rec.IsEOS() {
 				if !fl.deliver(rec) {
@@ -366,10 +367,10 @@ func (fl *Follower) retryable(err error) bool {
 // again at the same offset: nothing is skipped, and the follower goes on
 // by itself once the file can be read.
 func (fl *Follower) readFailed(ctx context.Context, err error) error {
-	if fl.readTrouble.err == nil {
+	if !fl.readTrouble.Failing() {
 		fl.obs.Event(EventUnreadable)
 	}
-	fl.readTrouble.failed(fl.log, "cannot read the stream file; trying again at the same offset at each notification and poll",
+	fl.readTrouble.Failed(fl.log, "cannot read the stream file; trying again at the same offset at each notification and poll",
 		err, "offset", fl.pos())
 	return fl.wait(ctx)
 }
@@ -593,7 +594,7 @@ func (fl *Follower) damaged(e Event, err error, off int64) error {
 		fl.log.Error("corrupt frame; stopping", "offset", off, "err", err)
 		return fl.fail(fmt.Errorf("tail: %s: %w", fl.path, err))
 	}
-	if ok, suppressed := fl.corrupt.allow(time.Now()); ok {
+	if ok, suppressed := fl.corrupt.Allow(time.Now()); ok {
 		fl.log.Warn("corrupt frame; skipping it", "offset", off, "err", err, "suppressed", suppressed)
 	}
 	return nil
@@ -658,19 +659,19 @@ func (fl *Follower) check(polled bool) error {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		fl.draining, fl.counted = false, false
-		if fl.openTrouble.err != nil {
-			fl.openTrouble.passed(fl.log, "the file that could not be opened is gone from the path")
+		if fl.openTrouble.Failing() {
+			fl.openTrouble.Passed(fl.log, "the file that could not be opened is gone from the path")
 		}
 		if !fl.removed {
 			fl.removed = true
-			fl.missing = limiter{last: time.Now()}
+			fl.missing.Reset(time.Now())
 			fl.log.Warn("stream file removed; waiting for it to come back", "offset", fl.pos())
 			fl.obs.Event(EventRemoved)
-		} else if ok, _ := fl.missing.allow(time.Now()); ok {
+		} else if ok, _ := fl.missing.Allow(time.Now()); ok {
 			fl.log.Warn("stream file still missing", "offset", fl.pos())
 		}
 	case err != nil:
-		if ok, _ := fl.missing.allow(time.Now()); ok {
+		if ok, _ := fl.missing.Allow(time.Now()); ok {
 			fl.log.Warn("cannot look at the path", "err", err)
 		}
 	case !os.SameFile(fi, st):
@@ -705,7 +706,7 @@ func (fl *Follower) switchFile(err error) error {
 			fl.counted = true
 			fl.obs.Event(EventReplaced)
 		}
-		fl.openTrouble.failed(fl.log, "stream file replaced by a file that cannot be opened; its records wait, and it is tried again at each notification and poll",
+		fl.openTrouble.Failed(fl.log, "stream file replaced by a file that cannot be opened; its records wait, and it is tried again at each notification and poll",
 			fmt.Errorf("tail: %w", oerr), "old_offset", fl.pos())
 		return nil
 	}
@@ -714,8 +715,8 @@ func (fl *Follower) switchFile(err error) error {
 		fl.log.Warn("replaced file ends inside a frame; that frame is lost", "offset", fl.pos(), "size", fl.size())
 		fl.obs.Event(EventTornTail)
 	}
-	if fl.openTrouble.err != nil {
-		fl.openTrouble.passed(fl.log, "the file that replaced the stream file can be opened now")
+	if fl.openTrouble.Failing() {
+		fl.openTrouble.Passed(fl.log, "the file that replaced the stream file can be opened now")
 	}
 	fl.log.Warn("stream file replaced; reading the new file from the beginning",
 		"old_ino", fl.id.Ino, "old_file_name", fl.id.FileName, "old_created_at_ms", fl.id.CreatedAtMs, "old_offset", fl.pos())
@@ -785,44 +786,4 @@ func (fl *Follower) Close() error {
 		fl.timer.Stop()
 	}
 	return errors.Join(err, fl.f.Close())
-}
-
-// trouble is a failure that may pass: logged at once, then at most every
-// 10 s while it lasts, and once more when it passes.
-type trouble struct {
-	err   error // nil while there is none
-	since time.Time
-	log   limiter
-}
-
-func (tr *trouble) failed(log *slog.Logger, msg string, err error, attrs ...any) {
-	now := time.Now()
-	if tr.err == nil {
-		tr.since, tr.log = now, limiter{}
-	}
-	tr.err = err
-	if ok, suppressed := tr.log.allow(now); ok {
-		log.Error(msg, append(attrs, "err", err, "suppressed", suppressed)...)
-	}
-}
-
-func (tr *trouble) passed(log *slog.Logger, msg string, attrs ...any) {
-	log.Info(msg, append(attrs, "after", time.Since(tr.since).Round(time.Millisecond), "err_was", tr.err)...)
-	tr.err = nil
-}
-
-// limiter lets a repeated log line through about once every 10 s.
-type limiter struct {
-	last       time.Time
-	suppressed int
-}
-
-func (l *limiter) allow(now time.Time) (ok bool, suppressed int) {
-	if !l.last.IsZero() && now.Sub(l.last) < 10*time.Second {
-		l.suppressed++
-		return false, 0
-	}
-	suppressed = l.suppressed
-	l.last, l.suppressed = now, 0
-	return true, suppressed
 }

@@ -81,7 +81,7 @@ func (fl *Follower) ensureWatch() bool {
 	if fl.watch == nil {
 		fw, err := fsnotify.NewWatcher()
 		if err != nil {
-			if ok, _ := fl.watchLog.allow(time.Now()); ok {
+			if ok, _ := fl.watchLog.Allow(time.Now()); ok {
 				fl.log.Warn("cannot watch for file notifications; polling only", "err", err, "poll_interval", fl.opts.PollInterval)
 			}
 			return false
@@ -96,7 +96,7 @@ func (fl *Follower) ensureWatch() bool {
 		return false
 	}
 	if err := fl.watch.fs.Add(fl.dir); err != nil {
-		if ok, _ := fl.watchLog.allow(time.Now()); ok {
+		if ok, _ := fl.watchLog.Allow(time.Now()); ok {
 			fl.log.Warn("cannot watch the directory; polling until it can", "dir", fl.dir, "err", err, "poll_interval", fl.opts.PollInterval)
 		}
 		return false

@@ -1,4 +1,4 @@
-package daemon
+package ratelog
 
 import (
 	"bytes"
@@ -10,10 +10,10 @@ import (
 	"time"
 )
 
-// TestTroubleLog: a failure repeating many times is logged at once, then at
-// most every troubleLogEvery with the count left out; its end is logged
+// TestTrouble: a failure repeating many times is logged at once, then at
+// most every Every with the count left out; its end is logged
 // once; a trouble that comes and goes stays limited.
-func TestTroubleLog(t *testing.T) {
+func TestTrouble(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var buf bytes.Buffer
 		logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{
@@ -24,7 +24,7 @@ func TestTroubleLog(t *testing.T) {
 				return a
 			},
 		}))
-		var l troubleLog
+		var l Trouble
 		errFull := errors.New("no space left on device")
 		steps := []struct {
 			wait time.Duration
@@ -45,9 +45,9 @@ func TestTroubleLog(t *testing.T) {
 			time.Sleep(s.wait)
 			buf.Reset()
 			if s.fail {
-				l.failed(logger, "failing", errFull)
+				l.Failed(logger, "failing", errFull)
 			} else {
-				l.passed(logger, "passed")
+				l.Passed(logger, "passed")
 			}
 			if got := strings.TrimSpace(buf.String()); got != s.want {
 				t.Errorf("step %d: logged %q, want %q", i, got, s.want)

@@ -1,0 +1,94 @@
+// Package ratelog limits the log lines of a condition that repeats, possibly
+// many times a second: the first line at once, then at most one every
+// [Every], each with the count of the lines left out since the last one.
+package ratelog
+
+import (
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Every is the least time between two lines of one condition.
+const Every = 10 * time.Second
+
+// Limiter lets a repeated log line through at most once every [Every]. The
+// zero value lets the first line through. It is not safe for concurrent use.
+type Limiter struct {
+	last       time.Time
+	suppressed int
+}
+
+// Allow reports whether a line may be logged at now and, if so, how many
+// were left out since the last one.
+func (l *Limiter) Allow(now time.Time) (ok bool, suppressed int) {
+	if !l.last.IsZero() && now.Sub(l.last) < Every {
+		l.suppressed++
+		return false, 0
+	}
+	suppressed = l.suppressed
+	l.last, l.suppressed = now, 0
+	return true, suppressed
+}
+
+// Reset counts a line as logged at now: the next one is let through Every
+// after it.
+func (l *Limiter) Reset(now time.Time) { l.last, l.suppressed = now, 0 }
+
+// Trouble is a failure that may pass: logged at once, then at most every
+// [Every] while it lasts (with the count left out), and once when it passes
+// (at most every Every too, for a trouble that comes and goes: the limit
+// holds across spells). It is safe for concurrent use.
+type Trouble struct {
+	mu         sync.Mutex
+	err        error // the last failure; nil while there is none
+	since      time.Time
+	log        Limiter
+	lastPassed time.Time
+}
+
+// Failing reports whether the trouble lasts.
+func (t *Trouble) Failing() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.err != nil
+}
+
+// Failed records err and logs it with msg unless a line of this trouble was
+// logged less than Every ago.
+func (t *Trouble) Failed(logger *slog.Logger, msg string, err error, attrs ...any) {
+	t.mu.Lock()
+	now := time.Now()
+	if t.err == nil {
+		t.since = now
+	}
+	t.err = err
+	ok, suppressed := t.log.Allow(now)
+	t.mu.Unlock()
+	if !ok {
+		return
+	}
+	if suppressed > 0 {
+		attrs = append(attrs, "suppressed", suppressed)
+	}
+	logger.Error(msg, append(attrs, "err", err)...)
+}
+
+// Passed ends the trouble, logging msg with how long it lasted, if it was
+// failing.
+func (t *Trouble) Passed(logger *slog.Logger, msg string, attrs ...any) {
+	t.mu.Lock()
+	if t.err == nil {
+		t.mu.Unlock()
+		return
+	}
+	since, now := t.since, time.Now()
+	t.err = nil
+	if !t.lastPassed.IsZero() && now.Sub(t.lastPassed) < Every {
+		t.mu.Unlock()
+		return
+	}
+	t.lastPassed = now
+	t.mu.Unlock()
+	logger.Info(msg, append(attrs, "after", now.Sub(since).Round(time.Millisecond))...)
+}
