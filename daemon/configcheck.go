@@ -213,6 +213,10 @@ func (l *loader) checkHTTP(p keyPath, h *HandlerConfig) {
 			l.errorf(q, "%q is not an HTTP header name", name)
 		case strings.EqualFold(name, "Authorization"):
 			l.errorf(q, "the configuration holds no secrets: put the token in bearer_token_file")
+		case reservedHTTPHeader(name) != "":
+			l.errorf(q, "%s", reservedHTTPHeader(name))
+		case strings.EqualFold(name, "Host") && !validHostField(value):
+			l.errorf(q, "%q is not a host[:port] (a name with letters beyond ASCII goes in its xn-- form)", value)
 		case strings.ContainsAny(value, "\r\n\x00"):
 			l.errorf(q, "a header value must not contain CR, LF or NUL")
 		}
@@ -348,12 +352,28 @@ func (l *loader) unused(p keyPath, why string) {
 	}
 }
 
+// validHostField reports whether v can be sent as a Host field: the bytes
+// of a host (a name, an IPv4 address or a bracketed IPv6 one) and a port
+// (RFC 9110 §7.2, RFC 3986 §3.2.2).
+func validHostField(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
+			strings.IndexByte("-._~!$&'()*+,;=:[]%", c) >= 0) {
+			return false
+		}
+	}
+	return v != ""
+}
+
 // validHeaderName reports whether name is an HTTP field name: a token of
 // RFC 9110 §5.6.2.
 func validHeaderName(name string) bool {
-	return name != "" && !strings.ContainsFunc(name, func(r rune) bool {
-		return !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || strings.ContainsRune("!#$%&'*+-.^_`|~", r))
-	})
+	for i := 0; i < len(name); i++ {
+		if !httpTokenByte(name[i]) {
+			return false
+		}
+	}
+	return name != ""
 }
 
 func orList(words []string) string  { return list(words, "or") }

@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"crypto/tls"
@@ -10,13 +9,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
+
+	"github.com/streamd/streamd/internal/h1"
 )
 
 // The request headers of the http handler. Every request also carries the
@@ -49,11 +52,10 @@ const (
 	// httpMaxIdleConns keeps one idle connection per handler goroutine for
 	// a subscription's concurrency up to this many.
 	httpMaxIdleConns = 128
-	// httpDrainLimit bounds how much of a response body is read so that
-	// its connection can be reused; a longer body closes the connection.
-	httpDrainLimit = 64 << 10
 	// httpExcerptLimit bounds the body excerpt in a failure's error.
 	httpExcerptLimit = 256
+	// httpUserAgent is the User-Agent unless the headers set one.
+	httpUserAgent = "streamd"
 )
 
 // httpHandler POSTs each payload to a URL.
@@ -69,8 +71,9 @@ const (
 // Content-Type is the record's content-type header when it has one whose
 // value is text, else a Content-Type among the configured headers, else
 // application/octet-stream. A configured Host header sets the request's
-// Host. The Streamd- metadata headers are set after the configured ones
-// and win over them.
+// Host, a configured User-Agent replaces "streamd". The configured headers
+// cannot use the Streamd- prefix, nor name a field the transport writes
+// (see reservedHTTPHeader).
 //
 // The outcome:
 //
@@ -86,17 +89,17 @@ const (
 // Failed carries the status with an excerpt of the body, or the transport
 // error; the settlement turns it into retry_after(the next backoff step).
 //
-// All deliveries share one client, whose transport is a copy of
-// [http.DefaultTransport] (so $HTTPS_PROXY and $NO_PROXY apply, and HTTP/2
-// is used when a TLS server offers it) keeping up to 128 idle connections,
-// enough for a subscription's concurrency up to 128. Close closes them.
+// All deliveries share one [h1.Client]: HTTP/1.1 on kept-alive connections,
+// one per delivery in flight, up to 128 kept idle, each exchange done by
+// the delivering goroutine. An http:// proxy named by $HTTP_PROXY,
+// $HTTPS_PROXY and $NO_PROXY is used as net/http would; another kind of
+// proxy is a configuration error. Close closes the idle connections.
 type httpHandler struct {
-	url     *url.URL
-	host    string      // a configured Host header, or ""
-	headers http.Header // the configured headers and Authorization, canonical
-	timeout time.Duration
-	client  *http.Client
-	tr      *http.Transport
+	host        string // a configured Host header, or ""
+	fixed       []byte // the configured header fields, Authorization and User-Agent, as written
+	contentType []byte // the Content-Type unless the record has one
+	timeout     time.Duration
+	client      *h1.Client
 }
 
 func newHTTPHandler(cfg HandlerConfig) (*httpHandler, error) {
@@ -108,33 +111,41 @@ func newHTTPHandler(cfg HandlerConfig) (*httpHandler, error) {
 		return nil, errors.New("url: use an http:// or https:// URL with a host")
 	}
 	h := &httpHandler{
-		url:     u,
-		headers: make(http.Header, len(cfg.Headers)+1),
-		timeout: time.Duration(cmp.Or(cfg.Timeout, defaultHTTPTimeout)),
+		contentType: []byte("application/octet-stream"),
+		timeout:     time.Duration(cmp.Or(cfg.Timeout, defaultHTTPTimeout)),
 	}
-	for name, value := range cfg.Headers {
+	userAgent := httpUserAgent
+	for _, name := range slices.Sorted(maps.Keys(cfg.Headers)) {
+		value := strings.Trim(cfg.Headers[name], " \t")
 		if !validHeaderName(name) || !httpFieldValue(value) {
 			return nil, fmt.Errorf("headers.%s: not a valid HTTP header", name)
 		}
-		if strings.EqualFold(name, "Host") {
-			h.host = value
-			continue
+		if why := reservedHTTPHeader(name); why != "" {
+			return nil, fmt.Errorf("headers.%s: %s", name, why)
 		}
-		h.headers.Set(name, value)
+		switch http.CanonicalHeaderKey(name) {
+		case "Host":
+			if !validHostField(value) {
+				return nil, fmt.Errorf("headers.%s: %q is not a host[:port]", name, value)
+			}
+			h.host = value
+		case "Content-Type":
+			h.contentType = []byte(value)
+		case "User-Agent":
+			userAgent = value
+		default:
+			h.fixed = appendHTTPField(h.fixed, http.CanonicalHeaderKey(name), "", value)
+		}
 	}
-	if h.headers.Get("Content-Type") == "" {
-		h.headers.Set("Content-Type", "application/octet-stream")
-	}
+	h.fixed = appendHTTPField(h.fixed, "User-Agent", "", userAgent)
 	if cfg.BearerTokenFile != "" {
 		token, err := readBearerToken(cfg.BearerTokenFile)
 		if err != nil {
 			return nil, fmt.Errorf("bearer_token_file: %w", err)
 		}
-		h.headers.Set("Authorization", "Bearer "+token)
+		h.fixed = appendHTTPField(h.fixed, "Authorization", "", "Bearer "+token)
 	}
-	h.tr = http.DefaultTransport.(*http.Transport).Clone()
-	h.tr.MaxIdleConns = httpMaxIdleConns
-	h.tr.MaxIdleConnsPerHost = httpMaxIdleConns
+	opts := h1.Options{URL: u, MaxIdle: httpMaxIdleConns}
 	if cfg.CAFile != "" {
 		pem, err := os.ReadFile(cfg.CAFile)
 		if err != nil {
@@ -144,15 +155,31 @@ func newHTTPHandler(cfg HandlerConfig) (*httpHandler, error) {
 		if !pool.AppendCertsFromPEM(pem) {
 			return nil, fmt.Errorf("ca_file: %s holds no PEM certificate", cfg.CAFile)
 		}
-		h.tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+		opts.TLS = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}
-	h.client = &http.Client{
-		Transport: h.tr,
-		// A POST that is redirected would become a GET without the
-		// payload: report the 3xx instead.
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	if opts.Proxy, err = http.ProxyFromEnvironment(&http.Request{URL: u}); err != nil {
+		return nil, fmt.Errorf("the proxy of $HTTP_PROXY or $HTTPS_PROXY: %w", err)
+	}
+	if h.client, err = h1.New(opts); err != nil {
+		return nil, fmt.Errorf("url: %w (a proxy from $HTTP_PROXY or $HTTPS_PROXY; $NO_PROXY can exempt the host)", err)
 	}
 	return h, nil
+}
+
+// reservedHTTPHeader says why a configured header may not be set, or "" if
+// it may: the transport writes the framing and connection fields, and the
+// Streamd- prefix is the delivery's own.
+func reservedHTTPHeader(name string) string {
+	switch c := http.CanonicalHeaderKey(name); c {
+	case "Content-Length", "Transfer-Encoding", "Trailer", "Te", "Connection", "Keep-Alive",
+		"Upgrade", "Proxy-Connection", "Proxy-Authorization":
+		return c + " is written by streamd's HTTP transport"
+	default:
+		if strings.HasPrefix(c, "Streamd-") {
+			return "the Streamd- prefix is reserved for the headers streamd sends with each record"
+		}
+	}
+	return ""
 }
 
 // readBearerToken reads a token file: one line of printable ASCII without
@@ -175,94 +202,67 @@ func readBearerToken(path string) (string, error) {
 }
 
 // Close closes the idle connections.
-func (h *httpHandler) Close() error {
-	h.tr.CloseIdleConnections()
-	return nil
-}
+func (h *httpHandler) Close() error { return h.client.Close() }
 
 // Handle POSTs d and maps the response to an outcome.
 func (h *httpHandler) Handle(ctx context.Context, d *Delivery) Outcome {
-	rctx, cancel := context.WithTimeout(ctx, h.timeout)
-	defer cancel()
-	var body *payloadSource
-	if len(d.Payload) > httpCopyLimit {
-		body = &payloadSource{p: d.Payload}
-		defer body.detach()
-	}
-	resp, err := h.client.Do(h.request(rctx, d, body))
+	resp, err := h.client.Post(ctx, h.timeout, &h1.Request{
+		Host:         h.host,
+		AppendHeader: func(b []byte) []byte { return h.appendHeader(b, d) },
+		Body:         d.Payload,
+	})
 	if err != nil {
-		return failedOutcome(h.transportError(ctx, rctx, err))
+		return failedOutcome(h.transportError(ctx, err))
 	}
-	defer func() {
-		io.CopyN(io.Discard, resp.Body, httpDrainLimit)
-		resp.Body.Close()
-	}()
+	defer resp.Body.Close()
 	return h.outcome(resp)
 }
 
-// httpCopyLimit is the largest payload a request copies instead of reading
-// it through a payloadSource.
-const httpCopyLimit = 64 << 10
-
-// request builds the POST for d. Its body is a copy of the payload when body
-// is nil (payloads up to httpCopyLimit): the request owns the copy, and the
-// transport, which knows the body is in memory, sends headers and body in
-// one write. A larger payload is read through body.
-func (h *httpHandler) request(ctx context.Context, d *Delivery, body *payloadSource) *http.Request {
-	hdr := make(http.Header, len(h.headers)+len(d.Headers)+7)
-	for name, values := range h.headers {
-		hdr[name] = values // never appended to: each slice has len == cap
-	}
+// appendHeader appends the header fields of d's request: the configured
+// ones, the record's headers, Content-Type, and the metadata.
+func (h *httpHandler) appendHeader(b []byte, d *Delivery) []byte {
+	b = append(b, h.fixed...)
+	contentType := h.contentType
 	for _, e := range d.Headers {
 		name := escapeHeaderName(e.Name)
-		if httpTextValue(e.Value) {
-			hdr.Set(httpRecordHeaderPrefix+name, string(e.Value))
-			if e.Name == "content-type" && len(e.Value) > 0 {
-				hdr.Set("Content-Type", string(e.Value))
-			}
-		} else {
-			hdr.Set(httpBase64RecordHeaderPrefix+name, base64.StdEncoding.EncodeToString(e.Value))
+		if !httpTextValue(e.Value) {
+			b = append(b, httpBase64RecordHeaderPrefix...)
+			b = append(b, name...)
+			b = append(b, ": "...)
+			b = base64.StdEncoding.AppendEncode(b, e.Value)
+			b = append(b, "\r\n"...)
+			continue
+		}
+		b = appendHTTPField(b, httpRecordHeaderPrefix, name, e.Value)
+		if e.Name == "content-type" && len(e.Value) > 0 {
+			contentType = e.Value
 		}
 	}
-	// The metadata: names canonical already, values in one allocation.
-	meta := make([]string, 6)
-	for i, v := range [...]struct {
-		name, value string
-	}{
-		{httpSubscriptionHeader, d.Subscription},
-		{httpStreamKeyHeader, d.Key},
-		{httpSeqHeader, strconv.FormatUint(d.Seq, 10)},
-		{httpShardHeader, strconv.FormatUint(d.Shard, 10)},
-		{httpTimestampHeader, strconv.FormatUint(d.TimestampMs, 10)},
-		{httpAttemptHeader, strconv.FormatUint(d.Attempt, 10)},
-	} {
-		meta[i] = v.value
-		hdr[v.name] = meta[i : i+1 : i+1]
-	}
+	b = appendHTTPField(b, "Content-Type", "", contentType)
+	b = appendHTTPField(b, httpSubscriptionHeader, "", d.Subscription)
+	b = appendHTTPField(b, httpStreamKeyHeader, "", d.Key)
+	b = appendHTTPUint(b, httpSeqHeader, d.Seq)
+	b = appendHTTPUint(b, httpShardHeader, d.Shard)
+	b = appendHTTPUint(b, httpTimestampHeader, d.TimestampMs)
+	return appendHTTPUint(b, httpAttemptHeader, d.Attempt)
+}
 
-	req := &http.Request{
-		Method: http.MethodPost,
-		URL:    h.url,
-		Host:   h.host,
-		Header: hdr,
-	}
-	switch {
-	case len(d.Payload) == 0:
-		req.Body = http.NoBody
-		req.GetBody = func() (io.ReadCloser, error) { return http.NoBody, nil }
-	case body == nil:
-		p := bytes.Clone(d.Payload)
-		req.ContentLength = int64(len(p))
-		req.Body = io.NopCloser(bytes.NewReader(p))
-		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(p)), nil }
-	default:
-		req.ContentLength = int64(len(d.Payload))
-		req.Body = &payloadReader{src: body}
-		// GetBody lets the transport resend the request on another
-		// connection when a kept-alive one was closed before it took it.
-		req.GetBody = func() (io.ReadCloser, error) { return &payloadReader{src: body}, nil }
-	}
-	return req.WithContext(ctx)
+// appendHTTPField appends the field "prefix+name: value\r\n"; both are
+// valid already.
+func appendHTTPField[V string | []byte](b []byte, prefix, name string, value V) []byte {
+	b = append(b, prefix...)
+	b = append(b, name...)
+	b = append(b, ": "...)
+	b = append(b, value...)
+	return append(b, "\r\n"...)
+}
+
+// appendHTTPUint appends the field "name: v\r\n", v in decimal.
+func appendHTTPUint(b []byte, name string, v uint64) []byte {
+	b = append(b, name...)
+	b = append(b, ": "...)
+	b = strconv.AppendUint(b, v, 10)
+	return append(b, "\r\n"...)
 }
 
 // outcome maps a response to an outcome, as the httpHandler documentation
@@ -343,17 +343,21 @@ func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 
 // transportError describes a request that got no response: the handler's
 // ctx ended (shutdown), the timeout passed, or the transport failed.
-func (h *httpHandler) transportError(ctx, rctx context.Context, err error) error {
+func (h *httpHandler) transportError(ctx context.Context, err error) error {
 	switch {
 	case ctx.Err() != nil:
 		return fmt.Errorf("http: cancelled: %w", context.Cause(ctx))
-	case errors.Is(rctx.Err(), context.DeadlineExceeded):
+	case isTimeout(err):
 		return fmt.Errorf("http: timed out after %s", h.timeout)
 	}
-	if ue, ok := errors.AsType[*url.Error](err); ok {
-		err = ue.Err // without the URL, which may hold a secret
-	}
 	return fmt.Errorf("http: %w", err)
+}
+
+// isTimeout reports whether err is a deadline passing: the connection's, or
+// the dialer's.
+func isTimeout(err error) bool {
+	ne, ok := errors.AsType[net.Error](err)
+	return ok && ne.Timeout()
 }
 
 // escapeHeaderName makes a record header name into the rest of an HTTP
@@ -411,44 +415,3 @@ func httpFieldValue(v string) bool {
 	}
 	return true
 }
-
-// errPayloadDetached is what a request body reads once Handle returned.
-var errPayloadDetached = errors.New("the delivery's payload is no longer valid")
-
-// payloadSource guards a delivery's payload, which is valid only until
-// Handle returns, against the transport, which may still read a request
-// body after Client.Do returned (when the server answered early).
-type payloadSource struct {
-	mu       sync.Mutex
-	p        []byte
-	detached bool
-}
-
-// detach ends every read of the payload.
-func (s *payloadSource) detach() {
-	s.mu.Lock()
-	s.p, s.detached = nil, true
-	s.mu.Unlock()
-}
-
-// payloadReader reads a payloadSource from the start.
-type payloadReader struct {
-	src *payloadSource
-	off int
-}
-
-func (r *payloadReader) Read(b []byte) (int, error) {
-	r.src.mu.Lock()
-	defer r.src.mu.Unlock()
-	if r.src.detached {
-		return 0, errPayloadDetached
-	}
-	if r.off >= len(r.src.p) {
-		return 0, io.EOF
-	}
-	n := copy(b, r.src.p[r.off:])
-	r.off += n
-	return n, nil
-}
-
-func (r *payloadReader) Close() error { return nil }
