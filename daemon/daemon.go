@@ -236,7 +236,11 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	}
 
 	for _, sc := range cfg.Subscriptions {
-		if err := d.startSubscription(sc); err != nil {
+		handler, err := d.newHandler(sc)
+		if err == nil {
+			err = d.startSubscription(sc, handler)
+		}
+		if err != nil {
 			d.stopAll()
 			return err
 		}
@@ -299,17 +303,24 @@ func (d *Daemon) loop(ctx context.Context) error {
 	}
 }
 
-// startSubscription opens the subscription's follower at its stored
-// position (or its start_at on the first start) and runs it.
-func (d *Daemon) startSubscription(sc SubscriptionConfig) error {
-	st := d.streams[sc.Stream]
-	handler, ok := d.opts.Handlers[sc.Name]
-	if !ok {
-		var err error
-		if handler, err = newHandler(sc.Handler, d.opts.Stdout, d.logger); err != nil {
-			return fmt.Errorf("subscription %q: %w", sc.Name, err)
-		}
+// newHandler returns the subscription's handler: the one Options.Handlers
+// gives, or a new one built from its configuration.
+func (d *Daemon) newHandler(sc SubscriptionConfig) (Handler, error) {
+	if h, ok := d.opts.Handlers[sc.Name]; ok {
+		return h, nil
 	}
+	h, err := newHandler(sc.Handler, d.opts.Stdout, d.logger)
+	if err != nil {
+		return nil, fmt.Errorf("subscription %q: %w", sc.Name, err)
+	}
+	return h, nil
+}
+
+// startSubscription opens the subscription's follower at its stored
+// position (or its start_at on the first start) and runs it with handler,
+// which it closes if it fails.
+func (d *Daemon) startSubscription(sc SubscriptionConfig, handler Handler) error {
+	st := d.streams[sc.Stream]
 	logger := d.logger.With("subscription", sc.Name)
 	sm := d.metrics.Subscription(sc.Name, sc.Stream)
 	opts := tail.Options{
@@ -429,23 +440,6 @@ func (d *Daemon) applyReload(cfg *Config) error {
 			return fmt.Errorf("stream %q changed: restart required to apply it", s.Name)
 		}
 	}
-	// Open new streams first: a failure leaves everything as it was.
-	var opened []string
-	for _, s := range cfg.Streams {
-		if _, ok := d.streams[s.Name]; ok {
-			continue
-		}
-		st, err := openStream(s)
-		if err != nil {
-			for _, name := range opened {
-				d.streams[name].close()
-				d.setStream(name, nil)
-			}
-			return err
-		}
-		d.setStream(s.Name, st)
-		opened = append(opened, s.Name)
-	}
 	wanted := map[string]SubscriptionConfig{}
 	for _, sc := range cfg.Subscriptions {
 		wanted[sc.Name] = sc
@@ -461,15 +455,51 @@ func (d *Daemon) applyReload(cfg *Config) error {
 			gone = append(gone, rs.sub.metrics)
 		}
 	}
+	// Open new streams and build the handlers of the subscriptions to
+	// start before stopping any: a failure leaves everything as it was.
+	var opened []string
+	handlers := map[string]Handler{}
+	undo := func(err error) error {
+		for _, name := range opened {
+			d.streams[name].close()
+			d.setStream(name, nil)
+		}
+		for name, h := range handlers {
+			if _, given := d.opts.Handlers[name]; !given {
+				closeHandler(h)
+			}
+		}
+		return err
+	}
+	for _, s := range cfg.Streams {
+		if _, ok := d.streams[s.Name]; ok {
+			continue
+		}
+		st, err := openStream(s)
+		if err != nil {
+			return undo(err)
+		}
+		d.setStream(s.Name, st)
+		opened = append(opened, s.Name)
+	}
+	for _, sc := range cfg.Subscriptions {
+		if _, running := d.subs[sc.Name]; running && !slices.Contains(stop, sc.Name) {
+			continue
+		}
+		h, err := d.newHandler(sc)
+		if err != nil {
+			return undo(err)
+		}
+		handlers[sc.Name] = h
+	}
 	d.stopSubscriptions(stop)
 	d.cfg = cfg
 	var errs []error
 	for _, sc := range cfg.Subscriptions {
-		if _, running := d.subs[sc.Name]; running {
-			continue
-		}
-		if err := d.startSubscription(sc); err != nil {
-			errs = append(errs, err)
+		if h, ok := handlers[sc.Name]; ok {
+			if err := d.startSubscription(sc, h); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	for name, st := range d.streams {

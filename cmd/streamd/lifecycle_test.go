@@ -315,6 +315,18 @@ func TestSIGHUPReload(t *testing.T) {
 		}
 	})
 
+	t.Run("handler that cannot be built", func(t *testing.T) {
+		// billing's handler changes to a program that does not exist: it
+		// is refused before anything stops, and billing runs on.
+		withAudit(`"/bin/sh"`, `"/nonexistent/sh"`)
+		hup("reload failed; the previous configuration keeps running", 3)
+		if log := p.stderr.String(); !strings.Contains(log, `subscription \"billing\": exec handler: command:`) {
+			t.Errorf("the log does not say why:\n%s", log)
+		}
+		e.publish("o6")
+		eventually(t, 20*time.Second, "o6 under the old configuration", func() bool { return e.endedCount(" 1 o6") == 1 })
+	})
+
 	t.Run("valid again", func(t *testing.T) {
 		withAudit()
 		hup("configuration reloaded", 2)
@@ -323,8 +335,8 @@ func TestSIGHUPReload(t *testing.T) {
 		}
 	})
 
-	e.publish("o6")
-	eventually(t, 20*time.Second, "o6", func() bool { return e.endedCount(" 1 o6") == 1 })
+	e.publish("o7")
+	eventually(t, 20*time.Second, "o7", func() bool { return e.endedCount(" 1 o7") == 1 })
 	time.Sleep(200 * time.Millisecond)
 	if code := p.stop(t); code != 0 {
 		t.Fatalf("exit code %d", code)
@@ -333,7 +345,7 @@ func TestSIGHUPReload(t *testing.T) {
 	// was delivered again; audit started at its first reload.
 	want := []string{
 		"audit 1 1 a1", "audit 2 1 a2",
-		"billing 1 1 o1", "billing 2 1 o2", "billing 3 1 o3", "billing 4 1 o4", "billing 5 1 o5", "billing 6 1 o6",
+		"billing 1 1 o1", "billing 2 1 o2", "billing 3 1 o3", "billing 4 1 o4", "billing 5 1 o5", "billing 6 1 o6", "billing 7 1 o7",
 	}
 	if got := e.ended(); joinSorted(got) != strings.Join(want, "|") {
 		t.Errorf("deliveries %q, want %q", got, want)
