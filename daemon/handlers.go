@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -43,6 +44,24 @@ func newHandler(cfg HandlerConfig, stdout io.Writer, logger *slog.Logger) (Handl
 		return nil, fmt.Errorf("%s handler: %w", cfg.Kind, err)
 	}
 	return h, nil
+}
+
+// CheckHandlers builds the handler of each subscription of cfg, as run and
+// pipe do at start, and closes it again: the checks that depend on the
+// machine rather than the file (an exec command found and executable,
+// bearer_token_file and ca_file readable, the proxy the environment names).
+// It starts nothing and writes nothing.
+func CheckHandlers(cfg *Config) error {
+	var errs []error
+	for _, sc := range cfg.Subscriptions {
+		h, err := newHandler(sc.Handler, io.Discard, nil)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("subscription %q: %w", sc.Name, err))
+			continue
+		}
+		closeHandler(h)
+	}
+	return errors.Join(errs...)
 }
 
 // parseOutcomeDirective reads an outcome a handler names explicitly, in the

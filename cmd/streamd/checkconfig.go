@@ -16,8 +16,9 @@ func runCheckConfig(args []string, s stdio) int {
 	fset.SetOutput(s.err)
 	path := fset.String("config.file", daemon.DefaultConfigFile(), "configuration file to check")
 	modeName := fset.String("mode", "run", "the command the file is for: run or pipe")
+	handlers := fset.Bool("handlers", false, "also build each handler as streamd does at start on this machine: the exec\ncommand found, bearer_token_file and ca_file read, the proxy from the environment")
 	fset.Usage = func() {
-		fmt.Fprintln(s.err, "usage: streamd check-config [--config.file=PATH] [--mode=run|pipe]")
+		fmt.Fprintln(s.err, "usage: streamd check-config [--config.file=PATH] [--mode=run|pipe] [--handlers]")
 		fmt.Fprintln(s.err, "\nChecks a configuration file exactly as streamd run (or pipe) does at start and")
 		fmt.Fprintln(s.err, "reload, and writes nothing. Exit 0: valid; 1: invalid; 2: usage or unreadable file.")
 		fset.PrintDefaults()
@@ -40,7 +41,13 @@ func runCheckConfig(args []string, s stdio) int {
 		return exitUsage
 	}
 
-	_, err := daemon.LoadConfig(*path, mode)
+	cfg, err := daemon.LoadConfig(*path, mode)
+	if err == nil && *handlers {
+		if err = daemon.CheckHandlers(cfg); err != nil {
+			fmt.Fprintf(s.err, "streamd: configuration file %s is valid, but its handlers cannot start here:\n%v\n", *path, err)
+			return exitError
+		}
+	}
 	if err == nil {
 		fmt.Fprintf(s.out, "streamd: configuration file %s is valid\n", *path)
 		return exitOK

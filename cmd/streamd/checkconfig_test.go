@@ -30,6 +30,31 @@ kind = "discard"
 	pipe := filepath.Join(dir, "pipe.toml")
 	writeConfig(t, pipe, "[[subscription]]\nname = \"jobs\"\nkey = \"jobs\"\nhandler.kind = \"discard\"\n")
 
+	missing := filepath.Join(dir, "missing.toml")
+	writeConfig(t, missing, `state_dir = "/var/lib/streamd"
+
+[[stream]]
+name = "orders"
+path = "/var/lib/seastreamer/orders.ss"
+
+[[subscription]]
+name = "jobs"
+stream = "orders"
+key = "jobs"
+[subscription.handler]
+kind = "exec"
+command = ["/nonexistent/run-job"]
+
+[[subscription]]
+name = "billing"
+stream = "orders"
+key = "orders"
+[subscription.handler]
+kind = "http"
+url = "http://billing.example/orders"
+bearer_token_file = "none.token"
+`)
+
 	for _, tc := range []struct {
 		name        string
 		args        []string
@@ -58,6 +83,14 @@ kind = "discard"
 			"streamd check-config: open " + filepath.Join(dir, "none.toml") + ": no such file or directory\n"},
 		{"bad mode", []string{"--config.file=" + bad, "--mode=daemon"}, exitUsage, "",
 			"streamd check-config: unknown --mode \"daemon\": use run or pipe\n"},
+		{"handlers not checked", []string{"--config.file=" + missing}, exitOK,
+			"streamd: configuration file " + missing + " is valid\n", ""},
+		{"handlers checked", []string{"--config.file=" + missing, "--handlers"}, exitError, "",
+			"streamd: configuration file " + missing + " is valid, but its handlers cannot start here:\n" +
+				`subscription "jobs": exec handler: command: exec: "/nonexistent/run-job": stat /nonexistent/run-job: no such file or directory` + "\n" +
+				`subscription "billing": http handler: bearer_token_file: open ` + filepath.Join(dir, "none.token") + ": no such file or directory\n"},
+		{"handlers that start", []string{"--config.file=../../configs/streamd.toml", "--handlers"}, exitOK,
+			"streamd: configuration file ../../configs/streamd.toml is valid\n", ""},
 		{"argument", []string{bad}, exitUsage, "",
 			"streamd check-config: unexpected argument \"" + bad + "\" (name the file with --config.file)\n"},
 	} {
