@@ -138,9 +138,11 @@ type Follower struct {
 	drainSize int64 // the old file's size at the last look under a shared lock, -1 before
 	removed   bool  // the path is gone
 	missing   ratelog.Limiter
-	// counted: EventReplaced was told for the file at the path, which
-	// could not be opened yet.
-	counted bool
+	// replacedTold: EventReplaced was told for the file at the path,
+	// unopened, which replaced the open one and could not be opened (nil
+	// if it could not be looked at either).
+	replacedTold bool
+	unopened     os.FileInfo
 	// openTrouble: the file that replaced the one read cannot be opened;
 	// readTrouble: the open file cannot be read. Both are tried again
 	// until they pass.
@@ -658,7 +660,7 @@ func (fl *Follower) check(polled bool) error {
 	st, err := os.Stat(fl.path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		fl.draining, fl.counted = false, false
+		fl.draining, fl.replacedTold, fl.unopened = false, false, nil
 		if fl.openTrouble.Failing() {
 			fl.openTrouble.Passed(fl.log, "the file that could not be opened is gone from the path")
 		}
@@ -702,10 +704,8 @@ func (fl *Follower) switchFile(err error) error {
 	}
 	if oerr != nil {
 		fl.draining = false // check sets it again at the next wake-up
-		if !fl.counted {
-			fl.counted = true
-			fl.obs.Event(EventReplaced)
-		}
+		st, _ := os.Stat(fl.path)
+		fl.countReplacement(st)
 		fl.openTrouble.Failed(fl.log, "stream file replaced by a file that cannot be opened; its records wait, and it is tried again at each notification and poll",
 			fmt.Errorf("tail: %w", oerr), "old_offset", fl.pos())
 		return nil
@@ -720,10 +720,9 @@ func (fl *Follower) switchFile(err error) error {
 	}
 	fl.log.Warn("stream file replaced; reading the new file from the beginning",
 		"old_ino", fl.id.Ino, "old_file_name", fl.id.FileName, "old_created_at_ms", fl.id.CreatedAtMs, "old_offset", fl.pos())
-	if !fl.counted {
-		fl.obs.Event(EventReplaced)
-	}
-	fl.counted = false
+	st, _ := nf.Stat()
+	fl.countReplacement(st)
+	fl.replacedTold, fl.unopened = false, nil
 	cerr := fl.f.Close()
 	fl.f = nf
 	fl.dec, fl.hdr, fl.pending, fl.skipAt, fl.recheckAt = nil, streamfile.Header{}, nil, -1, -1
@@ -732,6 +731,17 @@ func (fl *Follower) switchFile(err error) error {
 		fl.log.Warn("closing the replaced file failed", "err", cerr)
 	}
 	return nil
+}
+
+// countReplacement tells EventReplaced for st, the file at the path, unless
+// it was told for it already while it could not be opened. A file that
+// cannot be looked at (st is nil) is taken for the one told.
+func (fl *Follower) countReplacement(st os.FileInfo) {
+	if fl.replacedTold && (st == nil || fl.unopened == nil || os.SameFile(fl.unopened, st)) {
+		return
+	}
+	fl.obs.Event(EventReplaced)
+	fl.replacedTold, fl.unopened = true, st
 }
 
 // openReplacement opens the file at the path for switchFile. Anything but a
