@@ -47,6 +47,11 @@ type Config struct {
 	// CommitInterval is how often positions are committed (ModeRun).
 	// Default 1s.
 	CommitInterval Duration `toml:"commit_interval"`
+	// MaxDelayedMiB bounds the memory, in MiB, that copies delayed by a
+	// retry_after hold in a pipe stage (ModePipe), which keeps them in
+	// memory; at the bound the stage stops reading stdin until copies
+	// leave. Default 256.
+	MaxDelayedMiB int `toml:"max_delayed_mib"`
 
 	Log     LogConfig     `toml:"log"`
 	Metrics MetricsConfig `toml:"metrics"`
@@ -190,6 +195,7 @@ const (
 	defaultListen          = "127.0.0.1:9464"
 	defaultHTTPTimeout     = Duration(5 * time.Second)
 	defaultExecTimeout     = Duration(30 * time.Second)
+	defaultMaxDelayedMiB   = 256
 )
 
 func defaultBackoff() []Duration {
@@ -381,6 +387,9 @@ func (l *loader) setDefaults(cfg *Config) {
 	}
 	if !l.has(keyPath{}.k("shutdown_timeout")) {
 		cfg.ShutdownTimeout = defaultShutdownTimeout
+	}
+	if l.mode == ModePipe && !l.has(keyPath{}.k("max_delayed_mib")) {
+		cfg.MaxDelayedMiB = defaultMaxDelayedMiB
 	}
 	cfg.Log.Level = cmp.Or(cfg.Log.Level, "info")
 	cfg.Log.Format = cmp.Or(cfg.Log.Format, "auto")

@@ -75,10 +75,12 @@ F:2: commit_interval: not used by streamd pipe: a pipe stage commits no position
 F:4: stream: not used by streamd pipe: a pipe stage reads stdin and writes stdout, not stream files
 F:10: subscription[0].stream: not used by streamd pipe: a pipe stage reads stdin
 F:12: subscription[0].start_at: not used by streamd pipe: a pipe stage cannot seek`},
+		{"pipe-max-delayed", ModePipe, `F:1: max_delayed_mib: must be 1 or more (MiB), not 0`},
 		{"pipe-stdout", ModePipe, `F:6: subscription[0].handler.kind: streamd pipe cannot use the stdout handler: stdout carries the stage's output`},
 		{"replay-end", ModeRun, `F:11: subscription[0].replay: start_at = "end" leaves nothing to replay`},
-		{"run-keys", ModeRun, `F:11: subscription[0].dead_letter: "orders" is the key the subscription reads: its dead letters would come back to it
-F:12: subscription[0].on_invalid: not used by streamd run: it is for invalid stdin lines of a pipe stage`},
+		{"run-keys", ModeRun, `F:2: max_delayed_mib: not used by streamd run: delayed copies wait in the retry spool on disk
+F:12: subscription[0].dead_letter: "orders" is the key the subscription reads: its dead letters would come back to it
+F:13: subscription[0].on_invalid: not used by streamd run: it is for invalid stdin lines of a pipe stage`},
 		{"start-at", ModeRun, `F:11: subscription[0].start_at: start position "yesterday": want beginning, end, seq:N, time:RFC3339 or offset:N
 F:19: subscription[1].start_at: start position "seq:x": the sequence number must be a decimal integer from 0 to 18446744073709551615`},
 		{"state-dir-missing", ModeRun, `F: state_dir: required: the directory for positions and the retry spool (or $STATE_DIRECTORY, which systemd's StateDirectory= sets)`},
@@ -385,6 +387,7 @@ out_retry = "jobs.retry"
 kind = "discard"
 `, &Config{
 			ShutdownTimeout: Duration(20 * time.Second),
+			MaxDelayedMiB:   256,
 			Log:             LogConfig{Level: "info", Format: "auto"},
 			Subscriptions: []SubscriptionConfig{
 				{Name: "jobs", Key: "jobs", OutRetry: "jobs.retry", Concurrency: 1, Backoff: backoff, LogUnsupported: "first", OnInvalid: "skip",

@@ -44,7 +44,11 @@ func (l *loader) validate(cfg *Config) {
 			l.errorf(p, "required: the directory for positions and the retry spool (or $STATE_DIRECTORY, which systemd's StateDirectory= sets)")
 		}
 		l.positive(root.k("commit_interval"), cfg.CommitInterval)
+		l.unused(root.k("max_delayed_mib"), "delayed copies wait in the retry spool on disk")
 	case ModePipe:
+		if p := root.k("max_delayed_mib"); l.has(p) && cfg.MaxDelayedMiB <= 0 {
+			l.errorf(p, "must be 1 or more (MiB), not %d", cfg.MaxDelayedMiB)
+		}
 		l.unused(root.k("state_dir"), "a pipe stage keeps no state")
 		l.unused(root.k("commit_interval"), "a pipe stage commits no positions")
 		l.unused(root.k("stream"), "a pipe stage reads stdin and writes stdout, not stream files")

@@ -68,7 +68,8 @@ func RunPipe(ctx context.Context, cfg *Config, opts PipeOptions) (err error) {
 			}
 			return err
 		},
-		Logger: logger,
+		Logger:    logger,
+		MaxMemory: int64(cfg.MaxDelayedMiB) << 20,
 	})
 	if err != nil {
 		return err
@@ -308,6 +309,12 @@ func (c pipeCopies) publish(_ context.Context, key string, h envelope.Headers, p
 	return c.out.write(key, h, payload)
 }
 
-func (c pipeCopies) schedule(key string, h envelope.Headers, payload []byte, due time.Time) error {
+// schedule waits, while the delayed copies fill max_delayed_mib, until one
+// has left: the stage then reads no more input, and the memory stays
+// bounded.
+func (c pipeCopies) schedule(ctx context.Context, key string, h envelope.Headers, payload []byte, due time.Time) error {
+	if err := c.queue.WaitRoom(ctx); err != nil {
+		return err
+	}
 	return c.queue.Schedule(retrytimer.Copy{Key: key, Headers: h, Payload: payload}, due)
 }

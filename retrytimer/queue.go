@@ -62,6 +62,9 @@ type Options struct {
 	// Now is the wall clock that due times are read against. Nil means
 	// [time.Now]. Tests set it to a clock that jumps.
 	Now func() time.Time
+	// MaxMemory bounds the bytes of pending copies a memory-only queue
+	// holds, as [Queue.WaitRoom] waits for it. Zero means no bound.
+	MaxMemory int64
 }
 
 // Defaults for [Options].
@@ -112,6 +115,9 @@ type Queue struct {
 	closed       bool
 	compactFloor int64 // dead bytes needed for the next compaction
 	latest       int64 // the latest reading of the clock, Unix ns; no entry is scheduled after it
+	memBytes     int64 // bytes of the records of pending entries (memory-only mode)
+	maxMemory    int64
+	freed        chan struct{} // closed when memBytes drops or the queue closes; nil if no one waits
 
 	// Owned by the goroutine in Run or Drain.
 	fireLog ratelog.Limiter // of fire failures
@@ -131,6 +137,7 @@ func Open(opts Options) (*Queue, error) {
 		maxBackoff: opts.MaxRetryBackoff,
 		compactMin: opts.CompactMinBytes,
 		now:        opts.Now,
+		maxMemory:  opts.MaxMemory,
 		wake:       make(chan struct{}, 1),
 		nextID:     1,
 	}
@@ -215,6 +222,7 @@ func (q *Queue) Schedule(c Copy, due time.Time) error {
 	var n uint64
 	if q.sp == nil {
 		e.rec = rec
+		q.memBytes += int64(len(rec))
 	} else {
 		if e.off, err = q.sp.append(rec); err != nil {
 			if _, partial := errors.AsType[*partialWriteError](err); partial {
@@ -240,6 +248,44 @@ func (q *Queue) Schedule(c Copy, due time.Time) error {
 		return nil
 	}
 	return q.syncTo(n)
+}
+
+// WaitRoom waits until a memory-only queue holds fewer than
+// [Options.MaxMemory] bytes of pending copies, so that a caller can hold
+// back its input while delayed copies use up the memory allotted to them.
+// It returns at once without a bound or with a spool (whose copies are on
+// disk), [ErrClosed] once the queue is closed, and ctx's error if ctx ends
+// first.
+func (q *Queue) WaitRoom(ctx context.Context) error {
+	for {
+		q.mu.Lock()
+		switch {
+		case q.closed:
+			q.mu.Unlock()
+			return ErrClosed
+		case q.maxMemory <= 0 || q.sp != nil || q.memBytes < q.maxMemory:
+			q.mu.Unlock()
+			return nil
+		}
+		if q.freed == nil {
+			q.freed = make(chan struct{})
+		}
+		freed := q.freed
+		q.mu.Unlock()
+		select {
+		case <-freed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// signalFreed wakes the callers of WaitRoom. q.mu is held.
+func (q *Queue) signalFreed() {
+	if q.freed != nil {
+		close(q.freed)
+		q.freed = nil
+	}
 }
 
 // Pending returns the number of copies not yet fired, including one that is
@@ -291,6 +337,7 @@ func (q *Queue) Close() error {
 		return nil
 	}
 	q.closed = true
+	q.signalFreed()
 	q.mu.Unlock()
 	if q.sp == nil {
 		return nil
@@ -465,6 +512,8 @@ func (q *Queue) fireOne(ctx context.Context) (time.Duration, error) {
 			q.fail(err)
 		}
 	case ferr == nil:
+		q.memBytes -= int64(len(e.rec))
+		q.signalFreed()
 	case ctx.Err() != nil:
 		// Stopping: the copy stays pending as it was.
 		heap.Push(&q.h, e)

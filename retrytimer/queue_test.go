@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -381,5 +382,87 @@ func TestRetryDelay(t *testing.T) {
 	q.maxBackoff = time.Duration(1<<63 - 1)
 	if got := q.retryDelay(1 << 31); got != q.maxBackoff {
 		t.Errorf("retryDelay(1<<31) = %v, want %v", got, q.maxBackoff)
+	}
+}
+
+func TestWaitRoom(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := &recorder{t: t}
+		c := testCopy("k0", time.Now(), 0)
+		rec, err := encodeSchedule(1, 0, 0, &c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		size := int64(len(rec))
+		q := mustOpen(t, Options{Fire: r.fire, MaxMemory: 3 * size})
+		ctx := t.Context()
+		start := time.Now()
+		// Three copies fill the bound; each is due a second after the
+		// one before.
+		for i := range 3 {
+			if err := q.WaitRoom(ctx); err != nil {
+				t.Fatalf("WaitRoom with %d pending: %v", i, err)
+			}
+			mustSchedule(t, q, fmt.Sprintf("k%d", i), start.Add(time.Duration(i+1)*time.Second))
+		}
+		runQueue(t, q)
+		waited := make(chan time.Time)
+		go func() {
+			if err := q.WaitRoom(ctx); err != nil {
+				t.Errorf("WaitRoom: %v", err)
+			}
+			waited <- time.Now()
+		}()
+		// The room comes when the first copy has fired, not before.
+		if at := <-waited; !at.Equal(start.Add(time.Second)) {
+			t.Errorf("WaitRoom returned %v after the start, want 1s (the first fire)", at.Sub(start))
+		}
+
+		// A cancelled wait returns its error; a closed queue ErrClosed.
+		mustSchedule(t, q, "k3", start.Add(time.Hour))
+		wctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		time.Sleep(10 * time.Second) // k1 and k2 fire: k3 and nothing else is pending
+		mustSchedule(t, q, "k4", start.Add(time.Hour))
+		mustSchedule(t, q, "k5", start.Add(time.Hour))
+		if err := q.WaitRoom(wctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("WaitRoom with the bound reached until ctx ends: %v, want context.DeadlineExceeded", err)
+		}
+	})
+}
+
+func TestWaitRoomUnbounded(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		spool     bool
+		maxMemory int64
+	}{{"memory without a bound", false, 0}, {"spool", true, 1}} {
+		t.Run(tt.name, func(t *testing.T) {
+			// Without MaxMemory, or with a spool, there is always room.
+			q := mustOpen(t, Options{Dir: mode{spool: tt.spool}.dir(t), Fire: (&recorder{t: t}).fire, MaxMemory: tt.maxMemory})
+			for i := range 5 {
+				mustSchedule(t, q, fmt.Sprintf("k%d", i), time.Now().Add(time.Hour))
+			}
+			ctx, cancel := context.WithCancel(t.Context())
+			cancel()
+			if err := q.WaitRoom(ctx); err != nil {
+				t.Errorf("WaitRoom: %v, want nil", err)
+			}
+		})
+	}
+}
+
+func TestWaitRoomClosed(t *testing.T) {
+	q, err := Open(Options{Fire: (&recorder{t: t}).fire, MaxMemory: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustSchedule(t, q, "k", time.Now().Add(time.Hour))
+	done := make(chan error)
+	go func() { done <- q.WaitRoom(t.Context()) }()
+	time.Sleep(20 * time.Millisecond)
+	q.Close()
+	if err := <-done; !errors.Is(err, ErrClosed) {
+		t.Errorf("WaitRoom on a queue closed meanwhile: %v, want ErrClosed", err)
 	}
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"net"
@@ -215,24 +214,11 @@ func storedPosition(t *testing.T, e *env, name string) offsets.Position {
 // sample whose line starts with series (a name, with labels if any).
 func metricValue(t *testing.T, addr, series string) float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatalf("GET /metrics: %v", err)
+	v, ok := scrapeGauge(addr, series)
+	if !ok {
+		t.Fatalf("GET /metrics from %s: no readable %s", addr, series)
 	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatalf("%s: %v", series, err)
-			}
-			return f
-		}
-	}
-	t.Fatalf("/metrics has no %s", series)
-	return 0
+	return v
 }
 
 const reloadGauge = "streamd_config_last_reload_successful"

@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -1222,4 +1223,69 @@ func TestPipeEOFPendingDelays(t *testing.T) {
 			t.Errorf("want one %q record naming the abandoned copy; stderr:\n%s", msgStopped, r.stderr)
 		}
 	})
+}
+
+// TestPipeDelayedCopiesBounded: copies delayed by retry_after wait in
+// memory up to max_delayed_mib; at the bound the stage reads no more of
+// stdin until some leave, so that a long delay cannot grow it without
+// limit. Every copy still leaves.
+func TestPipeDelayedCopiesBounded(t *testing.T) {
+	dir := t.TempDir()
+	addr := freePort(t)
+	cfg := writeStageConfig(t, dir, "pipe.toml", fmt.Sprintf("max_delayed_mib = 1\n[metrics]\nlisten = %q\n", addr),
+		stageSub("jobs", "jobs", `out_retry = "jobs.retry"`, `cat > /dev/null; echo retry_after=1s`))
+	p := startStage(t, dir, stageKeepStdout, streamdBinary(t), "pipe", "--config.file="+cfg)
+	const n = 40
+	payload := strings.Repeat("x", 100<<10)
+	go func() {
+		for i := range n {
+			if _, err := fmt.Fprintf(p.stdin, "[jobs] %s%02d\n", payload, i); err != nil {
+				return
+			}
+		}
+		p.stdin.Close()
+	}()
+	// 1 MiB holds ten copies of 100 KiB and their envelopes; the eleventh
+	// is taken below the bound, the twelfth waits.
+	peak := 0.0
+	eventually(t, 60*time.Second, "every copy on stdout", func() bool {
+		if v, ok := scrapeGauge(addr, "streamd_retries_pending"); ok {
+			peak = max(peak, v)
+		}
+		return len(p.out()) >= n
+	})
+	if peak < 8 || peak > 11 {
+		t.Errorf("at most %v copies were pending at once, want 8 to 11 (1 MiB of 100 KiB copies)", peak)
+	}
+	if code := p.wait(t, 30*time.Second); code != 0 {
+		t.Fatalf("exit status %d; stderr:\n%s", code, p.stderr.String())
+	}
+	copies := parseCopies(t, p.stdout())
+	if len(copies) != n {
+		t.Fatalf("%d copies on stdout, want %d", len(copies), n)
+	}
+	for i, c := range copies {
+		if want := fmt.Sprintf("%s%02d", payload, i); c.key != "jobs.retry" || string(c.payload) != want {
+			t.Errorf("copy %d: key %q, payload ending %q; want jobs.retry and the payload of line %d", i, c.key, c.payload[len(c.payload)-2:], i)
+		}
+	}
+}
+
+// scrapeGauge reads one unlabelled series from addr's /metrics; false if
+// the server does not answer (yet, or any more).
+func scrapeGauge(addr, series string) (float64, bool) {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return 0, false
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			return f, err == nil
+		}
+	}
+	return 0, false
 }
