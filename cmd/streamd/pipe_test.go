@@ -1087,8 +1087,7 @@ func TestPipeSIGTERM(t *testing.T) {
 	// only line 0 is handled; with max_attempts = 1 its cancellation
 	// dead-letters it. A line taken after the signal would be dead-lettered
 	// too, without its handler ever running. The race this looks for is
-	// random, hence the runs; the subtest skips when it sees it (a known
-	// bug) and is strict otherwise.
+	// random, hence the runs.
 	t.Run("stops reading", func(t *testing.T) {
 		for run := range 10 {
 			dir := t.TempDir()
