@@ -75,9 +75,8 @@ func runPublish(args []string, s stdio) int {
 		path:    *path,
 		key:     *key,
 		headers: headers.h,
-		create: streamfile.CreateOptions{Create: true, Header: streamfile.Header{
+		create: streamfile.CreateOptions{Create: true, RefuseReplaced: true, Header: streamfile.Header{
 			FileName:       baseName(*path),
-			CreatedAtMs:    uint64(time.Now().UnixMilli()),
 			BeaconInterval: uint32(*interval),
 		}},
 	}
@@ -166,25 +165,50 @@ func (p *publisher) add(line []byte, lineNo int) error {
 	return nil
 }
 
-// flush appends the batch to the file.
+// flush appends the batch to the file at the path. When another file took
+// the path (rotated, or removed and created again), what was written to the
+// old one is synced and the batch goes to the file at the path, where its
+// readers look, continuing that file's sequence numbers.
 func (p *publisher) flush() (int, error) {
 	if len(p.batch) == 0 {
 		return 0, nil
 	}
-	if p.w == nil {
-		w, err := streamfile.OpenWriter(p.path, p.create)
-		if err != nil {
-			return 0, err
-		}
-		p.w = w
+	err := p.open()
+	if err == nil {
+		err = p.w.Publish(p.batch)
 	}
-	if err := p.w.Publish(p.batch); err != nil {
+	if errors.Is(err, streamfile.ErrReplaced) {
+		err = p.close()
+		p.w = nil
+		if err == nil {
+			err = p.open()
+		}
+		if err == nil {
+			err = p.w.Publish(p.batch)
+		}
+	}
+	if err != nil {
 		return 0, err
 	}
 	n := len(p.batch)
 	p.batch, p.bytes = p.batch[:0], 0
 	p.arena = nil // frames of the next batch must not share it with the written ones
 	return n, nil
+}
+
+// open opens the file at the path, creating it when it is missing, unless
+// it is open.
+func (p *publisher) open() error {
+	if p.w != nil {
+		return nil
+	}
+	p.create.Header.CreatedAtMs = uint64(time.Now().UnixMilli())
+	w, err := streamfile.OpenWriter(p.path, p.create)
+	if err != nil {
+		return err
+	}
+	p.w = w
+	return nil
 }
 
 // close makes what was written durable.

@@ -7,9 +7,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/streamd/streamd/envelope"
 	"github.com/streamd/streamd/streamfile"
@@ -227,4 +229,72 @@ func TestPublishBadInput(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPublishFollowsReplacedFile: a long-running publish whose file is
+// rotated (renamed away, another file created at the path) writes its next
+// records to the file at the path, continuing its sequence numbers, and
+// leaves what it wrote before in the old file.
+func TestPublishFollowsReplacedFile(t *testing.T) {
+	dir := t.TempDir()
+	path, old := filepath.Join(dir, "events.ss"), filepath.Join(dir, "events.ss.1")
+	bin := streamdBinary(t)
+	cmd := exec.Command(bin, "publish", "--file="+path, "--key=events")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(stdin, "a1\na2\n")
+	eventually(t, 10*time.Second, "a1 and a2 in the file", func() bool { return countFrames(path) == 2 })
+
+	if err := os.Rename(path, old); err != nil {
+		t.Fatal(err)
+	}
+	runBinaryOK(t, "b1", "publish", "--file="+path, "--key=events")
+	io.WriteString(stdin, "a3\na4\n")
+	stdin.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("publish: %v\n%s", err, stderr.String())
+	}
+
+	for _, f := range []struct {
+		path string
+		want []string
+	}{
+		{old, []string{"1 a1", "2 a2"}},
+		{path, []string{"1 b1", "2 a3", "3 a4"}},
+	} {
+		var got []string
+		for _, fr := range framesAt(t, f.path, "events") {
+			got = append(got, fmt.Sprintf("%d %s", fr.Seq, fr.Payload))
+		}
+		if !slices.Equal(got, f.want) {
+			t.Errorf("%s holds %q, want %q", filepath.Base(f.path), got, f.want)
+		}
+	}
+}
+
+// countFrames counts the frames the stream file at path holds so far, 0 if
+// it cannot be read yet.
+func countFrames(path string) int {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	h, err := streamfile.ReadHeader(f)
+	if err != nil {
+		return 0
+	}
+	d := streamfile.NewDecoder(f, h, streamfile.HeaderSize)
+	n := 0
+	for _, err := d.Next(); err == nil; _, err = d.Next() {
+		n++
+	}
+	return n
 }
