@@ -181,7 +181,9 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	}
 	d.store = store
 	defer func() { err = errors.Join(err, store.Close()) }()
-	queue, err := retrytimer.Open(retrytimer.Options{Dir: cfg.StateDir, Fire: d.fire, Logger: d.logger})
+	// A fired copy is recorded done in the spool only once its stream
+	// file is synced: a power loss keeps the copy or fires it again.
+	queue, err := retrytimer.Open(retrytimer.Options{Dir: cfg.StateDir, Fire: d.fire, Durable: d.syncStreams, Logger: d.logger})
 	if err != nil {
 		return err
 	}
@@ -551,7 +553,8 @@ func (d *Daemon) closeStreams() {
 }
 
 // syncStreams makes appended copies durable before a commit moves a
-// position past them (Invariant 2): one fsync per stream per commit.
+// position past them (Invariant 2), and delayed copies before the spool
+// records them done: one fsync per stream that received copies.
 func (d *Daemon) syncStreams() error {
 	d.mu.Lock()
 	streams := slices.Collect(maps.Values(d.streams))

@@ -82,6 +82,7 @@ func scheduleFire(b *testing.B, m mode, pending int) {
 		if wait, err := q.fireOne(ctx); wait != 0 || err != nil {
 			b.Fatalf("fireOne = %v, %v", wait, err)
 		}
+		q.recordDone()
 	}
 	if got := q.Pending(); got != pending {
 		b.Fatalf("Pending = %d, want %d", got, pending)

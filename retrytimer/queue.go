@@ -65,7 +65,18 @@ type Options struct {
 	// MaxMemory bounds the bytes of pending copies a memory-only queue
 	// holds, as [Queue.WaitRoom] waits for it. Zero means no bound.
 	MaxMemory int64
+	// Durable makes the copies fired so far durable where Fire wrote them
+	// (the daemon syncs its stream files). With a spool, a fired copy is
+	// recorded as done only once Durable returned nil after it, so that a
+	// power loss cannot keep the record of a copy and lose the copy; the
+	// copies that fire together share one call. While it fails, they stay
+	// pending in the spool (fired again after a restart). Nil means a copy
+	// is durable when Fire returns.
+	Durable func() error
 }
+
+// doneBatch is the most copies fired before their done records are written.
+const doneBatch = 256
 
 // Defaults for [Options].
 const (
@@ -93,6 +104,7 @@ var (
 // documentation for the spool and the concurrency contract.
 type Queue struct {
 	fire       FireFunc
+	durable    func() error
 	log        *slog.Logger
 	backoff    time.Duration
 	maxBackoff time.Duration
@@ -120,7 +132,9 @@ type Queue struct {
 	freed        chan struct{} // closed when memBytes drops or the queue closes; nil if no one waits
 
 	// Owned by the goroutine in Run or Drain.
-	fireLog ratelog.Limiter // of fire failures
+	fireLog    ratelog.Limiter // of fire failures
+	durableLog ratelog.Limiter // of Durable failures
+	undone     []uint64        // ids fired whose done records wait for Durable (spool mode)
 }
 
 // Open returns a queue. With a spool directory, it loads the copies pending
@@ -132,6 +146,7 @@ func Open(opts Options) (*Queue, error) {
 	}
 	q := &Queue{
 		fire:       opts.Fire,
+		durable:    opts.Durable,
 		log:        opts.Logger,
 		backoff:    opts.RetryBackoff,
 		maxBackoff: opts.MaxRetryBackoff,
@@ -439,11 +454,19 @@ func (q *Queue) loop(ctx context.Context, drain bool) error {
 		}
 	}()
 	q.maybeCompact()
+	defer q.recordDone()
 	for ctx.Err() == nil {
 		wait, err := q.fireOne(ctx)
-		switch {
-		case err != nil:
+		if err != nil {
 			return err
+		}
+		if wait == 0 && len(q.undone) < doneBatch {
+			continue
+		}
+		if !q.recordDone() && (wait < 0 || wait > q.backoff) {
+			wait = q.backoff // Durable failed: try again soon
+		}
+		switch {
 		case wait == 0:
 			continue
 		case wait < 0 && drain:
@@ -503,14 +526,7 @@ func (q *Queue) fireOne(ctx context.Context) (time.Duration, error) {
 	switch {
 	case ferr == nil && q.sp != nil:
 		q.sp.live -= e.recordSize()
-		if q.err != nil {
-			// Nothing is written after a failure; the copy fires again
-			// after the restart.
-			break
-		}
-		if _, err := q.sp.append(encodeDone(e.id)); err != nil {
-			q.fail(err)
-		}
+		q.undone = append(q.undone, e.id) // recordDone writes its done record
 	case ferr == nil:
 		q.memBytes -= int64(len(e.rec))
 		q.signalFreed()
@@ -530,10 +546,40 @@ func (q *Queue) fireOne(ctx context.Context) (time.Duration, error) {
 	}
 	err = q.err
 	q.mu.Unlock()
-	if err == nil && ferr == nil {
-		q.maybeCompact()
-	}
 	return 0, err
+}
+
+// recordDone makes the copies fired since its last call durable
+// (Options.Durable), records them as done in the spool, and then compacts
+// the spool if it is due. It reports false if Durable failed: the copies
+// stay pending in the spool, and the next call tries again. A spool that
+// fails here is reported by the loop.
+func (q *Queue) recordDone() bool {
+	if len(q.undone) == 0 {
+		return true
+	}
+	if q.durable != nil {
+		if err := q.durable(); err != nil {
+			if ok, suppressed := q.durableLog.Allow(time.Now()); ok {
+				q.log.Warn("fired copies cannot be made durable; they stay pending in the spool and are synced again",
+					"copies", len(q.undone), "suppressed", suppressed, "err", err)
+			}
+			return false
+		}
+	}
+	q.mu.Lock()
+	for _, id := range q.undone {
+		if q.err != nil {
+			break // nothing is written after a failure: the copy fires again after the restart
+		}
+		if _, err := q.sp.append(encodeDone(id)); err != nil {
+			q.fail(err)
+		}
+	}
+	q.undone = q.undone[:0]
+	q.mu.Unlock()
+	q.maybeCompact()
+	return true
 }
 
 // observe takes a reading of the clock, Unix ns. A reading earlier than the

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -11,7 +12,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/streamd/streamd/envelope"
@@ -26,6 +29,7 @@ func fireDue(t *testing.T, q *Queue) {
 			t.Fatalf("fire: %v", err)
 		}
 		if wait != 0 {
+			q.recordDone()
 			return
 		}
 	}
@@ -458,4 +462,96 @@ func TestSpoolFullDisk(t *testing.T) {
 	if q.Pending() != 0 {
 		t.Fatalf("%d copies still pending after space returned", q.Pending())
 	}
+}
+
+// TestDurableBeforeDone: a fired copy is recorded as done in the spool only
+// after Options.Durable returned nil, once for the copies that fired
+// together: a spool as it was on disk while Durable ran (a power loss
+// then) still holds them, and fires them again. While Durable fails, they
+// stay pending in the spool, and it is tried again.
+func TestDurableBeforeDone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		var (
+			mu        sync.Mutex
+			calls     int
+			failing   bool
+			atDurable []string // the spool's pending copies, as a restart then would see them
+		)
+		q := mustOpen(t, Options{Dir: dir, Fire: (&recorder{t: t}).fire, RetryBackoff: time.Second, Durable: func() error {
+			mu.Lock()
+			defer mu.Unlock()
+			calls++
+			atDurable = spoolPending(t, dir)
+			if failing {
+				return errors.New("sync failed")
+			}
+			return nil
+		}})
+		state := func() (int, []string) {
+			mu.Lock()
+			defer mu.Unlock()
+			return calls, atDurable
+		}
+		setFailing := func(v bool) {
+			mu.Lock()
+			failing = v
+			mu.Unlock()
+		}
+		now := time.Now()
+		for _, k := range []string{"a", "b", "c"} {
+			mustSchedule(t, q, k, now.Add(time.Second))
+		}
+		mustSchedule(t, q, "later", now.Add(time.Hour))
+		stop := runQueue(t, q)
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		if n, seen := state(); n != 1 || !slices.Equal(seen, []string{"a", "b", "c", "later"}) {
+			t.Errorf("Durable called %d times for three copies fired together, seeing %q pending in the spool; "+
+				"want once, with a, b, c and later pending (nothing recorded done yet)", n, seen)
+		}
+		if got, want := spoolPending(t, dir), []string{"later"}; !slices.Equal(got, want) {
+			t.Errorf("spool after Durable: %q pending, want %q", got, want)
+		}
+
+		// Durable fails: the copy stays pending in the spool, tried again
+		// after RetryBackoff until it passes.
+		setFailing(true)
+		mustSchedule(t, q, "d", time.Now().Add(time.Second))
+		time.Sleep(3500 * time.Millisecond)
+		synctest.Wait()
+		if n, _ := state(); n < 3 {
+			t.Errorf("Durable called %d times in all, want it tried again while it fails", n)
+		}
+		if got, want := spoolPending(t, dir), []string{"d", "later"}; !slices.Equal(got, want) {
+			t.Errorf("spool while Durable fails: %q pending, want %q", got, want)
+		}
+		setFailing(false)
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		if got, want := spoolPending(t, dir), []string{"later"}; !slices.Equal(got, want) {
+			t.Errorf("spool once Durable passes: %q pending, want %q", got, want)
+		}
+		stop()
+	})
+}
+
+// spoolPending opens a copy of the spool in dir, as a restart would, and
+// returns its pending copies' keys in due order.
+func spoolPending(t *testing.T, dir string) []string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, spoolName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := t.TempDir()
+	if err := os.WriteFile(filepath.Join(cp, spoolName), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	q, err := Open(Options{Dir: cp, Fire: func(context.Context, Copy) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	return pendingKeys(t, q)
 }
