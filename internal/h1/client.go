@@ -355,8 +355,10 @@ func (c *Client) connect(nc net.Conn) error {
 // put keeps pc for the next request, or closes it when the client is
 // closed or already keeps MaxIdle connections.
 func (c *Client) put(pc *conn) {
-	if pc.br.Buffered() > 0 {
-		pc.Close() // bytes after the response: its framing is not to be trusted
+	// Bytes after the response mean its framing is not to be trusted; the
+	// exchange's deadline must not outlive it (it would fail the peek).
+	if pc.br.Buffered() > 0 || pc.SetDeadline(time.Time{}) != nil {
+		pc.Close()
 		return
 	}
 	pc.idleSince = time.Now()
@@ -444,10 +446,15 @@ func (b *body) Close() error {
 	}
 	b.done = true
 	_, err := io.CopyN(io.Discard, b.ReadCloser, DrainLimit+1)
+	ended := errors.Is(err, io.EOF)
+	if !ended {
+		b.pc.Close() // first: closing the body would read the rest of it
+	}
 	b.ReadCloser.Close()
-	if b.stop() && b.keep && errors.Is(err, io.EOF) {
+	switch {
+	case b.stop() && b.keep && ended:
 		b.c.put(b.pc)
-	} else {
+	case ended:
 		b.pc.Close()
 	}
 	return nil

@@ -14,6 +14,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -583,5 +584,49 @@ func TestPostEarlyResponse(t *testing.T) {
 	code, _ := post(t, c, &Request{Body: make([]byte, 32<<20)})
 	if code != http.StatusRequestEntityTooLarge {
 		t.Errorf("status %d, want 413", code)
+	}
+}
+
+func TestPostReusesAfterTimeout(t *testing.T) {
+	// Posts further apart than their timeout still share one connection:
+	// the deadline of an exchange ends with it.
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	conns := countConns(srv)
+	srv.Start()
+	t.Cleanup(srv.Close)
+	c := newClient(t, Options{}, srv.URL)
+	for range 3 {
+		resp, err := c.Post(t.Context(), 50*time.Millisecond, &Request{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		time.Sleep(150 * time.Millisecond)
+	}
+	if got := conns.Load(); got != 1 {
+		t.Errorf("3 posts 150ms apart with a 50ms timeout opened %d connections, want 1", got)
+	}
+}
+
+func TestCloseBoundsTheDrain(t *testing.T) {
+	// Close reads at most DrainLimit of a body, then closes the
+	// connection rather than read the rest until the timeout.
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// More than DrainLimit, then the rest of a long body comes slowly.
+		w.Header().Set("Content-Length", strconv.Itoa(100<<20))
+		w.Write(make([]byte, 2*DrainLimit))
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}))
+	t.Cleanup(srv.Close)
+	c := newClient(t, Options{}, srv.URL)
+	resp, err := c.Post(t.Context(), 10*time.Second, &Request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	resp.Body.Close()
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("Close took %v with most of a slow body left, want it to stop after DrainLimit", d)
 	}
 }
