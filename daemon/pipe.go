@@ -76,7 +76,7 @@ func RunPipe(ctx context.Context, cfg *Config, opts PipeOptions) (err error) {
 	}
 	defer func() { err = errors.Join(err, queue.Close()) }()
 	m.CountRetriesPending(queue.Pending)
-	subs, err := pipeSubscriptions(cfg, opts.Options, logger, m, pipeCopies{out: out, queue: queue})
+	subs, err := pipeSubscriptions(cfg, opts.Options, logger, m, pipeCopies{out: out, queue: queue, reading: readCtx})
 	if err != nil {
 		return err
 	}
@@ -301,8 +301,9 @@ func (lw *lineWriter) write(key string, h envelope.Headers, payload []byte) erro
 // pipeCopies publishes a pipe subscription's copies on stdout: now, or
 // when their delay has passed.
 type pipeCopies struct {
-	out   *lineWriter
-	queue *retrytimer.Queue
+	out     *lineWriter
+	queue   *retrytimer.Queue
+	reading context.Context // ends when the stage stops reading stdin
 }
 
 func (c pipeCopies) publish(_ context.Context, key string, h envelope.Headers, payload []byte) error {
@@ -311,9 +312,11 @@ func (c pipeCopies) publish(_ context.Context, key string, h envelope.Headers, p
 
 // schedule waits, while the delayed copies fill max_delayed_mib, until one
 // has left: the stage then reads no more input, and the memory stays
-// bounded.
-func (c pipeCopies) schedule(ctx context.Context, key string, h envelope.Headers, payload []byte, due time.Time) error {
-	if err := c.queue.WaitRoom(ctx); err != nil {
+// bounded. Once the stage stops reading (a signal, a closed stdout) it
+// waits no more: no more input comes, and the copy is drained with the
+// others, or counted among the abandoned.
+func (c pipeCopies) schedule(key string, h envelope.Headers, payload []byte, due time.Time) error {
+	if err := c.queue.WaitRoom(c.reading); err != nil && c.reading.Err() == nil {
 		return err
 	}
 	return c.queue.Schedule(retrytimer.Copy{Key: key, Headers: h, Payload: payload}, due)

@@ -25,7 +25,7 @@ const unsupportedError = "acknowledgement is not supported by this broker"
 // before returning).
 type copyWriter interface {
 	publish(ctx context.Context, key string, h envelope.Headers, payload []byte) error
-	schedule(ctx context.Context, key string, h envelope.Headers, payload []byte, due time.Time) error
+	schedule(key string, h envelope.Headers, payload []byte, due time.Time) error
 }
 
 // settler applies settlement.md §4 to the outcomes of one subscription.
@@ -159,7 +159,7 @@ func (s *settler) redeliver(ctx context.Context, d *Delivery, delay time.Duratio
 		s.metrics.RetriesAppended.Inc()
 		return nil
 	}
-	if err := s.copies.schedule(ctx, s.retryKey, h, d.Payload, s.now().Add(delay)); err != nil {
+	if err := s.copies.schedule(s.retryKey, h, d.Payload, s.now().Add(delay)); err != nil {
 		s.metrics.CopyErrors.Inc()
 		return &errCopy{s.retryKey, err}
 	}

@@ -172,6 +172,6 @@ func (c fileCopies) publish(_ context.Context, key string, h envelope.Headers, p
 	return c.stream.append(key, h, payload)
 }
 
-func (c fileCopies) schedule(_ context.Context, key string, h envelope.Headers, payload []byte, due time.Time) error {
+func (c fileCopies) schedule(key string, h envelope.Headers, payload []byte, due time.Time) error {
 	return c.queue.Schedule(retrytimer.Copy{Stream: c.stream.cfg.Name, Key: key, Headers: h, Payload: payload}, due)
 }

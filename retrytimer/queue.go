@@ -269,8 +269,8 @@ func (q *Queue) Schedule(c Copy, due time.Time) error {
 // [Options.MaxMemory] bytes of pending copies, so that a caller can hold
 // back its input while delayed copies use up the memory allotted to them.
 // It returns at once without a bound or with a spool (whose copies are on
-// disk), [ErrClosed] once the queue is closed, and ctx's error if ctx ends
-// first.
+// disk), [ErrClosed] once the queue is closed, the queue's failure if it
+// failed, and ctx's error if ctx ends first.
 func (q *Queue) WaitRoom(ctx context.Context) error {
 	for {
 		q.mu.Lock()
@@ -278,6 +278,10 @@ func (q *Queue) WaitRoom(ctx context.Context) error {
 		case q.closed:
 			q.mu.Unlock()
 			return ErrClosed
+		case q.err != nil:
+			err := q.err
+			q.mu.Unlock()
+			return err
 		case q.maxMemory <= 0 || q.sp != nil || q.memBytes < q.maxMemory:
 			q.mu.Unlock()
 			return nil
@@ -463,8 +467,8 @@ func (q *Queue) loop(ctx context.Context, drain bool) error {
 		if wait == 0 && len(q.undone) < doneBatch {
 			continue
 		}
-		if !q.recordDone() && (wait < 0 || wait > q.backoff) {
-			wait = q.backoff // Durable failed: try again soon
+		if !q.recordDone() {
+			wait = q.backoff // Durable failed: fire nothing more until it is tried again
 		}
 		switch {
 		case wait == 0:

@@ -1288,3 +1288,40 @@ func scrapeGauge(addr, series string) (float64, bool) {
 	}
 	return 0, false
 }
+
+// TestPipeStopAtTheBound: a stage that waits at max_delayed_mib stops at
+// SIGTERM without first waiting out shutdown_timeout for room: the copy
+// it held is abandoned with the others, and every copy handled is counted.
+func TestPipeStopAtTheBound(t *testing.T) {
+	dir := t.TempDir()
+	addr := freePort(t)
+	cfg := writeStageConfig(t, dir, "pipe.toml", fmt.Sprintf("max_delayed_mib = 1\nshutdown_timeout = \"2s\"\n[metrics]\nlisten = %q\n", addr),
+		stageSub("jobs", "jobs", `out_retry = "jobs.retry"`, `cat > /dev/null; echo x >> "$DIR/handled"; echo retry_after=1h`))
+	p := startStage(t, dir, stageKeepStdout, streamdBinary(t), "pipe", "--config.file="+cfg, "--log.format=json")
+	payload := strings.Repeat("x", 100<<10)
+	go func() {
+		for i := range 30 {
+			if _, err := fmt.Fprintf(p.stdin, "[jobs] %s%02d\n", payload, i); err != nil {
+				return
+			}
+		}
+	}()
+	eventually(t, 30*time.Second, "the stage at the bound", func() bool {
+		v, ok := scrapeGauge(addr, "streamd_retries_pending")
+		return ok && v >= 11
+	})
+	time.Sleep(200 * time.Millisecond) // the next line is handled and waits for room
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	sent := time.Now()
+	code := p.wait(t, 20*time.Second)
+	if d := time.Since(sent); d > 3500*time.Millisecond {
+		t.Errorf("the stage took %s to stop, want about shutdown_timeout (2s) for the drain alone", d)
+	}
+	if code == 0 {
+		t.Errorf("exit status 0 with abandoned copies, want non-zero")
+	}
+	handled := len(stageFileLines(dir, "handled"))
+	if l5 := logsWithMsg(p.stderr.String(), msgL5); len(l5) != 1 || l5[0].str("abandoned") != strconv.Itoa(handled) {
+		t.Errorf("L5 records %v, want one with abandoned=%d (every line handled); stderr:\n%s", l5, handled, p.stderr.String())
+	}
+}
