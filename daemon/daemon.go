@@ -31,7 +31,8 @@ type Options struct {
 	// Stdout is where the stdout handler prints; nil is os.Stdout.
 	Stdout io.Writer
 	// Handlers replace the configured handler of the subscriptions they
-	// name: the Go API for programs that embed the daemon.
+	// name: the Go API for programs that embed the daemon. They stay the
+	// caller's: the daemon closes only the handlers it builds.
 	Handlers map[string]Handler
 	// Registry collects the metrics; nil makes one with the Go and process
 	// collectors.
@@ -76,6 +77,7 @@ type runningSub struct {
 	done           chan struct{}
 	err            error // once done is closed
 	handler        Handler
+	ownHandler     bool // built by the daemon, which closes it
 }
 
 // failed reports whether the subscription stopped with an error.
@@ -108,7 +110,9 @@ func (rs *runningSub) stop(deadline time.Time, logger *slog.Logger) {
 		return
 	}
 	rs.cancelHandlers()
-	closeHandler(rs.handler)
+	if rs.ownHandler {
+		closeHandler(rs.handler)
+	}
 }
 
 type reloadRequest struct {
@@ -305,6 +309,13 @@ func (d *Daemon) loop(ctx context.Context) error {
 	}
 }
 
+// ownsHandler reports whether the daemon builds, and so closes, the named
+// subscription's handler: not one that Options.Handlers gives.
+func (d *Daemon) ownsHandler(name string) bool {
+	_, given := d.opts.Handlers[name]
+	return !given
+}
+
 // newHandler returns the subscription's handler: the one Options.Handlers
 // gives, or a new one built from its configuration.
 func (d *Daemon) newHandler(sc SubscriptionConfig) (Handler, error) {
@@ -320,7 +331,7 @@ func (d *Daemon) newHandler(sc SubscriptionConfig) (Handler, error) {
 
 // startSubscription opens the subscription's follower at its stored
 // position (or its start_at on the first start) and runs it with handler,
-// which it closes if it fails.
+// which it closes if it fails and the daemon built it.
 func (d *Daemon) startSubscription(sc SubscriptionConfig, handler Handler) error {
 	st := d.streams[sc.Stream]
 	logger := d.logger.With("subscription", sc.Name)
@@ -344,7 +355,9 @@ func (d *Daemon) startSubscription(sc SubscriptionConfig, handler Handler) error
 	}
 	follower, err := tail.New(opts)
 	if err != nil {
-		closeHandler(handler)
+		if d.ownsHandler(sc.Name) {
+			closeHandler(handler)
+		}
 		return fmt.Errorf("subscription %q: %w", sc.Name, err)
 	}
 	sub := &subscription{
@@ -365,7 +378,8 @@ func (d *Daemon) startSubscription(sc SubscriptionConfig, handler Handler) error
 	}
 	ctx, stopReading := context.WithCancel(context.Background())
 	hctx, cancelHandlers := context.WithCancel(context.Background())
-	rs := &runningSub{sub: sub, stopReading: stopReading, cancelHandlers: cancelHandlers, done: make(chan struct{}), handler: handler}
+	rs := &runningSub{sub: sub, stopReading: stopReading, cancelHandlers: cancelHandlers, done: make(chan struct{}),
+		handler: handler, ownHandler: d.ownsHandler(sc.Name)}
 	d.subs[sc.Name] = rs
 	sm.SetHealthy(true, "")
 	go func() {
@@ -467,7 +481,7 @@ func (d *Daemon) applyReload(cfg *Config) error {
 			d.setStream(name, nil)
 		}
 		for name, h := range handlers {
-			if _, given := d.opts.Handlers[name]; !given {
+			if d.ownsHandler(name) {
 				closeHandler(h)
 			}
 		}

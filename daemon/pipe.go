@@ -80,11 +80,7 @@ func RunPipe(ctx context.Context, cfg *Config, opts PipeOptions) (err error) {
 	if err != nil {
 		return err
 	}
-	defer func() {
-		for _, s := range subs {
-			closeHandler(s.handler)
-		}
-	}()
+	defer closePipeHandlers(subs)
 	if cfg.Metrics.Listen != "" {
 		server := metrics.NewServer(cfg.Metrics.Listen, reg, m.Health(), logger)
 		if err := server.Listen(); err != nil {
@@ -130,6 +126,7 @@ func RunPipe(ctx context.Context, cfg *Config, opts PipeOptions) (err error) {
 type pipeSub struct {
 	cfg     SubscriptionConfig
 	handler Handler
+	own     bool // built here, so closed here; not one of Options.Handlers
 	settler *settler
 	metrics *metrics.SubscriptionMetrics
 }
@@ -138,22 +135,29 @@ func pipeSubscriptions(cfg *Config, opts Options, logger *slog.Logger, m *metric
 	stdout := opts.Stdout
 	var subs []*pipeSub
 	for _, sc := range cfg.Subscriptions {
-		handler, ok := opts.Handlers[sc.Name]
-		if !ok {
+		handler, given := opts.Handlers[sc.Name]
+		if !given {
 			var err error
 			if handler, err = newHandler(sc.Handler, stdout, logger); err != nil {
-				for _, s := range subs {
-					closeHandler(s.handler)
-				}
+				closePipeHandlers(subs)
 				return nil, fmt.Errorf("subscription %q: %w", sc.Name, err)
 			}
 		}
 		sm := m.Subscription(sc.Name, "stdin")
 		sm.SetHealthy(true, "")
 		sublog := logger.With("subscription", sc.Name)
-		subs = append(subs, &pipeSub{cfg: sc, handler: handler, metrics: sm, settler: newSettler(sc, copies, sm, sublog, false)})
+		subs = append(subs, &pipeSub{cfg: sc, handler: handler, own: !given, metrics: sm, settler: newSettler(sc, copies, sm, sublog, false)})
 	}
 	return subs, nil
+}
+
+// closePipeHandlers closes the handlers the stage built.
+func closePipeHandlers(subs []*pipeSub) {
+	for _, s := range subs {
+		if s.own {
+			closeHandler(s.handler)
+		}
+	}
 }
 
 // readLines reads stdin to its end (or until ctx ends) and hands each line

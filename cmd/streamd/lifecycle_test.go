@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -10,12 +11,14 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/streamd/streamd/daemon"
 	"github.com/streamd/streamd/envelope"
 	"github.com/streamd/streamd/offsets"
 )
@@ -685,5 +688,77 @@ kind = "stdout"
 	}
 	if pos, _ := offsets.Load(e.stateDirPath()); pos["printer"].LastSeq >= 200 {
 		t.Errorf("stored position %+v: the blocked record must stay unsettled", pos["printer"])
+	}
+}
+
+// closingHandler acks every delivery and records whether it was closed.
+type closingHandler struct {
+	handled chan string
+	closed  atomic.Bool
+}
+
+func (h *closingHandler) Handle(_ context.Context, d *daemon.Delivery) daemon.Outcome {
+	if h.closed.Load() {
+		h.handled <- "after close: " + string(d.Payload)
+	} else {
+		h.handled <- string(d.Payload)
+	}
+	return daemon.Outcome{Kind: daemon.OutcomeAck}
+}
+
+func (h *closingHandler) Close() error {
+	h.closed.Store(true)
+	return nil
+}
+
+// TestEmbedderHandlerStaysOpen: a handler given in Options.Handlers is the
+// caller's. A reload that restarts its subscription keeps using it, and
+// neither the reload nor the end of Run closes it.
+func TestEmbedderHandlerStaysOpen(t *testing.T) {
+	e := newEnv(t, "")
+	e.writeConfig(xsub("billing", "orders", "", ``))
+	load := func(concurrency int) func() (*daemon.Config, error) {
+		return func() (*daemon.Config, error) {
+			cfg, err := daemon.LoadConfig(e.config, daemon.ModeRun)
+			if err == nil {
+				cfg.Subscriptions[0].Concurrency = concurrency
+			}
+			return cfg, err
+		}
+	}
+	cfg, err := load(1)()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &closingHandler{handled: make(chan string, 10)}
+	d := daemon.New(cfg, daemon.Options{Handlers: map[string]daemon.Handler{"billing": h}})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	next := func(want string) {
+		t.Helper()
+		select {
+		case got := <-h.handled:
+			if got != want {
+				t.Fatalf("handled %q, want %q", got, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%q was not handled", want)
+		}
+	}
+	e.put("orders", nil, "first")
+	next("first")
+	if err := d.Reload(ctx, load(2)); err != nil {
+		t.Fatalf("Reload: %v", err)
+	}
+	e.put("orders", nil, "second")
+	next("second")
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if h.closed.Load() {
+		t.Error("the daemon closed a handler it was given")
 	}
 }
