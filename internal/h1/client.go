@@ -40,7 +40,8 @@ type Options struct {
 	// URL is the http:// or https:// URL every request is posted to.
 	URL *url.URL
 	// TLS configures https connections; nil uses the system roots. The
-	// client sets ServerName (unless set) and offers only http/1.1.
+	// client sets ServerName and a session cache (unless set) and offers
+	// only http/1.1.
 	TLS *tls.Config
 	// Proxy is an http:// proxy that every request goes through, or nil.
 	// Plain requests are sent to it in absolute form; https ones through a
@@ -99,6 +100,10 @@ func New(o Options) (*Client, error) {
 		}
 		if c.tls.ServerName == "" {
 			c.tls.ServerName = u.Hostname()
+		}
+		if c.tls.ClientSessionCache == nil {
+			// A connection dialled again resumes the TLS session.
+			c.tls.ClientSessionCache = tls.NewLRUClientSessionCache(0)
 		}
 		c.tls.NextProtos = []string{"http/1.1"}
 	}

@@ -630,3 +630,27 @@ func TestCloseBoundsTheDrain(t *testing.T) {
 		t.Errorf("Close took %v with most of a slow body left, want it to stop after DrainLimit", d)
 	}
 }
+
+func TestTLSSessionResumed(t *testing.T) {
+	// Connections the server closes are dialled again, resuming the TLS
+	// session instead of a full handshake.
+	var resumed, conns atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.TLS.DidResume {
+			resumed.Add(1)
+		}
+		conns.Add(1)
+		w.Header().Set("Connection", "close")
+	}))
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	roots := x509.NewCertPool()
+	roots.AddCert(srv.Certificate())
+	c := newClient(t, Options{TLS: &tls.Config{RootCAs: roots}}, srv.URL)
+	for range 3 {
+		post(t, c, &Request{})
+	}
+	if conns.Load() != 3 || resumed.Load() != 2 {
+		t.Errorf("%d connections, %d resumed; want 3, of which the last 2 resumed", conns.Load(), resumed.Load())
+	}
+}
