@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 const testTimeout = 5 * time.Second
 
 // newClient returns a client for rawURL, closed when the test ends.
-func newClient(t *testing.T, o Options, rawURL string) *Client {
+func newClient(t testing.TB, o Options, rawURL string) *Client {
 	t.Helper()
 	u, err := url.Parse(rawURL)
 	if err != nil {
