@@ -134,7 +134,8 @@ type Queue struct {
 	// Owned by the goroutine in Run or Drain.
 	fireLog    ratelog.Limiter // of fire failures
 	durableLog ratelog.Limiter // of Durable failures
-	undone     []uint64        // ids fired whose done records wait for Durable (spool mode)
+	undone     []uint64        // ids fired whose done records wait for Durable (spool mode); changed under mu
+	held       bool            // Durable failed: no copy fires until it passes
 }
 
 // Open returns a queue. With a spool directory, it loads the copies pending
@@ -308,11 +309,11 @@ func (q *Queue) signalFreed() {
 }
 
 // Pending returns the number of copies not yet fired, including one that is
-// being fired.
+// being fired and those fired but not yet known durable (Options.Durable).
 func (q *Queue) Pending() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return len(q.h) + q.inflight
+	return len(q.h) + q.inflight + len(q.undone)
 }
 
 // Run fires copies as they come due until ctx is done, and then returns nil
@@ -450,25 +451,32 @@ func (q *Queue) syncTo(n uint64) error {
 
 // loop fires due copies until ctx is done, the spool fails or, when drain
 // is set, nothing is pending.
-func (q *Queue) loop(ctx context.Context, drain bool) error {
+func (q *Queue) loop(ctx context.Context, drain bool) (err error) {
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
 			timer.Stop()
 		}
+		q.recordDone()
+		if err == nil {
+			err = q.failure() // also one met recording the last copies done
+		}
 	}()
 	q.maybeCompact()
-	defer q.recordDone()
 	for ctx.Err() == nil {
-		wait, err := q.fireOne(ctx)
-		if err != nil {
-			return err
-		}
-		if wait == 0 && len(q.undone) < doneBatch {
-			continue
-		}
-		if !q.recordDone() {
-			wait = q.backoff // Durable failed: fire nothing more until it is tried again
+		var wait time.Duration
+		if q.held && !q.recordDone() {
+			wait = q.backoff // Durable still fails: nothing more fires until it passes
+		} else {
+			if wait, err = q.fireOne(ctx); err != nil {
+				return err
+			}
+			if wait == 0 && len(q.undone) < doneBatch {
+				continue
+			}
+			if !q.recordDone() {
+				wait = q.backoff
+			}
 		}
 		switch {
 		case wait == 0:
@@ -491,7 +499,7 @@ func (q *Queue) loop(ctx context.Context, drain bool) error {
 		case <-timeout:
 		}
 	}
-	return q.failure()
+	return nil
 }
 
 // fireOne fires the first copy if it is due and returns 0. Otherwise it
@@ -559,11 +567,13 @@ func (q *Queue) fireOne(ctx context.Context) (time.Duration, error) {
 // stay pending in the spool, and the next call tries again. A spool that
 // fails here is reported by the loop.
 func (q *Queue) recordDone() bool {
+	q.held = false
 	if len(q.undone) == 0 {
 		return true
 	}
 	if q.durable != nil {
 		if err := q.durable(); err != nil {
+			q.held = true
 			if ok, suppressed := q.durableLog.Allow(time.Now()); ok {
 				q.log.Warn("fired copies cannot be made durable; they stay pending in the spool and are synced again",
 					"copies", len(q.undone), "suppressed", suppressed, "err", err)
@@ -678,7 +688,9 @@ func (q *Queue) maybeCompact() {
 	}
 	need := func() bool {
 		dead := q.sp.dead()
-		return q.err == nil && !q.closed && dead >= q.compactFloor && dead > q.sp.live
+		// Copies fired but not yet recorded done keep their schedule
+		// records until they are: a compaction would drop them.
+		return q.err == nil && !q.closed && len(q.undone) == 0 && dead >= q.compactFloor && dead > q.sp.live
 	}
 	q.mu.Lock()
 	ok := need()

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -554,4 +555,89 @@ func spoolPending(t *testing.T, dir string) []string {
 	}
 	defer q.Close()
 	return pendingKeys(t, q)
+}
+
+// TestUndoneSurvivesCompaction: copies fired while Durable fails keep
+// their schedule records through a compaction, count as pending, and are
+// recorded done once Durable passes; the spool then opens cleanly.
+func TestUndoneSurvivesCompaction(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		var failing atomic.Bool
+		failing.Store(true)
+		var mu sync.Mutex
+		var atDurable []string
+		q, err := Open(Options{Dir: dir, Fire: (&recorder{t: t}).fire, CompactMinBytes: 500, RetryBackoff: time.Second,
+			Durable: func() error {
+				mu.Lock()
+				atDurable = spoolPending(t, dir)
+				mu.Unlock()
+				if failing.Load() {
+					return errors.New("sync failed")
+				}
+				return nil
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		now := time.Now()
+		for _, k := range []string{"a", "b", "c"} {
+			if err := q.Schedule(testCopy(k, now, 1000), now); err != nil {
+				t.Fatal(err)
+			}
+		}
+		mustSchedule(t, q, "later", now.Add(time.Hour))
+		stop := runQueue(t, q)
+		time.Sleep(500 * time.Millisecond)
+		synctest.Wait()
+		stop()
+		if got := q.Pending(); got != 4 {
+			t.Errorf("Pending = %d after three copies fired that are not durable, want 4", got)
+		}
+		// A second run begins with a compaction check; Durable still fails.
+		dctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		if n, err := q.Drain(dctx); n != 4 || err != nil {
+			t.Errorf("Drain = %d, %v; want 4 pending, no error", n, err)
+		}
+		cancel()
+		mu.Lock()
+		seen := atDurable
+		mu.Unlock()
+		if want := []string{"a", "b", "c", "later"}; !slices.Equal(seen, want) {
+			t.Errorf("the spool on disk while Durable ran held %q, want %q", seen, want)
+		}
+		failing.Store(false)
+		dctx, cancel = context.WithTimeout(context.Background(), 3*time.Second)
+		q.Drain(dctx)
+		cancel()
+		if err := q.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := spoolPending(t, dir), []string{"later"}; !slices.Equal(got, want) {
+			t.Errorf("the spool once Durable passed: %q pending, want %q", got, want)
+		}
+	})
+}
+
+// TestNothingFiresWhileDurableFails: after Durable failed, no copy fires
+// until a later try of it passes.
+func TestNothingFiresWhileDurableFails(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var calls atomic.Int32
+		r := &recorder{t: t}
+		q := mustOpen(t, Options{Dir: t.TempDir(), Fire: r.fire, RetryBackoff: time.Second,
+			Durable: func() error { calls.Add(1); return errors.New("sync failed") }})
+		now := time.Now()
+		mustSchedule(t, q, "first", now.Add(time.Second))
+		for range 300 {
+			mustSchedule(t, q, "x", now.Add(1500*time.Millisecond))
+		}
+		stop := runQueue(t, q)
+		defer stop()
+		time.Sleep(5200 * time.Millisecond)
+		synctest.Wait()
+		if n := len(r.all()); n != 1 || calls.Load() < 4 {
+			t.Errorf("%d copies fired, Durable tried %d times, in 5s of failing Durable; want 1 fired and a try each second", n, calls.Load())
+		}
+	})
 }
