@@ -47,16 +47,12 @@ torture:
 		$(GO) test -race -count=1 -run '^TestCrashKill9$$' -v -timeout 30m ./cmd/streamd > "$$out" 2>&1; \
 	then grep -E 'audit:|seed|^(ok|---)' "$$out"; else cat "$$out"; exit 1; fi
 
-# fuzz runs every Fuzz target for $(FUZZTIME); a longer run: make fuzz FUZZTIME=1h
+# fuzz runs every Fuzz target for $(FUZZTIME), $(FUZZJOBS) targets at a time
+# (tools/fuzz.sh). The long run, one hour per target, on 2 cores:
+#   make fuzz FUZZTIME=1h FUZZJOBS=2
+FUZZJOBS ?= 1
 fuzz:
-	@echo ">> fuzzing each target for $(FUZZTIME)"
-	@set -e; for pkg in $$($(GO) list ./...); do \
-		dir=$$($(GO) list -f '{{.Dir}}' $$pkg); \
-		for t in $$(grep -ho '^func Fuzz[A-Za-z0-9_]*' $$dir/*_test.go 2>/dev/null | sed 's/^func //'); do \
-			echo ">> $$pkg $$t"; \
-			$(GO) test -run='^$$' -fuzz="^$$t$$" -fuzztime=$(FUZZTIME) $$pkg; \
-		done; \
-	done
+	@GO=$(GO) tools/fuzz.sh $(FUZZTIME) $(FUZZJOBS)
 
 style:
 	@echo ">> checking gofmt"
