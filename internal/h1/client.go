@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -62,6 +63,15 @@ const DrainLimit = 64 << 10
 // copyLimit is the largest body copied behind the request header for one
 // write; a larger body is written from the caller's slice with writev.
 const copyLimit = 4 << 10
+
+// MaxHeaderBytes bounds the status line and header fields of a response
+// (with the interim responses before it), so that a server that sends
+// header fields without end cannot make the client hold them all.
+const MaxHeaderBytes = 1 << 20
+
+// errHeaderTooLarge is the error of a response whose header passes
+// MaxHeaderBytes.
+var errHeaderTooLarge = fmt.Errorf("response header larger than %d bytes", MaxHeaderBytes)
 
 // Client posts requests to one URL. It is safe for concurrent use: each
 // exchange has a connection to itself.
@@ -219,10 +229,12 @@ func (c *Client) exchange(ctx context.Context, pc *conn, deadline time.Time, r *
 	}
 	pc.nreadBefore = pc.nread
 	werr := c.write(pc, r)
+	pc.readLimit = pc.nread + int64(pc.br.Buffered()) + MaxHeaderBytes
 	resp, err := http.ReadResponse(pc.br, nil)
 	for err == nil && resp.StatusCode >= 100 && resp.StatusCode <= 199 && resp.StatusCode != http.StatusSwitchingProtocols {
 		resp, err = http.ReadResponse(pc.br, nil) // an interim response: the final one follows
 	}
+	pc.readLimit = math.MaxInt64
 	if err != nil {
 		stop()
 		return nil, cmp.Or(werr, err)
@@ -309,7 +321,7 @@ func (c *Client) dial(ctx context.Context, deadline time.Time) (*conn, error) {
 		nc.Close()
 		return nil, err
 	}
-	pc := &conn{Conn: nc}
+	pc := &conn{Conn: nc, readLimit: math.MaxInt64}
 	pc.br = bufio.NewReaderSize(pc, 4<<10)
 	return pc, nil
 }
@@ -346,7 +358,8 @@ func (c *Client) connect(nc net.Conn) error {
 	}
 	// The server speaks only once the TLS handshake starts, so nothing but
 	// the proxy's response is read here.
-	resp, err := http.ReadResponse(bufio.NewReaderSize(nc, 1<<10), &http.Request{Method: http.MethodConnect})
+	br := bufio.NewReaderSize(io.LimitReader(nc, MaxHeaderBytes), 1<<10)
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
 	if err != nil {
 		return fmt.Errorf("proxy: CONNECT: %w", err)
 	}
@@ -423,11 +436,19 @@ type conn struct {
 	wbuf        []byte
 	nread       int64 // bytes read on the connection
 	nreadBefore int64 // nread when the current request was written
+	readLimit   int64 // nread at which reading fails: the end of MaxHeaderBytes while a header is read
 	reused      bool  // it carried an earlier exchange
 	idleSince   time.Time
 }
 
 func (pc *conn) Read(p []byte) (int, error) {
+	left := pc.readLimit - pc.nread
+	if left <= 0 {
+		return 0, errHeaderTooLarge
+	}
+	if int64(len(p)) > left {
+		p = p[:left]
+	}
 	n, err := pc.Conn.Read(p)
 	pc.nread += int64(n)
 	return n, err

@@ -654,3 +654,25 @@ func TestTLSSessionResumed(t *testing.T) {
 		t.Errorf("%d connections, %d resumed; want 3, of which the last 2 resumed", conns.Load(), resumed.Load())
 	}
 }
+
+func TestPostHeaderTooLarge(t *testing.T) {
+	// A server that sends header fields without end: the client gives up
+	// at MaxHeaderBytes instead of holding them all.
+	url, _ := rawServer(t, func(c net.Conn, br *bufio.Reader) {
+		if readRequest(br) != nil {
+			return
+		}
+		io.WriteString(c, "HTTP/1.1 200 OK\r\n")
+		field := "X-Filler: " + strings.Repeat("f", 1000) + "\r\n"
+		for range 2 * MaxHeaderBytes / len(field) {
+			if _, err := io.WriteString(c, field); err != nil {
+				return
+			}
+		}
+	})
+	c := newClient(t, Options{}, url)
+	_, err := c.Post(t.Context(), testTimeout, &Request{})
+	if !errors.Is(err, errHeaderTooLarge) {
+		t.Errorf("Post: %v, want %v", err, errHeaderTooLarge)
+	}
+}
