@@ -39,9 +39,11 @@ F:11: subscription[0].backoff[2]: must be positive, not -1m0s`},
 F:15: subscription[0].handler.format: not an option of the http handler, which takes url, timeout, headers, bearer_token_file and ca_file`},
 		{"handler-kind", ModeRun, `F:12: subscription[0].handler.kind: unknown handler kind "kafka": use http, exec, stdout or discard`},
 		{"http-no-url", ModeRun, `F:11: subscription[0].handler.url: required: the http:// or https:// URL records are POSTed to`},
-		{"http-headers", ModeRun, `F:14: subscription[0].handler.headers.Content-Length: Content-Length is written by streamd's HTTP transport
+		{"http-headers", ModeRun, `F:13: subscription[0].handler.url: "http://billing.example/orders?tenant=a b": the query holds a space, a control character or a byte beyond ASCII; percent-encode it
+F:14: subscription[0].handler.headers.Content-Length: Content-Length is written by streamd's HTTP transport
 F:14: subscription[0].handler.headers.Host: "bücher.example" is not a host[:port] (a name with letters beyond ASCII goes in its xn-- form)
-F:14: subscription[0].handler.headers.Streamd-Seq: the Streamd- prefix is reserved for the headers streamd sends with each record`},
+F:14: subscription[0].handler.headers.Streamd-Seq: the Streamd- prefix is reserved for the headers streamd sends with each record
+F:14: subscription[0].handler.headers.user-agent: the same header as "User-Agent": header names are case-insensitive`},
 		{"http-secrets", ModeRun, `F:13: subscription[0].handler.url: "https://bob:xxxxx@billing.example/orders" holds credentials: the configuration holds no secrets; put a token in bearer_token_file
 F:15: subscription[0].handler.headers."Bad Name": "Bad Name" is not an HTTP header name
 F:15: subscription[0].handler.headers.Authorization: the configuration holds no secrets: put the token in bearer_token_file`},

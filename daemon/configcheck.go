@@ -2,7 +2,9 @@ package daemon
 
 import (
 	"errors"
+	"maps"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -208,11 +210,19 @@ func (l *loader) checkHTTP(p keyPath, h *HandlerConfig) {
 		l.errorf(q, "%q has no host", h.URL)
 	case u.User != nil:
 		l.errorf(q, "%q holds credentials: the configuration holds no secrets; put a token in bearer_token_file", u.Redacted())
+	case !validRequestTarget(u.RequestURI()):
+		l.errorf(q, "%q: the query holds a space, a control character or a byte beyond ASCII; percent-encode it", h.URL)
 	}
 	l.positive(p.k("timeout"), h.Timeout)
-	for name, value := range h.Headers {
+	seen := map[string]string{}
+	for _, name := range slices.Sorted(maps.Keys(h.Headers)) {
+		value := h.Headers[name]
 		q := p.k("headers").k(name)
+		first, dup := seen[http.CanonicalHeaderKey(name)]
+		seen[http.CanonicalHeaderKey(name)] = name
 		switch {
+		case dup:
+			l.errorf(q, "the same header as %q: header names are case-insensitive", first)
 		case !validHeaderName(name):
 			l.errorf(q, "%q is not an HTTP header name", name)
 		case strings.EqualFold(name, "Authorization"):

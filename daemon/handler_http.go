@@ -110,6 +110,9 @@ func newHTTPHandler(cfg HandlerConfig) (*httpHandler, error) {
 	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
 		return nil, errors.New("url: use an http:// or https:// URL with a host")
 	}
+	if !validRequestTarget(u.RequestURI()) {
+		return nil, errors.New("url: the query holds a space, a control character or a byte beyond ASCII; percent-encode it")
+	}
 	h := &httpHandler{
 		contentType: []byte("application/octet-stream"),
 		timeout:     time.Duration(cmp.Or(cfg.Timeout, defaultHTTPTimeout)),
@@ -351,6 +354,17 @@ func (h *httpHandler) transportError(ctx context.Context, err error) error {
 		return fmt.Errorf("http: timed out after %s", h.timeout)
 	}
 	return fmt.Errorf("http: %w", err)
+}
+
+// validRequestTarget reports whether a request-target can go on the request
+// line as it is: printable ASCII without spaces.
+func validRequestTarget(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] >= 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 // isTimeout reports whether err is a deadline passing: the connection's, or

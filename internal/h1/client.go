@@ -27,6 +27,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -229,6 +230,9 @@ func (c *Client) exchange(ctx context.Context, pc *conn, deadline time.Time, r *
 	}
 	pc.nreadBefore = pc.nread
 	werr := c.write(pc, r)
+	if werr != nil {
+		werr = fmt.Errorf("writing the request: %w", werr)
+	}
 	pc.readLimit = pc.nread + int64(pc.br.Buffered()) + MaxHeaderBytes
 	resp, err := http.ReadResponse(pc.br, nil)
 	for err == nil && resp.StatusCode >= 100 && resp.StatusCode <= 199 && resp.StatusCode != http.StatusSwitchingProtocols {
@@ -237,7 +241,7 @@ func (c *Client) exchange(ctx context.Context, pc *conn, deadline time.Time, r *
 	pc.readLimit = math.MaxInt64
 	if err != nil {
 		stop()
-		return nil, cmp.Or(werr, err)
+		return nil, cmp.Or(werr, fmt.Errorf("reading the response: %w", err))
 	}
 	// A response despite a failed write is the server's answer before it
 	// read the whole body (a 413, say), after which it closed.
@@ -375,12 +379,19 @@ func (c *Client) connect(nc net.Conn) error {
 func (c *Client) put(pc *conn) {
 	// Bytes after the response mean its framing is not to be trusted; the
 	// exchange's deadline must not outlive it (it would fail the peek).
-	if pc.br.Buffered() > 0 || pc.SetDeadline(time.Time{}) != nil {
+	if pc.br.Buffered() > 0 || tlsHolds(pc) || pc.SetDeadline(time.Time{}) != nil {
 		pc.Close()
 		return
 	}
-	pc.idleSince = time.Now()
+	now := time.Now()
+	pc.idleSince = now
 	c.mu.Lock()
+	// The pool is used last in, first out: the connections at its bottom
+	// are the ones that go stale.
+	for len(c.idle) > 0 && now.Sub(c.idle[0].idleSince) > c.idleTimeout {
+		c.idle[0].Close()
+		c.idle = c.idle[1:]
+	}
 	if c.closed || len(c.idle) >= c.maxIdle {
 		c.mu.Unlock()
 		pc.Close()
@@ -388,6 +399,19 @@ func (c *Client) put(pc *conn) {
 	}
 	c.idle = append(c.idle, pc)
 	c.mu.Unlock()
+}
+
+// tlsHolds reports whether a TLS connection holds bytes after the response
+// in its own buffers, where neither the bufio buffer nor the peek at the
+// socket sees them: a read that cannot wait (its deadline has passed, so it
+// makes no system call) finds them.
+func tlsHolds(pc *conn) bool {
+	if _, ok := pc.Conn.(*tls.Conn); !ok {
+		return false
+	}
+	pc.SetReadDeadline(time.Unix(1, 0))
+	_, err := pc.br.Peek(1)
+	return !errors.Is(err, os.ErrDeadlineExceeded)
 }
 
 // Close closes the idle connections, and each connection in use once its

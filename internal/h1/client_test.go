@@ -210,6 +210,12 @@ func TestPostClosesConnections(t *testing.T) {
 // returns its address and a count of accepted connections.
 func rawServer(t *testing.T, serve func(c net.Conn, br *bufio.Reader)) (string, *atomic.Int64) {
 	t.Helper()
+	return rawServerTLS(t, nil, serve)
+}
+
+// rawServerTLS is rawServer over TLS with cfg, or plain when cfg is nil.
+func rawServerTLS(t *testing.T, cfg *tls.Config, serve func(c net.Conn, br *bufio.Reader)) (string, *atomic.Int64) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -223,6 +229,9 @@ func rawServer(t *testing.T, serve func(c net.Conn, br *bufio.Reader)) (string, 
 				return
 			}
 			n.Add(1)
+			if cfg != nil {
+				c = tls.Server(c, cfg)
+			}
 			wg.Go(func() {
 				defer c.Close()
 				serve(c, bufio.NewReader(c))
@@ -233,7 +242,24 @@ func rawServer(t *testing.T, serve func(c net.Conn, br *bufio.Reader)) (string, 
 		ln.Close()
 		wg.Wait()
 	})
-	return "http://" + ln.Addr().String() + "/", &n
+	scheme := "http://"
+	if cfg != nil {
+		scheme = "https://"
+	}
+	return scheme + ln.Addr().String() + "/", &n
+}
+
+// testTLS returns a server TLS configuration and the roots that trust it.
+func testTLS(t *testing.T) (*tls.Config, *x509.CertPool) {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(nil)
+	srv.StartTLS() // for its certificate
+	defer srv.Close()
+	cfg := srv.TLS.Clone()
+	cfg.NextProtos = nil
+	roots := x509.NewCertPool()
+	roots.AddCert(srv.Certificate())
+	return cfg, roots
 }
 
 // readRequest reads one request and its body from br.
@@ -674,5 +700,74 @@ func TestPostHeaderTooLarge(t *testing.T) {
 	_, err := c.Post(t.Context(), testTimeout, &Request{})
 	if !errors.Is(err, errHeaderTooLarge) {
 		t.Errorf("Post: %v, want %v", err, errHeaderTooLarge)
+	}
+}
+
+func TestPostStrayResponse(t *testing.T) {
+	// A server that sends a second response right behind the first, in
+	// its own write (over TLS, its own record, which the TLS connection
+	// may read ahead into its buffers): it is never taken for the answer
+	// to the next request.
+	serverTLS, roots := testTLS(t)
+	for _, tt := range []struct {
+		name string
+		tls  *tls.Config
+	}{{"plain", nil}, {"TLS", serverTLS}} {
+		t.Run(tt.name, func(t *testing.T) {
+			url, _ := rawServerTLS(t, tt.tls, func(c net.Conn, br *bufio.Reader) {
+				for n := 0; readRequest(br) == nil; n++ {
+					if n == 0 {
+						io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+						io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nstray")
+						continue
+					}
+					io.WriteString(c, "HTTP/1.1 202 Accepted\r\nContent-Length: 4\r\n\r\nreal")
+				}
+			})
+			c := newClient(t, Options{TLS: &tls.Config{RootCAs: roots}}, url)
+			for i := range 20 {
+				if _, body := post(t, c, &Request{}); body == "stray" {
+					t.Fatalf("post %d got the stray response sent before it", i)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
+	}
+}
+
+func TestIdleConnectionsExpire(t *testing.T) {
+	// Three connections after a burst; then one at a time uses only the
+	// last one put back. The two beneath it are closed once they have been
+	// idle for IdleTimeout.
+	var closed atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(50 * time.Millisecond)
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateClosed {
+			closed.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	c := newClient(t, Options{IdleTimeout: 200 * time.Millisecond}, srv.URL)
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Go(func() { post(t, c, &Request{}) })
+	}
+	wg.Wait()
+	for range 8 {
+		post(t, c, &Request{})
+	}
+	eventually(t, 2*time.Second, func() bool { return closed.Load() == 2 })
+}
+
+// eventually waits up to d for cond.
+func eventually(t *testing.T, d time.Duration, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(d); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("condition not met in time")
+		}
 	}
 }
