@@ -481,7 +481,15 @@ func TestFaultReadOnlyStateDir(t *testing.T) {
 	// Writable again: commits resume by themselves.
 	remount(t, state, "remount,bind,rw")
 	eventually(t, 5*time.Second, "the positions to be committed after the remount", committed(5))
-	okCommits := metricValue(t, addr, `streamd_offset_commits_total{result="success"}`)
+	// The sidecar is visible at its rename; the commit is counted after
+	// the directory's fsync. Take the count once it has settled.
+	var okCommits float64
+	eventually(t, 5*time.Second, "the successful commits to settle", func() bool {
+		before := metricValue(t, addr, `streamd_offset_commits_total{result="success"}`)
+		time.Sleep(300 * time.Millisecond) // three commit intervals
+		okCommits = metricValue(t, addr, `streamd_offset_commits_total{result="success"}`)
+		return okCommits == before
+	})
 
 	// Stopped while read-only: the final commit fails, and says so.
 	remount(t, state, "remount,bind,ro")
