@@ -95,15 +95,21 @@
 // # Crash semantics
 //
 // Schedule appends the schedule record and fsyncs the file before it
-// returns; concurrent calls share one fsync (group commit). After a copy is
-// fired, a done record is appended without fsync. Therefore:
+// returns; concurrent calls share one fsync (group commit). After copies
+// are fired, [Options.Durable] makes them durable where the FireFunc wrote
+// them (the daemon fsyncs its stream files), once for the copies that
+// fired together (up to 256); only then are their done records appended,
+// without fsync. While Durable fails, no more copies fire, the fired ones
+// stay pending in the spool (and count in [Queue.Pending]), and Durable is
+// tried again after [Options.RetryBackoff]. Therefore:
 //
 //   - A copy whose Schedule returned is never lost. A copy whose Schedule
 //     did not return may be lost, or may fire.
 //   - Delivery is at least once: a crash between a successful fire and its
 //     done record reaching the file (kill -9 before the write, or power loss
 //     before the kernel writes the page) fires the copy again after restart,
-//     so the stream gets it twice. [Queue.Close] syncs done records, so a
+//     so the stream gets it twice. A power loss cannot keep a done record
+//     and lose its copy: the copy was durable before the record was written. [Queue.Close] syncs done records, so a
 //     clean stop does not repeat copies.
 //   - A copy never fires before its delay has passed, before or after a
 //     restart, unless the wall clock is stepped forward (see Timing and
