@@ -233,7 +233,7 @@ func (c *Client) exchange(ctx context.Context, pc *conn, deadline time.Time, r *
 	if werr != nil {
 		werr = fmt.Errorf("writing the request: %w", werr)
 	}
-	pc.readLimit = pc.nread + int64(pc.br.Buffered()) + MaxHeaderBytes
+	pc.readLimit = pc.nread + MaxHeaderBytes // the buffer is empty: put and dial leave it so
 	resp, err := http.ReadResponse(pc.br, nil)
 	for err == nil && resp.StatusCode >= 100 && resp.StatusCode <= 199 && resp.StatusCode != http.StatusSwitchingProtocols {
 		resp, err = http.ReadResponse(pc.br, nil) // an interim response: the final one follows
