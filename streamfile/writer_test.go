@@ -268,7 +268,7 @@ func TestWriterRefusesBadInput(t *testing.T) {
 			}
 			after, _ := os.ReadFile(path)
 			if tt.frames != nil {
-				before = after[:0] // the file was created empty-headed by OpenWriter; only the frame must be missing
+				// OpenWriter created the file with its header; only the frame must be missing.
 				if len(after) != HeaderSize {
 					t.Fatalf("file has %d bytes, want only the header", len(after))
 				}

@@ -1060,14 +1060,14 @@ replay = true`, ``))
 
 	time.Sleep(300 * time.Millisecond) // the live one has looked at the file
 	live.put("orders", nil, "m5", "m6", "m7")
-	lg := live.waitXcalls("billing", 2, 10*time.Second)
+	live.waitXcalls("billing", 2, 10*time.Second)
 	time.Sleep(300 * time.Millisecond)
 	for _, p := range []*daemonProc{pa, pl} {
 		if code := p.stop(t); code != 0 {
 			t.Fatalf("exit code %d", code)
 		}
 	}
-	if lg = live.xcalls("billing"); len(lg) != 2 || lg[0].seq != 6 || lg[1].seq != 7 {
+	if lg := live.xcalls("billing"); len(lg) != 2 || lg[0].seq != 6 || lg[1].seq != 7 {
 		t.Fatalf("live start past the end: deliveries %v, want 6 then 7", lg)
 	}
 	if len(all.xcalls("billing")) != 4 {
@@ -1720,12 +1720,12 @@ func TestItem51PanicFailsFast(t *testing.T) {
 	}
 
 	p := e.start()
-	got := e.waitXcalls("billing", 2, 10*time.Second)
+	e.waitXcalls("billing", 2, 10*time.Second)
 	time.Sleep(300 * time.Millisecond)
 	if code := p.stop(t); code != 0 {
 		t.Fatalf("exit code %d", code)
 	}
-	if got = e.xcalls("billing"); len(got) != 2 || got[0].payload != "boom" || got[0].seq != 2 || got[1].payload != "third" {
+	if got := e.xcalls("billing"); len(got) != 2 || got[0].payload != "boom" || got[0].seq != 2 || got[1].payload != "third" {
 		t.Fatalf("after the panic the daemon delivered %v, want boom (seq 2) again, then third", got)
 	}
 }
