@@ -53,6 +53,9 @@ type Decoder struct {
 	onBeacon     func(at int64, b *Beacon)
 	lastReported int64
 	eos          bool
+	// whole is set when buf holds the whole input ([NewBytesDecoder]): it is
+	// never compacted, moved or refilled, and its end is the end of the data.
+	whole bool
 
 	// MaxPayload is the largest payload accepted; larger sizes are a format
 	// error. Zero means [DefaultMaxPayload].
@@ -73,6 +76,17 @@ func NewDecoder(r io.ReaderAt, h Header, offset int64) *Decoder {
 		keys:         make(map[string]string),
 		lastReported: -1,
 	}
+}
+
+// NewBytesDecoder returns a decoder over data, the bytes of a stream file
+// from its first byte (a file mapped into memory, say) whose header is h,
+// that reads from offset as [NewDecoder] does. It decodes in place, without
+// copying: payloads alias data, and stay valid as long as data does. The end
+// of data is the end of the file.
+func NewBytesDecoder(data []byte, h Header, offset int64) *Decoder {
+	d := NewDecoder(nil, h, offset)
+	d.buf, d.bufOff, d.whole = data, 0, true
+	return d
 }
 
 // ReadHeader reads and parses the header of r.
@@ -132,7 +146,9 @@ func (d *Decoder) startErr(err error) error {
 		if !d.have(d.pos, 1) {
 			return io.EOF
 		}
-		d.buf, d.bufOff = d.buf[:0], d.pos
+		if !d.whole {
+			d.buf, d.bufOff = d.buf[:0], d.pos
+		}
 	}
 	return err
 }
@@ -178,7 +194,7 @@ func (d *Decoder) readFrame() (*Record, error) {
 
 // readFrameSlow parses a frame field by field, stepping over beacons.
 func (d *Decoder) readFrameSlow(start int64) (*Record, error) {
-	if start > d.bufOff {
+	if start > d.bufOff && !d.whole {
 		// Nothing of this frame was handed out yet: make room in place.
 		n := copy(d.buf, d.buf[start-d.bufOff:])
 		d.buf = d.buf[:n]
@@ -359,7 +375,7 @@ func (d *Decoder) have(off int64, n int64) bool {
 // compact forgets the buffer once everything in it was read. It runs only
 // between frames, so that no slice handed out during a frame is overwritten.
 func (d *Decoder) compact() {
-	if d.pos-d.bufOff >= int64(len(d.buf)) {
+	if !d.whole && d.pos-d.bufOff >= int64(len(d.buf)) {
 		d.buf = d.buf[:0]
 		d.bufOff = d.pos
 	}
@@ -372,7 +388,7 @@ func (d *Decoder) fill(start, end int64) error {
 	if d.have(start, end-start) {
 		return nil
 	}
-	if d.bufOff+int64(cap(d.buf)) < end && start > d.bufOff {
+	if !d.whole && d.bufOff+int64(cap(d.buf)) < end && start > d.bufOff {
 		if cap(d.buf) < d.readSize() {
 			d.grow(end)
 		} else {
@@ -395,6 +411,9 @@ func (d *Decoder) readSize() int {
 // ErrTruncated when the file ends before.
 func (d *Decoder) ensure(end int64) error {
 	for d.bufOff+int64(len(d.buf)) < end {
+		if d.whole {
+			return ErrTruncated
+		}
 		if len(d.buf) == cap(d.buf) {
 			d.grow(end)
 		}
@@ -441,7 +460,7 @@ func (d *Decoder) SkipToNextBeacon() error {
 // (spec §6.5): skip the rest of the frame that the beacon interrupts, through
 // further beacons when it spans them.
 func (d *Decoder) resync(b int64) (int64, error) {
-	if !d.have(b, 1) {
+	if !d.have(b, 1) && !d.whole {
 		d.buf, d.bufOff = d.buf[:0], b // never read the bytes in between
 	}
 	for {

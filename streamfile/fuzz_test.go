@@ -3,16 +3,19 @@ package streamfile
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 )
 
 // FuzzDecoder feeds arbitrary files to the decoder. It must never panic nor
-// loop, and every frame it accepts must survive a round trip: written again
-// by a Writer into a file with the same header, the frames decode the same.
+// loop, it must decode the same with and without read-ahead, and every frame
+// it accepts must survive a round trip: written again by a Writer into a
+// file with the same header, the frames decode the same.
 func FuzzDecoder(f *testing.F) {
 	for _, name := range vectorNames {
 		b, err := os.ReadFile(filepath.Join(vectorDir, name+".ss"))
@@ -28,39 +31,17 @@ func FuzzDecoder(f *testing.F) {
 
 // decodeRoundTrip is the body of FuzzDecoder.
 func decodeRoundTrip(t *testing.T, file []byte) {
-	r := bytes.NewReader(file)
-	h, err := ReadHeader(r)
+	h, err := ReadHeader(bytes.NewReader(file))
 	if err != nil {
 		return
 	}
-	d := NewDecoder(r, h, HeaderSize)
-	d.ReadSize = 97 // odd reads exercise the buffer edges
-	var frames []Frame
-	for i := 0; ; i++ {
-		if i > len(file) {
-			t.Fatal("more frames than bytes: the decoder loops")
-		}
-		rec, err := d.Next()
-		var ce *ChecksumError
-		if errors.As(err, &ce) {
-			continue
-		}
-		if err != nil {
-			if errors.Is(err, io.EOF) || errors.Is(err, ErrTruncated) || errors.Is(err, ErrEndOfStream) {
-				break
-			}
-			var fe *FormatError
-			if !errors.As(err, &fe) {
-				t.Fatalf("unexpected error type %T: %v", err, err)
-			}
-			break
-		}
-		if rec.End <= rec.Offset || rec.End > int64(len(file)) {
-			t.Fatalf("frame at %d ends at %d (file %d bytes)", rec.Offset, rec.End, len(file))
-		}
-		fr := rec.Frame
-		fr.Payload = bytes.Clone(rec.Payload)
-		frames = append(frames, fr)
+	frames, stops := fuzzDecode(t, file, h, false)
+	inPlace, inPlaceStops := fuzzDecode(t, file, h, true)
+	if err := sameFrames(inPlace, frames); err != nil {
+		t.Fatalf("in place: %v", err)
+	}
+	if !slices.Equal(inPlaceStops, stops) {
+		t.Fatalf("in place the decoder stopped at %q, through reads at %q", inPlaceStops, stops)
 	}
 	var valid []Frame
 	for _, fr := range frames {
@@ -94,6 +75,50 @@ func decodeRoundTrip(t *testing.T, file []byte) {
 	}
 	if err := sameFrames(got, want); err != nil {
 		t.Fatalf("round trip: %v", err)
+	}
+}
+
+// fuzzDecode decodes file to its end, through odd-sized reads or in place,
+// skipping to the next beacon after a format error, and returns the frames
+// (payloads copied, checksum errors left out) and every error on the way
+// with the position it left.
+func fuzzDecode(t *testing.T, file []byte, h Header, inPlace bool) (frames []Frame, stops []string) {
+	d := NewDecoder(bytes.NewReader(file), h, HeaderSize)
+	d.ReadSize = 97 // odd reads exercise the buffer edges
+	if inPlace {
+		d = NewBytesDecoder(file, h, HeaderSize)
+	}
+	for i := 0; ; i++ {
+		if i > len(file) {
+			t.Fatal("more frames than bytes: the decoder loops")
+		}
+		rec, err := d.Next()
+		if err != nil {
+			stops = append(stops, fmt.Sprintf("%v, then at %d", err, d.Pos()))
+		}
+		var ce *ChecksumError
+		var fe *FormatError
+		switch {
+		case err == nil:
+		case errors.As(err, &ce):
+			continue
+		case errors.Is(err, io.EOF), errors.Is(err, ErrTruncated), errors.Is(err, ErrEndOfStream):
+			return frames, stops
+		case errors.As(err, &fe):
+			if err := d.SkipToNextBeacon(); err != nil {
+				stops = append(stops, fmt.Sprintf("skipping: %v", err))
+				return frames, stops
+			}
+			continue
+		default:
+			t.Fatalf("unexpected error type %T: %v", err, err)
+		}
+		if rec.End <= rec.Offset || rec.End > int64(len(file)) {
+			t.Fatalf("frame at %d ends at %d (file %d bytes)", rec.Offset, rec.End, len(file))
+		}
+		fr := rec.Frame
+		fr.Payload = bytes.Clone(rec.Payload)
+		frames = append(frames, fr)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -99,15 +100,19 @@ func (x expected) frames(t testing.TB) []Frame {
 	return out
 }
 
-// decodeAll reads a whole file the way `streamd decode` does and returns its
-// entries in the expected file's order.
-func decodeAll(t testing.TB, r io.ReaderAt, size int64) (Header, []entry) {
+// decodeAll reads a whole file the way `streamd decode` does, through reads
+// or in place, and returns its entries in the expected file's order.
+func decodeAll(t testing.TB, file []byte, inPlace bool) (Header, []entry) {
 	t.Helper()
+	r, size := bytes.NewReader(file), int64(len(file))
 	h, err := ReadHeader(r)
 	if err != nil {
 		t.Fatal(err)
 	}
 	d := NewDecoder(r, h, HeaderSize)
+	if inPlace {
+		d = NewBytesDecoder(file, h, HeaderSize)
+	}
 	var out, beacons []entry
 	d.OnBeacon(func(at int64, b *Beacon) {
 		e := entry{BeaconAt: &at, Remaining: b.Remaining}
@@ -152,27 +157,33 @@ func decodeAll(t testing.TB, r io.ReaderAt, size int64) (Header, []entry) {
 	}
 }
 
+// TestDecodeVectors decodes every vector through reads (NewDecoder) and in
+// place (NewBytesDecoder) and compares with its expected entries.
 func TestDecodeVectors(t *testing.T) {
 	for _, name := range vectorNames {
-		t.Run(name, func(t *testing.T) {
-			b, err := os.ReadFile(filepath.Join(vectorDir, name+".ss"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			exp := loadExpected(t, name)
-			h, got := decodeAll(t, bytes.NewReader(b), int64(len(b)))
-			if h != exp.header {
-				t.Errorf("header = %+v, want %+v", h, exp.header)
-			}
-			if len(got) != len(exp.entries) {
-				t.Fatalf("got %d entries, want %d", len(got), len(exp.entries))
-			}
-			for i := range got {
-				if !reflect.DeepEqual(got[i], exp.entries[i]) {
-					t.Errorf("entry %d:\n got  %+v\n want %+v", i, got[i], exp.entries[i])
-				}
-			}
-		})
+		for _, inPlace := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/inplace=%v", name, inPlace), func(t *testing.T) { testDecodeVector(t, name, inPlace) })
+		}
+	}
+}
+
+func testDecodeVector(t *testing.T, name string, inPlace bool) {
+	b, err := os.ReadFile(filepath.Join(vectorDir, name+".ss"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp := loadExpected(t, name)
+	h, got := decodeAll(t, b, inPlace)
+	if h != exp.header {
+		t.Errorf("header = %+v, want %+v", h, exp.header)
+	}
+	if len(got) != len(exp.entries) {
+		t.Fatalf("got %d entries, want %d", len(got), len(exp.entries))
+	}
+	for i := range got {
+		if !reflect.DeepEqual(got[i], exp.entries[i]) {
+			t.Errorf("entry %d:\n got  %+v\n want %+v", i, got[i], exp.entries[i])
+		}
 	}
 }
 
@@ -184,7 +195,7 @@ func TestDecodeSmallReads(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, want := decodeAll(t, bytes.NewReader(b), int64(len(b)))
+		_, want := decodeAll(t, b, false)
 		for _, rs := range []int{1, 7, 64} {
 			h, _ := ReadHeader(bytes.NewReader(b))
 			d := NewDecoder(bytes.NewReader(b), h, HeaderSize)

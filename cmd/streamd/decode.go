@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strconv"
 	"syscall"
 	"time"
@@ -69,10 +70,11 @@ func runDecode(args []string, s stdio) int {
 	return code
 }
 
-// decodeFile prints every record of f in file order: messages, the beacons
-// passed on the way (a beacon inside a frame comes after it), and a terminal
-// error record.
-func decodeFile(f *os.File, path string, p printer, out *bufio.Writer, errw io.Writer) int {
+// decodeFile prints every record of f, as it is when the decode starts, in
+// file order: messages, the beacons passed on the way (a beacon inside a
+// frame comes after it), and a terminal error record. The file is decoded
+// in place, mapped into memory, unless it cannot be mapped.
+func decodeFile(f *os.File, path string, p printer, out *bufio.Writer, errw io.Writer) (code int) {
 	h, err := streamfile.ReadHeader(f)
 	if err != nil {
 		if errors.Is(err, streamfile.ErrTruncated) {
@@ -94,7 +96,25 @@ func decodeFile(f *os.File, path string, p printer, out *bufio.Writer, errw io.W
 		line []byte
 	}
 	var pending []pendingBeacon
-	d := streamfile.NewDecoder(f, h, streamfile.HeaderSize)
+	var d *streamfile.Decoder
+	if data, unmap, err := streamfile.MapFile(f, size); err != nil {
+		d = streamfile.NewDecoder(f, h, streamfile.HeaderSize) // not mappable: read it
+	} else {
+		defer unmap()
+		// Another process truncating the file would fault where the
+		// decoder, or a printer reading a payload, touches its lost bytes.
+		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+		defer func() {
+			if e := recover(); e != nil {
+				if _, fault := e.(interface{ Addr() uintptr }); !fault {
+					panic(e)
+				}
+				fmt.Fprintf(errw, "streamd decode: %s: the file shrank while it was decoded (truncated by another process?): decode it again\n", path)
+				code = exitError
+			}
+		}()
+		d = streamfile.NewBytesDecoder(data, h, streamfile.HeaderSize)
+	}
 	d.OnBeacon(func(at int64, b *streamfile.Beacon) {
 		var buf []byte
 		buf = p.appendBeacon(buf, at, b)

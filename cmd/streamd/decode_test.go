@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/streamd/streamd/streamfile"
 )
 
 const vectorDir = "../../testdata/streamfile"
@@ -119,5 +123,49 @@ func TestVersion(t *testing.T) {
 	r := runBinary(t, nil, "version")
 	if r.code != 0 || !strings.HasPrefix(r.stdout, "streamd ") || !strings.Contains(r.stdout, "go1.") {
 		t.Fatalf("version: exit %d, stdout %q", r.code, r.stdout)
+	}
+}
+
+// truncatingPrinter truncates the file being decoded to its header when
+// the first record is printed.
+type truncatingPrinter struct {
+	ndjsonPrinter
+	path string
+	done bool
+}
+
+func (p *truncatingPrinter) appendRecord(dst []byte, r *streamfile.Record) []byte {
+	if !p.done {
+		p.done = true
+		if err := os.Truncate(p.path, streamfile.HeaderSize); err != nil {
+			panic(err)
+		}
+	}
+	return p.ndjsonPrinter.appendRecord(dst, r)
+}
+
+// TestDecodeFileTruncatedWhileMapped truncates a file while decode reads it
+// in place: the fault on the lost bytes becomes a clear error, not a crash.
+func TestDecodeFileTruncatedWhileMapped(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "shrinks.ss")
+	w, err := streamfile.OpenWriter(path, streamfile.CreateOptions{Create: true, Header: streamfile.Header{FileName: "shrinks.ss", BeaconInterval: streamfile.DefaultBeaconInterval}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if err := w.Append(streamfile.Frame{Key: "k", Seq: uint64(i + 1), Payload: make([]byte, 16<<10)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.Close()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out, errw bytes.Buffer
+	code := decodeFile(f, path, &truncatingPrinter{path: path}, bufio.NewWriter(&out), &errw)
+	if code != exitError || !strings.Contains(errw.String(), "shrank while it was decoded") {
+		t.Fatalf("decode of a file truncated under it: exit %d, stderr %q; want %d and the file named as shrunk", code, errw.String(), exitError)
 	}
 }
