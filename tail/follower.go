@@ -85,9 +85,10 @@ type Position struct {
 }
 
 // Record is a frame as a [Follower] delivers it: the frame, where it was
-// found, and in which file.
+// found, and in which file. The frame is the decoder's own record, not a
+// copy, valid as long as the Record.
 type Record struct {
-	streamfile.Record
+	*streamfile.Record
 	// File is the identity of the file the record was read from.
 	File offsets.Identity
 }
@@ -311,7 +312,7 @@ func (fl *Follower) Next(ctx context.Context) (*Record, error) {
 			if fl.err != nil { // the end of stream
 				fl.report()
 			}
-			fl.rec.Record = *rec
+			fl.rec.Record = rec
 			return &fl.rec, nil
 		}
 		var ce *streamfile.ChecksumError

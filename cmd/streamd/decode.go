@@ -202,7 +202,7 @@ func followFile(path string, p printer, s stdio) int {
 				p.header(out, &h)
 				file = r.File
 			}
-			line = p.appendRecord(line[:0], &r.Record)
+			line = p.appendRecord(line[:0], r.Record)
 			out.Write(line)
 			continue
 		}

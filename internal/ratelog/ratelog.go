@@ -6,6 +6,7 @@ package ratelog
 import (
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -40,6 +41,7 @@ func (l *Limiter) Reset(now time.Time) { l.last, l.suppressed = now, 0 }
 // (at most every Every too, for a trouble that comes and goes: the limit
 // holds across spells). It is safe for concurrent use.
 type Trouble struct {
+	failing    atomic.Bool // err != nil, read without the lock on hot paths
 	mu         sync.Mutex
 	err        error // the last failure; nil while there is none
 	since      time.Time
@@ -47,12 +49,9 @@ type Trouble struct {
 	lastPassed time.Time
 }
 
-// Failing reports whether the trouble lasts.
-func (t *Trouble) Failing() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.err != nil
-}
+// Failing reports whether the trouble lasts. It takes no lock: readers
+// call it once per record.
+func (t *Trouble) Failing() bool { return t.failing.Load() }
 
 // Failed records err and logs it with msg unless a line of this trouble was
 // logged less than Every ago.
@@ -63,6 +62,7 @@ func (t *Trouble) Failed(logger *slog.Logger, msg string, err error, attrs ...an
 		t.since = now
 	}
 	t.err = err
+	t.failing.Store(true)
 	ok, suppressed := t.log.Allow(now)
 	t.mu.Unlock()
 	if !ok {
@@ -84,6 +84,7 @@ func (t *Trouble) Passed(logger *slog.Logger, msg string, attrs ...any) {
 	}
 	since, now := t.since, time.Now()
 	t.err = nil
+	t.failing.Store(false)
 	if !t.lastPassed.IsZero() && now.Sub(t.lastPassed) < Every {
 		t.mu.Unlock()
 		return
