@@ -54,10 +54,15 @@ FUZZJOBS ?= 1
 fuzz:
 	@GO=$(GO) tools/fuzz.sh $(FUZZTIME) $(FUZZJOBS)
 
+# style checks gofmt and runs staticcheck (fetched and built through the
+# module proxy on first use: a tool, not a dependency of streamd).
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 style:
 	@echo ">> checking gofmt"
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+	@echo ">> staticcheck"
+	$(GO) run $(STATICCHECK) ./...
 
 vet:
 	@echo ">> go vet"

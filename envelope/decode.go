@@ -44,7 +44,7 @@ func decode(record []byte) (Headers, []byte, bool) {
 	// Every other byte outside the base64 alphabet fails to decode, so a
 	// record that gets past here is ASCII and thus valid UTF-8, as §9.4
 	// step 1 requires.
-	if bytes.IndexAny(text, "\r\n") >= 0 {
+	if bytes.ContainsAny(text, "\r\n") {
 		return nil, nil, false
 	}
 	framed := make([]byte, strictBase64.DecodedLen(len(text)))

@@ -103,12 +103,12 @@ func fitsRS1(h Headers) bool {
 // is split on '\n', loses a trailing '\r', has both halves trimmed, and is read
 // as UTF-8.
 func rs1Safe(s string) bool {
-	return utf8.ValidString(s) && strings.IndexAny(s, "\r\n") < 0 && strings.TrimSpace(s) == s
+	return utf8.ValidString(s) && !strings.ContainsAny(s, "\r\n") && strings.TrimSpace(s) == s
 }
 
 // rs1SafeBytes is [rs1Safe] for a value held as bytes.
 func rs1SafeBytes(b []byte) bool {
-	return utf8.Valid(b) && bytes.IndexAny(b, "\r\n") < 0 && len(bytes.TrimSpace(b)) == len(b)
+	return utf8.Valid(b) && !bytes.ContainsAny(b, "\r\n") && len(bytes.TrimSpace(b)) == len(b)
 }
 
 // appendRS1Block appends the rs1 block of h: "name: value\n" per header.
