@@ -80,9 +80,10 @@ func NewDecoder(r io.ReaderAt, h Header, offset int64) *Decoder {
 
 // NewBytesDecoder returns a decoder over data, the bytes of a stream file
 // from its first byte (a file mapped into memory, say) whose header is h,
-// that reads from offset as [NewDecoder] does. It decodes in place, without
-// copying: payloads alias data, and stay valid as long as data does. The end
-// of data is the end of the file.
+// that reads from offset as [NewDecoder] does. It decodes in place: a
+// payload aliases data, or the decoder's own buffer for a payload split by
+// a beacon, and is valid until the next call to Next, as with NewDecoder.
+// The end of data is the end of the file.
 func NewBytesDecoder(data []byte, h Header, offset int64) *Decoder {
 	d := NewDecoder(nil, h, offset)
 	d.buf, d.bufOff, d.whole = data, 0, true
@@ -239,7 +240,7 @@ func (d *Decoder) finishFields(start int64, key string, fields, payload, tail []
 	r.Shard = binary.BigEndian.Uint64(fields[0:])
 	r.Seq = binary.BigEndian.Uint64(fields[8:])
 	r.TimestampMs = binary.BigEndian.Uint64(fields[16:])
-	r.Payload = payload
+	r.Payload = payload[:len(payload):len(payload)] // an append copies, never writes over what follows
 	r.Offset, r.End = start, end
 	r.Checksum = binary.BigEndian.Uint16(tail)
 	if r.TimestampMs > maxTimestampMs {
@@ -466,6 +467,11 @@ func (d *Decoder) resync(b int64) (int64, error) {
 	for {
 		n, err := d.readBeacon(b)
 		if err != nil {
+			if d.bufOff > d.pos {
+				// The buffer must start at or before the position for a
+				// later Next.
+				d.buf, d.bufOff = d.buf[:0], d.pos
+			}
 			return 0, err
 		}
 		skip := min(int64(d.beacon.Remaining), d.interval-int64(n))

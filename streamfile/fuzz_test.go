@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"testing"
 )
@@ -26,6 +25,9 @@ func FuzzDecoder(f *testing.F) {
 	}
 	small, _ := AppendHeader(nil, &Header{FileName: "s", BeaconInterval: 128})
 	f.Add(append(small, bytes.Repeat([]byte{0x0D, 0, 0, 0, 5, 0, 0x0D}, 30)...))
+	// No frame, and no beacon to skip to before the end.
+	bad, _ := AppendHeader(nil, &Header{FileName: "b", BeaconInterval: 1024})
+	f.Add(append(append(bad, 0xFF), bytes.Repeat([]byte{1}, 300)...))
 	f.Fuzz(decodeRoundTrip)
 }
 
@@ -35,13 +37,13 @@ func decodeRoundTrip(t *testing.T, file []byte) {
 	if err != nil {
 		return
 	}
-	frames, stops := fuzzDecode(t, file, h, false)
-	inPlace, inPlaceStops := fuzzDecode(t, file, h, true)
+	frames, events := fuzzDecode(t, file, h, false)
+	inPlace, inPlaceEvents := fuzzDecode(t, file, h, true)
 	if err := sameFrames(inPlace, frames); err != nil {
 		t.Fatalf("in place: %v", err)
 	}
-	if !slices.Equal(inPlaceStops, stops) {
-		t.Fatalf("in place the decoder stopped at %q, through reads at %q", inPlaceStops, stops)
+	if i := firstDifference(inPlaceEvents, events); i >= 0 {
+		t.Fatalf("event %d differs: in place %q, through reads %q", i, inPlaceEvents[i:min(i+1, len(inPlaceEvents))], events[i:min(i+1, len(events))])
 	}
 	var valid []Frame
 	for _, fr := range frames {
@@ -80,21 +82,23 @@ func decodeRoundTrip(t *testing.T, file []byte) {
 
 // fuzzDecode decodes file to its end, through odd-sized reads or in place,
 // skipping to the next beacon after a format error, and returns the frames
-// (payloads copied, checksum errors left out) and every error on the way
-// with the position it left.
-func fuzzDecode(t *testing.T, file []byte, h Header, inPlace bool) (frames []Frame, stops []string) {
+// (payloads copied, checksum errors left out) and what happened on the way:
+// each record's place and checksum, each beacon, each error with the
+// position it left.
+func fuzzDecode(t *testing.T, file []byte, h Header, inPlace bool) (frames []Frame, events []string) {
 	d := NewDecoder(bytes.NewReader(file), h, HeaderSize)
 	d.ReadSize = 97 // odd reads exercise the buffer edges
 	if inPlace {
 		d = NewBytesDecoder(file, h, HeaderSize)
 	}
+	d.OnBeacon(func(at int64, b *Beacon) { events = append(events, fmt.Sprintf("beacon at %d: %+v", at, *b)) })
 	for i := 0; ; i++ {
 		if i > len(file) {
 			t.Fatal("more frames than bytes: the decoder loops")
 		}
 		rec, err := d.Next()
 		if err != nil {
-			stops = append(stops, fmt.Sprintf("%v, then at %d", err, d.Pos()))
+			events = append(events, fmt.Sprintf("%v, then at %d", err, d.Pos()))
 		}
 		var ce *ChecksumError
 		var fe *FormatError
@@ -103,11 +107,13 @@ func fuzzDecode(t *testing.T, file []byte, h Header, inPlace bool) (frames []Fra
 		case errors.As(err, &ce):
 			continue
 		case errors.Is(err, io.EOF), errors.Is(err, ErrTruncated), errors.Is(err, ErrEndOfStream):
-			return frames, stops
+			return frames, events
 		case errors.As(err, &fe):
 			if err := d.SkipToNextBeacon(); err != nil {
-				stops = append(stops, fmt.Sprintf("skipping: %v", err))
-				return frames, stops
+				// The decoder stays at the bad frame, and says so again.
+				_, again := d.Next()
+				events = append(events, fmt.Sprintf("skipping: %v; then %v at %d", err, again, d.Pos()))
+				return frames, events
 			}
 			continue
 		default:
@@ -116,10 +122,22 @@ func fuzzDecode(t *testing.T, file []byte, h Header, inPlace bool) (frames []Fra
 		if rec.End <= rec.Offset || rec.End > int64(len(file)) {
 			t.Fatalf("frame at %d ends at %d (file %d bytes)", rec.Offset, rec.End, len(file))
 		}
+		events = append(events, fmt.Sprintf("record %d-%d checksum %d", rec.Offset, rec.End, rec.Checksum))
 		fr := rec.Frame
 		fr.Payload = bytes.Clone(rec.Payload)
 		frames = append(frames, fr)
 	}
+}
+
+// firstDifference returns the index of the first element where a and b
+// differ, counting a missing element as a difference, or -1.
+func firstDifference(a, b []string) int {
+	for i := range max(len(a), len(b)) {
+		if i >= len(a) || i >= len(b) || a[i] != b[i] {
+			return i
+		}
+	}
+	return -1
 }
 
 var (

@@ -70,6 +70,8 @@ func runDecode(args []string, s stdio) int {
 	return code
 }
 
+const shrankMessage = "streamd decode: %s: the file shrank while it was decoded (truncated by another process?); what was printed may be wrong: decode it again\n"
+
 // decodeFile prints every record of f, as it is when the decode starts, in
 // file order: messages, the beacons passed on the way (a beacon inside a
 // frame comes after it), and a terminal error record. The file is decoded
@@ -97,20 +99,35 @@ func decodeFile(f *os.File, path string, p printer, out *bufio.Writer, errw io.W
 	}
 	var pending []pendingBeacon
 	var d *streamfile.Decoder
+	// shrank reports whether the mapped file is now shorter than it was
+	// when mapped, by another process truncating it: its lost bytes read as
+	// zeros up to the end of their page and fault past it, so nothing
+	// decoded from them can be trusted.
+	shrank := func() bool { return false }
 	if data, unmap, err := streamfile.MapFile(f, size); err != nil {
 		d = streamfile.NewDecoder(f, h, streamfile.HeaderSize) // not mappable: read it
 	} else {
 		defer unmap()
-		// Another process truncating the file would fault where the
-		// decoder, or a printer reading a payload, touches its lost bytes.
+		shrank = func() bool {
+			fi, err := f.Stat()
+			return err == nil && fi.Size() < size
+		}
+		// A fault where the decoder, or a printer reading a payload,
+		// touches a page that is gone: the file shrank, or the page could
+		// not be read from the disk.
 		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 		defer func() {
 			if e := recover(); e != nil {
 				if _, fault := e.(interface{ Addr() uintptr }); !fault {
 					panic(e)
 				}
-				fmt.Fprintf(errw, "streamd decode: %s: the file shrank while it was decoded (truncated by another process?): decode it again\n", path)
-				code = exitError
+				if shrank() {
+					fmt.Fprintf(errw, shrankMessage, path)
+					code = exitError
+					return
+				}
+				fmt.Fprintf(errw, "streamd decode: %s: cannot read the file at or after offset %d: a page of the mapped file could not be read (I/O error)\n", path, d.Pos())
+				code = exitUsage
 			}
 		}()
 		d = streamfile.NewBytesDecoder(data, h, streamfile.HeaderSize)
@@ -135,6 +152,10 @@ func decodeFile(f *os.File, path string, p printer, out *bufio.Writer, errw io.W
 			line = p.appendRecord(line[:0], r)
 			out.Write(line)
 			continue
+		}
+		if shrank() {
+			fmt.Fprintf(errw, shrankMessage, path)
+			return exitError
 		}
 		flush(size + 1)
 		var ce *streamfile.ChecksumError
