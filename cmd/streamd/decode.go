@@ -70,8 +70,6 @@ func runDecode(args []string, s stdio) int {
 	return code
 }
 
-const shrankMessage = "streamd decode: %s: the file shrank while it was decoded (truncated by another process?); what was printed may be wrong: decode it again\n"
-
 // decodeFile prints every record of f, as it is when the decode starts, in
 // file order: messages, the beacons passed on the way (a beacon inside a
 // frame comes after it), and a terminal error record. The file is decoded
@@ -99,38 +97,20 @@ func decodeFile(f *os.File, path string, p printer, out *bufio.Writer, errw io.W
 	}
 	var pending []pendingBeacon
 	var d *streamfile.Decoder
-	// shrank reports whether the mapped file is now shorter than it was
-	// when mapped, by another process truncating it: its lost bytes read as
-	// zeros up to the end of their page and fault past it, so nothing
-	// decoded from them can be trusted.
-	shrank := func() bool { return false }
-	if data, unmap, err := streamfile.MapFile(f, size); err != nil {
-		d = streamfile.NewDecoder(f, h, streamfile.HeaderSize) // not mappable: read it
+	m, mapped := mapInPlace(f, h, size)
+	if !mapped {
+		d = streamfile.NewDecoder(f, h, streamfile.HeaderSize) // read it instead
 	} else {
-		defer unmap()
-		shrank = func() bool {
-			fi, err := f.Stat()
-			return err == nil && fi.Size() < size
-		}
+		defer m.unmap()
 		// A fault where the decoder, or a printer reading a payload,
-		// touches a page that is gone: the file shrank, or the page could
-		// not be read from the disk.
+		// touches a page of the mapping that is gone.
 		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 		defer func() {
 			if e := recover(); e != nil {
-				if _, fault := e.(interface{ Addr() uintptr }); !fault {
-					panic(e)
-				}
-				if shrank() {
-					fmt.Fprintf(errw, shrankMessage, path)
-					code = exitError
-					return
-				}
-				fmt.Fprintf(errw, "streamd decode: %s: cannot read the file at or after offset %d: a page of the mapped file could not be read (I/O error)\n", path, d.Pos())
-				code = exitUsage
+				code = m.fault(e, path, errw)
 			}
 		}()
-		d = streamfile.NewBytesDecoder(data, h, streamfile.HeaderSize)
+		d = m.dec
 	}
 	d.OnBeacon(func(at int64, b *streamfile.Beacon) {
 		var buf []byte
@@ -153,8 +133,8 @@ func decodeFile(f *os.File, path string, p printer, out *bufio.Writer, errw io.W
 			out.Write(line)
 			continue
 		}
-		if shrank() {
-			fmt.Fprintf(errw, shrankMessage, path)
+		if mapped && m.changed(err) {
+			fmt.Fprintf(errw, changedMessage, path)
 			return exitError
 		}
 		flush(size + 1)

@@ -180,7 +180,7 @@ func TestDecodeFileTruncatedWhileMapped(t *testing.T) {
 			bw := bufio.NewWriter(&out)
 			code := decodeFile(f, path, &truncatingPrinter{path: path, to: tc.to}, bw, &errw)
 			bw.Flush()
-			if code != exitError || !strings.Contains(errw.String(), "shrank while it was decoded") {
+			if code != exitError || !strings.Contains(errw.String(), "truncated while it was decoded") {
 				t.Fatalf("exit %d, stderr %q; want %d and the file named as shrunk", code, errw.String(), exitError)
 			}
 			if strings.Contains(out.String(), `"error"`) {
