@@ -446,10 +446,18 @@ func (w *Writer) track(f *Frame, checksum uint16) {
 func (w *Writer) encode(f *Frame) {
 	sum := CRC16(f.Payload)
 	w.track(f, sum)
+	left := f.Size()
+	if off := w.end + int64(len(w.buf)); left < w.interval-off%w.interval {
+		// Most frames end before the next boundary (one that ends on it is
+		// followed by a beacon): no beacon to splice in.
+		w.buf = appendFrameHead(w.buf, f)
+		w.buf = append(w.buf, f.Payload...)
+		w.buf = append(w.buf, byte(sum>>8), byte(sum), trailer)
+		return
+	}
 	var headBuf [1 + 255 + 28]byte
 	head := appendFrameHead(headBuf[:0], f)
 	tail := [3]byte{byte(sum >> 8), byte(sum), trailer}
-	left := f.Size()
 	w.emit(head, &left)
 	w.emit(f.Payload, &left)
 	w.emit(tail[:], &left)
