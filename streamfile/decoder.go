@@ -310,8 +310,8 @@ func (d *Decoder) readBeacon(at int64) (int, error) {
 		}
 		l := int64(d.buf[at-d.bufOff+size])
 		msize := l + markerOverhead
-		if size+msize+1 > d.interval {
-			return 0, &FormatError{at, fmt.Sprintf("beacon with %d markers does not fit the beacon interval %d", count, d.interval)}
+		if size+msize+1 >= d.interval {
+			return 0, &FormatError{at, fmt.Sprintf("beacon with %d markers does not fit below the next boundary (interval %d)", count, d.interval)}
 		}
 		if err := d.ensure(at + size + msize); err != nil {
 			return 0, err
@@ -332,8 +332,8 @@ func (d *Decoder) readBeacon(at int64) (int, error) {
 		size += msize
 	}
 	size++ // end marker
-	if size > d.interval {
-		return 0, &FormatError{at, fmt.Sprintf("beacon of %d bytes does not fit the beacon interval %d", size, d.interval)}
+	if size >= d.interval { // spec §6.1: a beacon never reaches the next boundary
+		return 0, &FormatError{at, fmt.Sprintf("beacon of %d bytes does not fit below the next boundary (interval %d)", size, d.interval)}
 	}
 	if err := d.ensure(at + size); err != nil {
 		return 0, err

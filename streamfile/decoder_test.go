@@ -36,3 +36,34 @@ func TestSkipToNextBeaconPastTheEnd(t *testing.T) {
 		})
 	}
 }
+
+// TestBeaconFillingTheInterval: a beacon must end before the next boundary
+// (spec §6.1). One that reaches it would hide the beacon there, so that a
+// decoder started at that boundary reads other frames than one that came
+// through; it is a format error, through reads and in place alike.
+func TestBeaconFillingTheInterval(t *testing.T) {
+	file, err := AppendHeader(nil, &Header{FileName: "full.ss", BeaconInterval: 128})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// At 128, a beacon of 128 bytes: 6, one marker of a 94-byte key (121), the end marker.
+	file = append(file, trailer, 0, 0, 0, 0, 1, 94)
+	file = append(file, bytes.Repeat([]byte{'a'}, 94)...)
+	file = append(file, make([]byte, 26)...)
+	file = append(file, trailer)
+	if len(file) != 256 {
+		t.Fatalf("crafted %d bytes, want 256", len(file))
+	}
+	file = append(file, trailer, 0, 0, 0, 0, 0, trailer) // the beacon at 256
+	for _, inPlace := range []bool{false, true} {
+		h, _ := ReadHeader(bytes.NewReader(file))
+		d := NewDecoder(bytes.NewReader(file), h, HeaderSize)
+		if inPlace {
+			d = NewBytesDecoder(file, h, HeaderSize)
+		}
+		var fe *FormatError
+		if _, err := d.Next(); !errors.As(err, &fe) || fe.Offset != 128 {
+			t.Errorf("in place %v: Next = %v, want a format error at 128", inPlace, err)
+		}
+	}
+}
