@@ -43,11 +43,12 @@ func benchFile(b *testing.B, payload int) (string, int) {
 var benchCached = map[string]bool{}
 
 // cacheAsRead drops the file at path from the page cache and reads it back,
-// so that the kernel holds it as it holds any file read from disk (in the
-// large folios of its read-ahead) whatever wrote it and when. Reading a page
-// cache of small pages, as a file's own small writes can leave it, costs
-// twice as much per byte, which made the decode figures depend on the
-// file's history.
+// so that the kernel holds it as it holds a file read from disk (in the
+// large folios of its read-ahead), whatever wrote it and whatever evicted
+// and read parts of it since. That history decided how fast its pages could
+// be copied or mapped: the same file read at 4 or at 8 GB/s on this machine,
+// which moved the decode figures from one run to the next. On tmpfs, where
+// the file stays in memory, this changes nothing.
 func cacheAsRead(b *testing.B, path string) {
 	f, err := os.Open(path)
 	if err != nil {

@@ -331,10 +331,7 @@ func (d *Decoder) readBeacon(at int64) (int, error) {
 		})
 		size += msize
 	}
-	size++ // end marker
-	if size >= d.interval { // spec §6.1: a beacon never reaches the next boundary
-		return 0, &FormatError{at, fmt.Sprintf("beacon of %d bytes does not fit below the next boundary (interval %d)", size, d.interval)}
-	}
+	size++ // end marker; the check in the loop keeps the beacon below the boundary (spec §6.1)
 	if err := d.ensure(at + size); err != nil {
 		return 0, err
 	}

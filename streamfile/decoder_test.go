@@ -7,6 +7,15 @@ import (
 	"testing"
 )
 
+// newTestDecoder returns a decoder of file, whose header is h, from its
+// first frame: through reads, or in place.
+func newTestDecoder(file []byte, h Header, inPlace bool) *Decoder {
+	if inPlace {
+		return NewBytesDecoder(file, h, HeaderSize)
+	}
+	return NewDecoder(bytes.NewReader(file), h, HeaderSize)
+}
+
 // TestSkipToNextBeaconPastTheEnd: a skip that finds no beacon (the file
 // ends before the next boundary) leaves the decoder at the bad frame, which
 // the next call reports again, through reads and in place alike.
@@ -19,10 +28,7 @@ func TestSkipToNextBeaconPastTheEnd(t *testing.T) {
 	for _, inPlace := range []bool{false, true} {
 		t.Run(fmt.Sprintf("inplace=%v", inPlace), func(t *testing.T) {
 			h, _ := ReadHeader(bytes.NewReader(file))
-			d := NewDecoder(bytes.NewReader(file), h, HeaderSize)
-			if inPlace {
-				d = NewBytesDecoder(file, h, HeaderSize)
-			}
+			d := newTestDecoder(file, h, inPlace)
 			var fe *FormatError
 			if _, err := d.Next(); !errors.As(err, &fe) {
 				t.Fatalf("Next = %v, want a format error", err)
@@ -57,10 +63,7 @@ func TestBeaconFillingTheInterval(t *testing.T) {
 	file = append(file, trailer, 0, 0, 0, 0, 0, trailer) // the beacon at 256
 	for _, inPlace := range []bool{false, true} {
 		h, _ := ReadHeader(bytes.NewReader(file))
-		d := NewDecoder(bytes.NewReader(file), h, HeaderSize)
-		if inPlace {
-			d = NewBytesDecoder(file, h, HeaderSize)
-		}
+		d := newTestDecoder(file, h, inPlace)
 		var fe *FormatError
 		if _, err := d.Next(); !errors.As(err, &fe) || fe.Offset != 128 {
 			t.Errorf("in place %v: Next = %v, want a format error at 128", inPlace, err)

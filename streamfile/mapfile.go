@@ -12,10 +12,12 @@ import (
 // decoded without copying it. Nothing read from data may be used after
 // unmap.
 //
-// A mapped file that another process truncates faults (SIGBUS) where its
-// bytes past the new end are touched. A caller that may meet such a file
-// turns the fault into a panic with [runtime/debug.SetPanicOnFault] and
-// recovers from it; followers of live files read through [NewDecoder].
+// A mapped file that another process truncates reads as zeros from its new
+// end to the end of that page, and faults (SIGBUS) on the pages past it. A
+// caller that may meet such a file turns the fault into a panic with
+// [runtime/debug.SetPanicOnFault], recovers from it, and checks the file
+// again before it trusts an error; followers of live files read through
+// [NewDecoder].
 func MapFile(f *os.File, size int64) (data []byte, unmap func() error, err error) {
 	if size <= 0 || int64(int(size)) != size {
 		return nil, nil, fmt.Errorf("streamfile: map %s: cannot map %d bytes", f.Name(), size)

@@ -109,10 +109,7 @@ func decodeAll(t testing.TB, file []byte, inPlace bool) (Header, []entry) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := NewDecoder(r, h, HeaderSize)
-	if inPlace {
-		d = NewBytesDecoder(file, h, HeaderSize)
-	}
+	d := newTestDecoder(file, h, inPlace)
 	var out, beacons []entry
 	d.OnBeacon(func(at int64, b *Beacon) {
 		e := entry{BeaconAt: &at, Remaining: b.Remaining}

@@ -86,7 +86,7 @@ type Position struct {
 
 // Record is a frame as a [Follower] delivers it: the frame, where it was
 // found, and in which file. The frame is the decoder's own record, not a
-// copy, valid as long as the Record.
+// copy: like its payload, it is valid until the next call to Next.
 type Record struct {
 	*streamfile.Record
 	// File is the identity of the file the record was read from.

@@ -99,7 +99,8 @@ func decodeFile(f *os.File, path string, p printer, out *bufio.Writer, errw io.W
 	var d *streamfile.Decoder
 	m, mapped := mapInPlace(f, h, size)
 	if !mapped {
-		d = streamfile.NewDecoder(f, h, streamfile.HeaderSize) // read it instead
+		// Read it instead, up to the size it had at the start.
+		d = streamfile.NewDecoder(io.NewSectionReader(f, 0, size), h, streamfile.HeaderSize)
 	} else {
 		defer m.unmap()
 		// A fault where the decoder, or a printer reading a payload,

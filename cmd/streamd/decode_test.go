@@ -147,7 +147,7 @@ func (p *truncatingPrinter) appendRecord(dst []byte, r *streamfile.Record) []byt
 
 // TestDecodeFileTruncatedWhileMapped truncates a file while decode reads it
 // in place. Past the new end, bytes in the same page read as zeros and
-// later pages fault; either way the decode reports the file as shrunk,
+// later pages fault; either way the decode reports the file as changed under it,
 // exit 1, never a corrupt frame nor a crash. With 4 KiB pages the first
 // case faults while the first payload is printed, the others read zeros.
 func TestDecodeFileTruncatedWhileMapped(t *testing.T) {
@@ -180,11 +180,11 @@ func TestDecodeFileTruncatedWhileMapped(t *testing.T) {
 			bw := bufio.NewWriter(&out)
 			code := decodeFile(f, path, &truncatingPrinter{path: path, to: tc.to}, bw, &errw)
 			bw.Flush()
-			if code != exitError || !strings.Contains(errw.String(), "truncated while it was decoded") {
-				t.Fatalf("exit %d, stderr %q; want %d and the file named as shrunk", code, errw.String(), exitError)
+			if code != exitError || !strings.Contains(errw.String(), "changed while it was decoded") {
+				t.Fatalf("exit %d, stderr %q; want %d and the file named as changed", code, errw.String(), exitError)
 			}
 			if strings.Contains(out.String(), `"error"`) {
-				t.Fatalf("a shrunk file reported as damaged: %s", out.String())
+				t.Fatalf("a file truncated under the decode reported as damaged: %s", out.String())
 			}
 		})
 	}

@@ -33,7 +33,7 @@ func mapInPlace(f *os.File, h streamfile.Header, size int64) (*inPlace, bool) {
 	return &inPlace{f: f, h: h, data: data, unmap: unmap, dec: streamfile.NewBytesDecoder(data, h, streamfile.HeaderSize)}, true
 }
 
-const changedMessage = "streamd decode: %s: the file was truncated while it was decoded (by another process; a writer repairing a torn end does so); what was printed may be wrong: decode it again\n"
+const changedMessage = "streamd decode: %s: the file changed while it was decoded (another process truncated or rewrote it, as a writer repairing a torn end does); what was printed may be wrong: decode it again\n"
 
 // changed reports whether the file changed under the mapping, so that err,
 // the error that ended the decode, and maybe what was printed before it,

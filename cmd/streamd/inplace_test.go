@@ -90,7 +90,7 @@ func TestInPlaceFault(t *testing.T) {
 	m := inPlaceOver(t, path, data)
 	base := uintptr(unsafe.Pointer(unsafe.SliceData(data)))
 	var errw strings.Builder
-	if code := m.fault(addrFault(base+200), "consumer.ss", &errw); code != exitError || !strings.Contains(errw.String(), "truncated while it was decoded") {
+	if code := m.fault(addrFault(base+200), "consumer.ss", &errw); code != exitError || !strings.Contains(errw.String(), "changed while it was decoded") {
 		t.Fatalf("fault inside the mapping: exit %d, %q", code, errw.String())
 	}
 	defer func() {

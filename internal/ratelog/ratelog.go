@@ -41,9 +41,8 @@ func (l *Limiter) Reset(now time.Time) { l.last, l.suppressed = now, 0 }
 // (at most every Every too, for a trouble that comes and goes: the limit
 // holds across spells). It is safe for concurrent use.
 type Trouble struct {
-	failing    atomic.Bool // err != nil, read without the lock on hot paths
+	failing    atomic.Bool // written under mu; read without it on hot paths
 	mu         sync.Mutex
-	err        error // the last failure; nil while there is none
 	since      time.Time
 	log        Limiter
 	lastPassed time.Time
@@ -58,10 +57,9 @@ func (t *Trouble) Failing() bool { return t.failing.Load() }
 func (t *Trouble) Failed(logger *slog.Logger, msg string, err error, attrs ...any) {
 	t.mu.Lock()
 	now := time.Now()
-	if t.err == nil {
+	if !t.failing.Load() {
 		t.since = now
 	}
-	t.err = err
 	t.failing.Store(true)
 	ok, suppressed := t.log.Allow(now)
 	t.mu.Unlock()
@@ -78,12 +76,11 @@ func (t *Trouble) Failed(logger *slog.Logger, msg string, err error, attrs ...an
 // failing.
 func (t *Trouble) Passed(logger *slog.Logger, msg string, attrs ...any) {
 	t.mu.Lock()
-	if t.err == nil {
+	if !t.failing.Load() {
 		t.mu.Unlock()
 		return
 	}
 	since, now := t.since, time.Now()
-	t.err = nil
 	t.failing.Store(false)
 	if !t.lastPassed.IsZero() && now.Sub(t.lastPassed) < Every {
 		t.mu.Unlock()
