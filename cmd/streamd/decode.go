@@ -60,7 +60,7 @@ func runDecode(args []string, s stdio) int {
 	}
 	defer f.Close()
 	out := bufio.NewWriterSize(s.out, 64<<10)
-	code := decodeFile(f, path, p, out, s.err)
+	code := decodeFile(f, path, p, out, s.err, true)
 	if err := out.Flush(); err != nil {
 		if !errors.Is(err, syscall.EPIPE) {
 			fmt.Fprintf(s.err, "streamd decode: write output: %v\n", err)
@@ -72,9 +72,10 @@ func runDecode(args []string, s stdio) int {
 
 // decodeFile prints every record of f, as it is when the decode starts, in
 // file order: messages, the beacons passed on the way (a beacon inside a
-// frame comes after it), and a terminal error record. The file is decoded
-// in place, mapped into memory, unless it cannot be mapped.
-func decodeFile(f *os.File, path string, p printer, out *bufio.Writer, errw io.Writer) (code int) {
+// frame comes after it), and a terminal error record. With mapIt, the file
+// is decoded in place, mapped into memory, unless it cannot be mapped;
+// otherwise it is read.
+func decodeFile(f *os.File, path string, p printer, out *bufio.Writer, errw io.Writer, mapIt bool) (code int) {
 	h, err := streamfile.ReadHeader(f)
 	if err != nil {
 		if errors.Is(err, streamfile.ErrTruncated) {
@@ -97,7 +98,11 @@ func decodeFile(f *os.File, path string, p printer, out *bufio.Writer, errw io.W
 	}
 	var pending []pendingBeacon
 	var d *streamfile.Decoder
-	m, mapped := mapInPlace(f, h, size)
+	var m *inPlace
+	mapped := false
+	if mapIt {
+		m, mapped = mapInPlace(f, h, size)
+	}
 	if !mapped {
 		// Read it instead, up to the size it had at the start.
 		d = streamfile.NewDecoder(io.NewSectionReader(f, 0, size), h, streamfile.HeaderSize)

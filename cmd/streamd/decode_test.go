@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -178,7 +179,7 @@ func TestDecodeFileTruncatedWhileMapped(t *testing.T) {
 			defer f.Close()
 			var out, errw bytes.Buffer
 			bw := bufio.NewWriter(&out)
-			code := decodeFile(f, path, &truncatingPrinter{path: path, to: tc.to}, bw, &errw)
+			code := decodeFile(f, path, &truncatingPrinter{path: path, to: tc.to}, bw, &errw, true)
 			bw.Flush()
 			if code != exitError || !strings.Contains(errw.String(), "changed while it was decoded") {
 				t.Fatalf("exit %d, stderr %q; want %d and the file named as changed", code, errw.String(), exitError)
@@ -187,5 +188,36 @@ func TestDecodeFileTruncatedWhileMapped(t *testing.T) {
 				t.Fatalf("a file truncated under the decode reported as damaged: %s", out.String())
 			}
 		})
+	}
+}
+
+// TestDecodeThroughReads decodes every vector in process both ways, mapped
+// and read (what decode does with a file it cannot map): the same output,
+// the expected one, and the same exit code.
+func TestDecodeThroughReads(t *testing.T) {
+	for _, name := range []string{"sample-1", "consumer", "quicksort", "edge-a-spliced", "edge-b-truncated", "edge-c-badcrc", "edge-d-eos"} {
+		path := filepath.Join(vectorDir, name+".ss")
+		want, err := os.ReadFile(filepath.Join(vectorDir, name+".expected.ndjson"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var codes [2]int
+		for i, mapIt := range []bool{true, false} {
+			f, err := os.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out bytes.Buffer
+			bw := bufio.NewWriter(&out)
+			codes[i] = decodeFile(f, path, ndjsonPrinter{}, bw, io.Discard, mapIt)
+			bw.Flush()
+			f.Close()
+			if out.String() != string(want) {
+				t.Errorf("%s, mapped %v: output differs from the expected file:\n%s", name, mapIt, firstDiff(out.String(), string(want)))
+			}
+		}
+		if codes[0] != codes[1] {
+			t.Errorf("%s: exit %d mapped, %d read", name, codes[0], codes[1])
+		}
 	}
 }
