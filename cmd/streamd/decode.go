@@ -98,12 +98,11 @@ func decodeFile(f *os.File, path string, p printer, out *bufio.Writer, errw io.W
 	}
 	var pending []pendingBeacon
 	var d *streamfile.Decoder
-	var m *inPlace
-	mapped := false
+	var m *inPlace // nil: the file is read
 	if mapIt {
-		m, mapped = mapInPlace(f, h, size)
+		m = mapInPlace(f, h, size)
 	}
-	if !mapped {
+	if m == nil {
 		// Read it instead, up to the size it had at the start.
 		d = streamfile.NewDecoder(io.NewSectionReader(f, 0, size), h, streamfile.HeaderSize)
 	} else {
@@ -139,7 +138,7 @@ func decodeFile(f *os.File, path string, p printer, out *bufio.Writer, errw io.W
 			out.Write(line)
 			continue
 		}
-		if mapped && m.changed(err) {
+		if m != nil && m.changed(err) {
 			fmt.Fprintf(errw, changedMessage, path)
 			return exitError
 		}

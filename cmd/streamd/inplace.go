@@ -23,14 +23,14 @@ type inPlace struct {
 	dec   *streamfile.Decoder
 }
 
-// mapInPlace maps the first size bytes of f, or returns false when the file
+// mapInPlace maps the first size bytes of f, or returns nil when the file
 // cannot be mapped and is to be read instead.
-func mapInPlace(f *os.File, h streamfile.Header, size int64) (*inPlace, bool) {
+func mapInPlace(f *os.File, h streamfile.Header, size int64) *inPlace {
 	data, unmap, err := streamfile.MapFile(f, size)
 	if err != nil {
-		return nil, false
+		return nil
 	}
-	return &inPlace{f: f, h: h, data: data, unmap: unmap, dec: streamfile.NewBytesDecoder(data, h, streamfile.HeaderSize)}, true
+	return &inPlace{f: f, h: h, data: data, unmap: unmap, dec: streamfile.NewBytesDecoder(data, h, streamfile.HeaderSize)}
 }
 
 const changedMessage = "streamd decode: %s: the file changed while it was decoded (another process truncated or rewrote it, as a writer repairing a torn end does); what was printed may be wrong: decode it again\n"
