@@ -17,6 +17,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/streamd/streamd/conf"
+	"github.com/streamd/streamd/handler"
 	"github.com/streamd/streamd/internal/ratelog"
 	"github.com/streamd/streamd/metrics"
 	"github.com/streamd/streamd/offsets"
@@ -33,7 +35,7 @@ type Options struct {
 	// Handlers replace the configured handler of the subscriptions they
 	// name: the Go API for programs that embed the daemon. They stay the
 	// caller's: the daemon closes only the handlers it builds.
-	Handlers map[string]Handler
+	Handlers map[string]handler.Handler
 	// Registry collects the metrics; nil makes one with the Go and process
 	// collectors.
 	Registry *prometheus.Registry
@@ -61,7 +63,7 @@ type Daemon struct {
 	// Set up by Run and used by its goroutine only, but for the maps the
 	// retry queue and the store read under mu.
 	mu      sync.Mutex
-	cfg     *Config
+	cfg     *conf.Config
 	store   *offsets.Store
 	queue   *retrytimer.Queue
 	streams map[string]*stream
@@ -76,7 +78,7 @@ type runningSub struct {
 	cancelHandlers context.CancelFunc
 	done           chan struct{}
 	err            error // once done is closed
-	handler        Handler
+	handler        handler.Handler
 	ownHandler     bool // built by the daemon, which closes it
 }
 
@@ -111,18 +113,18 @@ func (rs *runningSub) stop(deadline time.Time, logger *slog.Logger) {
 	}
 	rs.cancelHandlers()
 	if rs.ownHandler {
-		closeHandler(rs.handler)
+		handler.Close(rs.handler)
 	}
 }
 
 type reloadRequest struct {
-	load func() (*Config, error)
+	load func() (*conf.Config, error)
 	done chan error
 }
 
-// New returns a daemon for cfg, which LoadConfig returned in ModeRun. It
+// New returns a daemon for cfg, which conf.Load returned in conf.ModeRun. It
 // starts nothing: Run does.
-func New(cfg *Config, opts Options) *Daemon {
+func New(cfg *conf.Config, opts Options) *Daemon {
 	logger := opts.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -157,7 +159,7 @@ func New(cfg *Config, opts Options) *Daemon {
 // stopped without disturbing the others. On an error, in loading or in
 // applying, the old configuration keeps running; systemd and the metrics
 // are told either way.
-func (d *Daemon) Reload(ctx context.Context, load func() (*Config, error)) error {
+func (d *Daemon) Reload(ctx context.Context, load func() (*conf.Config, error)) error {
 	req := reloadRequest{load, make(chan error, 1)}
 	select {
 	case d.reloads <- req:
@@ -242,9 +244,9 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	}
 
 	for _, sc := range cfg.Subscriptions {
-		handler, err := d.newHandler(sc)
+		h, err := d.newHandler(sc)
 		if err == nil {
-			err = d.startSubscription(sc, handler)
+			err = d.startSubscription(sc, h)
 		}
 		if err != nil {
 			d.stopAll()
@@ -318,11 +320,11 @@ func (d *Daemon) ownsHandler(name string) bool {
 
 // newHandler returns the subscription's handler: the one Options.Handlers
 // gives, or a new one built from its configuration.
-func (d *Daemon) newHandler(sc SubscriptionConfig) (Handler, error) {
+func (d *Daemon) newHandler(sc conf.Subscription) (handler.Handler, error) {
 	if h, ok := d.opts.Handlers[sc.Name]; ok {
 		return h, nil
 	}
-	h, err := newHandler(sc.Handler, d.opts.Stdout, d.logger)
+	h, err := handler.New(sc.Handler, d.opts.Stdout, d.logger)
 	if err != nil {
 		return nil, fmt.Errorf("subscription %q: %w", sc.Name, err)
 	}
@@ -330,9 +332,9 @@ func (d *Daemon) newHandler(sc SubscriptionConfig) (Handler, error) {
 }
 
 // startSubscription opens the subscription's follower at its stored
-// position (or its start_at on the first start) and runs it with handler,
+// position (or its start_at on the first start) and runs it with h,
 // which it closes if it fails and the daemon built it.
-func (d *Daemon) startSubscription(sc SubscriptionConfig, handler Handler) error {
+func (d *Daemon) startSubscription(sc conf.Subscription, h handler.Handler) error {
 	st := d.streams[sc.Stream]
 	logger := d.logger.With("subscription", sc.Name)
 	sm := d.metrics.Subscription(sc.Name, sc.Stream)
@@ -356,14 +358,14 @@ func (d *Daemon) startSubscription(sc SubscriptionConfig, handler Handler) error
 	follower, err := tail.New(opts)
 	if err != nil {
 		if d.ownsHandler(sc.Name) {
-			closeHandler(handler)
+			handler.Close(h)
 		}
 		return fmt.Errorf("subscription %q: %w", sc.Name, err)
 	}
 	sub := &subscription{
 		cfg:      sc,
 		stream:   st,
-		handler:  handler,
+		handler:  h,
 		store:    d.store,
 		keys:     &d.keys,
 		logger:   logger,
@@ -379,7 +381,7 @@ func (d *Daemon) startSubscription(sc SubscriptionConfig, handler Handler) error
 	ctx, stopReading := context.WithCancel(context.Background())
 	hctx, cancelHandlers := context.WithCancel(context.Background())
 	rs := &runningSub{sub: sub, stopReading: stopReading, cancelHandlers: cancelHandlers, done: make(chan struct{}),
-		handler: handler, ownHandler: d.ownsHandler(sc.Name)}
+		handler: h, ownHandler: d.ownsHandler(sc.Name)}
 	d.subs[sc.Name] = rs
 	sm.SetHealthy(true, "")
 	go func() {
@@ -391,13 +393,6 @@ func (d *Daemon) startSubscription(sc SubscriptionConfig, handler Handler) error
 		}
 	}()
 	return nil
-}
-
-// closeHandler releases a handler's resources, if it holds any.
-func closeHandler(h Handler) {
-	if c, ok := h.(io.Closer); ok {
-		c.Close()
-	}
 }
 
 // stopSubscriptions stops the named subscriptions at once, each within the
@@ -420,7 +415,7 @@ func (d *Daemon) stopAll() {
 
 // reload applies cfg to the running daemon. What cannot change without a
 // restart is refused, and the old configuration keeps running.
-func (d *Daemon) reload(load func() (*Config, error)) error {
+func (d *Daemon) reload(load func() (*conf.Config, error)) error {
 	d.notify.reloading()
 	cfg, err := load()
 	if err == nil {
@@ -437,7 +432,7 @@ func (d *Daemon) reload(load func() (*Config, error)) error {
 	return nil
 }
 
-func (d *Daemon) applyReload(cfg *Config) error {
+func (d *Daemon) applyReload(cfg *conf.Config) error {
 	old := d.cfg
 	switch {
 	case cfg.StateDir != old.StateDir:
@@ -447,7 +442,7 @@ func (d *Daemon) applyReload(cfg *Config) error {
 	case cfg.CommitInterval != old.CommitInterval:
 		return fmt.Errorf("commit_interval changed from %s to %s: restart required", old.CommitInterval, cfg.CommitInterval)
 	}
-	oldStreams := map[string]StreamConfig{}
+	oldStreams := map[string]conf.Stream{}
 	for _, s := range old.Streams {
 		oldStreams[s.Name] = s
 	}
@@ -456,7 +451,7 @@ func (d *Daemon) applyReload(cfg *Config) error {
 			return fmt.Errorf("stream %q changed: restart required to apply it", s.Name)
 		}
 	}
-	wanted := map[string]SubscriptionConfig{}
+	wanted := map[string]conf.Subscription{}
 	for _, sc := range cfg.Subscriptions {
 		wanted[sc.Name] = sc
 	}
@@ -474,7 +469,7 @@ func (d *Daemon) applyReload(cfg *Config) error {
 	// Open new streams and build the handlers of the subscriptions to
 	// start before stopping any: a failure leaves everything as it was.
 	var opened []string
-	handlers := map[string]Handler{}
+	handlers := map[string]handler.Handler{}
 	undo := func(err error) error {
 		for _, name := range opened {
 			d.streams[name].close()
@@ -482,7 +477,7 @@ func (d *Daemon) applyReload(cfg *Config) error {
 		}
 		for name, h := range handlers {
 			if d.ownsHandler(name) {
-				closeHandler(h)
+				handler.Close(h)
 			}
 		}
 		return err
@@ -519,7 +514,7 @@ func (d *Daemon) applyReload(cfg *Config) error {
 		}
 	}
 	for name, st := range d.streams {
-		if !slices.ContainsFunc(cfg.Streams, func(s StreamConfig) bool { return s.Name == name }) {
+		if !slices.ContainsFunc(cfg.Streams, func(s conf.Stream) bool { return s.Name == name }) {
 			st.close()
 			d.setStream(name, nil)
 			d.metrics.Stream(name).Remove()
@@ -533,7 +528,7 @@ func (d *Daemon) applyReload(cfg *Config) error {
 }
 
 // openStreams opens every configured stream file.
-func (d *Daemon) openStreams(cfg *Config) error {
+func (d *Daemon) openStreams(cfg *conf.Config) error {
 	for _, s := range cfg.Streams {
 		st, err := openStream(s)
 		if err != nil {

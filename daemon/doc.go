@@ -1,28 +1,16 @@
-// Package daemon runs streamd's subscriptions: it loads the configuration,
-// reads stream keys, hands records to handlers and settles their outcomes
-// as spec/settlement.md describes.
+// Package daemon runs streamd's subscriptions: it follows their stream
+// files (or, for a pipe stage, stdin), hands each record of a subscribed
+// key to its handler, settles the outcome as spec/settlement.md describes
+// (retry copies, the cap, the dead letter), and commits each
+// subscription's position past the longest settled prefix of its records.
 //
-// # Configuration
+// [Daemon] is `streamd run`: it opens the configured stream files, the
+// positions sidecar and the durable retry spool, starts one subscription
+// per [[subscription]], reloads on request, and stops within the shutdown
+// timeout. [RunPipe] is `streamd pipe`: the same delivery path and
+// settlement over stdio lines, with copies written to stdout and nothing
+// stored.
 //
-// [LoadConfig] reads a TOML file: global keys (state_dir, shutdown_timeout,
-// commit_interval), a [log] and a [metrics] table, [[stream]] tables for
-// the stream files and [[subscription]] tables, each with a
-// [subscription.handler]. configs/streamd.toml documents every key at its
-// default. The same file is read for streamd run ([ModeRun]) and checked
-// by streamd check-config; streamd pipe ([ModePipe]) reads stdin instead
-// of stream files, keeps no state, and needs each subscription to name
-// out_retry, where its retry copies go on stdout.
-//
-// Checking is strict. Keys are matched exactly (case-sensitively); an
-// unknown key, a value of the wrong type, a bare integer where a duration
-// string such as "5s" is wanted, a key the mode does not use: each is an
-// error. All problems are reported at once, one per line, written
-// "file:line: key: problem" with the key's path, such as
-// subscription[1].handler.url.
-//
-// Relative paths in the file (state_dir, stream paths, bearer_token_file,
-// ca_file, an exec command containing a slash) are taken from the
-// directory of the configuration file, not the working directory, and
-// [LoadConfig] returns them absolute. When state_dir is not set, it is
-// $STATE_DIRECTORY, which systemd sets from StateDirectory=.
+// Byte formats live elsewhere (streamfile, envelope, pipe); handlers in
+// package handler; the configuration in package conf.
 package daemon

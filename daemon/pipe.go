@@ -12,7 +12,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/envelope"
+	"github.com/streamd/streamd/handler"
 	"github.com/streamd/streamd/metrics"
 	"github.com/streamd/streamd/pipe"
 	"github.com/streamd/streamd/retrytimer"
@@ -42,7 +44,7 @@ type PipeOptions struct {
 // or when ctx ends, the stage waits up to shutdown_timeout for copies still
 // delayed; it returns an error if it abandoned some, if stdout closed
 // (ErrStdoutClosed), or at an invalid line under on_invalid = "fail".
-func RunPipe(ctx context.Context, cfg *Config, opts PipeOptions) (err error) {
+func RunPipe(ctx context.Context, cfg *conf.Config, opts PipeOptions) (err error) {
 	logger := opts.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -124,21 +126,21 @@ func RunPipe(ctx context.Context, cfg *Config, opts PipeOptions) (err error) {
 
 // pipeSub is one subscription of a pipe stage.
 type pipeSub struct {
-	cfg     SubscriptionConfig
-	handler Handler
+	cfg     conf.Subscription
+	handler handler.Handler
 	own     bool // built here, so closed here; not one of Options.Handlers
 	settler *settler
 	metrics *metrics.SubscriptionMetrics
 }
 
-func pipeSubscriptions(cfg *Config, opts Options, logger *slog.Logger, m *metrics.Metrics, copies copyWriter) ([]*pipeSub, error) {
+func pipeSubscriptions(cfg *conf.Config, opts Options, logger *slog.Logger, m *metrics.Metrics, copies copyWriter) ([]*pipeSub, error) {
 	stdout := opts.Stdout
 	var subs []*pipeSub
 	for _, sc := range cfg.Subscriptions {
-		handler, given := opts.Handlers[sc.Name]
+		h, given := opts.Handlers[sc.Name]
 		if !given {
 			var err error
-			if handler, err = newHandler(sc.Handler, stdout, logger); err != nil {
+			if h, err = handler.New(sc.Handler, stdout, logger); err != nil {
 				closePipeHandlers(subs)
 				return nil, fmt.Errorf("subscription %q: %w", sc.Name, err)
 			}
@@ -146,7 +148,7 @@ func pipeSubscriptions(cfg *Config, opts Options, logger *slog.Logger, m *metric
 		sm := m.Subscription(sc.Name, "stdin")
 		sm.SetHealthy(true, "")
 		sublog := logger.With("subscription", sc.Name)
-		subs = append(subs, &pipeSub{cfg: sc, handler: handler, own: !given, metrics: sm, settler: newSettler(sc, copies, sm, sublog, false)})
+		subs = append(subs, &pipeSub{cfg: sc, handler: h, own: !given, metrics: sm, settler: newSettler(sc, copies, sm, sublog, false)})
 	}
 	return subs, nil
 }
@@ -155,7 +157,7 @@ func pipeSubscriptions(cfg *Config, opts Options, logger *slog.Logger, m *metric
 func closePipeHandlers(subs []*pipeSub) {
 	for _, s := range subs {
 		if s.own {
-			closeHandler(s.handler)
+			handler.Close(s.handler)
 		}
 	}
 }
@@ -174,7 +176,7 @@ func readLines(ctx, hctx context.Context, in io.Reader, subs []*pipeSub, logger 
 		close(lines)
 	}()
 	var seqs pipe.Sequencer
-	var d Delivery
+	var d handler.Delivery
 	for lineNo := 1; ; lineNo++ {
 		var line []byte
 		var ok bool
@@ -214,7 +216,7 @@ func readLines(ctx, hctx context.Context, in io.Reader, subs []*pipeSub, logger 
 			if !l.HasTimestamp {
 				ts = time.Now()
 			}
-			d = Delivery{Subscription: s.cfg.Name, Key: key, Shard: shard, Seq: seq, TimestampMs: uint64(ts.UnixMilli()),
+			d = handler.Delivery{Subscription: s.cfg.Name, Key: key, Shard: shard, Seq: seq, TimestampMs: uint64(ts.UnixMilli()),
 				Headers: headers, Payload: body, Attempt: envelope.RetryCount(headers) + 1}
 			start := time.Now()
 			o := s.handler.Handle(hctx, &d)

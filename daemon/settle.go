@@ -7,7 +7,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/envelope"
+	"github.com/streamd/streamd/handler"
 	"github.com/streamd/streamd/metrics"
 )
 
@@ -47,7 +49,7 @@ type settler struct {
 // declaration (L6 of settlement.md §6) when it has one. origin marks retry
 // copies with the subscription's name, for the other subscriptions of a
 // daemon that read the same file.
-func newSettler(sc SubscriptionConfig, copies copyWriter, m *metrics.SubscriptionMetrics, logger *slog.Logger, origin bool) *settler {
+func newSettler(sc conf.Subscription, copies copyWriter, m *metrics.SubscriptionMetrics, logger *slog.Logger, origin bool) *settler {
 	backoff := make([]time.Duration, len(sc.Backoff))
 	for i, b := range sc.Backoff {
 		backoff[i] = time.Duration(b)
@@ -91,20 +93,20 @@ func (e *errCopy) Unwrap() error { return e.err }
 // settle carries out outcome o for delivery d. A nil error means the
 // outcome is final: the record's position may be committed. An error
 // (*errCopy) means a copy could not be written; nothing was settled.
-func (s *settler) settle(ctx context.Context, d *Delivery, o Outcome) error {
+func (s *settler) settle(ctx context.Context, d *handler.Delivery, o handler.Outcome) error {
 	m := s.metrics
 	switch o.Kind {
-	case OutcomeAck:
+	case handler.OutcomeAck:
 		m.HandlerRecords[metrics.OutcomeAck].Inc()
 		s.unsupported.report(opAck, d)
 		m.Unsupported[metrics.OperationAck].Inc()
 		return nil
-	case OutcomeDrop:
+	case handler.OutcomeDrop:
 		m.HandlerRecords[metrics.OutcomeDrop].Inc()
 		s.unsupported.report(opDrop, d)
 		m.Unsupported[metrics.OperationDrop].Inc()
 		return nil
-	case OutcomeRetry:
+	case handler.OutcomeRetry:
 		m.HandlerRecords[metrics.OutcomeRetry].Inc()
 		if s.maxAttempts == 0 && s.deadLetter == "" {
 			s.unsupported.report(opRetry, d)
@@ -112,10 +114,10 @@ func (s *settler) settle(ctx context.Context, d *Delivery, o Outcome) error {
 			return nil
 		}
 		return s.redeliver(ctx, d, 0)
-	case OutcomeRetryAfter:
+	case handler.OutcomeRetryAfter:
 		m.HandlerRecords[metrics.OutcomeRetryAfter].Inc()
 		return s.redeliver(ctx, d, max(o.Delay, 0))
-	case OutcomeFailed:
+	case handler.OutcomeFailed:
 		m.HandlerRecords[metrics.OutcomeFailed].Inc()
 		delay := s.backoffFor(d.Attempt)
 		s.logger.Warn("handler failed; retrying after backoff",
@@ -132,7 +134,7 @@ func (s *settler) backoffFor(attempt uint64) time.Duration {
 }
 
 // redeliver is settlement.md §4.1 redeliver: the cap is checked first.
-func (s *settler) redeliver(ctx context.Context, d *Delivery, delay time.Duration) error {
+func (s *settler) redeliver(ctx context.Context, d *handler.Delivery, delay time.Duration) error {
 	attempt := d.Attempt
 	switch {
 	case s.maxAttempts > 0 && attempt >= uint64(s.maxAttempts):
@@ -167,7 +169,7 @@ func (s *settler) redeliver(ctx context.Context, d *Delivery, delay time.Duratio
 	return nil
 }
 
-func (s *settler) deadLetterCopy(ctx context.Context, d *Delivery) error {
+func (s *settler) deadLetterCopy(ctx context.Context, d *handler.Delivery) error {
 	if err := s.copies.publish(ctx, s.deadLetter, s.copyHeaders(d, false), d.Payload); err != nil {
 		s.metrics.CopyErrors.Inc()
 		return &errCopy{s.deadLetter, err}
@@ -180,7 +182,7 @@ func (s *settler) deadLetterCopy(ctx context.Context, d *Delivery) error {
 // sets the incremented retry count (settlement.md §4.2). Retry copies also
 // carry the origin; dead letters do not, so that any subscription of the
 // dead-letter key sees them.
-func (s *settler) copyHeaders(d *Delivery, retry bool) envelope.Headers {
+func (s *settler) copyHeaders(d *handler.Delivery, retry bool) envelope.Headers {
 	h := envelope.NextAttemptHeaders(d.Headers)
 	if retry && s.origin {
 		h.Set(OriginHeader, []byte(s.name))
@@ -221,7 +223,7 @@ func newUnsupportedLog(every bool, logger *slog.Logger, now func() int64) *unsup
 	return u
 }
 
-func (u *unsupportedLog) report(op int, d *Delivery) {
+func (u *unsupportedLog) report(op int, d *handler.Delivery) {
 	if u.every {
 		u.logger.Warn("ack / nack failed", "error", unsupportedError, "seq", d.Seq)
 		return

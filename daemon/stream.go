@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/envelope"
 	"github.com/streamd/streamd/retrytimer"
 	"github.com/streamd/streamd/streamfile"
@@ -24,7 +25,7 @@ const reservedKey = "ruststream-internal"
 // queue, so appends are serialised here; each append also takes the file's
 // flock inside the writer.
 type stream struct {
-	cfg StreamConfig
+	cfg conf.Stream
 
 	mu    sync.Mutex
 	w     *streamfile.Writer
@@ -35,7 +36,7 @@ type stream struct {
 // openStream opens (and, with create, makes) the stream file. A file of at
 // most 128 bytes gets the reference runtime's priming record, so that files
 // stay interchangeable with it (settlement.md §7.2, checklist 31).
-func openStream(cfg StreamConfig) (*stream, error) {
+func openStream(cfg conf.Stream) (*stream, error) {
 	if !cfg.Create {
 		if _, err := os.Stat(cfg.Path); err != nil {
 			return nil, fmt.Errorf("stream %q: %w (create = false: the file must exist)", cfg.Name, err)

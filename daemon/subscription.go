@@ -12,7 +12,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/envelope"
+	"github.com/streamd/streamd/handler"
 	"github.com/streamd/streamd/internal/ratelog"
 	"github.com/streamd/streamd/metrics"
 	"github.com/streamd/streamd/offsets"
@@ -27,9 +29,9 @@ const trackerWindow = 4096
 // its handler, settling each outcome and storing the position of the
 // longest settled prefix (Invariant 1).
 type subscription struct {
-	cfg     SubscriptionConfig
+	cfg     conf.Subscription
 	stream  *stream
-	handler Handler
+	handler handler.Handler
 	settler *settler
 	store   *offsets.Store
 	keys    *atomic.Pointer[map[string]string] // the key of each of the daemon's subscriptions, for the origin filter
@@ -51,7 +53,7 @@ type subscription struct {
 
 // job is one record handed to a worker when concurrency is above 1.
 type job struct {
-	d      Delivery
+	d      handler.Delivery
 	ticket offsets.Ticket
 }
 
@@ -92,7 +94,7 @@ func (s *subscription) run(ctx, hctx context.Context) error {
 // read is the reader loop: records in file order, each begun in the tracker
 // before it is handed out.
 func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job, errc <-chan error) error {
-	var delivery Delivery
+	var delivery handler.Delivery
 	lastSeq := s.tracker.Committable().Seq // of the last record of the key handed out
 	for {
 		rec, err := s.follower.Next(ctx)
@@ -155,7 +157,7 @@ func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job, errc <-c
 		} else {
 			headers.SetSequence(rec.Seq)
 		}
-		*d = Delivery{
+		*d = handler.Delivery{
 			Subscription: s.cfg.Name, Key: rec.Key, Shard: rec.Shard, Seq: rec.Seq, TimestampMs: rec.TimestampMs,
 			Headers: headers, Payload: payload, Attempt: envelope.RetryCount(headers) + 1,
 		}
@@ -201,7 +203,7 @@ func (s *subscription) wanted(rec *tail.Record) bool {
 // cannot be written is retried with the backoff until it is, or until the
 // daemon stops: then the record stays unsettled and is read again after a
 // restart.
-func (s *subscription) deliver(ctx context.Context, d *Delivery, ticket offsets.Ticket, w int) error {
+func (s *subscription) deliver(ctx context.Context, d *handler.Delivery, ticket offsets.Ticket, w int) error {
 	o, err := s.handle(ctx, d, w)
 	if err != nil {
 		return err
@@ -242,7 +244,7 @@ func (s *subscription) settled(ticket offsets.Ticket) {
 // handle runs the handler on worker w, timing it. A panic is the fail-fast
 // policy of settlement.md §5: logged (L7), the record stays unsettled, and
 // the error stops the daemon, which exits non-zero.
-func (s *subscription) handle(ctx context.Context, d *Delivery, w int) (o Outcome, err error) {
+func (s *subscription) handle(ctx context.Context, d *handler.Delivery, w int) (o handler.Outcome, err error) {
 	start := monoNow()
 	s.busy[w].Store(start)
 	defer func() {

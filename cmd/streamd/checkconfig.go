@@ -8,13 +8,14 @@ import (
 	"strings"
 
 	"github.com/BurntSushi/toml"
-	"github.com/streamd/streamd/daemon"
+	"github.com/streamd/streamd/conf"
+	"github.com/streamd/streamd/handler"
 )
 
 func runCheckConfig(args []string, s stdio) int {
 	fset := flag.NewFlagSet("check-config", flag.ContinueOnError)
 	fset.SetOutput(s.err)
-	path := fset.String("config.file", daemon.DefaultConfigFile(), "configuration file to check")
+	path := fset.String("config.file", conf.DefaultFile(), "configuration file to check")
 	modeName := fset.String("mode", "run", "the command the file is for: run or pipe")
 	handlers := fset.Bool("handlers", false, "also build each handler as streamd does at start on this machine: the exec\ncommand found, bearer_token_file and ca_file read, the proxy from the environment")
 	fset.Usage = func() {
@@ -30,20 +31,20 @@ func runCheckConfig(args []string, s stdio) int {
 		fmt.Fprintf(s.err, "streamd check-config: unexpected argument %q (name the file with --config.file)\n", fset.Arg(0))
 		return exitUsage
 	}
-	var mode daemon.Mode
+	var mode conf.Mode
 	switch *modeName {
 	case "run":
-		mode = daemon.ModeRun
+		mode = conf.ModeRun
 	case "pipe":
-		mode = daemon.ModePipe
+		mode = conf.ModePipe
 	default:
 		fmt.Fprintf(s.err, "streamd check-config: unknown --mode %q: use run or pipe\n", *modeName)
 		return exitUsage
 	}
 
-	cfg, err := daemon.LoadConfig(*path, mode)
+	cfg, err := conf.Load(*path, mode)
 	if err == nil && *handlers {
-		if err = daemon.CheckHandlers(cfg); err != nil {
+		if err = handler.Check(cfg); err != nil {
 			fmt.Fprintf(s.err, "streamd: configuration file %s is valid, but its handlers cannot start here:\n%v\n", *path, err)
 			return exitError
 		}

@@ -17,7 +17,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/streamd/streamd/daemon"
+	"github.com/streamd/streamd/handler"
 	"github.com/streamd/streamd/pipe"
 	"github.com/streamd/streamd/streamfile"
 	"github.com/streamd/streamd/tail"
@@ -250,7 +250,7 @@ type ndjsonPrinter struct{}
 
 func (ndjsonPrinter) header(w *bufio.Writer, h *streamfile.Header) {
 	b := []byte(`{"file_name":`)
-	b = daemon.AppendJSONString(b, h.FileName)
+	b = handler.AppendJSONString(b, h.FileName)
 	b = append(b, `,"created_at_ms":`...)
 	b = strconv.AppendUint(b, h.CreatedAtMs, 10)
 	b = append(b, `,"beacon_interval":`...)
@@ -262,7 +262,7 @@ func (ndjsonPrinter) appendRecord(b []byte, r *streamfile.Record) []byte {
 	b = append(b, `{"offset":`...)
 	b = strconv.AppendInt(b, r.Offset, 10)
 	b = append(b, `,"stream_key":`...)
-	b = daemon.AppendJSONString(b, r.Key)
+	b = handler.AppendJSONString(b, r.Key)
 	b = append(b, `,"shard_id":`...)
 	b = strconv.AppendUint(b, r.Shard, 10)
 	b = append(b, `,"seq":`...)
@@ -287,7 +287,7 @@ func (ndjsonPrinter) appendBeacon(b []byte, at int64, bc *streamfile.Beacon) []b
 			b = append(b, ',')
 		}
 		b = append(b, `{"stream_key":`...)
-		b = daemon.AppendJSONString(b, m.Key)
+		b = handler.AppendJSONString(b, m.Key)
 		b = append(b, `,"shard_id":`...)
 		b = strconv.AppendUint(b, m.Shard, 10)
 		b = append(b, `,"seq":`...)
@@ -317,7 +317,7 @@ func (ndjsonPrinter) appendError(b []byte, e errorRecord) []byte {
 		b = strconv.AppendUint(b, uint64(e.computed), 10)
 	default:
 		b = append(b, `,"reason":`...)
-		b = daemon.AppendJSONString(b, e.reason)
+		b = handler.AppendJSONString(b, e.reason)
 	}
 	return append(b, "}\n"...)
 }

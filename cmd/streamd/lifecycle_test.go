@@ -18,8 +18,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/daemon"
 	"github.com/streamd/streamd/envelope"
+	"github.com/streamd/streamd/handler"
 	"github.com/streamd/streamd/offsets"
 )
 
@@ -697,13 +699,13 @@ type closingHandler struct {
 	closed  atomic.Bool
 }
 
-func (h *closingHandler) Handle(_ context.Context, d *daemon.Delivery) daemon.Outcome {
+func (h *closingHandler) Handle(_ context.Context, d *handler.Delivery) handler.Outcome {
 	if h.closed.Load() {
 		h.handled <- "after close: " + string(d.Payload)
 	} else {
 		h.handled <- string(d.Payload)
 	}
-	return daemon.Outcome{Kind: daemon.OutcomeAck}
+	return handler.Outcome{Kind: handler.OutcomeAck}
 }
 
 func (h *closingHandler) Close() error {
@@ -717,9 +719,9 @@ func (h *closingHandler) Close() error {
 func TestEmbedderHandlerStaysOpen(t *testing.T) {
 	e := newEnv(t, "")
 	e.writeConfig(xsub("billing", "orders", "", ``))
-	load := func(concurrency int) func() (*daemon.Config, error) {
-		return func() (*daemon.Config, error) {
-			cfg, err := daemon.LoadConfig(e.config, daemon.ModeRun)
+	load := func(concurrency int) func() (*conf.Config, error) {
+		return func() (*conf.Config, error) {
+			cfg, err := conf.Load(e.config, conf.ModeRun)
 			if err == nil {
 				cfg.Subscriptions[0].Concurrency = concurrency
 			}
@@ -731,7 +733,7 @@ func TestEmbedderHandlerStaysOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := &closingHandler{handled: make(chan string, 10)}
-	d := daemon.New(cfg, daemon.Options{Handlers: map[string]daemon.Handler{"billing": h}})
+	d := daemon.New(cfg, daemon.Options{Handlers: map[string]handler.Handler{"billing": h}})
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	done := make(chan error, 1)

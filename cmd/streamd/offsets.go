@@ -9,7 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/streamd/streamd/daemon"
+	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/offsets"
 	"github.com/streamd/streamd/streamfile"
 	"github.com/streamd/streamd/tail"
@@ -26,13 +26,13 @@ func runOffsets(args []string, s stdio) int {
 	verb := args[0]
 	fset := flag.NewFlagSet("offsets "+verb, flag.ContinueOnError)
 	fset.SetOutput(s.err)
-	path := fset.String("config.file", daemon.DefaultConfigFile(), "configuration file")
+	path := fset.String("config.file", conf.DefaultFile(), "configuration file")
 	name := fset.String("subscription", "", "subscription to move (set)")
 	to := fset.String("to", "", "new position (set): beginning, end, seq:N, time:RFC3339 or offset:N")
 	if err := fset.Parse(args[1:]); err != nil {
 		return exitUsage
 	}
-	cfg, err := daemon.LoadConfig(*path, daemon.ModeRun)
+	cfg, err := conf.Load(*path, conf.ModeRun)
 	if err != nil {
 		fmt.Fprintf(s.err, "streamd offsets: couldn't load configuration (--config.file=%q):\n%v\n", *path, err)
 		return exitError
@@ -49,7 +49,7 @@ func runOffsets(args []string, s stdio) int {
 
 // showOffsets prints each subscription's stored position, its file's size
 // and the lag between them.
-func showOffsets(cfg *daemon.Config, s stdio) int {
+func showOffsets(cfg *conf.Config, s stdio) int {
 	stored, err := offsets.Load(cfg.StateDir)
 	if err != nil {
 		fmt.Fprintf(s.err, "streamd offsets show: %v\n", err)
@@ -83,7 +83,7 @@ func showOffsets(cfg *daemon.Config, s stdio) int {
 			p.CommittedAt.UTC().Format(time.RFC3339), note)
 	}
 	for name := range stored {
-		if !slices.ContainsFunc(cfg.Subscriptions, func(sc daemon.SubscriptionConfig) bool { return sc.Name == name }) {
+		if !slices.ContainsFunc(cfg.Subscriptions, func(sc conf.Subscription) bool { return sc.Name == name }) {
 			fmt.Fprintf(tw, "%s\t-\t%d\t%d\t-\t-\t%s\tnot in the configuration\n", name, stored[name].Offset, stored[name].LastSeq,
 				stored[name].CommittedAt.UTC().Format(time.RFC3339))
 		}
@@ -103,8 +103,8 @@ func joinNote(a, b string) string {
 
 // setOffset rewinds or skips one subscription. It takes the state
 // directory's lock, so it refuses while a daemon runs.
-func setOffset(cfg *daemon.Config, name, to string, s stdio) int {
-	i := slices.IndexFunc(cfg.Subscriptions, func(sc daemon.SubscriptionConfig) bool { return sc.Name == name })
+func setOffset(cfg *conf.Config, name, to string, s stdio) int {
+	i := slices.IndexFunc(cfg.Subscriptions, func(sc conf.Subscription) bool { return sc.Name == name })
 	if i < 0 {
 		fmt.Fprintf(s.err, "streamd offsets set: no subscription %q in the configuration\n", name)
 		return exitUsage
@@ -192,7 +192,7 @@ func openStreamFile(path string) (*streamFile, error) {
 	return sf, nil
 }
 
-func streamPath(cfg *daemon.Config, name string) string {
+func streamPath(cfg *conf.Config, name string) string {
 	for _, st := range cfg.Streams {
 		if st.Name == name {
 			return st.Path

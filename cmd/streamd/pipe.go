@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"syscall"
 
+	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/daemon"
 	"github.com/streamd/streamd/metrics"
 )
@@ -34,7 +35,7 @@ func runPipe(args []string, s stdio) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	cfg, err := daemon.LoadConfig(*path, daemon.ModePipe)
+	cfg, err := conf.Load(*path, conf.ModePipe)
 	if err != nil {
 		fmt.Fprintf(s.err, "streamd pipe: couldn't load configuration (--config.file=%q):\n%v\n", *path, err)
 		return exitError

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"syscall"
 
+	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/daemon"
 	"github.com/streamd/streamd/metrics"
 )
@@ -40,7 +41,7 @@ func runDaemon(args []string, s stdio) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	cfg, err := daemon.LoadConfig(*path, daemon.ModeRun)
+	cfg, err := conf.Load(*path, conf.ModeRun)
 	if err != nil {
 		fmt.Fprintf(s.err, "streamd: couldn't load configuration (--config.file=%q):\n%v\n", *path, err)
 		return exitError
@@ -67,7 +68,7 @@ func runDaemon(args []string, s stdio) int {
 			return exitOK
 		case <-hup:
 			// The daemon logs and reports the outcome of the reload.
-			d.Reload(ctx, func() (*daemon.Config, error) { return daemon.LoadConfig(*path, daemon.ModeRun) })
+			d.Reload(ctx, func() (*conf.Config, error) { return conf.Load(*path, conf.ModeRun) })
 		}
 	}
 }
@@ -79,14 +80,14 @@ type daemonFlags struct {
 
 func addDaemonFlags(fset *flag.FlagSet) daemonFlags {
 	return daemonFlags{
-		path:   fset.String("config.file", daemon.DefaultConfigFile(), "configuration file"),
+		path:   fset.String("config.file", conf.DefaultFile(), "configuration file"),
 		level:  fset.String("log.level", "", "log level: debug, info, warn or error (default: the file's [log] level)"),
 		format: fset.String("log.format", "", "log format: auto, text or json (default: the file's [log] format)"),
 	}
 }
 
 // logger makes the logger on stderr, the flags winning over the file.
-func (f daemonFlags) logger(cfg *daemon.Config) (*slog.Logger, error) {
+func (f daemonFlags) logger(cfg *conf.Config) (*slog.Logger, error) {
 	return daemon.NewLogger(os.Stderr, pick(*f.level, cfg.Log.Level), pick(*f.format, cfg.Log.Format))
 }
 

@@ -27,8 +27,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/daemon"
 	"github.com/streamd/streamd/envelope"
+	"github.com/streamd/streamd/handler"
 	"github.com/streamd/streamd/streamfile"
 )
 
@@ -1672,7 +1674,7 @@ backoff = ["500ms"]`, `if [ "$STREAMD_ATTEMPT" = 1 ]; then case "$p" in bad) exi
 // TestItem51PanicFailsFast: only a Go handler can panic (an exec or http
 // handler that crashes is a failed delivery, settled through the backoff),
 // so the panic runs in process, through daemon.Run as streamd run calls it
-// with a daemon.HandlerFunc from the Go API: L7 is logged, Run ends with
+// with a handler.HandlerFunc from the Go API: L7 is logged, Run ends with
 // an error (streamd run exits 1 on it), the record before is settled and
 // committed, and the panicking delivery is not settled: the real binary,
 // started next on the same state, delivers it again and nothing before it.
@@ -1681,7 +1683,7 @@ func TestItem51PanicFailsFast(t *testing.T) {
 	e := newEnv(t, "")
 	e.writeConfig(xsub("billing", "orders", "", ``))
 	e.put("orders", nil, "first", "boom", "third")
-	cfg, err := daemon.LoadConfig(e.config, daemon.ModeRun)
+	cfg, err := conf.Load(e.config, conf.ModeRun)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1689,12 +1691,12 @@ func TestItem51PanicFailsFast(t *testing.T) {
 	handled := make(chan string, 10)
 	d := daemon.New(cfg, daemon.Options{
 		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
-		Handlers: map[string]daemon.Handler{"billing": daemon.HandlerFunc(func(_ context.Context, d *daemon.Delivery) daemon.Outcome {
+		Handlers: map[string]handler.Handler{"billing": handler.HandlerFunc(func(_ context.Context, d *handler.Delivery) handler.Outcome {
 			handled <- string(d.Payload)
 			if string(d.Payload) == "boom" {
 				panic("handler exploded")
 			}
-			return daemon.Outcome{Kind: daemon.OutcomeAck}
+			return handler.Outcome{Kind: handler.OutcomeAck}
 		})},
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)

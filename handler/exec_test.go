@@ -1,4 +1,4 @@
-package daemon
+package handler
 
 import (
 	"bytes"
@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/streamd/streamd/conf"
 )
 
 // sh is the argv that runs script with /bin/sh.
@@ -54,7 +56,7 @@ func TestExecHandlerOutcomes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := mustNewHandler(t, HandlerConfig{Kind: HandlerExec, Command: sh(tt.script), Timeout: Duration(10 * time.Second)})
+			h := mustNewHandler(t, conf.Handler{Kind: conf.HandlerExec, Command: sh(tt.script), Timeout: conf.Duration(10 * time.Second)})
 			d := testDelivery()
 			if tt.payload != nil {
 				d.Payload = tt.payload
@@ -67,11 +69,11 @@ func TestExecHandlerOutcomes(t *testing.T) {
 func TestExecHandlerStdinAndEnv(t *testing.T) {
 	dir := t.TempDir()
 	t.Setenv("STREAMD_TEST_INHERITED", "yes")
-	h := mustNewHandler(t, HandlerConfig{
-		Kind:    HandlerExec,
+	h := mustNewHandler(t, conf.Handler{
+		Kind:    conf.HandlerExec,
 		Command: sh(`cat > "$OUT/payload" && env > "$OUT/env"`),
 		Env:     map[string]string{"OUT": dir, "STREAMD_SEQ": "999", "STREAMD_TEST_INHERITED": "configured"},
-		Timeout: Duration(10 * time.Second),
+		Timeout: conf.Duration(10 * time.Second),
 	})
 	d := testDelivery()
 	d.Payload = []byte("line one\nline two\x00\xff")
@@ -136,13 +138,13 @@ func TestExecHandlerKillsProcessGroup(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
-			h := mustNewHandler(t, HandlerConfig{
-				Kind: HandlerExec,
+			h := mustNewHandler(t, conf.Handler{
+				Kind: conf.HandlerExec,
 				// The child starts a grandchild in its process group, which
 				// holds stdout and stderr open, and waits.
 				Command: sh(`sleep 30 & echo $! > "$OUT/grandchild"; echo $$ > "$OUT/child"; wait`),
 				Env:     map[string]string{"OUT": dir},
-				Timeout: Duration(tt.timeout),
+				Timeout: conf.Duration(tt.timeout),
 			})
 			ctx, cancel := context.WithTimeout(t.Context(), tt.ctx)
 			defer cancel()
@@ -198,12 +200,12 @@ func waitProcessGone(pid int, within time.Duration) bool {
 func TestExecHandlerLingeringOutput(t *testing.T) {
 	dir := t.TempDir()
 	var logs bytes.Buffer
-	h, err := newHandler(HandlerConfig{
-		Kind: HandlerExec,
+	h, err := New(conf.Handler{
+		Kind: conf.HandlerExec,
 		// The command exits at once, leaving a process that holds stdout.
 		Command: sh(`sleep 30 & echo $! > "$OUT/pid"; echo outcome=drop`),
 		Env:     map[string]string{"OUT": dir},
-		Timeout: Duration(10 * time.Second),
+		Timeout: conf.Duration(10 * time.Second),
 	}, io.Discard, slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -231,7 +233,7 @@ func TestExecHandlerStartFailure(t *testing.T) {
 	if err := os.WriteFile(prog, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	h := mustNewHandler(t, HandlerConfig{Kind: HandlerExec, Command: []string{prog}, Timeout: Duration(10 * time.Second)})
+	h := mustNewHandler(t, conf.Handler{Kind: conf.HandlerExec, Command: []string{prog}, Timeout: conf.Duration(10 * time.Second)})
 	checkOutcome(t, h.Handle(t.Context(), testDelivery()), OutcomeAck, 0, 0, "")
 	if err := os.Remove(prog); err != nil {
 		t.Fatal(err)
@@ -254,9 +256,9 @@ func TestExecHandlerConfigErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := newHandler(HandlerConfig{Kind: HandlerExec, Command: tt.command}, io.Discard, nil)
+			_, err := New(conf.Handler{Kind: conf.HandlerExec, Command: tt.command}, io.Discard, nil)
 			if err == nil || err.Error() != tt.err {
-				t.Errorf("newHandler: %v, want %q", err, tt.err)
+				t.Errorf("New: %v, want %q", err, tt.err)
 			}
 		})
 	}

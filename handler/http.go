@@ -1,4 +1,4 @@
-package daemon
+package handler
 
 import (
 	"cmp"
@@ -19,7 +19,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/internal/h1"
+	"github.com/streamd/streamd/internal/httpfield"
 )
 
 // The request headers of the http handler. Every request also carries the
@@ -73,7 +75,7 @@ const (
 // application/octet-stream. A configured Host header sets the request's
 // Host, a configured User-Agent replaces "streamd". The configured headers
 // cannot use the Streamd- prefix, nor name a field the transport writes
-// (see reservedHTTPHeader).
+// (see httpfield.Reserved).
 //
 // The outcome:
 //
@@ -102,7 +104,7 @@ type httpHandler struct {
 	client      *h1.Client
 }
 
-func newHTTPHandler(cfg HandlerConfig) (*httpHandler, error) {
+func newHTTPHandler(cfg conf.Handler) (*httpHandler, error) {
 	u, err := url.Parse(cfg.URL)
 	if err != nil {
 		return nil, fmt.Errorf("url: %w", errors.Unwrap(err)) // without the URL, which may hold a secret
@@ -110,25 +112,25 @@ func newHTTPHandler(cfg HandlerConfig) (*httpHandler, error) {
 	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
 		return nil, errors.New("url: use an http:// or https:// URL with a host")
 	}
-	if !validRequestTarget(u.RequestURI()) {
+	if !httpfield.ValidRequestTarget(u.RequestURI()) {
 		return nil, errors.New("url: the query holds a space, a control character or a byte beyond ASCII; percent-encode it")
 	}
 	h := &httpHandler{
 		contentType: []byte("application/octet-stream"),
-		timeout:     time.Duration(cmp.Or(cfg.Timeout, defaultHTTPTimeout)),
+		timeout:     time.Duration(cmp.Or(cfg.Timeout, conf.DefaultHTTPTimeout)),
 	}
 	userAgent := httpUserAgent
 	for _, name := range slices.Sorted(maps.Keys(cfg.Headers)) {
 		value := strings.Trim(cfg.Headers[name], " \t")
-		if !validHeaderName(name) || !httpFieldValue(value) {
+		if !httpfield.ValidName(name) || !httpfield.ValidValue(value) {
 			return nil, fmt.Errorf("headers.%s: not a valid HTTP header", name)
 		}
-		if why := reservedHTTPHeader(name); why != "" {
+		if why := httpfield.Reserved(name); why != "" {
 			return nil, fmt.Errorf("headers.%s: %s", name, why)
 		}
 		switch http.CanonicalHeaderKey(name) {
 		case "Host":
-			if !validHostField(value) {
+			if !httpfield.ValidHost(value) {
 				return nil, fmt.Errorf("headers.%s: %q is not a host[:port]", name, value)
 			}
 			h.host = value
@@ -167,22 +169,6 @@ func newHTTPHandler(cfg HandlerConfig) (*httpHandler, error) {
 		return nil, fmt.Errorf("url: %w (a proxy from $HTTP_PROXY or $HTTPS_PROXY; $NO_PROXY can exempt the host)", err)
 	}
 	return h, nil
-}
-
-// reservedHTTPHeader says why a configured header may not be set, or "" if
-// it may: the transport writes the framing and connection fields, and the
-// Streamd- prefix is the delivery's own.
-func reservedHTTPHeader(name string) string {
-	switch c := http.CanonicalHeaderKey(name); c {
-	case "Content-Length", "Transfer-Encoding", "Trailer", "Te", "Connection", "Keep-Alive",
-		"Upgrade", "Proxy-Connection", "Proxy-Authorization":
-		return c + " is written by streamd's HTTP transport"
-	default:
-		if strings.HasPrefix(c, "Streamd-") {
-			return "the Streamd- prefix is reserved for the headers streamd sends with each record"
-		}
-	}
-	return ""
 }
 
 // readBearerToken reads a token file: one line of printable ASCII without
@@ -356,17 +342,6 @@ func (h *httpHandler) transportError(ctx context.Context, err error) error {
 	return fmt.Errorf("http: %w", err)
 }
 
-// validRequestTarget reports whether a request-target can go on the request
-// line as it is: printable ASCII without spaces.
-func validRequestTarget(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] <= ' ' || s[i] >= 0x7f {
-			return false
-		}
-	}
-	return true
-}
-
 // isTimeout reports whether err is a deadline passing: the connection's, or
 // the dialer's.
 func isTimeout(err error) bool {
@@ -379,7 +354,7 @@ func isTimeout(err error) bool {
 func escapeHeaderName(name string) string {
 	n := 0
 	for i := 0; i < len(name); i++ {
-		if !httpTokenByte(name[i]) || name[i] == '%' {
+		if !httpfield.TokenByte(name[i]) || name[i] == '%' {
 			n++
 		}
 	}
@@ -389,20 +364,13 @@ func escapeHeaderName(name string) string {
 	const hex = "0123456789ABCDEF"
 	b := make([]byte, 0, len(name)+2*n)
 	for i := 0; i < len(name); i++ {
-		if c := name[i]; httpTokenByte(c) && c != '%' {
+		if c := name[i]; httpfield.TokenByte(c) && c != '%' {
 			b = append(b, c)
 		} else {
 			b = append(b, '%', hex[c>>4], hex[c&0xf])
 		}
 	}
 	return string(b)
-}
-
-// httpTokenByte reports whether c is an HTTP token character (RFC 9110
-// §5.6.2).
-func httpTokenByte(c byte) bool {
-	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
-		strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
 }
 
 // httpTextValue reports whether v is sent as is: empty, or printable ASCII
@@ -413,17 +381,6 @@ func httpTextValue(v []byte) bool {
 	}
 	for _, c := range v {
 		if c < 0x20 || c > 0x7e {
-			return false
-		}
-	}
-	return true
-}
-
-// httpFieldValue reports whether v is a valid HTTP field value: no control
-// characters but tab.
-func httpFieldValue(v string) bool {
-	for i := 0; i < len(v); i++ {
-		if c := v[i]; c < 0x20 && c != '\t' || c == 0x7f {
 			return false
 		}
 	}

@@ -1,8 +1,7 @@
-package daemon
+package conf
 
 import (
 	"errors"
-	"github.com/streamd/streamd/tail"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -11,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/streamd/streamd/tail"
 
 	"github.com/BurntSushi/toml"
 )
@@ -139,23 +140,23 @@ F:17: subscription[0].on_corrupt: unknown value "ignore": use skip or stop`},
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			file := filepath.Join("testdata", "config", tc.name+".bad.toml")
-			cfg, err := LoadConfig(file, tc.mode)
+			cfg, err := Load(file, tc.mode)
 			if err == nil {
-				t.Fatalf("LoadConfig(%s) = %+v, want an error", file, cfg)
+				t.Fatalf("Load(%s) = %+v, want an error", file, cfg)
 			}
 			lines := strings.Split(tc.want, "\n")
 			for i, l := range lines {
 				lines[i] = file + strings.TrimPrefix(l, "F")
 			}
 			if want := strings.Join(lines, "\n"); err.Error() != want {
-				t.Errorf("LoadConfig(%s, %s) error:\n%s\nwant:\n%s", file, tc.mode, err, want)
+				t.Errorf("Load(%s, %s) error:\n%s\nwant:\n%s", file, tc.mode, err, want)
 			}
 		})
 	}
 }
 
 func TestLoadConfigSyntaxError(t *testing.T) {
-	_, err := LoadConfig("testdata/config/syntax.bad.toml", ModeRun)
+	_, err := Load("testdata/config/syntax.bad.toml", ModeRun)
 	pe, ok := errors.AsType[toml.ParseError](err)
 	if !ok {
 		t.Fatalf("error %v does not wrap a toml.ParseError", err)
@@ -169,7 +170,7 @@ func TestLoadConfigSyntaxError(t *testing.T) {
 }
 
 func TestLoadConfigMissingFile(t *testing.T) {
-	_, err := LoadConfig(filepath.Join(t.TempDir(), "none.toml"), ModeRun)
+	_, err := Load(filepath.Join(t.TempDir(), "none.toml"), ModeRun)
 	if !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("error %v, want one that is os.ErrNotExist", err)
 	}
@@ -192,8 +193,8 @@ func TestExampleConfigs(t *testing.T) {
 			t.Errorf("%s: say in this test which mode it is for", f)
 			continue
 		}
-		if _, err := LoadConfig(f, mode); err != nil {
-			t.Errorf("LoadConfig(%s, %s): %v", f, mode, err)
+		if _, err := Load(f, mode); err != nil {
+			t.Errorf("Load(%s, %s): %v", f, mode, err)
 		}
 	}
 }
@@ -201,7 +202,7 @@ func TestExampleConfigs(t *testing.T) {
 // TestLocalConfig checks that configs/local.toml works for make run: its
 // files are in var/ at the top of the repository.
 func TestLocalConfig(t *testing.T) {
-	cfg, err := LoadConfig("../configs/local.toml", ModeRun)
+	cfg, err := Load("../configs/local.toml", ModeRun)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,11 +240,11 @@ dead_letter = "orders.dead"
 kind = "http"
 url = "http://127.0.0.1:8080/orders"
 `
-	want, err := parseConfig("minimal.toml", "/etc/streamd", minimal, ModeRun)
+	want, err := parse("minimal.toml", "/etc/streamd", minimal, ModeRun)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := LoadConfig("../configs/streamd.toml", ModeRun)
+	got, err := Load("../configs/streamd.toml", ModeRun)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,16 +314,16 @@ func TestConfigTags(t *testing.T) {
 	options := map[string]bool{"kind": true}
 	for _, k := range handlerKinds {
 		for _, o := range k.options {
-			if _, ok := fieldByTag(reflect.TypeFor[HandlerConfig](), o); !ok {
-				t.Errorf("handler kind %s: option %q is no HandlerConfig tag", k.kind, o)
+			if _, ok := fieldByTag(reflect.TypeFor[Handler](), o); !ok {
+				t.Errorf("handler kind %s: option %q is no Handler tag", k.kind, o)
 			}
 			options[o] = true
 		}
 	}
-	h := reflect.TypeFor[HandlerConfig]()
+	h := reflect.TypeFor[Handler]()
 	for i := range h.NumField() {
 		if tag := h.Field(i).Tag.Get("toml"); !options[tag] {
-			t.Errorf("HandlerConfig tag %q is an option of no handler kind", tag)
+			t.Errorf("Handler tag %q is an option of no handler kind", tag)
 		}
 	}
 }
@@ -365,19 +366,19 @@ handler.kind = "stdout"
 			StateDir:        "/var/lib/streamd",
 			ShutdownTimeout: Duration(20 * time.Second),
 			CommitInterval:  Duration(time.Second),
-			Log:             LogConfig{Level: "info", Format: "auto"},
-			Metrics:         MetricsConfig{Listen: "127.0.0.1:9464"},
-			Streams: []StreamConfig{
+			Log:             Log{Level: "info", Format: "auto"},
+			Metrics:         Metrics{Listen: "127.0.0.1:9464"},
+			Streams: []Stream{
 				{Name: "s", Path: "/srv/s.ss", Create: true, BeaconInterval: 1 << 20, PollInterval: Duration(time.Second)},
 				{Name: "t", Path: "/srv/t.ss", Create: false, BeaconInterval: 1 << 20, PollInterval: Duration(time.Second)},
 			},
-			Subscriptions: []SubscriptionConfig{
+			Subscriptions: []Subscription{
 				{Name: "a", Stream: "s", Key: "k", Concurrency: 1, Backoff: backoff, LogUnsupported: "first", OnCorrupt: "skip",
-					Handler: HandlerConfig{Kind: HandlerHTTP, URL: "https://example.org/", Timeout: Duration(5 * time.Second)}},
+					Handler: Handler{Kind: HandlerHTTP, URL: "https://example.org/", Timeout: Duration(5 * time.Second)}},
 				{Name: "b", Stream: "t", Key: "k", Concurrency: 1, Backoff: backoff, LogUnsupported: "first", OnCorrupt: "skip",
-					Handler: HandlerConfig{Kind: HandlerExec, Command: []string{"handle"}, Timeout: Duration(30 * time.Second)}},
+					Handler: Handler{Kind: HandlerExec, Command: []string{"handle"}, Timeout: Duration(30 * time.Second)}},
 				{Name: "c", Stream: "t", Key: "k", Concurrency: 1, Backoff: backoff, LogUnsupported: "first", OnCorrupt: "skip",
-					Handler: HandlerConfig{Kind: HandlerStdout, Format: "log"}},
+					Handler: Handler{Kind: HandlerStdout, Format: "log"}},
 			},
 		}},
 		{"pipe", ModePipe, `
@@ -390,10 +391,10 @@ kind = "discard"
 `, &Config{
 			ShutdownTimeout: Duration(20 * time.Second),
 			MaxDelayedMiB:   256,
-			Log:             LogConfig{Level: "info", Format: "auto"},
-			Subscriptions: []SubscriptionConfig{
+			Log:             Log{Level: "info", Format: "auto"},
+			Subscriptions: []Subscription{
 				{Name: "jobs", Key: "jobs", OutRetry: "jobs.retry", Concurrency: 1, Backoff: backoff, LogUnsupported: "first", OnInvalid: "skip",
-					Handler: HandlerConfig{Kind: HandlerDiscard}},
+					Handler: Handler{Kind: HandlerDiscard}},
 			},
 		}},
 		{"explicit", ModeRun, `
@@ -427,21 +428,21 @@ format = "ndjson"
 			StateDir:        "/var/lib/streamd",
 			ShutdownTimeout: Duration(time.Minute),
 			CommitInterval:  Duration(250 * time.Millisecond),
-			Log:             LogConfig{Level: "debug", Format: "json"},
-			Streams: []StreamConfig{
+			Log:             Log{Level: "debug", Format: "json"},
+			Streams: []Stream{
 				{Name: "s", Path: "/srv/s.ss", Create: true, BeaconInterval: 4096, PollInterval: Duration(10 * time.Second)},
 			},
-			Subscriptions: []SubscriptionConfig{
+			Subscriptions: []Subscription{
 				{Name: "a", Stream: "s", Key: "k", StartAt: mustStart(t, "time:2025-03-01T12:00:00Z"),
 					Replay: true, Concurrency: 8, MaxAttempts: ptr(1), DeadLetter: "k.dead", OutRetry: "k.retry",
 					Backoff: []Duration{Duration(100 * time.Millisecond)}, LogUnsupported: "every", OnCorrupt: "stop",
-					Handler: HandlerConfig{Kind: HandlerStdout, Format: "ndjson"}},
+					Handler: Handler{Kind: HandlerStdout, Format: "ndjson"}},
 			},
 		}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := parseConfig("test.toml", "/etc/streamd", tc.src, tc.mode)
+			got, err := parse("test.toml", "/etc/streamd", tc.src, tc.mode)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -479,7 +480,7 @@ handler.kind = "discard"
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("STATE_DIRECTORY", tc.env)
-			cfg, err := parseConfig("test.toml", "/etc/streamd", tc.src, tc.mode)
+			cfg, err := parse("test.toml", "/etc/streamd", tc.src, tc.mode)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -489,7 +490,7 @@ handler.kind = "discard"
 		})
 	}
 	t.Setenv("STATE_DIRECTORY", "streamd")
-	_, err := parseConfig("test.toml", "/etc/streamd", streams, ModeRun)
+	_, err := parse("test.toml", "/etc/streamd", streams, ModeRun)
 	if want := `test.toml: state_dir: $STATE_DIRECTORY "streamd" is not an absolute path`; err == nil || err.Error() != want {
 		t.Errorf("relative $STATE_DIRECTORY: error %v, want %s", err, want)
 	}
@@ -531,7 +532,7 @@ handler = { kind = "exec", command = ["handle"] }
 		t.Fatal(err)
 	}
 	t.Chdir(dir)
-	cfg, err := LoadConfig("etc/streamd.toml", ModeRun)
+	cfg, err := Load("etc/streamd.toml", ModeRun)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -551,10 +552,10 @@ handler = { kind = "exec", command = ["handle"] }
 }
 
 // TestKeysAreCaseSensitive checks the surprise STYLE.md warns of: the TOML
-// decoder fills fields from keys that differ in case, and LoadConfig
+// decoder fills fields from keys that differ in case, and Load
 // rejects them wherever they are.
 func TestKeysAreCaseSensitive(t *testing.T) {
-	var s SubscriptionConfig
+	var s Subscription
 	if _, err := toml.Decode(`NAME = "x"`, &s); err != nil || s.Name != "x" {
 		t.Logf("toml.Decode no longer matches NAME to name (Name %q, error %v)", s.Name, err)
 	}
@@ -568,7 +569,7 @@ func TestKeysAreCaseSensitive(t *testing.T) {
 		sub + "handler = { Kind = \"discard\" }\n",
 		sub + "[subscription.handler]\nkind = \"exec\"\nCommand = [\"x\"]\n",
 	} {
-		_, err := parseConfig("test.toml", "/etc/streamd", src, ModeRun)
+		_, err := parse("test.toml", "/etc/streamd", src, ModeRun)
 		if err == nil || !strings.Contains(err.Error(), "keys are case-sensitive") {
 			t.Errorf("config\n%s\nerror %v, want one saying keys are case-sensitive", src, err)
 		}
@@ -577,11 +578,11 @@ func TestKeysAreCaseSensitive(t *testing.T) {
 
 func TestDefaultConfigFile(t *testing.T) {
 	t.Setenv("CONFIGURATION_DIRECTORY", "/run/conf:/etc/other")
-	if got := DefaultConfigFile(); got != "/run/conf/streamd.toml" {
+	if got := DefaultFile(); got != "/run/conf/streamd.toml" {
 		t.Errorf("with $CONFIGURATION_DIRECTORY: %q", got)
 	}
 	t.Setenv("CONFIGURATION_DIRECTORY", "")
-	if got := DefaultConfigFile(); got != "/etc/streamd/streamd.toml" {
+	if got := DefaultFile(); got != "/etc/streamd/streamd.toml" {
 		t.Errorf("without $CONFIGURATION_DIRECTORY: %q", got)
 	}
 }

@@ -1,4 +1,4 @@
-package daemon
+package handler
 
 import (
 	"bytes"
@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/envelope"
 )
 
@@ -55,7 +56,7 @@ func TestStdoutHandlerGolden(t *testing.T) {
 	for _, tt := range tests {
 		t.Run("format="+tt.format, func(t *testing.T) {
 			var out bytes.Buffer
-			h, err := newHandler(HandlerConfig{Kind: HandlerStdout, Format: tt.format}, &out, nil)
+			h, err := New(conf.Handler{Kind: conf.HandlerStdout, Format: tt.format}, &out, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -81,12 +82,12 @@ func TestStdoutHandlerConcurrent(t *testing.T) {
 	for _, format := range []string{"log", "ndjson"} {
 		t.Run(format, func(t *testing.T) {
 			var out bytes.Buffer // not safe for concurrent use: the handler serialises writes
-			h, err := newHandler(HandlerConfig{Kind: HandlerStdout, Format: format}, &out, nil)
+			h, err := New(conf.Handler{Kind: conf.HandlerStdout, Format: format}, &out, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			var one bytes.Buffer
-			single, err := newHandler(HandlerConfig{Kind: HandlerStdout, Format: format}, &one, nil)
+			single, err := New(conf.Handler{Kind: conf.HandlerStdout, Format: format}, &one, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -112,7 +113,7 @@ type failingWriter struct{}
 func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("disk full") }
 
 func TestStdoutHandlerWriteError(t *testing.T) {
-	h, err := newHandler(HandlerConfig{Kind: HandlerStdout}, failingWriter{}, nil)
+	h, err := New(conf.Handler{Kind: conf.HandlerStdout}, failingWriter{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +121,7 @@ func TestStdoutHandlerWriteError(t *testing.T) {
 }
 
 func TestDiscardHandler(t *testing.T) {
-	h, err := newHandler(HandlerConfig{Kind: HandlerDiscard}, nil, nil)
+	h, err := New(conf.Handler{Kind: conf.HandlerDiscard}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,22 +135,22 @@ func TestDiscardHandler(t *testing.T) {
 func TestNewHandlerErrors(t *testing.T) {
 	tests := []struct {
 		name   string
-		cfg    HandlerConfig
+		cfg    conf.Handler
 		stdout io.Writer
 		err    string
 	}{
-		{name: "unknown kind", cfg: HandlerConfig{Kind: "kafka"}, stdout: io.Discard,
+		{name: "unknown kind", cfg: conf.Handler{Kind: "kafka"}, stdout: io.Discard,
 			err: `unknown handler kind "kafka": use http, exec, stdout or discard`},
-		{name: "unknown stdout format", cfg: HandlerConfig{Kind: HandlerStdout, Format: "xml"}, stdout: io.Discard,
+		{name: "unknown stdout format", cfg: conf.Handler{Kind: conf.HandlerStdout, Format: "xml"}, stdout: io.Discard,
 			err: `stdout handler: format: unknown "xml": use log or ndjson`},
-		{name: "stdout without a writer", cfg: HandlerConfig{Kind: HandlerStdout},
+		{name: "stdout without a writer", cfg: conf.Handler{Kind: conf.HandlerStdout},
 			err: "stdout handler: no output writer"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := newHandler(tt.cfg, tt.stdout, nil)
+			_, err := New(tt.cfg, tt.stdout, nil)
 			if err == nil || err.Error() != tt.err {
-				t.Errorf("newHandler: %v, want %q", err, tt.err)
+				t.Errorf("New: %v, want %q", err, tt.err)
 			}
 		})
 	}

@@ -1,4 +1,4 @@
-package daemon
+package handler
 
 import (
 	"cmp"
@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/envelope"
 )
 
@@ -41,13 +42,13 @@ func testDelivery() *Delivery {
 	}
 }
 
-// mustNewHandler builds a handler with newHandler and closes it when the
+// mustNewHandler builds a handler with New and closes it when the
 // test ends, if it is an io.Closer.
-func mustNewHandler(t *testing.T, cfg HandlerConfig) Handler {
+func mustNewHandler(t *testing.T, cfg conf.Handler) Handler {
 	t.Helper()
-	h, err := newHandler(cfg, io.Discard, nil)
+	h, err := New(cfg, io.Discard, nil)
 	if err != nil {
-		t.Fatalf("newHandler: %v", err)
+		t.Fatalf("New: %v", err)
 	}
 	if c, ok := h.(io.Closer); ok {
 		t.Cleanup(func() {
@@ -143,7 +144,7 @@ func TestHTTPHandlerOutcomes(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := httptest.NewServer(tt.server)
 			t.Cleanup(srv.Close)
-			h := mustNewHandler(t, HandlerConfig{Kind: HandlerHTTP, URL: srv.URL, Timeout: Duration(5 * time.Second)})
+			h := mustNewHandler(t, conf.Handler{Kind: conf.HandlerHTTP, URL: srv.URL, Timeout: conf.Duration(5 * time.Second)})
 			got := h.Handle(t.Context(), testDelivery())
 			checkOutcome(t, got, tt.kind, tt.minDelay, tt.maxDelay, tt.err)
 		})
@@ -164,7 +165,7 @@ func TestHTTPHandlerRequest(t *testing.T) {
 	tests := []struct {
 		name     string
 		delivery *Delivery
-		cfg      HandlerConfig
+		cfg      conf.Handler
 		host     string
 		header   map[string]string
 		absent   []string
@@ -173,7 +174,7 @@ func TestHTTPHandlerRequest(t *testing.T) {
 		{
 			name:     "metadata, record headers, configured headers, token",
 			delivery: testDelivery(),
-			cfg: HandlerConfig{
+			cfg: conf.Handler{
 				Headers:         map[string]string{"X-Api-Version": "2", "Host": "api.example", "Content-Type": "application/json"},
 				BearerTokenFile: token,
 			},
@@ -201,7 +202,7 @@ func TestHTTPHandlerRequest(t *testing.T) {
 		{
 			name:     "configured Content-Type, empty payload",
 			delivery: plain,
-			cfg:      HandlerConfig{Headers: map[string]string{"Content-Type": "application/json"}},
+			cfg:      conf.Handler{Headers: map[string]string{"Content-Type": "application/json"}},
 			header: map[string]string{
 				"Content-Type":         "application/json",
 				"Streamd-Subscription": "audit",
@@ -229,7 +230,7 @@ func TestHTTPHandlerRequest(t *testing.T) {
 			}))
 			t.Cleanup(srv.Close)
 			cfg := tt.cfg
-			cfg.Kind, cfg.URL, cfg.Timeout = HandlerHTTP, srv.URL, Duration(5*time.Second)
+			cfg.Kind, cfg.URL, cfg.Timeout = conf.HandlerHTTP, srv.URL, conf.Duration(5*time.Second)
 			h := mustNewHandler(t, cfg)
 			checkOutcome(t, h.Handle(t.Context(), tt.delivery), OutcomeAck, 0, 0, "")
 			got := <-seen
@@ -278,7 +279,7 @@ func TestHTTPHandlerKeepAlive(t *testing.T) {
 	}
 	srv.Start()
 	t.Cleanup(srv.Close)
-	h := mustNewHandler(t, HandlerConfig{Kind: HandlerHTTP, URL: srv.URL, Timeout: Duration(5 * time.Second)})
+	h := mustNewHandler(t, conf.Handler{Kind: conf.HandlerHTTP, URL: srv.URL, Timeout: conf.Duration(5 * time.Second)})
 	for range 50 {
 		h.Handle(t.Context(), testDelivery())
 	}
@@ -304,7 +305,7 @@ func TestHTTPHandlerTLS(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := mustNewHandler(t, HandlerConfig{Kind: HandlerHTTP, URL: srv.URL, CAFile: tt.caFile, Timeout: Duration(5 * time.Second)})
+			h := mustNewHandler(t, conf.Handler{Kind: conf.HandlerHTTP, URL: srv.URL, CAFile: tt.caFile, Timeout: conf.Duration(5 * time.Second)})
 			checkOutcome(t, h.Handle(t.Context(), testDelivery()), tt.kind, 0, 0, tt.err)
 		})
 	}
@@ -351,7 +352,7 @@ func TestHTTPHandlerTransportFailures(t *testing.T) {
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
 			url := tt.setup(t, cancel)
-			h := mustNewHandler(t, HandlerConfig{Kind: HandlerHTTP, URL: url, Timeout: Duration(timeout)})
+			h := mustNewHandler(t, conf.Handler{Kind: conf.HandlerHTTP, URL: url, Timeout: conf.Duration(timeout)})
 			start := time.Now()
 			got := h.Handle(ctx, testDelivery())
 			if elapsed := time.Since(start); elapsed > timeout+time.Second {
@@ -376,34 +377,34 @@ func TestHTTPHandlerConfigErrors(t *testing.T) {
 	}
 	tests := []struct {
 		name string
-		cfg  HandlerConfig
+		cfg  conf.Handler
 		err  string
 	}{
-		{name: "missing token file", cfg: HandlerConfig{BearerTokenFile: filepath.Join(dir, "nope")},
+		{name: "missing token file", cfg: conf.Handler{BearerTokenFile: filepath.Join(dir, "nope")},
 			err: "http handler: bearer_token_file: open " + filepath.Join(dir, "nope") + ": no such file or directory"},
-		{name: "empty token file", cfg: HandlerConfig{BearerTokenFile: write("empty", "\n")},
+		{name: "empty token file", cfg: conf.Handler{BearerTokenFile: write("empty", "\n")},
 			err: "http handler: bearer_token_file: " + filepath.Join(dir, "empty") + " is empty"},
-		{name: "token with a space", cfg: HandlerConfig{BearerTokenFile: write("spaced", "a b\n")},
+		{name: "token with a space", cfg: conf.Handler{BearerTokenFile: write("spaced", "a b\n")},
 			err: "the token must be one line of printable ASCII without spaces"},
-		{name: "missing ca file", cfg: HandlerConfig{CAFile: filepath.Join(dir, "nope.pem")},
+		{name: "missing ca file", cfg: conf.Handler{CAFile: filepath.Join(dir, "nope.pem")},
 			err: "http handler: ca_file: open "},
-		{name: "ca file without PEM", cfg: HandlerConfig{CAFile: write("bad.pem", "not a certificate")},
+		{name: "ca file without PEM", cfg: conf.Handler{CAFile: write("bad.pem", "not a certificate")},
 			err: "http handler: ca_file: " + filepath.Join(dir, "bad.pem") + " holds no PEM certificate"},
-		{name: "bad header value", cfg: HandlerConfig{Headers: map[string]string{"X-A": "a\x01b"}},
+		{name: "bad header value", cfg: conf.Handler{Headers: map[string]string{"X-A": "a\x01b"}},
 			err: "http handler: headers.X-A: not a valid HTTP header"},
-		{name: "not http", cfg: HandlerConfig{URL: "ftp://example.com/"},
+		{name: "not http", cfg: conf.Handler{URL: "ftp://example.com/"},
 			err: "http handler: url: use an http:// or https:// URL with a host"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := tt.cfg
-			cfg.Kind = HandlerHTTP
+			cfg.Kind = conf.HandlerHTTP
 			if cfg.URL == "" {
 				cfg.URL = "https://example.com/"
 			}
-			h, err := newHandler(cfg, io.Discard, nil)
+			h, err := New(cfg, io.Discard, nil)
 			if err == nil || !strings.Contains(err.Error(), tt.err) {
-				t.Errorf("newHandler: %v (%T), want an error containing %q", err, h, tt.err)
+				t.Errorf("New: %v (%T), want an error containing %q", err, h, tt.err)
 			}
 		})
 	}

@@ -1,4 +1,4 @@
-package daemon
+package handler
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/pipe"
 )
 
@@ -52,7 +53,7 @@ type stdoutHandler struct {
 	buf []byte
 }
 
-func newStdoutHandler(cfg HandlerConfig, w io.Writer) (*stdoutHandler, error) {
+func newStdoutHandler(cfg conf.Handler, w io.Writer) (*stdoutHandler, error) {
 	if w == nil {
 		return nil, errors.New("no output writer")
 	}

@@ -1,15 +1,16 @@
-package daemon
+package conf
 
 import (
 	"cmp"
 	"errors"
 	"fmt"
-	"github.com/streamd/streamd/tail"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/streamd/streamd/tail"
 
 	"github.com/BurntSushi/toml"
 	"github.com/streamd/streamd/streamfile"
@@ -36,7 +37,7 @@ func (m Mode) String() string {
 	return "run"
 }
 
-// Config is a streamd configuration file. [LoadConfig] returns it checked,
+// Config is a streamd configuration file. [Load] returns it checked,
 // with relative paths made absolute and defaults filled in.
 type Config struct {
 	// StateDir holds the offsets sidecar and the retry spool (ModeRun).
@@ -53,15 +54,15 @@ type Config struct {
 	// leave. Default 256.
 	MaxDelayedMiB int `toml:"max_delayed_mib"`
 
-	Log     LogConfig     `toml:"log"`
-	Metrics MetricsConfig `toml:"metrics"`
+	Log     Log     `toml:"log"`
+	Metrics Metrics `toml:"metrics"`
 
-	Streams       []StreamConfig       `toml:"stream"`
-	Subscriptions []SubscriptionConfig `toml:"subscription"`
+	Streams       []Stream       `toml:"stream"`
+	Subscriptions []Subscription `toml:"subscription"`
 }
 
-// LogConfig is the [log] table.
-type LogConfig struct {
+// Log is the [log] table.
+type Log struct {
 	// Level is debug, info (default), warn or error.
 	Level string `toml:"level"`
 	// Format is auto (default: journald's form under journald, else text),
@@ -69,15 +70,15 @@ type LogConfig struct {
 	Format string `toml:"format"`
 }
 
-// MetricsConfig is the [metrics] table.
-type MetricsConfig struct {
+// Metrics is the [metrics] table.
+type Metrics struct {
 	// Listen is the host:port of the /metrics listener, "" for none.
 	// Default 127.0.0.1:9464 for ModeRun, none for ModePipe.
 	Listen string `toml:"listen"`
 }
 
-// StreamConfig is one [[stream]]: a stream file (ModeRun only).
-type StreamConfig struct {
+// Stream is one [[stream]]: a stream file (ModeRun only).
+type Stream struct {
 	// Name is what subscriptions and metrics call the stream.
 	Name string `toml:"name"`
 	// Path is the stream file.
@@ -93,8 +94,8 @@ type StreamConfig struct {
 	PollInterval Duration `toml:"poll_interval"`
 }
 
-// SubscriptionConfig is one [[subscription]]: a handler on a stream key.
-type SubscriptionConfig struct {
+// Subscription is one [[subscription]]: a handler on a stream key.
+type Subscription struct {
 	// Name identifies the subscription in the sidecar, metrics, logs and
 	// the x-streamd-origin header of its copies.
 	Name string `toml:"name"`
@@ -134,7 +135,7 @@ type SubscriptionConfig struct {
 	// (default: count and log it) or "fail" (end the stage with an error).
 	OnInvalid string `toml:"on_invalid"`
 
-	Handler HandlerConfig `toml:"handler"`
+	Handler Handler `toml:"handler"`
 }
 
 // The handler kinds.
@@ -145,9 +146,9 @@ const (
 	HandlerDiscard = "discard" // acknowledge each record and do nothing
 )
 
-// HandlerConfig is a subscription's [subscription.handler] table. Which
+// Handler is a subscription's [subscription.handler] table. Which
 // options apply depends on Kind; setting another kind's option is an error.
-type HandlerConfig struct {
+type Handler struct {
 	// Kind is http, exec, stdout or discard.
 	Kind string `toml:"kind"`
 
@@ -193,19 +194,24 @@ const (
 	defaultCommitInterval  = Duration(time.Second)
 	defaultPollInterval    = Duration(time.Second)
 	defaultListen          = "127.0.0.1:9464"
-	defaultHTTPTimeout     = Duration(5 * time.Second)
-	defaultExecTimeout     = Duration(30 * time.Second)
 	defaultMaxDelayedMiB   = 256
+)
+
+// The default handler timeouts, which the handlers also apply to a
+// configuration built in Go without them.
+const (
+	DefaultHTTPTimeout = Duration(5 * time.Second)
+	DefaultExecTimeout = Duration(30 * time.Second)
 )
 
 func defaultBackoff() []Duration {
 	return []Duration{Duration(time.Second), Duration(5 * time.Second), Duration(30 * time.Second), Duration(2 * time.Minute)}
 }
 
-// DefaultConfigFile is the configuration file used when none is named:
+// DefaultFile is the configuration file used when none is named:
 // streamd.toml in $CONFIGURATION_DIRECTORY (its first entry) when systemd
 // sets it, else /etc/streamd/streamd.toml.
-func DefaultConfigFile() string {
+func DefaultFile() string {
 	if dir := firstEntry(os.Getenv("CONFIGURATION_DIRECTORY")); dir != "" {
 		return filepath.Join(dir, "streamd.toml")
 	}
@@ -219,7 +225,7 @@ func firstEntry(list string) string {
 	return dir
 }
 
-// LoadConfig reads the configuration file at path for mode, checks it, and
+// Load reads the configuration file at path for mode, checks it, and
 // returns it with defaults filled in. Relative paths in the file are taken
 // from the file's directory.
 //
@@ -234,8 +240,8 @@ func firstEntry(list string) string {
 // error is one error that wraps a [toml.ParseError], whose ErrorWithPosition
 // shows where it is.
 //
-// LoadConfig reads path and $STATE_DIRECTORY, and writes nothing.
-func LoadConfig(path string, mode Mode) (*Config, error) {
+// Load reads path and $STATE_DIRECTORY, and writes nothing.
+func Load(path string, mode Mode) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
@@ -244,12 +250,12 @@ func LoadConfig(path string, mode Mode) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("configuration file %s: %w", path, err)
 	}
-	return parseConfig(path, dir, string(data), mode)
+	return parse(path, dir, string(data), mode)
 }
 
-// parseConfig is [LoadConfig] on the contents src of the file named file in
+// parse is [Load] on the contents src of the file named file in
 // the directory dir.
-func parseConfig(file, dir, src string, mode Mode) (*Config, error) {
+func parse(file, dir, src string, mode Mode) (*Config, error) {
 	var tree map[string]any
 	md, err := toml.Decode(src, &tree)
 	if err != nil {
@@ -420,9 +426,9 @@ func (l *loader) setDefaults(cfg *Config) {
 		h := &s.Handler
 		switch h.Kind {
 		case HandlerHTTP:
-			h.Timeout = cmp.Or(h.Timeout, defaultHTTPTimeout)
+			h.Timeout = cmp.Or(h.Timeout, DefaultHTTPTimeout)
 		case HandlerExec:
-			h.Timeout = cmp.Or(h.Timeout, defaultExecTimeout)
+			h.Timeout = cmp.Or(h.Timeout, DefaultExecTimeout)
 		case HandlerStdout:
 			h.Format = cmp.Or(h.Format, "log")
 		}

@@ -1,4 +1,4 @@
-package daemon
+package handler
 
 import (
 	"bytes"
@@ -19,6 +19,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/internal/ratelog"
 )
 
@@ -100,7 +101,7 @@ type execHandler struct {
 	lingerLog ratelog.Limiter // under logMu
 }
 
-func newExecHandler(cfg HandlerConfig, logger *slog.Logger) (*execHandler, error) {
+func newExecHandler(cfg conf.Handler, logger *slog.Logger) (*execHandler, error) {
 	if len(cfg.Command) == 0 || cfg.Command[0] == "" {
 		return nil, errors.New("command: must name the program")
 	}
@@ -116,7 +117,7 @@ func newExecHandler(cfg HandlerConfig, logger *slog.Logger) (*execHandler, error
 		path:    path,
 		args:    slices.Clone(cfg.Command),
 		env:     env,
-		timeout: time.Duration(cmp.Or(cfg.Timeout, defaultExecTimeout)),
+		timeout: time.Duration(cmp.Or(cfg.Timeout, conf.DefaultExecTimeout)),
 		logger:  logger,
 	}, nil
 }

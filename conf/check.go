@@ -1,4 +1,4 @@
-package daemon
+package conf
 
 import (
 	"errors"
@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/streamd/streamd/internal/httpfield"
 	"github.com/streamd/streamd/streamfile"
 )
 
@@ -78,7 +79,7 @@ func (l *loader) validate(cfg *Config) {
 	}
 }
 
-func (l *loader) checkStream(p keyPath, s *StreamConfig, streams, files map[string]keyPath) {
+func (l *loader) checkStream(p keyPath, s *Stream, streams, files map[string]keyPath) {
 	l.name(p.k("name"), s.Name, "stream", streams)
 	if !l.has(p.k("path")) {
 		l.errorf(p.k("path"), "required: the stream file")
@@ -98,7 +99,7 @@ func (l *loader) checkStream(p keyPath, s *StreamConfig, streams, files map[stri
 	l.positive(p.k("poll_interval"), s.PollInterval)
 }
 
-func (l *loader) checkSubscription(p keyPath, s *SubscriptionConfig, streams, names map[string]keyPath) {
+func (l *loader) checkSubscription(p keyPath, s *Subscription, streams, names map[string]keyPath) {
 	l.name(p.k("name"), s.Name, "subscription", names)
 	keyOK := false
 	if !l.has(p.k("key")) {
@@ -157,7 +158,7 @@ func (l *loader) checkSubscription(p keyPath, s *SubscriptionConfig, streams, na
 	l.checkHandler(p.k("handler"), &s.Handler)
 }
 
-func (l *loader) checkHandler(p keyPath, h *HandlerConfig) {
+func (l *loader) checkHandler(p keyPath, h *Handler) {
 	var kinds []string
 	var options []string
 	known := false
@@ -197,7 +198,7 @@ func (l *loader) checkHandler(p keyPath, h *HandlerConfig) {
 	}
 }
 
-func (l *loader) checkHTTP(p keyPath, h *HandlerConfig) {
+func (l *loader) checkHTTP(p keyPath, h *Handler) {
 	u, err := url.Parse(h.URL)
 	switch q := p.k("url"); {
 	case !l.has(q):
@@ -210,7 +211,7 @@ func (l *loader) checkHTTP(p keyPath, h *HandlerConfig) {
 		l.errorf(q, "%q has no host", h.URL)
 	case u.User != nil:
 		l.errorf(q, "%q holds credentials: the configuration holds no secrets; put a token in bearer_token_file", u.Redacted())
-	case !validRequestTarget(u.RequestURI()):
+	case !httpfield.ValidRequestTarget(u.RequestURI()):
 		l.errorf(q, "%q: the query holds a space, a control character or a byte beyond ASCII; percent-encode it", h.URL)
 	}
 	l.positive(p.k("timeout"), h.Timeout)
@@ -223,13 +224,13 @@ func (l *loader) checkHTTP(p keyPath, h *HandlerConfig) {
 		switch {
 		case dup:
 			l.errorf(q, "the same header as %q: header names are case-insensitive", first)
-		case !validHeaderName(name):
+		case !httpfield.ValidName(name):
 			l.errorf(q, "%q is not an HTTP header name", name)
 		case strings.EqualFold(name, "Authorization"):
 			l.errorf(q, "the configuration holds no secrets: put the token in bearer_token_file")
-		case reservedHTTPHeader(name) != "":
-			l.errorf(q, "%s", reservedHTTPHeader(name))
-		case strings.EqualFold(name, "Host") && !validHostField(value):
+		case httpfield.Reserved(name) != "":
+			l.errorf(q, "%s", httpfield.Reserved(name))
+		case strings.EqualFold(name, "Host") && !httpfield.ValidHost(value):
 			l.errorf(q, "%q is not a host[:port] (a name with letters beyond ASCII goes in its xn-- form)", value)
 		case strings.ContainsAny(value, "\r\n\x00"):
 			l.errorf(q, "a header value must not contain CR, LF or NUL")
@@ -246,7 +247,7 @@ func (l *loader) checkHTTP(p keyPath, h *HandlerConfig) {
 	}
 }
 
-func (l *loader) checkExec(p keyPath, h *HandlerConfig) {
+func (l *loader) checkExec(p keyPath, h *Handler) {
 	q := p.k("command")
 	switch {
 	case !l.has(q):
@@ -364,30 +365,6 @@ func (l *loader) unused(p keyPath, why string) {
 	if l.has(p) {
 		l.errorf(p, "not used by streamd %s: %s", l.mode, why)
 	}
-}
-
-// validHostField reports whether v can be sent as a Host field: the bytes
-// of a host (a name, an IPv4 address or a bracketed IPv6 one) and a port
-// (RFC 9110 §7.2, RFC 3986 §3.2.2).
-func validHostField(v string) bool {
-	for i := 0; i < len(v); i++ {
-		if c := v[i]; !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
-			strings.IndexByte("-._~!$&'()*+,;=:[]%", c) >= 0) {
-			return false
-		}
-	}
-	return v != ""
-}
-
-// validHeaderName reports whether name is an HTTP field name: a token of
-// RFC 9110 §5.6.2.
-func validHeaderName(name string) bool {
-	for i := 0; i < len(name); i++ {
-		if !httpTokenByte(name[i]) {
-			return false
-		}
-	}
-	return name != ""
 }
 
 func orList(words []string) string  { return list(words, "or") }

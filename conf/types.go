@@ -1,14 +1,15 @@
-package daemon
+package conf
 
 import (
 	"encoding"
 	"fmt"
-	"github.com/streamd/streamd/tail"
 	"math"
 	"reflect"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/streamd/streamd/tail"
 )
 
 var (

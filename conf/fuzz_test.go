@@ -1,4 +1,4 @@
-package daemon
+package conf
 
 import (
 	"errors"
@@ -39,7 +39,7 @@ func FuzzLoadConfig(f *testing.F) {
 	addConfigSeeds(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		for _, mode := range []Mode{ModeRun, ModePipe} {
-			cfg, err := parseConfig("fuzz.toml", "/etc/streamd", string(data), mode)
+			cfg, err := parse("fuzz.toml", "/etc/streamd", string(data), mode)
 			if err != nil {
 				_, isKey := errors.AsType[*keyError](err)
 				_, isSyntax := errors.AsType[*syntaxError](err)

@@ -1,4 +1,4 @@
-package daemon
+package handler
 
 import (
 	"errors"
@@ -7,9 +7,11 @@ import (
 	"log/slog"
 	"strings"
 	"time"
+
+	"github.com/streamd/streamd/conf"
 )
 
-// newHandler builds the handler a subscription's [subscription.handler]
+// New builds the handler a subscription's [subscription.handler]
 // table configures: http, exec, stdout (which writes to stdout) or discard.
 // cfg is expected to have passed the configuration checks and to carry its
 // defaults; what can only fail now (reading bearer_token_file or ca_file,
@@ -19,7 +21,7 @@ import (
 // Construction starts no goroutines. A handler that holds resources (the
 // http handler's idle connections) implements [io.Closer]; the caller
 // closes it, once no Handle call is running, when it implements it.
-func newHandler(cfg HandlerConfig, stdout io.Writer, logger *slog.Logger) (Handler, error) {
+func New(cfg conf.Handler, stdout io.Writer, logger *slog.Logger) (Handler, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -29,16 +31,16 @@ func newHandler(cfg HandlerConfig, stdout io.Writer, logger *slog.Logger) (Handl
 		err error
 	)
 	switch cfg.Kind {
-	case HandlerHTTP:
+	case conf.HandlerHTTP:
 		h, err = newHTTPHandler(cfg)
-	case HandlerExec:
+	case conf.HandlerExec:
 		h, err = newExecHandler(cfg, logger)
-	case HandlerStdout:
+	case conf.HandlerStdout:
 		h, err = newStdoutHandler(cfg, stdout)
-	case HandlerDiscard:
+	case conf.HandlerDiscard:
 		h = discardHandler{}
 	default:
-		return nil, fmt.Errorf("unknown handler kind %q: use %s, %s, %s or %s", cfg.Kind, HandlerHTTP, HandlerExec, HandlerStdout, HandlerDiscard)
+		return nil, fmt.Errorf("unknown handler kind %q: use %s, %s, %s or %s", cfg.Kind, conf.HandlerHTTP, conf.HandlerExec, conf.HandlerStdout, conf.HandlerDiscard)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s handler: %w", cfg.Kind, err)
@@ -46,20 +48,20 @@ func newHandler(cfg HandlerConfig, stdout io.Writer, logger *slog.Logger) (Handl
 	return h, nil
 }
 
-// CheckHandlers builds the handler of each subscription of cfg, as run and
+// Check builds the handler of each subscription of cfg, as run and
 // pipe do at start, and closes it again: the checks that depend on the
 // machine rather than the file (an exec command found and executable,
 // bearer_token_file and ca_file readable, the proxy the environment names).
 // It starts nothing and writes nothing.
-func CheckHandlers(cfg *Config) error {
+func Check(cfg *conf.Config) error {
 	var errs []error
 	for _, sc := range cfg.Subscriptions {
-		h, err := newHandler(sc.Handler, io.Discard, nil)
+		h, err := New(sc.Handler, io.Discard, nil)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("subscription %q: %w", sc.Name, err))
 			continue
 		}
-		closeHandler(h)
+		Close(h)
 	}
 	return errors.Join(errs...)
 }
@@ -92,4 +94,12 @@ func parseOutcomeDirective(s string) (Outcome, error) {
 // failedOutcome is an OutcomeFailed for err.
 func failedOutcome(err error) Outcome {
 	return Outcome{Kind: OutcomeFailed, Err: err}
+}
+
+// Close releases a handler's resources, if it holds any (it implements
+// [io.Closer]). Call it once no Handle call is running.
+func Close(h Handler) {
+	if c, ok := h.(io.Closer); ok {
+		c.Close()
+	}
 }
