@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"os"
@@ -15,43 +14,22 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/handler"
 	"github.com/streamd/streamd/internal/ratelog"
+	"github.com/streamd/streamd/internal/systemd"
 	"github.com/streamd/streamd/metrics"
 	"github.com/streamd/streamd/offsets"
 	"github.com/streamd/streamd/retrytimer"
 	"github.com/streamd/streamd/tail"
 )
 
-// Options are what a program gives the daemon besides its configuration.
-type Options struct {
-	// Logger receives the daemon's logs; nil discards them.
-	Logger *slog.Logger
-	// Stdout is where the stdout handler prints; nil is os.Stdout.
-	Stdout io.Writer
-	// Handlers replace the configured handler of the subscriptions they
-	// name: the Go API for programs that embed the daemon. They stay the
-	// caller's: the daemon closes only the handlers it builds.
-	Handlers map[string]handler.Handler
-	// Registry collects the metrics; nil makes one with the Go and process
-	// collectors.
-	Registry *prometheus.Registry
-	// Build is reported in streamd_build_info.
-	Build metrics.BuildInfo
-}
-
 // Daemon runs the subscriptions of a configuration: it follows their
 // stream files, hands records to handlers, settles the outcomes, and
 // commits positions.
 type Daemon struct {
-	opts    Options
-	logger  *slog.Logger
-	notify  *notifier
-	reg     *prometheus.Registry
-	metrics *metrics.Metrics
+	setup
+	notify *systemd.Notifier
 
 	reloads  chan reloadRequest
 	ended    chan *runningSub // a subscription's goroutine returned
@@ -125,23 +103,9 @@ type reloadRequest struct {
 // New returns a daemon for cfg, which conf.Load returned in conf.ModeRun. It
 // starts nothing: Run does.
 func New(cfg *conf.Config, opts Options) *Daemon {
-	logger := opts.Logger
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
-	if opts.Stdout == nil {
-		opts.Stdout = os.Stdout
-	}
-	reg := opts.Registry
-	if reg == nil {
-		reg = metrics.NewRegistry()
-	}
 	d := &Daemon{
-		opts:     opts,
-		logger:   logger,
-		notify:   newNotifier(),
-		reg:      reg,
-		metrics:  metrics.New(reg, opts.Build),
+		setup:    newSetup(opts),
+		notify:   systemd.NewNotifier(),
 		reloads:  make(chan reloadRequest),
 		ended:    make(chan *runningSub),
 		stopping: make(chan struct{}),
@@ -200,13 +164,6 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	if err := d.openStreams(cfg); err != nil {
 		return err
 	}
-	var server *metrics.Server
-	if cfg.Metrics.Listen != "" {
-		server = metrics.NewServer(cfg.Metrics.Listen, d.reg, d.metrics.Health(), d.logger)
-		if err := server.Listen(); err != nil {
-			return err
-		}
-	}
 	d.metrics.ObserveReload(time.Now(), nil)
 
 	bg, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
@@ -235,12 +192,8 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		}
 	})
 	wg.Go(func() { d.updateSizes(bg, time.Duration(cfg.CommitInterval)) })
-	if server != nil {
-		wg.Go(func() {
-			if err := server.Run(bg); err != nil {
-				d.logger.Error("metrics server failed", "err", err)
-			}
-		})
+	if err := d.serveMetrics(bg, &wg, cfg.Metrics.Listen); err != nil {
+		return err
 	}
 
 	for _, sc := range cfg.Subscriptions {
@@ -254,11 +207,11 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		}
 	}
 	d.setNames()
-	d.notify.send("READY=1\nSTATUS=" + d.status())
+	d.notify.Send("READY=1\nSTATUS=" + d.status())
 	d.logger.Info("streamd running", "subscriptions", len(d.subs), "streams", len(d.streams), "state_dir", cfg.StateDir)
 
 	err = d.loop(ctx)
-	d.notify.send("STOPPING=1")
+	d.notify.Send("STOPPING=1")
 	d.logger.Info("stopping", "shutdown_timeout", time.Duration(d.cfg.ShutdownTimeout))
 	d.stopAll()
 	return err
@@ -268,7 +221,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 func (d *Daemon) loop(ctx context.Context) error {
 	defer close(d.stopping)
 	var watchdog <-chan time.Time
-	if iv := watchdogInterval(); iv > 0 {
+	if iv := systemd.WatchdogInterval(); iv > 0 {
 		t := time.NewTicker(iv)
 		defer t.Stop()
 		watchdog = t.C
@@ -285,7 +238,7 @@ func (d *Daemon) loop(ctx context.Context) error {
 			if reason := d.wedged(); reason != "" {
 				d.logger.Error("not pinging the watchdog", "reason", reason)
 			} else {
-				d.notify.send("WATCHDOG=1")
+				d.notify.Send("WATCHDOG=1")
 			}
 		case rs := <-d.ended:
 			if d.subs[rs.sub.cfg.Name] != rs {
@@ -299,7 +252,7 @@ func (d *Daemon) loop(ctx context.Context) error {
 			if rs.err != nil {
 				d.logger.Error("subscription stopped", "subscription", name, "err", rs.err)
 				rs.sub.metrics.SetHealthy(false, rs.err.Error())
-				d.notify.send("STATUS=" + d.status())
+				d.notify.Send("STATUS=" + d.status())
 				continue
 			}
 			d.logger.Info("subscription finished", "subscription", name)
@@ -309,26 +262,6 @@ func (d *Daemon) loop(ctx context.Context) error {
 			}
 		}
 	}
-}
-
-// ownsHandler reports whether the daemon builds, and so closes, the named
-// subscription's handler: not one that Options.Handlers gives.
-func (d *Daemon) ownsHandler(name string) bool {
-	_, given := d.opts.Handlers[name]
-	return !given
-}
-
-// newHandler returns the subscription's handler: the one Options.Handlers
-// gives, or a new one built from its configuration.
-func (d *Daemon) newHandler(sc conf.Subscription) (handler.Handler, error) {
-	if h, ok := d.opts.Handlers[sc.Name]; ok {
-		return h, nil
-	}
-	h, err := handler.New(sc.Handler, d.opts.Stdout, d.logger)
-	if err != nil {
-		return nil, fmt.Errorf("subscription %q: %w", sc.Name, err)
-	}
-	return h, nil
 }
 
 // startSubscription opens the subscription's follower at its stored
@@ -357,23 +290,16 @@ func (d *Daemon) startSubscription(sc conf.Subscription, h handler.Handler) erro
 	}
 	follower, err := tail.New(opts)
 	if err != nil {
-		if d.ownsHandler(sc.Name) {
-			handler.Close(h)
-		}
+		d.closeHandler(sc.Name, h)
 		return fmt.Errorf("subscription %q: %w", sc.Name, err)
 	}
 	sub := &subscription{
-		cfg:      sc,
-		stream:   st,
-		handler:  h,
-		store:    d.store,
-		keys:     &d.keys,
-		logger:   logger,
-		metrics:  sm,
-		settler:  newSettler(sc, fileCopies{stream: st, queue: d.queue}, sm, logger, true),
-		follower: follower,
-		tracker:  offsets.NewTracker(from, trackerWindow),
-		busy:     make([]atomic.Int64, max(sc.Concurrency, 1)),
+		deliverer: newDeliverer(sc, h, fileTransport, fileCopies{stream: st, queue: d.queue}, sm, logger),
+		stream:    st,
+		store:     d.store,
+		keys:      &d.keys,
+		follower:  follower,
+		tracker:   offsets.NewTracker(from, trackerWindow),
 	}
 	if opts.Resume != nil {
 		sub.file = opts.Resume.File
@@ -416,18 +342,18 @@ func (d *Daemon) stopAll() {
 // reload applies cfg to the running daemon. What cannot change without a
 // restart is refused, and the old configuration keeps running.
 func (d *Daemon) reload(load func() (*conf.Config, error)) error {
-	d.notify.reloading()
+	d.notify.Reloading()
 	cfg, err := load()
 	if err == nil {
 		err = d.applyReload(cfg)
 	}
 	d.metrics.ObserveReload(time.Now(), err)
 	if err != nil {
-		d.notify.send("READY=1\nSTATUS=reload failed, the previous configuration keeps running: " + strings.ReplaceAll(err.Error(), "\n", "; "))
+		d.notify.Send("READY=1\nSTATUS=reload failed, the previous configuration keeps running: " + strings.ReplaceAll(err.Error(), "\n", "; "))
 		d.logger.Error("reload failed; the previous configuration keeps running", "err", err)
 		return err
 	}
-	d.notify.send("READY=1\nSTATUS=" + d.status())
+	d.notify.Send("READY=1\nSTATUS=" + d.status())
 	d.logger.Info("configuration reloaded", "subscriptions", len(d.subs), "streams", len(d.streams))
 	return nil
 }
@@ -476,9 +402,7 @@ func (d *Daemon) applyReload(cfg *conf.Config) error {
 			d.setStream(name, nil)
 		}
 		for name, h := range handlers {
-			if d.ownsHandler(name) {
-				handler.Close(h)
-			}
+			d.closeHandler(name, h)
 		}
 		return err
 	}
@@ -616,7 +540,7 @@ func (d *Daemon) fire(_ context.Context, c retrytimer.Copy) error {
 	if st == nil {
 		return fmt.Errorf("stream %q of a pending copy is not configured; the copy stays in the spool", c.Stream)
 	}
-	return st.append(c.Key, c.Headers, c.Payload)
+	return st.append(c.Key, spooledRecord(c, false))
 }
 
 // status is the STATUS= line for systemd.

@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -9,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/streamd/streamd/conf"
@@ -19,17 +17,6 @@ import (
 	"github.com/streamd/streamd/pipe"
 	"github.com/streamd/streamd/retrytimer"
 )
-
-// maxLineBytes bounds one stdin line; a longer line is invalid.
-const maxLineBytes = 16 << 20
-
-// ErrStdoutClosed reports that the next stage of the pipeline closed its
-// end: the stage stops, as a producer whose reader went away.
-var ErrStdoutClosed = errors.New("stdout was closed by the next stage")
-
-// errEmptyCopy is the reference's refusal to print an empty message
-// (settlement.md §8.2).
-var errEmptyCopy = errors.New("stdio drops empty lines; an empty message cannot be transmitted")
 
 // PipeOptions are what `streamd pipe` gives RunPipe.
 type PipeOptions struct {
@@ -43,17 +30,11 @@ type PipeOptions struct {
 // out_retry (or dead_letter). Nothing is stored. At the end of the input,
 // or when ctx ends, the stage waits up to shutdown_timeout for copies still
 // delayed; it returns an error if it abandoned some, if stdout closed
-// (ErrStdoutClosed), or at an invalid line under on_invalid = "fail".
+// ([pipe.ErrClosed]), if a handler panicked, or at an invalid line under
+// on_invalid = "fail".
 func RunPipe(ctx context.Context, cfg *conf.Config, opts PipeOptions) (err error) {
-	logger := opts.Logger
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
-	reg := opts.Registry
-	if reg == nil {
-		reg = metrics.NewRegistry()
-	}
-	m := metrics.New(reg, opts.Build)
+	st := newSetup(opts.Options)
+	logger := st.logger
 	// Reading stops when ctx ends or when stdout closes, even under a
 	// delayed copy; handlers in flight get until shutdown_timeout.
 	readCtx, stopReading := context.WithCancel(ctx)
@@ -61,11 +42,11 @@ func RunPipe(ctx context.Context, cfg *conf.Config, opts PipeOptions) (err error
 	hctx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelHandlers()
 	context.AfterFunc(readCtx, func() { time.AfterFunc(time.Duration(cfg.ShutdownTimeout), cancelHandlers) })
-	out := &lineWriter{w: opts.Out}
+	out := pipe.NewWriter(opts.Out)
 	queue, err := retrytimer.Open(retrytimer.Options{
 		Fire: func(_ context.Context, c retrytimer.Copy) error {
-			err := out.write(c.Key, c.Headers, c.Payload)
-			if errors.Is(err, ErrStdoutClosed) {
+			err := out.Write(c.Key, spooledRecord(c, true))
+			if errors.Is(err, pipe.ErrClosed) {
 				stopReading()
 			}
 			return err
@@ -77,20 +58,18 @@ func RunPipe(ctx context.Context, cfg *conf.Config, opts PipeOptions) (err error
 		return err
 	}
 	defer func() { err = errors.Join(err, queue.Close()) }()
-	m.CountRetriesPending(queue.Pending)
-	subs, err := pipeSubscriptions(cfg, opts.Options, logger, m, pipeCopies{out: out, queue: queue, reading: readCtx})
+	st.metrics.CountRetriesPending(queue.Pending)
+	subs, err := st.pipeSubscriptions(cfg, pipeCopies{out: out, queue: queue, reading: readCtx})
 	if err != nil {
 		return err
 	}
-	defer closePipeHandlers(subs)
-	if cfg.Metrics.Listen != "" {
-		server := metrics.NewServer(cfg.Metrics.Listen, reg, m.Health(), logger)
-		if err := server.Listen(); err != nil {
-			return err
-		}
-		sctx, stop := context.WithCancel(context.WithoutCancel(ctx))
-		defer stop()
-		go server.Run(sctx)
+	defer st.closePipeHandlers(subs)
+	var server sync.WaitGroup
+	defer server.Wait()
+	sctx, stopServer := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopServer()
+	if err := st.serveMetrics(sctx, &server, cfg.Metrics.Listen); err != nil {
+		return err
 	}
 
 	qctx, stopQueue := context.WithCancel(context.WithoutCancel(ctx))
@@ -104,10 +83,10 @@ func RunPipe(ctx context.Context, cfg *conf.Config, opts PipeOptions) (err error
 	stopQueue()
 	wg.Wait()
 
-	if out.isClosed() {
-		readErr = ErrStdoutClosed
+	if out.Closed() {
+		readErr = pipe.ErrClosed
 	}
-	if errors.Is(readErr, ErrStdoutClosed) {
+	if errors.Is(readErr, pipe.ErrClosed) {
 		logger.Info("stdout was closed by the next stage; stopping", "pending_copies", queue.Pending())
 		return readErr
 	}
@@ -118,62 +97,66 @@ func RunPipe(ctx context.Context, cfg *conf.Config, opts PipeOptions) (err error
 		logger.Warn("graceful shutdown timed out; abandoning in-flight continuations", "abandoned", abandoned)
 		derr = errors.Join(derr, fmt.Errorf("%d delayed copies abandoned after shutdown_timeout (%s)", abandoned, time.Duration(cfg.ShutdownTimeout)))
 	}
-	if errors.Is(derr, ErrStdoutClosed) {
-		derr = ErrStdoutClosed
+	if errors.Is(derr, pipe.ErrClosed) {
+		derr = pipe.ErrClosed
 	}
 	return errors.Join(readErr, derr)
 }
 
-// pipeSub is one subscription of a pipe stage.
-type pipeSub struct {
-	cfg     conf.Subscription
-	handler handler.Handler
-	own     bool // built here, so closed here; not one of Options.Handlers
-	settler *settler
-	metrics *metrics.SubscriptionMetrics
-}
-
-func pipeSubscriptions(cfg *conf.Config, opts Options, logger *slog.Logger, m *metrics.Metrics, copies copyWriter) ([]*pipeSub, error) {
-	stdout := opts.Stdout
-	var subs []*pipeSub
+// pipeSubscriptions builds the deliverers of a pipe stage's subscriptions.
+func (st *setup) pipeSubscriptions(cfg *conf.Config, copies copyWriter) ([]*deliverer, error) {
+	var subs []*deliverer
 	for _, sc := range cfg.Subscriptions {
-		h, given := opts.Handlers[sc.Name]
-		if !given {
-			var err error
-			if h, err = handler.New(sc.Handler, stdout, logger); err != nil {
-				closePipeHandlers(subs)
-				return nil, fmt.Errorf("subscription %q: %w", sc.Name, err)
-			}
+		h, err := st.newHandler(sc)
+		if err != nil {
+			st.closePipeHandlers(subs)
+			return nil, err
 		}
-		sm := m.Subscription(sc.Name, "stdin")
+		sm := st.metrics.Subscription(sc.Name, "stdin")
 		sm.SetHealthy(true, "")
-		sublog := logger.With("subscription", sc.Name)
-		subs = append(subs, &pipeSub{cfg: sc, handler: h, own: !given, metrics: sm, settler: newSettler(sc, copies, sm, sublog, false)})
+		subs = append(subs, newDeliverer(sc, h, stdioTransport, copies, sm, st.logger.With("subscription", sc.Name)))
 	}
 	return subs, nil
 }
 
 // closePipeHandlers closes the handlers the stage built.
-func closePipeHandlers(subs []*pipeSub) {
+func (st *setup) closePipeHandlers(subs []*deliverer) {
 	for _, s := range subs {
-		if s.own {
-			handler.Close(s.handler)
-		}
+		st.closeHandler(s.cfg.Name, s.handler)
 	}
 }
 
 // readLines reads stdin to its end (or until ctx ends) and hands each line
 // to the subscriptions of its key, one line at a time.
-func readLines(ctx, hctx context.Context, in io.Reader, subs []*pipeSub, logger *slog.Logger) error {
+func readLines(ctx, hctx context.Context, in io.Reader, subs []*deliverer, logger *slog.Logger) error {
 	failOnInvalid := false
 	for _, s := range subs {
 		failOnInvalid = failOnInvalid || s.cfg.OnInvalid == "fail"
 	}
+	// Reading stdin cannot be interrupted: a goroutine reads ahead, and
+	// stops at the next line once this function returns.
 	lines := make(chan []byte)
 	readErr := make(chan error, 1)
+	stop := make(chan struct{})
+	defer close(stop)
 	go func() {
-		readErr <- scanLines(in, lines)
-		close(lines)
+		defer close(lines)
+		r := pipe.NewReader(in)
+		for {
+			line, err := r.Next()
+			if err != nil {
+				if errors.Is(err, io.EOF) {
+					err = nil
+				}
+				readErr <- err
+				return
+			}
+			select {
+			case lines <- line:
+			case <-stop:
+				return
+			}
+		}
 	}()
 	var seqs pipe.Sequencer
 	var d handler.Delivery
@@ -218,12 +201,13 @@ func readLines(ctx, hctx context.Context, in io.Reader, subs []*pipeSub, logger 
 			}
 			d = handler.Delivery{Subscription: s.cfg.Name, Key: key, Shard: shard, Seq: seq, TimestampMs: uint64(ts.UnixMilli()),
 				Headers: headers, Payload: body, Attempt: envelope.RetryCount(headers) + 1}
-			start := time.Now()
-			o := s.handler.Handle(hctx, &d)
-			s.metrics.HandlerDuration.Observe(time.Since(start).Seconds())
+			o, err := s.handle(hctx, &d, 0)
+			if err != nil {
+				return err // a panic
+			}
 			if err := s.settler.settle(hctx, &d, o); err != nil {
-				if errors.Is(err, ErrStdoutClosed) {
-					return ErrStdoutClosed
+				if errors.Is(err, pipe.ErrClosed) {
+					return pipe.ErrClosed
 				}
 				logger.Warn("publishing the retry copy failed; message lost", "subscription", s.cfg.Name, "destination", s.settler.retryKey, "err", err)
 			}
@@ -231,89 +215,16 @@ func readLines(ctx, hctx context.Context, in io.Reader, subs []*pipeSub, logger 
 	}
 }
 
-// scanLines sends each line of in, without its '\n', to lines.
-func scanLines(in io.Reader, lines chan<- []byte) error {
-	r := bufio.NewReaderSize(in, 64<<10)
-	var long []byte
-	for {
-		chunk, err := r.ReadSlice('\n')
-		switch {
-		case errors.Is(err, bufio.ErrBufferFull):
-			if len(long)+len(chunk) > maxLineBytes {
-				return fmt.Errorf("stdin line longer than %d bytes", maxLineBytes)
-			}
-			long = append(long, chunk...)
-			continue
-		case err != nil && !errors.Is(err, io.EOF):
-			return fmt.Errorf("read stdin: %w", err)
-		}
-		line := chunk
-		if long != nil {
-			line = append(long, chunk...)
-			long = nil
-		}
-		if len(line) > 0 || err == nil {
-			lines <- bytes.Clone(bytes.TrimSuffix(line, []byte("\n")))
-		}
-		if err != nil {
-			return nil
-		}
-	}
-}
-
-// lineWriter prints copies on stdout in the upstream producer's format,
-// one whole line per write.
-type lineWriter struct {
-	mu     sync.Mutex
-	w      io.Writer
-	prod   pipe.Producer
-	buf    []byte
-	closed bool // a write found stdout closed
-}
-
-func (lw *lineWriter) isClosed() bool {
-	lw.mu.Lock()
-	defer lw.mu.Unlock()
-	return lw.closed
-}
-
-func (lw *lineWriter) write(key string, h envelope.Headers, payload []byte) error {
-	if len(h) == 0 && len(payload) == 0 {
-		return errEmptyCopy
-	}
-	lw.mu.Lock()
-	defer lw.mu.Unlock()
-	if lw.closed {
-		return ErrStdoutClosed
-	}
-	line, printed, err := lw.prod.Append(lw.buf[:0], time.Now(), key, envelope.Encode(h, payload, true))
-	if err != nil {
-		return err
-	}
-	lw.buf = line
-	if !printed {
-		return errEmptyCopy
-	}
-	if _, err := lw.w.Write(line); err != nil {
-		if errors.Is(err, syscall.EPIPE) {
-			lw.closed = true
-			return ErrStdoutClosed
-		}
-		return fmt.Errorf("write stdout: %w", err)
-	}
-	return nil
-}
-
 // pipeCopies publishes a pipe subscription's copies on stdout: now, or
 // when their delay has passed.
 type pipeCopies struct {
-	out     *lineWriter
+	out     *pipe.Writer
 	queue   *retrytimer.Queue
 	reading context.Context // ends when the stage stops reading stdin
 }
 
-func (c pipeCopies) publish(_ context.Context, key string, h envelope.Headers, payload []byte) error {
-	return c.out.write(key, h, payload)
+func (c pipeCopies) publish(_ context.Context, key string, record []byte) error {
+	return c.out.Write(key, record)
 }
 
 // schedule waits, while the delayed copies fill max_delayed_mib, until one
@@ -321,9 +232,9 @@ func (c pipeCopies) publish(_ context.Context, key string, h envelope.Headers, p
 // bounded. Once the stage stops reading (a signal, a closed stdout) it
 // waits no more: no more input comes, and the copy is drained with the
 // others, or counted among the abandoned.
-func (c pipeCopies) schedule(key string, h envelope.Headers, payload []byte, due time.Time) error {
+func (c pipeCopies) schedule(key string, record []byte, due time.Time) error {
 	if err := c.queue.WaitRoom(c.reading); err != nil && c.reading.Err() == nil {
 		return err
 	}
-	return c.queue.Schedule(retrytimer.Copy{Key: key, Headers: h, Payload: payload}, due)
+	return c.queue.Schedule(retrytimer.Copy{Key: key, Payload: record}, due)
 }

@@ -22,13 +22,27 @@ const OriginHeader = "x-streamd-origin"
 // acknowledgement on these transports (settlement.md §2).
 const unsupportedError = "acknowledgement is not supported by this broker"
 
-// copyWriter publishes copies for a subscription: now (appended before the
-// next delivery reaches the handler), or at a due time (durably scheduled
-// before returning).
+// copyWriter publishes a subscription's copies, each already in the form
+// it is written in (enveloped when it has headers): now (appended before
+// the next delivery reaches the handler), or at a due time (durably
+// scheduled before returning).
 type copyWriter interface {
-	publish(ctx context.Context, key string, h envelope.Headers, payload []byte) error
-	schedule(key string, h envelope.Headers, payload []byte, due time.Time) error
+	publish(ctx context.Context, key string, record []byte) error
+	schedule(key string, record []byte, due time.Time) error
 }
+
+// transport is where a subscription's records come from and where its
+// copies go.
+type transport uint8
+
+const (
+	// fileTransport: a stream file. Copies carry their origin, for the
+	// other subscriptions of the daemon that read the file.
+	fileTransport transport = iota
+	// stdioTransport: a pipe stage. Copies are stdio lines, enveloped where
+	// a line could not carry the payload as it is.
+	stdioTransport
+)
 
 // settler applies settlement.md §4 to the outcomes of one subscription.
 type settler struct {
@@ -37,7 +51,7 @@ type settler struct {
 	deadLetter  string // "": none
 	retryKey    string // where retry copies go
 	backoff     []time.Duration
-	origin      bool // mark retry copies with OriginHeader
+	transport   transport
 	copies      copyWriter
 	metrics     *metrics.SubscriptionMetrics
 	logger      *slog.Logger
@@ -45,11 +59,9 @@ type settler struct {
 	now         func() time.Time
 }
 
-// newSettler returns the settler of a subscription, and logs its retry
-// declaration (L6 of settlement.md §6) when it has one. origin marks retry
-// copies with the subscription's name, for the other subscriptions of a
-// daemon that read the same file.
-func newSettler(sc conf.Subscription, copies copyWriter, m *metrics.SubscriptionMetrics, logger *slog.Logger, origin bool) *settler {
+// newSettler returns the settler of a subscription reading from t, and logs
+// its retry declaration (L6 of settlement.md §6) when it has one.
+func newSettler(sc conf.Subscription, t transport, copies copyWriter, m *metrics.SubscriptionMetrics, logger *slog.Logger) *settler {
 	backoff := make([]time.Duration, len(sc.Backoff))
 	for i, b := range sc.Backoff {
 		backoff[i] = time.Duration(b)
@@ -72,7 +84,7 @@ func newSettler(sc conf.Subscription, copies copyWriter, m *metrics.Subscription
 	}
 	return &settler{
 		name: sc.Name, maxAttempts: maxAttempts, deadLetter: sc.DeadLetter, retryKey: retryKey,
-		backoff: backoff, origin: origin, copies: copies, metrics: m, logger: logger, now: time.Now,
+		backoff: backoff, transport: t, copies: copies, metrics: m, logger: logger, now: time.Now,
 		unsupported: newUnsupportedLog(sc.LogUnsupported == "every", logger, monoNow),
 	}
 }
@@ -152,16 +164,16 @@ func (s *settler) redeliver(ctx context.Context, d *handler.Delivery, delay time
 	case s.maxAttempts == 0 && s.deadLetter != "":
 		return s.deadLetterCopy(ctx, d)
 	}
-	h := s.copyHeaders(d, true)
+	record := s.copyRecord(d, true)
 	if delay == 0 {
-		if err := s.copies.publish(ctx, s.retryKey, h, d.Payload); err != nil {
+		if err := s.copies.publish(ctx, s.retryKey, record); err != nil {
 			s.metrics.CopyErrors.Inc()
 			return &errCopy{s.retryKey, err}
 		}
 		s.metrics.RetriesAppended.Inc()
 		return nil
 	}
-	if err := s.copies.schedule(s.retryKey, h, d.Payload, s.now().Add(delay)); err != nil {
+	if err := s.copies.schedule(s.retryKey, record, s.now().Add(delay)); err != nil {
 		s.metrics.CopyErrors.Inc()
 		return &errCopy{s.retryKey, err}
 	}
@@ -170,7 +182,7 @@ func (s *settler) redeliver(ctx context.Context, d *handler.Delivery, delay time
 }
 
 func (s *settler) deadLetterCopy(ctx context.Context, d *handler.Delivery) error {
-	if err := s.copies.publish(ctx, s.deadLetter, s.copyHeaders(d, false), d.Payload); err != nil {
+	if err := s.copies.publish(ctx, s.deadLetter, s.copyRecord(d, false)); err != nil {
 		s.metrics.CopyErrors.Inc()
 		return &errCopy{s.deadLetter, err}
 	}
@@ -178,16 +190,17 @@ func (s *settler) deadLetterCopy(ctx context.Context, d *handler.Delivery) error
 	return nil
 }
 
-// copyHeaders clones the delivery's headers (stream-sequence included) and
-// sets the incremented retry count (settlement.md §4.2). Retry copies also
-// carry the origin; dead letters do not, so that any subscription of the
+// copyRecord is the record of a copy of d: its headers (stream-sequence
+// included) with the incremented retry count (settlement.md §4.2), and its
+// payload, enveloped for the transport. Retry copies into a file also carry
+// the origin; dead letters do not, so that any subscription of the
 // dead-letter key sees them.
-func (s *settler) copyHeaders(d *handler.Delivery, retry bool) envelope.Headers {
+func (s *settler) copyRecord(d *handler.Delivery, retry bool) []byte {
 	h := envelope.NextAttemptHeaders(d.Headers)
-	if retry && s.origin {
+	if retry && s.transport == fileTransport {
 		h.Set(OriginHeader, []byte(s.name))
 	}
-	return h
+	return envelope.Encode(h, d.Payload, s.transport == stdioTransport)
 }
 
 // The settlements the transport cannot perform, as unsupportedLog counts

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/streamd/streamd/conf"
-	"github.com/streamd/streamd/envelope"
 	"github.com/streamd/streamd/retrytimer"
 	"github.com/streamd/streamd/streamfile"
 )
@@ -63,7 +62,7 @@ func openStream(cfg conf.Stream) (*stream, error) {
 	}
 	s := &stream{cfg: cfg, w: w}
 	if fi.Size() <= streamfile.HeaderSize+7 { // a header, and the empty beacon of a 128-byte interval
-		if err := s.append(reservedKey, nil, []byte("1")); err != nil {
+		if err := s.append(reservedKey, []byte("1")); err != nil {
 			return nil, errors.Join(err, w.Close())
 		}
 	}
@@ -78,12 +77,13 @@ func truncateName(name string) string {
 	return name
 }
 
-// append writes one record under key with the next sequence of the key.
-func (s *stream) append(key string, h envelope.Headers, payload []byte) error {
+// append writes record, in its final form, under key with the next
+// sequence of the key.
+func (s *stream) append(key string, record []byte) error {
 	f := []streamfile.Frame{{
 		Key:         key,
 		TimestampMs: uint64(time.Now().UnixMilli()),
-		Payload:     envelope.Encode(h, payload, false),
+		Payload:     record,
 	}}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -169,10 +169,10 @@ type fileCopies struct {
 	queue  *retrytimer.Queue
 }
 
-func (c fileCopies) publish(_ context.Context, key string, h envelope.Headers, payload []byte) error {
-	return c.stream.append(key, h, payload)
+func (c fileCopies) publish(_ context.Context, key string, record []byte) error {
+	return c.stream.append(key, record)
 }
 
-func (c fileCopies) schedule(key string, h envelope.Headers, payload []byte, due time.Time) error {
-	return c.queue.Schedule(retrytimer.Copy{Stream: c.stream.cfg.Name, Key: key, Headers: h, Payload: payload}, due)
+func (c fileCopies) schedule(key string, record []byte, due time.Time) error {
+	return c.queue.Schedule(retrytimer.Copy{Stream: c.stream.cfg.Name, Key: key, Payload: record}, due)
 }

@@ -6,13 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/envelope"
 	"github.com/streamd/streamd/handler"
 	"github.com/streamd/streamd/internal/ratelog"
@@ -29,17 +27,10 @@ const trackerWindow = 4096
 // its handler, settling each outcome and storing the position of the
 // longest settled prefix (Invariant 1).
 type subscription struct {
-	cfg     conf.Subscription
-	stream  *stream
-	handler handler.Handler
-	settler *settler
-	store   *offsets.Store
-	keys    *atomic.Pointer[map[string]string] // the key of each of the daemon's subscriptions, for the origin filter
-	logger  *slog.Logger
-	metrics *metrics.SubscriptionMetrics
-	// busy holds, per worker, when its delivery in flight started
-	// ([monoNow]; 0 when idle): the watchdog's view of a handler that hangs.
-	busy []atomic.Int64
+	*deliverer // its cfg is the subscription's configuration
+	stream     *stream
+	store      *offsets.Store
+	keys       *atomic.Pointer[map[string]string] // the key of each of the daemon's subscriptions, for the origin filter
 	// copyLog limits the log of copies that cannot be written.
 	copyLog ratelog.Trouble
 
@@ -239,54 +230,6 @@ func (s *subscription) settled(ticket offsets.Ticket) {
 		s.logger.Error("storing the position", "err", err)
 	}
 	s.metrics.Position.Set(float64(m.Offset))
-}
-
-// handle runs the handler on worker w, timing it. A panic is the fail-fast
-// policy of settlement.md §5: logged (L7), the record stays unsettled, and
-// the error stops the daemon, which exits non-zero.
-func (s *subscription) handle(ctx context.Context, d *handler.Delivery, w int) (o handler.Outcome, err error) {
-	start := monoNow()
-	s.busy[w].Store(start)
-	defer func() {
-		s.busy[w].Store(0)
-		s.metrics.HandlerDuration.Observe(time.Duration(monoNow() - start).Seconds())
-		if p := recover(); p != nil {
-			s.metrics.HandlerRecords[metrics.OutcomePanic].Inc()
-			s.logger.Error("handler panicked", "panic", fmt.Sprint(p))
-			err = &panicError{subscription: s.cfg.Name, value: p}
-		}
-	}()
-	return s.handler.Handle(ctx, d), nil
-}
-
-// longestBusy returns how long the longest-running delivery in flight has
-// been running, 0 when none runs.
-func (s *subscription) longestBusy() time.Duration {
-	now := monoNow()
-	var longest int64
-	for i := range s.busy {
-		if t := s.busy[i].Load(); t != 0 {
-			longest = max(longest, now-t)
-		}
-	}
-	return time.Duration(longest)
-}
-
-// monoEpoch anchors monoNow.
-var monoEpoch = time.Now()
-
-// monoNow is a monotonic clock reading in nanoseconds, never 0: one clock
-// read, cheaper than time.Now, and blind to jumps of the wall clock.
-func monoNow() int64 { return int64(time.Since(monoEpoch)) + 1 }
-
-// panicError ends the daemon after a handler panicked.
-type panicError struct {
-	subscription string
-	value        any
-}
-
-func (e *panicError) Error() string {
-	return fmt.Sprintf("subscription %q: handler panicked: %v", e.subscription, e.value)
 }
 
 // tailObserver counts what a subscription's follower reads and what

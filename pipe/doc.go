@@ -3,9 +3,10 @@
 // pipeline next to programs built on the Rust crate sea-streamer-stdio.
 //
 // The contract is spec/stdio-format.md; the vectors in testdata/stdio are the
-// executable form of it. This package only converts between single lines and
-// message fields. Reading stdin, writing stdout, routing and consumer groups
-// belong to the transport that uses it.
+// executable form of it. This package converts between single lines and
+// message fields, and reads a stage's input lines ([Reader]) and writes its
+// output lines ([Writer]). Routing lines to subscriptions belongs to the
+// stage that uses it.
 //
 // # Line format
 //

@@ -12,6 +12,7 @@ import (
 	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/daemon"
 	"github.com/streamd/streamd/metrics"
+	"github.com/streamd/streamd/pipe"
 )
 
 // runPipe is `streamd pipe`: one stage of a shell pipeline. Records come
@@ -57,7 +58,7 @@ func runPipe(args []string, s stdio) int {
 	switch {
 	case err == nil:
 		return exitOK
-	case errors.Is(err, daemon.ErrStdoutClosed):
+	case errors.Is(err, pipe.ErrClosed):
 		return exitOK
 	}
 	logger.Error("streamd pipe stopped", "err", err)

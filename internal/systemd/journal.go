@@ -1,4 +1,4 @@
-package daemon
+package systemd
 
 import (
 	"bytes"
@@ -12,38 +12,26 @@ import (
 	"syscall"
 )
 
-// NewLogger returns the daemon's logger writing to w: text with timestamps in
-// a terminal, JSON with format "json", and, when w is the journal's stream
-// ($JOURNAL_STREAM names w's device and inode), text without the time and
-// with a "<N>" priority prefix that journald turns into PRIORITY.
-func NewLogger(w *os.File, level, format string) (*slog.Logger, error) {
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("log level %q: use debug, info, warn or error", level)
-	}
-	opts := &slog.HandlerOptions{Level: lvl}
-	switch {
-	case format == "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
-	case format != "" && format != "text" && format != "auto":
-		return nil, fmt.Errorf("log format %q: use auto, text or json", format)
-	case format != "text" && isJournalStream(w):
-		opts.ReplaceAttr = func(groups []string, a slog.Attr) slog.Attr {
-			if len(groups) == 0 && a.Key == slog.TimeKey {
-				return slog.Attr{}
-			}
-			return a
+// NewJournalHandler returns a handler that writes text records to w, the
+// journal's stream, without the time (journald stamps each line) and with
+// a "<N>" priority prefix that journald turns into PRIORITY: error 3,
+// warning 4, info 6, debug 7.
+func NewJournalHandler(w io.Writer, opts *slog.HandlerOptions) slog.Handler {
+	o := *opts
+	o.ReplaceAttr = func(groups []string, a slog.Attr) slog.Attr {
+		if len(groups) == 0 && a.Key == slog.TimeKey {
+			return slog.Attr{}
 		}
-		jh := &journalHandler{shared: &journalShared{w: w}}
-		jh.inner = slog.NewTextHandler(&jh.shared.buf, opts)
-		return slog.New(jh), nil
+		return a
 	}
-	return slog.New(slog.NewTextHandler(w, opts)), nil
+	jh := &journalHandler{shared: &journalShared{w: w}}
+	jh.inner = slog.NewTextHandler(&jh.shared.buf, &o)
+	return jh
 }
 
-// isJournalStream reports whether f is the stream systemd connected to the
+// IsJournalStream reports whether f is the stream systemd connected to the
 // journal, as go-systemd's StderrIsJournalStream decides it.
-func isJournalStream(f *os.File) bool {
+func IsJournalStream(f *os.File) bool {
 	dev, ino, ok := strings.Cut(os.Getenv("JOURNAL_STREAM"), ":")
 	if !ok {
 		return false

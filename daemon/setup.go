@@ -1,0 +1,137 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/streamd/streamd/conf"
+	"github.com/streamd/streamd/envelope"
+	"github.com/streamd/streamd/handler"
+	"github.com/streamd/streamd/internal/systemd"
+	"github.com/streamd/streamd/metrics"
+	"github.com/streamd/streamd/retrytimer"
+)
+
+// Options are what a program gives the daemon or a pipe stage besides its
+// configuration.
+type Options struct {
+	// Logger receives the logs; nil discards them.
+	Logger *slog.Logger
+	// Stdout is where the stdout handler prints; nil is os.Stdout.
+	Stdout io.Writer
+	// Handlers replace the configured handler of the subscriptions they
+	// name: the Go API for programs that embed the daemon. They stay the
+	// caller's: the daemon closes only the handlers it builds.
+	Handlers map[string]handler.Handler
+	// Registry collects the metrics; nil makes one with the Go and process
+	// collectors.
+	Registry *prometheus.Registry
+	// Build is reported in streamd_build_info.
+	Build metrics.BuildInfo
+}
+
+// NewLogger returns the logger writing to w: text with timestamps in a
+// terminal, JSON with format "json", and, when w is the journal's stream,
+// the journal's form ([systemd.NewJournalHandler]).
+func NewLogger(w *os.File, level, format string) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("log level %q: use debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	switch {
+	case format == "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	case format != "" && format != "text" && format != "auto":
+		return nil, fmt.Errorf("log format %q: use auto, text or json", format)
+	case format != "text" && systemd.IsJournalStream(w):
+		return slog.New(systemd.NewJournalHandler(w, opts)), nil
+	}
+	return slog.New(slog.NewTextHandler(w, opts)), nil
+}
+
+// setup is what `streamd run` and `streamd pipe` build alike: the logger,
+// the registry with streamd's metrics, the metrics listener, and the
+// handlers of the subscriptions.
+type setup struct {
+	opts    Options
+	logger  *slog.Logger
+	reg     *prometheus.Registry
+	metrics *metrics.Metrics
+}
+
+func newSetup(opts Options) setup {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Stdout == nil {
+		opts.Stdout = os.Stdout
+	}
+	reg := opts.Registry
+	if reg == nil {
+		reg = metrics.NewRegistry()
+	}
+	return setup{opts: opts, logger: opts.Logger, reg: reg, metrics: metrics.New(reg, opts.Build)}
+}
+
+// ownsHandler reports whether the named subscription's handler is built,
+// and so closed, here: not one that Options.Handlers gives.
+func (s *setup) ownsHandler(name string) bool {
+	_, given := s.opts.Handlers[name]
+	return !given
+}
+
+// newHandler returns the subscription's handler: the one Options.Handlers
+// gives, or a new one built from its configuration.
+func (s *setup) newHandler(sc conf.Subscription) (handler.Handler, error) {
+	if h, ok := s.opts.Handlers[sc.Name]; ok {
+		return h, nil
+	}
+	h, err := handler.New(sc.Handler, s.opts.Stdout, s.logger)
+	if err != nil {
+		return nil, fmt.Errorf("subscription %q: %w", sc.Name, err)
+	}
+	return h, nil
+}
+
+// closeHandler closes the named subscription's handler if it was built
+// here.
+func (s *setup) closeHandler(name string, h handler.Handler) {
+	if s.ownsHandler(name) {
+		handler.Close(h)
+	}
+}
+
+// serveMetrics listens on listen, when it is set, and serves /metrics until
+// ctx ends; wg waits for the server to stop. A failure to listen is an
+// error at once.
+func (s *setup) serveMetrics(ctx context.Context, wg *sync.WaitGroup, listen string) error {
+	if listen == "" {
+		return nil
+	}
+	server := metrics.NewServer(listen, s.reg, s.metrics.Health(), s.logger)
+	if err := server.Listen(); err != nil {
+		return err
+	}
+	wg.Go(func() {
+		if err := server.Run(ctx); err != nil {
+			s.logger.Error("metrics server failed", "err", err)
+		}
+	})
+	return nil
+}
+
+// spooledRecord is the record a pending copy writes: a copy scheduled before
+// copies were stored in their final form carries its headers apart.
+func spooledRecord(c retrytimer.Copy, stdio bool) []byte {
+	if len(c.Headers) == 0 {
+		return c.Payload
+	}
+	return envelope.Encode(c.Headers, c.Payload, stdio)
+}

@@ -1,0 +1,117 @@
+package pipe
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// MaxLineBytes bounds one input line; a longer line is an error.
+const MaxLineBytes = 16 << 20
+
+// ErrClosed reports that the reader of the output, the next stage of the
+// pipeline, closed its end: the stage stops, as a producer whose reader
+// went away does.
+var ErrClosed = errors.New("stdout was closed by the next stage")
+
+// ErrEmpty is the stdio transport's refusal of an empty message: the format
+// cannot carry one (settlement.md §8.2).
+var ErrEmpty = errors.New("stdio drops empty lines; an empty message cannot be transmitted")
+
+// Reader reads the lines of a stage's input.
+type Reader struct {
+	r    *bufio.Reader
+	long []byte
+	done bool
+}
+
+// NewReader returns a Reader of in.
+func NewReader(in io.Reader) *Reader {
+	return &Reader{r: bufio.NewReaderSize(in, 64<<10)}
+}
+
+// Next returns the next line without its '\n', in a buffer of its own (the
+// caller may keep it). A last line without '\n' is a line; the end of the
+// input is io.EOF. A line longer than [MaxLineBytes] is an error.
+func (r *Reader) Next() ([]byte, error) {
+	for !r.done {
+		chunk, err := r.r.ReadSlice('\n')
+		switch {
+		case errors.Is(err, bufio.ErrBufferFull):
+			if len(r.long)+len(chunk) > MaxLineBytes {
+				return nil, fmt.Errorf("stdin line longer than %d bytes", MaxLineBytes)
+			}
+			r.long = append(r.long, chunk...)
+			continue
+		case errors.Is(err, io.EOF):
+			r.done = true
+		case err != nil:
+			return nil, fmt.Errorf("read stdin: %w", err)
+		}
+		line := chunk
+		if r.long != nil {
+			line = append(r.long, chunk...)
+			r.long = nil
+		}
+		line = bytes.TrimSuffix(line, []byte("\n"))
+		if len(line) > MaxLineBytes {
+			return nil, fmt.Errorf("stdin line longer than %d bytes", MaxLineBytes)
+		}
+		if len(line) > 0 || err == nil {
+			return bytes.Clone(line), nil
+		}
+	}
+	return nil, io.EOF
+}
+
+// Writer prints records on a stage's output as the upstream stdio producer
+// does ([Producer]), one whole line per write, safe for concurrent use.
+type Writer struct {
+	mu     sync.Mutex
+	w      io.Writer
+	prod   Producer
+	buf    []byte
+	closed bool // a write found the output closed
+}
+
+// NewWriter returns a Writer to w.
+func NewWriter(w io.Writer) *Writer { return &Writer{w: w} }
+
+// Write prints record, already in its final form (enveloped when it has
+// headers), under key. An empty record is [ErrEmpty]; once the output was
+// found closed (EPIPE), every write is [ErrClosed].
+func (pw *Writer) Write(key string, record []byte) error {
+	if len(record) == 0 {
+		return ErrEmpty
+	}
+	pw.mu.Lock()
+	defer pw.mu.Unlock()
+	if pw.closed {
+		return ErrClosed
+	}
+	line, _, err := pw.prod.Append(pw.buf[:0], time.Now(), key, record)
+	if err != nil {
+		return err
+	}
+	pw.buf = line
+	if _, err := pw.w.Write(line); err != nil {
+		if errors.Is(err, syscall.EPIPE) {
+			pw.closed = true
+			return ErrClosed
+		}
+		return fmt.Errorf("write stdout: %w", err)
+	}
+	return nil
+}
+
+// Closed reports whether a write found the output closed.
+func (pw *Writer) Closed() bool {
+	pw.mu.Lock()
+	defer pw.mu.Unlock()
+	return pw.closed
+}
