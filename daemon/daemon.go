@@ -221,7 +221,8 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 func (d *Daemon) loop(ctx context.Context) error {
 	defer close(d.stopping)
 	var watchdog <-chan time.Time
-	if iv := systemd.WatchdogInterval(); iv > 0 {
+	iv := systemd.WatchdogInterval()
+	if iv > 0 {
 		t := time.NewTicker(iv)
 		defer t.Stop()
 		watchdog = t.C
@@ -235,7 +236,7 @@ func (d *Daemon) loop(ctx context.Context) error {
 		case req := <-d.reloads:
 			req.done <- d.reload(req.load)
 		case <-watchdog:
-			if reason := d.wedged(); reason != "" {
+			if reason := d.wedged(2 * iv); reason != "" {
 				d.logger.Error("not pinging the watchdog", "reason", reason)
 			} else {
 				d.notify.Send("WATCHDOG=1")
@@ -556,10 +557,16 @@ func (d *Daemon) status() string {
 	return fmt.Sprintf("%d of %d subscriptions running", up, len(d.subs))
 }
 
-// wedged says why the daemon should not ping the watchdog: a delivery that
-// runs far past its handler's timeout (and the shutdown timeout) means a
-// handler hangs and nothing progresses.
-func (d *Daemon) wedged() string {
+// wedged says why the daemon should not ping the watchdog, whose timeout
+// is watchdogTimeout: the commit loop has not finished a commit for longer
+// than its interval and that timeout (a hung fsync), a follower is stuck
+// inside a read, or a delivery runs far past its handler's timeout (and the
+// shutdown timeout). "" means everything progresses.
+func (d *Daemon) wedged(watchdogTimeout time.Duration) string {
+	limit := time.Duration(d.cfg.CommitInterval) + watchdogTimeout
+	if age := time.Since(d.store.LastBeat()); age > limit {
+		return fmt.Sprintf("the commit loop has not finished a commit for %s", age.Round(time.Second))
+	}
 	for name, rs := range d.subs {
 		limit := 2 * max(time.Duration(d.cfg.ShutdownTimeout), time.Duration(rs.sub.cfg.Handler.Timeout))
 		if age := rs.sub.longestBusy(); age > limit {

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -114,6 +115,8 @@ type Store struct {
 	entries map[string]*entry // guarded by mu
 	gen     uint64            // bumped by every Set that changes a position; guarded by mu
 	saved   uint64            // gen as of the last successful commit; guarded by mu
+
+	beat atomic.Int64 // Unix nanoseconds when Run last started or finished a commit
 }
 
 type entry struct {
@@ -296,6 +299,7 @@ func (s *Store) Run(ctx context.Context, interval time.Duration) error {
 	}
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
+	s.beat.Store(time.Now().UnixNano())
 	for {
 		select {
 		case <-ctx.Done():
@@ -304,8 +308,19 @@ func (s *Store) Run(ctx context.Context, interval time.Duration) error {
 			// Observe reports the error and the next tick retries, so the
 			// loop goes on: a transient ENOSPC must not stop the daemon.
 			_ = s.Commit()
+			s.beat.Store(time.Now().UnixNano())
 		}
 	}
+}
+
+// LastBeat returns when Run last started or finished a commit, failed or
+// not: a commit loop whose last beat is long past is stuck (a hung fsync),
+// which the systemd watchdog must learn. It is the zero time before Run.
+func (s *Store) LastBeat() time.Time {
+	if n := s.beat.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
 }
 
 // Close releases the state directory's lock, after any commit under way. It

@@ -11,6 +11,10 @@
 //
 // arms streamfile.append to kill the process on its 3rd hit and
 // offsets.commit on its 5th; hits are counted from the start of the process.
+// A point armed with ":hang", as in offsets.commit=5:hang, does not kill:
+// the goroutine that makes the armed hit blocks for good instead, as one
+// stuck in a hung fsync would, so that tests can see what notices a wedged
+// loop (the systemd watchdog).
 // Without the variable every hook is one load of a package-level bool and a
 // branch: [Hit] and [TornWrite] are small enough to be inlined, and the
 // counting lives behind the bool. A malformed value, or an unknown point,
@@ -70,7 +74,7 @@ var armed bool
 
 var (
 	mu     sync.Mutex
-	target map[string]int // point → the hit that kills; set before main
+	target map[string]Arm // point → how it is armed; set before main
 	hits   map[string]int // guarded by mu
 )
 
@@ -87,10 +91,17 @@ func init() {
 	target, hits, armed = t, make(map[string]int), len(t) > 0
 }
 
-// Parse parses a value of EnvVar: comma-separated point=N pairs, N ≥ 1, each
-// point at most once.
-func Parse(v string) (map[string]int, error) {
-	out := make(map[string]int)
+// Arm is how a point is armed: the hit that fires it, and whether it hangs
+// instead of killing.
+type Arm struct {
+	Hit  int
+	Hang bool
+}
+
+// Parse parses a value of EnvVar: comma-separated point=N or point=N:hang
+// items, N ≥ 1, each point at most once.
+func Parse(v string) (map[string]Arm, error) {
+	out := make(map[string]Arm)
 	for item := range strings.SplitSeq(v, ",") {
 		item = strings.TrimSpace(item)
 		if item == "" {
@@ -103,20 +114,21 @@ func Parse(v string) (map[string]int, error) {
 		if !slices.Contains(Points, name) {
 			return nil, fmt.Errorf("unknown point %q (points: %s)", name, strings.Join(Points, ", "))
 		}
+		num, hang := strings.CutSuffix(num, ":hang")
 		n, err := strconv.Atoi(num)
 		if err != nil || n < 1 {
-			return nil, fmt.Errorf("%q: want a hit number of at least 1", item)
+			return nil, fmt.Errorf("%q: want a hit number of at least 1, optionally followed by :hang", item)
 		}
 		if _, dup := out[name]; dup {
 			return nil, fmt.Errorf("point %q armed twice", name)
 		}
-		out[name] = n
+		out[name] = Arm{Hit: n, Hang: hang}
 	}
 	return out, nil
 }
 
-// Hit counts a hit of the point name and kills the process if it is the
-// armed hit. Disarmed, it costs a bool check.
+// Hit counts a hit of the point name and kills the process (or hangs) if it
+// is the armed hit. Disarmed, it costs a bool check.
 func Hit(name string) {
 	if armed {
 		hit(name, nil, nil, 0)
@@ -136,15 +148,23 @@ func TornWrite(name string, f io.WriterAt, p []byte, off int64) {
 
 func hit(name string, f io.WriterAt, p []byte, off int64) {
 	mu.Lock()
-	n, ok := target[name]
+	a, ok := target[name]
 	if !ok {
 		mu.Unlock()
 		return
 	}
 	hits[name]++
-	if hits[name] != n {
+	n := hits[name]
+	if n != a.Hit {
 		mu.Unlock()
 		return
+	}
+	if a.Hang {
+		mu.Unlock()
+		fmt.Fprintf(os.Stderr, "failpoint: %s: hit %d: hang\n", name, n)
+		for {
+			time.Sleep(time.Hour) // until the process is killed
+		}
 	}
 	// mu stays locked: no other point fires while this one kills.
 	what := ""

@@ -1,6 +1,7 @@
 package failpoint
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"maps"
@@ -15,13 +16,16 @@ import (
 func TestParse(t *testing.T) {
 	tests := []struct {
 		in      string
-		want    map[string]int
+		want    map[string]Arm
 		wantErr string
 	}{
-		{"", map[string]int{}, ""},
-		{"streamfile.append=3", map[string]int{StreamfileAppend: 3}, ""},
-		{"streamfile.append=3, offsets.commit=5,", map[string]int{StreamfileAppend: 3, OffsetsCommit: 5}, ""},
-		{"offsets.write=1,retrytimer.spool=40", map[string]int{OffsetsWrite: 1, RetrytimerSpool: 40}, ""},
+		{"", map[string]Arm{}, ""},
+		{"streamfile.append=3", map[string]Arm{StreamfileAppend: {Hit: 3}}, ""},
+		{"streamfile.append=3, offsets.commit=5,", map[string]Arm{StreamfileAppend: {Hit: 3}, OffsetsCommit: {Hit: 5}}, ""},
+		{"offsets.write=1,retrytimer.spool=40", map[string]Arm{OffsetsWrite: {Hit: 1}, RetrytimerSpool: {Hit: 40}}, ""},
+		{"offsets.commit=2:hang", map[string]Arm{OffsetsCommit: {Hit: 2, Hang: true}}, ""},
+		{"offsets.commit=hang", nil, "want a hit number of at least 1"},
+		{"offsets.commit=2:stall", nil, "want a hit number of at least 1"},
 		{"streamfile.append", nil, `"streamfile.append": want point=N`},
 		{"streamfile.append=0", nil, "want a hit number of at least 1"},
 		{"streamfile.append=x", nil, "want a hit number of at least 1"},
@@ -146,5 +150,32 @@ func TestBadSpec(t *testing.T) {
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), `unknown point "offsets.comit"`) {
 		t.Errorf("with a bad %s: %v, output %q; want exit status 2 naming the point", EnvVar, err, out)
+	}
+}
+
+// TestHang runs the helper with a point armed to hang: it stops at the
+// armed hit, says so, and stays alive, having written what came before.
+func TestHang(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "f")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), helperEnv+"="+path, EnvVar+"=offsets.commit=2:hang", "GORACE=atexit_sleep_ms=0")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Kill()
+	line, err := bufio.NewReader(stderr).ReadString('\n')
+	if err != nil || line != "failpoint: offsets.commit: hit 2: hang\n" {
+		t.Fatalf("helper's first stderr line %q (%v), want the hang", line, err)
+	}
+	if err := cmd.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Fatalf("the helper is not alive after the hang: %v", err)
+	}
+	if got, err := os.ReadFile(path); err != nil || string(got) != "first|" {
+		t.Errorf("file holds %q (%v), want the write before the hang only", got, err)
 	}
 }
