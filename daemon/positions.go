@@ -1,0 +1,165 @@
+package daemon
+
+import (
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+
+	"github.com/streamd/streamd/conf"
+	"github.com/streamd/streamd/offsets"
+	"github.com/streamd/streamd/streamfile"
+	"github.com/streamd/streamd/tail"
+)
+
+// PositionReport is what `streamd offsets show` says of one subscription:
+// its stored position, if any, against the stream file as it is now.
+type PositionReport struct {
+	Subscription string
+	// Stream is the subscription's stream name, "" for a stored position
+	// whose subscription is no longer configured.
+	Stream string
+	// Stored is the stored position; nil when none is stored.
+	Stored *offsets.Position
+	// FileSize is the stream file's size, -1 when it cannot be read.
+	FileSize int64
+	// Lag is FileSize minus the stored offset, -1 when it does not apply
+	// (nothing stored, another file, an unreadable file).
+	Lag int64
+	// Note says what the position means at the next start, or why a value
+	// is missing.
+	Note string
+}
+
+// Positions reports the stored position of each configured subscription,
+// then of each stored one that is no longer configured. It reads the
+// sidecar and the stream files, and takes no lock.
+func Positions(cfg *conf.Config) ([]PositionReport, error) {
+	stored, err := offsets.Load(cfg.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	var out []PositionReport
+	for _, sc := range cfg.Subscriptions {
+		r := PositionReport{Subscription: sc.Name, Stream: sc.Stream, FileSize: -1, Lag: -1}
+		path := streamPath(cfg, sc.Stream)
+		size, id, ferr := fileState(path)
+		if ferr == nil {
+			r.FileSize = size
+		} else {
+			r.Note = ferr.Error()
+		}
+		p, ok := stored[sc.Name]
+		switch {
+		case !ok:
+			r.Note = joinNote(r.Note, "no stored position: starts at "+sc.StartAt.String())
+		case p.Stream != path:
+			r.Note = joinNote(r.Note, "stored for another file path "+p.Stream+": starts over")
+		case ferr == nil && p.File != id:
+			r.Note = joinNote(r.Note, "the file was replaced since: starts at its beginning")
+		case ferr == nil:
+			r.Lag = size - p.Offset
+		}
+		if ok {
+			r.Stored = &p
+		}
+		out = append(out, r)
+	}
+	for _, name := range slices.Sorted(maps.Keys(stored)) {
+		if !slices.ContainsFunc(cfg.Subscriptions, func(sc conf.Subscription) bool { return sc.Name == name }) {
+			p := stored[name]
+			out = append(out, PositionReport{Subscription: name, Stored: &p, FileSize: -1, Lag: -1, Note: "not in the configuration"})
+		}
+	}
+	return out, nil
+}
+
+// SetPosition stores where the named subscription resumes: start resolved
+// to a frame boundary of its stream file as it is now. It takes the state
+// directory's lock, so it fails with an [*offsets.LockedError] while a
+// daemon runs.
+func SetPosition(cfg *conf.Config, name string, start tail.Start) (offsets.Position, error) {
+	i := slices.IndexFunc(cfg.Subscriptions, func(sc conf.Subscription) bool { return sc.Name == name })
+	if i < 0 {
+		return offsets.Position{}, fmt.Errorf("no subscription %q in the configuration", name)
+	}
+	sc := cfg.Subscriptions[i]
+	if err := os.MkdirAll(cfg.StateDir, 0o750); err != nil {
+		return offsets.Position{}, err
+	}
+	store, err := offsets.Open(cfg.StateDir, offsets.Options{})
+	if err != nil {
+		return offsets.Position{}, err
+	}
+	defer store.Close()
+	path := streamPath(cfg, sc.Stream)
+	pos, err := resolvePosition(path, start, sc.Key)
+	if err != nil {
+		return offsets.Position{}, fmt.Errorf("%s: %w", path, err)
+	}
+	if err := store.Set(name, pos); err != nil {
+		return offsets.Position{}, err
+	}
+	return pos, store.Commit()
+}
+
+// resolvePosition finds the frame boundary of a start position in the
+// stream file, with the file's identity.
+func resolvePosition(path string, start tail.Start, key string) (offsets.Position, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return offsets.Position{}, err
+	}
+	defer f.Close()
+	h, size, id, err := identify(f)
+	if err != nil {
+		return offsets.Position{}, err
+	}
+	off, err := start.Offset(f, h, size, key)
+	if err != nil {
+		return offsets.Position{}, err
+	}
+	return offsets.Position{Stream: path, File: id, Offset: off}, nil
+}
+
+// fileState returns the size and identity of the stream file at path.
+func fileState(path string) (int64, offsets.Identity, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, offsets.Identity{}, err
+	}
+	defer f.Close()
+	_, size, id, err := identify(f)
+	return size, id, err
+}
+
+// identify reads an open stream file's header, size and identity.
+func identify(f *os.File) (streamfile.Header, int64, offsets.Identity, error) {
+	h, err := streamfile.ReadHeader(f)
+	if err != nil {
+		return h, 0, offsets.Identity{}, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return h, 0, offsets.Identity{}, err
+	}
+	id, err := offsets.IdentityOf(fi, h.FileName, h.CreatedAtMs)
+	return h, fi.Size(), id, err
+}
+
+// streamPath returns the path of the named stream, "" if none is named so.
+func streamPath(cfg *conf.Config, name string) string {
+	for _, st := range cfg.Streams {
+		if st.Name == name {
+			return st.Path
+		}
+	}
+	return ""
+}
+
+func joinNote(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
+}
