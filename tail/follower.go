@@ -11,8 +11,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/streamd/streamd/internal/durable"
 	"github.com/streamd/streamd/internal/ratelog"
 	"github.com/streamd/streamd/offsets"
 	"github.com/streamd/streamd/streamfile"
@@ -413,18 +412,11 @@ func (fl *Follower) grewUnderLock() bool {
 	if !ok {
 		return false
 	}
-	fd := int(f.Fd())
-	for {
-		err := unix.Flock(fd, unix.LOCK_SH)
-		if err == nil {
-			break
-		}
-		if err != unix.EINTR {
-			return false
-		}
+	if durable.Lock(f.Fd(), durable.Shared) != nil {
+		return false
 	}
 	fi, err := fl.f.Stat()
-	unix.Flock(fd, unix.LOCK_UN)
+	durable.Unlock(f.Fd())
 	if err != nil || fi.Size() <= fl.drainSize {
 		return false
 	}
