@@ -13,7 +13,6 @@ import (
 
 	"github.com/streamd/streamd/internal/durable"
 	"github.com/streamd/streamd/internal/ratelog"
-	"github.com/streamd/streamd/offsets"
 	"github.com/streamd/streamd/streamfile"
 )
 
@@ -78,7 +77,7 @@ const (
 // Position is a place in one particular stream file.
 type Position struct {
 	// File is the identity of the file the offset belongs to.
-	File offsets.Identity
+	File streamfile.Identity
 	// Offset is where the next frame starts.
 	Offset int64
 }
@@ -89,7 +88,7 @@ type Position struct {
 type Record struct {
 	*streamfile.Record
 	// File is the identity of the file the record was read from.
-	File offsets.Identity
+	File streamfile.Identity
 }
 
 // file is what a follower needs of an open stream file.
@@ -124,7 +123,7 @@ type Follower struct {
 	hooks  testHooks
 
 	f         file
-	id        offsets.Identity
+	id        streamfile.Identity
 	hdr       streamfile.Header
 	rawHdr    [streamfile.HeaderSize]byte
 	dec       *streamfile.Decoder // nil until the header is complete
@@ -520,7 +519,7 @@ func (fl *Follower) readHeader() (bool, error) {
 	if err != nil {
 		return false, &readError{fmt.Errorf("tail: %w", err)}
 	}
-	id, err := offsets.IdentityOf(fi, h.FileName, h.CreatedAtMs)
+	id, err := streamfile.IdentityOf(fi, h)
 	if err != nil {
 		return false, fmt.Errorf("tail: %w", err)
 	}

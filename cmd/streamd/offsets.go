@@ -168,7 +168,7 @@ type streamFile struct {
 	f    *os.File
 	h    streamfile.Header
 	size int64
-	id   offsets.Identity
+	id   streamfile.Identity
 }
 
 func openStreamFile(path string) (*streamFile, error) {
@@ -182,7 +182,7 @@ func openStreamFile(path string) (*streamFile, error) {
 		var fi os.FileInfo
 		if fi, err = f.Stat(); err == nil {
 			sf.size = fi.Size()
-			sf.id, err = offsets.IdentityOf(fi, sf.h.FileName, sf.h.CreatedAtMs)
+			sf.id, err = streamfile.IdentityOf(fi, sf.h)
 		}
 	}
 	if err != nil {
@@ -202,10 +202,10 @@ func streamPath(cfg *daemon.Config, name string) string {
 }
 
 // fileInfo returns the size and identity of a stream file.
-func fileInfo(path string) (int64, offsets.Identity, error) {
+func fileInfo(path string) (int64, streamfile.Identity, error) {
 	sf, err := openStreamFile(path)
 	if err != nil {
-		return 0, offsets.Identity{}, err
+		return 0, streamfile.Identity{}, err
 	}
 	sf.f.Close()
 	return sf.size, sf.id, nil
