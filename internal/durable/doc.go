@@ -5,7 +5,7 @@
 //     file in the same directory is written, fsynced and renamed over the
 //     file, and the directory is fsynced. A crash at any instant leaves the
 //     old content or the new one, never a mix. The offsets sidecar and the
-//     retry spool's compaction use it.
+//     retry spool (created, and rewritten by compaction) use it.
 //   - [SyncDir] makes the entries of a directory (a rename, a new file)
 //     durable.
 //   - [Lock], [TryLock] and [Unlock] take and release flock(2) locks,
