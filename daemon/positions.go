@@ -123,10 +123,10 @@ func resolvePosition(path string, start tail.Start, key string) (offsets.Positio
 }
 
 // fileState returns the size and identity of the stream file at path.
-func fileState(path string) (int64, offsets.Identity, error) {
+func fileState(path string) (int64, streamfile.Identity, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return 0, offsets.Identity{}, err
+		return 0, streamfile.Identity{}, err
 	}
 	defer f.Close()
 	_, size, id, err := identify(f)
@@ -134,16 +134,16 @@ func fileState(path string) (int64, offsets.Identity, error) {
 }
 
 // identify reads an open stream file's header, size and identity.
-func identify(f *os.File) (streamfile.Header, int64, offsets.Identity, error) {
+func identify(f *os.File) (streamfile.Header, int64, streamfile.Identity, error) {
 	h, err := streamfile.ReadHeader(f)
 	if err != nil {
-		return h, 0, offsets.Identity{}, err
+		return h, 0, streamfile.Identity{}, err
 	}
 	fi, err := f.Stat()
 	if err != nil {
-		return h, 0, offsets.Identity{}, err
+		return h, 0, streamfile.Identity{}, err
 	}
-	id, err := offsets.IdentityOf(fi, h.FileName, h.CreatedAtMs)
+	id, err := streamfile.IdentityOf(fi, h)
 	return h, fi.Size(), id, err
 }
 

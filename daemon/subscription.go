@@ -16,6 +16,7 @@ import (
 	"github.com/streamd/streamd/internal/ratelog"
 	"github.com/streamd/streamd/metrics"
 	"github.com/streamd/streamd/offsets"
+	"github.com/streamd/streamd/streamfile"
 	"github.com/streamd/streamd/tail"
 )
 
@@ -36,7 +37,7 @@ type subscription struct {
 
 	follower *tail.Follower
 	tracker  *offsets.Tracker
-	file     offsets.Identity // of the records the tracker holds
+	file     streamfile.Identity // of the records the tracker holds
 
 	seqHeader [1]envelope.Header // the headers of a plain record
 	seqValue  [20]byte

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/streamd/streamd/internal/failpoint"
+	"github.com/streamd/streamd/streamfile"
 )
 
 // crashSubscriptions is how many subscriptions the crash helper keeps, so
@@ -29,7 +30,7 @@ const crashSubscriptions = 16
 func crashPosition(i uint64) Position {
 	return Position{
 		Stream:  "/s/crash.ss",
-		File:    Identity{Dev: 1, Ino: i, FileName: "crash", CreatedAtMs: i},
+		File:    streamfile.Identity{Dev: 1, Ino: i, FileName: "crash", CreatedAtMs: i},
 		Offset:  int64(i) * 100,
 		LastSeq: i,
 	}

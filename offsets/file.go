@@ -5,8 +5,8 @@ import (
 	"errors"
 	"io"
 	"os"
-	"path/filepath"
 
+	"github.com/streamd/streamd/internal/durable"
 	"github.com/streamd/streamd/internal/failpoint"
 )
 
@@ -36,50 +36,16 @@ func readSidecar(path string) ([]byte, error) {
 	return buf.Bytes(), errors.Join(err, f.Close())
 }
 
-// writeAtomically replaces the file at path with data so that a crash at
-// any instant leaves either the old or the new content, and the new content
-// survives power loss once it returns: write a temporary file in the same
-// directory, fsync and close it, rename it over path, fsync the directory.
-// The temporary file has a fixed name (path + ".tmp"): the directory lock
-// makes this process its only writer, and one left by a crash is truncated
-// by the next call. It is removed on every error path.
-func writeAtomically(path string, data []byte) (err error) {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, sidecarMode)
-	if err != nil {
+// writeAtomically replaces the sidecar at path with data, atomically and
+// durably (see [durable.Replace]). The directory lock makes this process the
+// only writer of the temporary file.
+func writeAtomically(path string, data []byte) error {
+	_, err := durable.Replace(path, sidecarMode, func(f *os.File) error {
+		failpoint.TornWrite(failpoint.OffsetsWrite, f, data, 0) // crash tests: a torn temporary sidecar
+		_, err := f.Write(data)
 		return err
-	}
-	renamed := false
-	defer func() {
-		if !renamed {
-			if rmErr := os.Remove(tmp); rmErr != nil && !errors.Is(rmErr, os.ErrNotExist) {
-				err = errors.Join(err, rmErr)
-			}
-		}
-	}()
-	failpoint.TornWrite(failpoint.OffsetsWrite, f, data, 0) // crash tests: a torn temporary sidecar
-	if _, err := f.Write(data); err != nil {
-		return errors.Join(err, f.Close())
-	}
-	if err := f.Sync(); err != nil {
-		return errors.Join(err, f.Close())
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	failpoint.Hit(failpoint.OffsetsCommit) // crash tests: a complete temporary sidecar, not renamed
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	renamed = true
-	return syncDir(filepath.Dir(path))
-}
-
-// syncDir fsyncs the directory dir, making a rename in it durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	return errors.Join(d.Sync(), d.Close())
+	}, func() {
+		failpoint.Hit(failpoint.OffsetsCommit) // crash tests: a complete temporary sidecar, not renamed
+	})
+	return err
 }

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/streamd/streamd/streamfile"
 )
 
 // formatVersion is the sidecar format this package reads and writes.
@@ -181,7 +183,7 @@ func (e entryJSON) position(name string) (Position, error) {
 	}
 	p := Position{
 		Stream:      e.Stream,
-		File:        Identity(e.File),
+		File:        streamfile.Identity(e.File),
 		Offset:      e.Offset,
 		LastSeq:     e.LastSeq,
 		CommittedAt: committedAt,

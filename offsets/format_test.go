@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/streamd/streamd/streamfile"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/sidecar.golden.json")
@@ -140,7 +142,7 @@ func TestDecodeValid(t *testing.T) {
 	}
 	want := map[string]Position{"billing": {
 		Stream:      "/s/orders.ss",
-		File:        Identity{Dev: 1, Ino: 2, FileName: "orders", CreatedAtMs: 3},
+		File:        streamfile.Identity{Dev: 1, Ino: 2, FileName: "orders", CreatedAtMs: 3},
 		Offset:      4096,
 		LastSeq:     17,
 		CommittedAt: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC),
@@ -156,14 +158,14 @@ func TestEncodeGolden(t *testing.T) {
 	positions := map[string]Position{
 		"billing": {
 			Stream:      "/var/lib/seastreamer/orders.ss",
-			File:        Identity{Dev: 2049, Ino: 1311020, FileName: "orders", CreatedAtMs: 1694767177437},
+			File:        streamfile.Identity{Dev: 2049, Ino: 1311020, FileName: "orders", CreatedAtMs: 1694767177437},
 			Offset:      4096,
 			LastSeq:     17,
 			CommittedAt: time.Date(2025, 3, 1, 12, 0, 0, 500_000_000, time.UTC),
 		},
 		"audit": {
 			Stream:      "/var/lib/seastreamer/orders.ss",
-			File:        Identity{Dev: 2049, Ino: 1311020, FileName: "orders", CreatedAtMs: 1694767177437},
+			File:        streamfile.Identity{Dev: 2049, Ino: 1311020, FileName: "orders", CreatedAtMs: 1694767177437},
 			Offset:      128,
 			CommittedAt: time.Date(2025, 3, 1, 13, 0, 0, 0, time.FixedZone("CET", 3600)),
 		},

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"golang.org/x/sys/unix"
+	"github.com/streamd/streamd/internal/durable"
 )
 
 // LockName is the name of the lock file in the state directory.
@@ -48,15 +48,16 @@ func acquireLock(dir string) (*lockFile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("offsets: lock: %w", err)
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			locked := &LockedError{Path: path, PID: readPID(f)}
-			if closeErr := f.Close(); closeErr != nil {
-				return nil, errors.Join(locked, closeErr)
-			}
-			return nil, locked
-		}
+	ok, err := durable.TryLock(f.Fd())
+	if err != nil {
 		return nil, errors.Join(fmt.Errorf("offsets: lock %s: %w", path, err), f.Close())
+	}
+	if !ok {
+		locked := &LockedError{Path: path, PID: readPID(f)}
+		if closeErr := f.Close(); closeErr != nil {
+			return nil, errors.Join(locked, closeErr)
+		}
+		return nil, locked
 	}
 	if err := writePID(f); err != nil {
 		return nil, errors.Join(fmt.Errorf("offsets: lock: %w", err), f.Close())

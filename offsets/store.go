@@ -8,9 +8,10 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 	"unicode/utf8"
+
+	"github.com/streamd/streamd/streamfile"
 )
 
 // SidecarName is the name of the sidecar file in the state directory.
@@ -19,34 +20,12 @@ const SidecarName = "offsets.json"
 // defaultInterval is the commit interval Run uses when given none.
 const defaultInterval = time.Second
 
-// Identity identifies one stream file, so that a replaced or recreated file
-// is not read from a position that belongs to its predecessor.
-type Identity struct {
-	// Dev and Ino are the device and inode numbers from stat(2).
-	Dev uint64
-	Ino uint64
-	// FileName and CreatedAtMs come from the file's header: the name the
-	// writer stored and the creation time in milliseconds since the epoch.
-	FileName    string
-	CreatedAtMs uint64
-}
-
-// IdentityOf returns the identity of an open stream file from its stat
-// information and the file name and creation time of its header.
-func IdentityOf(fi fs.FileInfo, fileName string, createdAtMs uint64) (Identity, error) {
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
-		return Identity{}, fmt.Errorf("offsets: %s: no device and inode numbers", fi.Name())
-	}
-	return Identity{Dev: uint64(st.Dev), Ino: st.Ino, FileName: fileName, CreatedAtMs: createdAtMs}, nil
-}
-
 // Position is where a subscription resumes.
 type Position struct {
 	// Stream is the path of the stream file.
 	Stream string
 	// File identifies the file the offset belongs to.
-	File Identity
+	File streamfile.Identity
 	// Offset is the byte offset of the next frame to read.
 	Offset int64
 	// LastSeq is the sequence number of the last settled record.

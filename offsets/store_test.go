@@ -13,12 +13,14 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/streamd/streamd/streamfile"
 )
 
 func testPosition(offset int64) Position {
 	return Position{
 		Stream:  "/s/orders.ss",
-		File:    Identity{Dev: 1, Ino: 2, FileName: "orders", CreatedAtMs: 3},
+		File:    streamfile.Identity{Dev: 1, Ino: 2, FileName: "orders", CreatedAtMs: 3},
 		Offset:  offset,
 		LastSeq: uint64(offset / 10),
 	}

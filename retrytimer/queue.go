@@ -727,7 +727,7 @@ func (q *Queue) maybeCompact() {
 func (q *Queue) compact() error {
 	offs := make([]int64, len(q.h))
 	var buf []byte
-	f, size, renamed, err := replaceFile(q.sp.dir, q.sp.path, func(w io.Writer, off int64) (int64, error) {
+	f, size, renamed, err := replaceFile(q.sp.path, func(w io.Writer, off int64) (int64, error) {
 		for i := range q.h {
 			rec, _, err := q.sp.read(&q.h[i], &buf)
 			if err != nil {

@@ -12,24 +12,22 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/streamd/streamd/internal/durable"
 	"github.com/streamd/streamd/internal/failpoint"
 )
 
-// File names inside the spool directory.
-const (
-	spoolName = "retry.spool"
-	tempName  = "retry.spool.tmp"
-)
+// spoolName is the name of the spool inside the spool directory.
+const spoolName = "retry.spool"
 
 // spool is the open log file of a [Queue] in file mode. Its fields and
 // methods are guarded by Queue.mu; the file itself changes only under
 // Queue.syncMu as well (compaction and Close).
 type spool struct {
-	dir, path string
-	f         *os.File
-	size      int64  // length of the log; the next record is written here
-	live      int64  // bytes of the schedule records of pending entries
-	written   uint64 // records appended since Open
+	path    string
+	f       *os.File
+	size    int64  // length of the log; the next record is written here
+	live    int64  // bytes of the schedule records of pending entries
+	written uint64 // records appended since Open
 }
 
 // dead returns the bytes of the log that compaction would drop.
@@ -95,7 +93,7 @@ func (sp *spool) read(e *entry, buf *[]byte) ([]byte, body, error) {
 // openSpool opens the spool in dir, creating an empty one when there is
 // none, and loads its pending entries. A torn tail is truncated away.
 func openSpool(dir string) (*spool, scanResult, int64, error) {
-	sp := &spool{dir: dir, path: filepath.Join(dir, spoolName)}
+	sp := &spool{path: filepath.Join(dir, spoolName)}
 	if st, err := os.Stat(dir); err != nil {
 		return nil, scanResult{}, 0, err
 	} else if !st.IsDir() {
@@ -103,12 +101,12 @@ func openSpool(dir string) (*spool, scanResult, int64, error) {
 	}
 	// A temporary file is a compaction that did not finish; the spool it
 	// would have replaced is intact.
-	if err := os.Remove(filepath.Join(dir, tempName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := os.Remove(durable.TempPath(sp.path)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, scanResult{}, 0, err
 	}
 	f, err := os.OpenFile(sp.path, os.O_RDWR, 0)
 	if errors.Is(err, fs.ErrNotExist) {
-		f, size, _, err := replaceFile(dir, sp.path, nil)
+		f, size, _, err := replaceFile(sp.path, nil)
 		if err != nil {
 			return nil, scanResult{}, 0, err
 		}
@@ -296,51 +294,31 @@ func restIsZero(first []byte, r io.Reader) (bool, error) {
 
 // replaceFile writes fileMagic and then what fill writes (fill gets the
 // offset it starts at and returns the offset it ends at) to a temporary file
-// in dir, syncs it, renames it to path and syncs dir. It returns the new
-// file, open for reading and writing, and its size. renamed reports whether
-// path was replaced: after an error with renamed false, path is untouched and
-// the temporary file is gone; after an error with renamed true, the rename
-// may not be durable and no file is returned.
-func replaceFile(dir, path string, fill func(w io.Writer, off int64) (int64, error)) (f *os.File, size int64, renamed bool, err error) {
-	tmp := filepath.Join(dir, tempName)
-	f, err = os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return nil, 0, false, err
-	}
-	w := bufio.NewWriterSize(f, 64<<10)
-	_, err = w.WriteString(fileMagic)
-	size = int64(len(fileMagic))
-	if err == nil && fill != nil {
-		size, err = fill(w, size)
-	}
-	if err == nil {
-		err = w.Flush()
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		return nil, 0, false, errors.Join(err, f.Close(), os.Remove(tmp))
-	}
-	// Reopen by the final name, which errors then carry.
-	nf, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err = errors.Join(err, f.Close(), syncDir(dir)); err != nil {
-		if nf != nil {
-			err = errors.Join(err, nf.Close())
+// and replaces path with it, atomically and durably (see
+// [durable.Replace]). It returns the new file, open for reading and
+// writing, and its size. renamed reports whether path was replaced: after an
+// error with renamed false, path is untouched and the temporary file is
+// gone; after an error with renamed true, the rename may not be durable and
+// no file is returned.
+func replaceFile(path string, fill func(w io.Writer, off int64) (int64, error)) (f *os.File, size int64, renamed bool, err error) {
+	renamed, err = durable.Replace(path, 0o600, func(tmp *os.File) error {
+		w := bufio.NewWriterSize(tmp, 64<<10)
+		_, err := w.WriteString(fileMagic)
+		size = int64(len(fileMagic))
+		if err == nil && fill != nil {
+			size, err = fill(w, size)
 		}
+		if err == nil {
+			err = w.Flush()
+		}
+		return err
+	}, nil)
+	if err != nil {
+		return nil, 0, renamed, err
+	}
+	// Open by the final name, which errors then carry.
+	if f, err = os.OpenFile(path, os.O_RDWR, 0); err != nil {
 		return nil, 0, true, err
 	}
-	return nf, size, true, nil
-}
-
-// syncDir makes the entries of dir durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	return errors.Join(d.Sync(), d.Close())
+	return f, size, true, nil
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/streamd/streamd/envelope"
+	"github.com/streamd/streamd/internal/durable"
 )
 
 // fireDue fires every copy of q that is due, on the calling goroutine.
@@ -324,7 +325,7 @@ func TestSpoolCompactionFailure(t *testing.T) {
 	r := &recorder{t: t}
 	q := mustOpen(t, Options{Dir: dir, Fire: r.fire, CompactMinBytes: 1000, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	// A directory where the temporary file goes makes compaction fail.
-	block := filepath.Join(dir, tempName)
+	block := durable.TempPath(path)
 	if err := os.MkdirAll(filepath.Join(block, "x"), 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -366,7 +367,7 @@ func TestOpenRemovesLeftoverTemp(t *testing.T) {
 	if err := q.Close(); err != nil {
 		t.Fatal(err)
 	}
-	tmp := filepath.Join(dir, tempName)
+	tmp := durable.TempPath(filepath.Join(dir, spoolName))
 	if err := os.WriteFile(tmp, []byte("half a compaction"), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -9,8 +9,7 @@ import (
 	"os"
 	"slices"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/streamd/streamd/internal/durable"
 	"github.com/streamd/streamd/internal/failpoint"
 )
 
@@ -254,19 +253,13 @@ func (w *Writer) Stat() (os.FileInfo, error) { return w.f.Stat() }
 
 // locked runs fn while holding the exclusive flock on the file.
 func (w *Writer) locked(fn func() error) (err error) {
-	fd := int(w.f.Fd())
-	for {
-		err := unix.Flock(fd, unix.LOCK_EX)
-		if err == nil {
-			break
-		}
-		if err != unix.EINTR {
-			return fmt.Errorf("streamfile: lock %s: %w", w.f.Name(), err)
-		}
+	fd := w.f.Fd()
+	if err := durable.Lock(fd, durable.Exclusive); err != nil {
+		return fmt.Errorf("streamfile: lock %s: %w", w.f.Name(), err)
 	}
 	defer func() {
 		// Deferred, so that the lock is released even if fn panics.
-		if uerr := unix.Flock(fd, unix.LOCK_UN); uerr != nil && err == nil {
+		if uerr := durable.Unlock(fd); uerr != nil && err == nil {
 			err = fmt.Errorf("streamfile: unlock %s: %w", w.f.Name(), uerr)
 		}
 	}()

@@ -27,7 +27,7 @@
 // # Positions and identity
 //
 // A position is a file identity and an offset ([Position]). The identity
-// ([offsets.Identity]) is the device and inode numbers of the file and the
+// ([streamfile.Identity]) is the device and inode numbers of the file and the
 // file name and creation time in its header: a file renamed over the path,
 // deleted and created again, or truncated and rewritten with a new header
 // is another file. Every [Record] carries the identity of its file and the

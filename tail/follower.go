@@ -5,16 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/streamd/streamd/internal/ratelog"
-	"github.com/streamd/streamd/offsets"
 	"github.com/streamd/streamd/streamfile"
 )
 
@@ -62,24 +58,10 @@ type Options struct {
 	Observer Observer
 }
 
-// CorruptPolicy says what a [Follower] does at a frame whose checksum does
-// not match, or at bytes that are not a frame.
-type CorruptPolicy uint8
-
-const (
-	// SkipCorrupt counts and logs the damage and reads on: after the frame
-	// when its framing is intact, otherwise from the first frame after the
-	// next beacon.
-	SkipCorrupt CorruptPolicy = iota
-	// StopOnCorrupt makes [Follower.Next] return the error, now and on
-	// every later call.
-	StopOnCorrupt
-)
-
 // Position is a place in one particular stream file.
 type Position struct {
 	// File is the identity of the file the offset belongs to.
-	File offsets.Identity
+	File streamfile.Identity
 	// Offset is where the next frame starts.
 	Offset int64
 }
@@ -90,7 +72,7 @@ type Position struct {
 type Record struct {
 	*streamfile.Record
 	// File is the identity of the file the record was read from.
-	File offsets.Identity
+	File streamfile.Identity
 }
 
 // file is what a follower needs of an open stream file.
@@ -124,30 +106,18 @@ type Follower struct {
 	obs    Observer
 	hooks  testHooks
 
-	f         file
-	id        offsets.Identity
-	hdr       streamfile.Header
-	rawHdr    [streamfile.HeaderSize]byte
-	dec       *streamfile.Decoder // nil until the header is complete
-	started   bool                // the start position was applied
-	pending   *streamfile.Target  // pass over frames until one reaches it
-	skipAt    int64               // >= 0: find the first frame boundary after this offset (after a format error)
-	recheckAt int64               // the frame read again after damage met there (see readAgain), or -1
-
-	lastSize  int64 // file size at the last look
-	draining  bool  // the path names another file: read this one to its end, then switch
-	drainSize int64 // the old file's size at the last look under a shared lock, -1 before
-	removed   bool  // the path is gone
-	missing   ratelog.Limiter
-	// replacedTold: EventReplaced was told for the file at the path,
-	// unopened, which replaced the open one and could not be opened (nil
-	// if it could not be looked at either).
-	replacedTold bool
-	unopened     os.FileInfo
-	// openTrouble: the file that replaced the one read cannot be opened;
-	// readTrouble: the open file cannot be read. Both are tried again
-	// until they pass.
-	openTrouble, readTrouble ratelog.Trouble
+	// The open file and how it is read (this file).
+	f        file
+	id       streamfile.Identity
+	hdr      streamfile.Header
+	rawHdr   [streamfile.HeaderSize]byte
+	dec      *streamfile.Decoder // nil until the header is complete
+	started  bool                // the start position was applied
+	pending  *streamfile.Target  // pass over frames until one reaches it
+	lastSize int64               // file size at the last look
+	// readTrouble: the open file cannot be read. It is tried again until
+	// it can.
+	readTrouble ratelog.Trouble
 
 	rec Record
 	err error // returned by every later Next: io.EOF after the end of stream, ErrClosed, or a fatal error
@@ -155,11 +125,14 @@ type Follower struct {
 	records   int64 // delivered since the last report to the Observer
 	reportPos int64 // read position at the last report
 
+	damage  damageState  // damaged bytes in the open file (damage.go)
+	replace replaceState // the path when it does not name the open file (replace.go)
+
+	// Wake-ups (watch.go).
 	watch    *watcher // nil until the first wait, and with PollOnly
 	watching bool     // the directory is being watched
 	watchLog ratelog.Limiter
 	timer    *time.Timer
-	corrupt  ratelog.Limiter
 }
 
 // New opens the file at opts.Path and finds where reading starts. It starts
@@ -199,14 +172,13 @@ func newFollower(opts Options, hooks testHooks) (*Follower, error) {
 		hooks.open = openFile
 	}
 	fl := &Follower{
-		opts:      opts,
-		path:      abs,
-		dir:       filepath.Dir(abs),
-		log:       opts.Logger,
-		obs:       opts.Observer,
-		hooks:     hooks,
-		skipAt:    -1,
-		recheckAt: -1,
+		opts:   opts,
+		path:   abs,
+		dir:    filepath.Dir(abs),
+		log:    opts.Logger,
+		obs:    opts.Observer,
+		hooks:  hooks,
+		damage: noDamage(),
 	}
 	// fsnotify names events as the watched path, a slash and the name.
 	fl.target = fl.dir + "/" + filepath.Base(abs)
@@ -299,7 +271,7 @@ func (fl *Follower) Next(ctx context.Context) (*Record, error) {
 		}
 		rec, err := fl.dec.Next()
 		if err == nil {
-			fl.recheckAt = -1
+			fl.damage.recheckAt = -1
 			if fl.readTrouble.Failing() {
 				fl.readTrouble.Passed(fl.log, "stream file can be read again", "offset", rec.Offset)
 			}
@@ -336,7 +308,7 @@ func (fl *Follower) Next(ctx context.Context) (*Record, error) {
 			if err := fl.damaged(EventFormat, err, fe.Offset); err != nil {
 				return nil, err
 			}
-			fl.skipAt, fl.dec = fl.dec.Pos(), nil
+			fl.damage.skipAt, fl.dec = fl.dec.Pos(), nil
 		default:
 			// The decoder stays at the frame it could not read.
 			err = &readError{fmt.Errorf("tail: %s: %w", fl.path, err)}
@@ -400,44 +372,12 @@ func (fl *Follower) fail(err error) error {
 	return err
 }
 
-// grewUnderLock looks at the size of the file being left under a shared
-// flock, and reports whether it grew since it last looked. A writer that
-// found the path unchanged under its exclusive lock (streamfile's
-// RefuseReplaced, as the daemon's copies are written) has finished its
-// batch once the shared lock is granted, and any later one finds the
-// replacement and writes to the new file: reading the old one up to that
-// size loses none of its copies. The lock is not held while reading, so no
-// writer waits on a subscription's handler.
-func (fl *Follower) grewUnderLock() bool {
-	f, ok := fl.f.(interface{ Fd() uintptr })
-	if !ok {
-		return false
-	}
-	fd := int(f.Fd())
-	for {
-		err := unix.Flock(fd, unix.LOCK_SH)
-		if err == nil {
-			break
-		}
-		if err != unix.EINTR {
-			return false
-		}
-	}
-	fi, err := fl.f.Stat()
-	unix.Flock(fd, unix.LOCK_UN)
-	if err != nil || fi.Size() <= fl.drainSize {
-		return false
-	}
-	fl.drainSize = fi.Size()
-	return true
-}
-
 // idle handles the end of the available data, where the decoder said err
 // (io.EOF, or ErrTruncated inside a frame): a replay finishes, a file that
 // was replaced is left for the new one, and otherwise the follower waits.
 // It returns nil when Next should read again.
 func (fl *Follower) idle(ctx context.Context, err error) error {
-	if fl.draining {
+	if fl.replace.draining {
 		if fl.grewUnderLock() {
 			return nil // read what a writer finished before the lock
 		}
@@ -459,8 +399,8 @@ func (fl *Follower) pos() int64 {
 	switch {
 	case fl.dec != nil:
 		return fl.dec.Pos()
-	case fl.skipAt >= 0:
-		return fl.skipAt
+	case fl.damage.skipAt >= 0:
+		return fl.damage.skipAt
 	}
 	return 0
 }
@@ -474,36 +414,22 @@ func (fl *Follower) size() int64 {
 	return fi.Size()
 }
 
+// startOver drops the header and decoder of the open file, so that Next
+// reads it again from its header, from its beginning: the start position
+// applies to the first file only.
+func (fl *Follower) startOver() {
+	fl.dec, fl.hdr, fl.pending = nil, streamfile.Header{}, nil
+	fl.damage.forget()
+}
+
 // prepare gets the decoder ready: it reads the header of a new file and
 // applies the start position, or finds the next frame after damaged bytes.
 // It reports false when it has to wait for more data.
 func (fl *Follower) prepare() (bool, error) {
-	if fl.skipAt < 0 {
+	if fl.damage.skipAt < 0 {
 		return fl.readHeader()
 	}
-	next := fl.skipAt + 1
-	interval := int64(fl.hdr.BeaconInterval)
-	for {
-		p, err := streamfile.FrameBoundaryAfter(fl.f, fl.hdr, next)
-		var fe *streamfile.FormatError
-		switch {
-		case err == nil && p > fl.size():
-			return false, nil // the rest of the frame after the beacon is still being written
-		case err == nil:
-			fl.log.Warn("skipped damaged bytes", "offset", fl.skipAt, "next_frame", p)
-			fl.dec = streamfile.NewDecoder(fl.f, fl.hdr, p)
-			fl.reportPos += p - fl.skipAt
-			fl.skipAt = -1
-			return true, nil
-		case errors.Is(err, streamfile.ErrTruncated):
-			return false, nil
-		case errors.As(err, &fe):
-			// The beacon is damaged too: try the one after it.
-			next = (next+interval-1)/interval*interval + 1
-		default:
-			return false, &readError{fmt.Errorf("tail: %s: %w", fl.path, err)}
-		}
-	}
+	return fl.skipDamaged()
 }
 
 // readHeader reads the header of the open file, sets its identity, and
@@ -528,7 +454,7 @@ func (fl *Follower) readHeader() (bool, error) {
 	if err != nil {
 		return false, &readError{fmt.Errorf("tail: %w", err)}
 	}
-	id, err := offsets.IdentityOf(fi, h.FileName, h.CreatedAtMs)
+	id, err := streamfile.IdentityOf(fi, h)
 	if err != nil {
 		return false, fmt.Errorf("tail: %w", err)
 	}
@@ -574,199 +500,6 @@ func (fl *Follower) startOffset(size int64) (int64, error) {
 	}
 	fl.pending = pending
 	return off, nil
-}
-
-// readAgain reports whether the damage met at the frame at off is met there
-// for the first time; if so the frame is read again from the file with a
-// fresh decoder. Damage counts only when it is seen twice: a writer that
-// repairs a torn tail truncates it and writes anew, and a read that
-// straddled the repair sees old and new bytes together.
-func (fl *Follower) readAgain(off int64) bool {
-	if fl.recheckAt == off {
-		return false
-	}
-	fl.recheckAt = off
-	fl.dec = streamfile.NewDecoder(fl.f, fl.hdr, off)
-	return true
-}
-
-// damaged handles a corrupt frame by the policy.
-func (fl *Follower) damaged(e Event, err error, off int64) error {
-	fl.obs.Event(e)
-	if fl.opts.OnCorrupt == StopOnCorrupt {
-		fl.log.Error("corrupt frame; stopping", "offset", off, "err", err)
-		return fl.fail(fmt.Errorf("tail: %s: %w", fl.path, err))
-	}
-	if ok, suppressed := fl.corrupt.Allow(time.Now()); ok {
-		fl.log.Warn("corrupt frame; skipping it", "offset", off, "err", err, "suppressed", suppressed)
-	}
-	return nil
-}
-
-// changedInPlace looks, before damage is reported, whether the file was
-// truncated or rewritten under the follower; if so it starts over in it.
-func (fl *Follower) changedInPlace() bool {
-	if fl.opts.Replay {
-		return false
-	}
-	fi, err := fl.f.Stat()
-	if err != nil {
-		return false
-	}
-	return fl.checkInPlace(fi.Size())
-}
-
-// checkInPlace starts over in the open file when it shrank below the read
-// position or its header changed.
-func (fl *Follower) checkInPlace(size int64) bool {
-	if fl.hdr.BeaconInterval == 0 {
-		return false
-	}
-	var what string
-	if size < fl.pos() {
-		what = "stream file was truncated below the read position; reading it from the beginning"
-	} else {
-		var b [streamfile.HeaderSize]byte
-		n, err := fl.f.ReadAt(b[:], 0)
-		if n == len(b) && b == fl.rawHdr {
-			return false
-		}
-		if n < len(b) && err != nil && !errors.Is(err, io.EOF) {
-			return false // cannot tell: an I/O error is no new header
-		}
-		what = "stream file was rewritten with a new header; reading it from the beginning"
-	}
-	fl.report()
-	fl.log.Warn(what, "offset", fl.pos(), "size", size, "file_name", fl.id.FileName, "created_at_ms", fl.id.CreatedAtMs)
-	fl.obs.Event(EventTruncated)
-	fl.dec, fl.hdr, fl.pending, fl.skipAt, fl.recheckAt = nil, streamfile.Header{}, nil, -1, -1
-	return true
-}
-
-// check looks at the open file and at the path after a wake-up.
-func (fl *Follower) check(polled bool) error {
-	fi, err := fl.f.Stat()
-	if err != nil {
-		return fl.fail(fmt.Errorf("tail: %w", err))
-	}
-	size := fi.Size()
-	if polled && size > max(fl.lastSize, fl.pos()) {
-		fl.obs.Event(EventPollRead)
-		fl.log.Debug("poll found new data", "size", size)
-	}
-	fl.lastSize = size
-	if fl.checkInPlace(size) {
-		return nil
-	}
-	st, err := os.Stat(fl.path)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		fl.draining, fl.replacedTold, fl.unopened = false, false, nil
-		if fl.openTrouble.Failing() {
-			fl.openTrouble.Passed(fl.log, "the file that could not be opened is gone from the path")
-		}
-		if !fl.removed {
-			fl.removed = true
-			fl.missing.Reset(time.Now())
-			fl.log.Warn("stream file removed; waiting for it to come back", "offset", fl.pos())
-			fl.obs.Event(EventRemoved)
-		} else if ok, _ := fl.missing.Allow(time.Now()); ok {
-			fl.log.Warn("stream file still missing", "offset", fl.pos())
-		}
-	case err != nil:
-		if ok, _ := fl.missing.Allow(time.Now()); ok {
-			fl.log.Warn("cannot look at the path", "err", err)
-		}
-	case !os.SameFile(fi, st):
-		if !fl.draining {
-			fl.draining, fl.drainSize = true, -1
-		}
-	case fl.removed:
-		fl.removed = false
-		fl.log.Info("stream file is back")
-	}
-	return nil
-}
-
-// switchFile opens the file that now has the path, after the old one was
-// read to its end, where the decoder said err.
-//
-// A file that cannot be opened (its mode or owner shuts the daemon out) or
-// that is not a regular file (a directory, a FIFO) is no reason to stop:
-// the replacement is counted once, the error logged at once and then at
-// most every 10 s, and the follower keeps its position at the end of the
-// old file and tries again at each wake-up, until the file can be opened
-// or is replaced or removed again.
-func (fl *Follower) switchFile(err error) error {
-	nf, oerr := fl.openReplacement()
-	if errors.Is(oerr, fs.ErrNotExist) {
-		fl.draining = false
-		return nil // check notices the removal at the next wake-up
-	}
-	if oerr != nil {
-		fl.draining = false // check sets it again at the next wake-up
-		st, _ := os.Stat(fl.path)
-		fl.countReplacement(st)
-		fl.openTrouble.Failed(fl.log, "stream file replaced by a file that cannot be opened; its records wait, and it is tried again at each notification and poll",
-			fmt.Errorf("tail: %w", oerr), "old_offset", fl.pos())
-		return nil
-	}
-	fl.report()
-	if errors.Is(err, streamfile.ErrTruncated) {
-		fl.log.Warn("replaced file ends inside a frame; that frame is lost", "offset", fl.pos(), "size", fl.size())
-		fl.obs.Event(EventTornTail)
-	}
-	if fl.openTrouble.Failing() {
-		fl.openTrouble.Passed(fl.log, "the file that replaced the stream file can be opened now")
-	}
-	fl.log.Warn("stream file replaced; reading the new file from the beginning",
-		"old_ino", fl.id.Ino, "old_file_name", fl.id.FileName, "old_created_at_ms", fl.id.CreatedAtMs, "old_offset", fl.pos())
-	st, _ := nf.Stat()
-	fl.countReplacement(st)
-	fl.replacedTold, fl.unopened = false, nil
-	cerr := fl.f.Close()
-	fl.f = nf
-	fl.dec, fl.hdr, fl.pending, fl.skipAt, fl.recheckAt = nil, streamfile.Header{}, nil, -1, -1
-	fl.draining, fl.removed = false, false
-	if cerr != nil {
-		fl.log.Warn("closing the replaced file failed", "err", cerr)
-	}
-	return nil
-}
-
-// countReplacement tells EventReplaced for st, the file at the path, unless
-// it was told for it already while it could not be opened. A file that
-// cannot be looked at (st is nil) is taken for the one told.
-func (fl *Follower) countReplacement(st os.FileInfo) {
-	if fl.replacedTold && (st == nil || fl.unopened == nil || os.SameFile(fl.unopened, st)) {
-		return
-	}
-	fl.obs.Event(EventReplaced)
-	fl.replacedTold, fl.unopened = true, st
-}
-
-// openReplacement opens the file at the path for switchFile. Anything but a
-// regular file is refused before it is opened: opening a FIFO would block
-// until a writer came.
-func (fl *Follower) openReplacement() (file, error) {
-	st, err := os.Stat(fl.path)
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file (mode %s)", fl.path, st.Mode())
-	}
-	f, err := fl.hooks.open(fl.path)
-	if err != nil {
-		return nil, err
-	}
-	if st, err = f.Stat(); err == nil && !st.Mode().IsRegular() {
-		err = fmt.Errorf("%s is not a regular file (mode %s)", fl.path, st.Mode())
-	}
-	if err != nil {
-		return nil, errors.Join(err, f.Close())
-	}
-	return f, nil
 }
 
 // report tells the Observer what was read since the last report.

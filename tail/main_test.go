@@ -16,7 +16,6 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/streamd/streamd/offsets"
 	"github.com/streamd/streamd/streamfile"
 )
 
@@ -41,7 +40,7 @@ func TestMain(m *testing.M) {
 type got struct {
 	streamfile.Frame
 	Offset, End int64
-	File        offsets.Identity
+	File        streamfile.Identity
 }
 
 func (g got) String() string {

@@ -9,7 +9,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/streamd/streamd/offsets"
 	"github.com/streamd/streamd/streamfile"
 )
 
@@ -235,7 +234,7 @@ func TestResume(t *testing.T) {
 		event  Event
 	}{
 		{"same file", stored, 38, 0},
-		{"another file", Position{File: offsets.Identity{Dev: stored.File.Dev, Ino: stored.File.Ino + 1, FileName: "r.ss", CreatedAtMs: 1}, Offset: stored.Offset}, 1, EventReplaced},
+		{"another file", Position{File: streamfile.Identity{Dev: stored.File.Dev, Ino: stored.File.Ino + 1, FileName: "r.ss", CreatedAtMs: 1}, Offset: stored.Offset}, 1, EventReplaced},
 		{"not a frame boundary", Position{File: stored.File, Offset: stored.Offset + 1}, 1, EventTruncated},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,80 @@
+package streamfile
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestIdentityOf(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "a.ss")
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h := Header{FileName: "a.ss", CreatedAtMs: 1694767177437, BeaconInterval: 1024}
+	identity := func(path string, h Header) Identity {
+		t.Helper()
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, err := IdentityOf(fi, h)
+		if err != nil {
+			t.Fatalf("IdentityOf: %v", err)
+		}
+		return id
+	}
+
+	id := identity(path, h)
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	want := Identity{Dev: uint64(st.Dev), Ino: st.Ino, FileName: "a.ss", CreatedAtMs: 1694767177437}
+	if id != want {
+		t.Fatalf("IdentityOf = %+v, want %+v", id, want)
+	}
+
+	// A rename keeps the file; another file, or a new header in the same
+	// file, makes another one.
+	moved := filepath.Join(dir, "b.ss")
+	if err := os.Rename(path, moved); err != nil {
+		t.Fatal(err)
+	}
+	if got := identity(moved, h); got != id {
+		t.Errorf("renamed file: %+v, want %+v", got, id)
+	}
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := identity(path, h); got == id {
+		t.Errorf("another file at the path has the identity of the first: %+v", got)
+	}
+	rewritten := h
+	rewritten.CreatedAtMs++
+	if got := identity(moved, rewritten); got == id {
+		t.Errorf("a new header keeps the identity: %+v", got)
+	}
+}
+
+// fakeInfo is a FileInfo that does not come from stat(2).
+type fakeInfo struct{}
+
+func (fakeInfo) Name() string       { return "fake.ss" }
+func (fakeInfo) Size() int64        { return 0 }
+func (fakeInfo) Mode() fs.FileMode  { return 0 }
+func (fakeInfo) ModTime() time.Time { return time.Time{} }
+func (fakeInfo) IsDir() bool        { return false }
+func (fakeInfo) Sys() any           { return nil }
+
+func TestIdentityOfNoStat(t *testing.T) {
+	_, err := IdentityOf(fakeInfo{}, Header{FileName: "fake.ss"})
+	if err == nil || !strings.Contains(err.Error(), "fake.ss: no device and inode numbers") {
+		t.Fatalf("got %v, want an error naming the file", err)
+	}
+}

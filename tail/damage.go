@@ -1,0 +1,99 @@
+package tail
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/streamd/streamd/internal/ratelog"
+	"github.com/streamd/streamd/streamfile"
+)
+
+// This file holds what a follower does at damaged bytes: a frame whose
+// checksum does not match, bytes that are not a frame. See "Following" in
+// the package documentation.
+
+// CorruptPolicy says what a [Follower] does at a frame whose checksum does
+// not match, or at bytes that are not a frame.
+type CorruptPolicy uint8
+
+const (
+	// SkipCorrupt counts and logs the damage and reads on: after the frame
+	// when its framing is intact, otherwise from the first frame after the
+	// next beacon.
+	SkipCorrupt CorruptPolicy = iota
+	// StopOnCorrupt makes [Follower.Next] return the error, now and on
+	// every later call.
+	StopOnCorrupt
+)
+
+// damageState is what a follower knows of damage in the open file.
+type damageState struct {
+	skipAt    int64           // >= 0: find the first frame boundary after this offset (after a format error)
+	recheckAt int64           // the frame read again after damage met there (see readAgain), or -1
+	logLimit  ratelog.Limiter // of the log lines about corrupt frames, across files
+}
+
+// noDamage returns the state of a file where no damage was met.
+func noDamage() damageState { return damageState{skipAt: -1, recheckAt: -1} }
+
+// forget drops what is known of damage in the open file, which is read
+// again from its header. The log limit carries over.
+func (d *damageState) forget() { d.skipAt, d.recheckAt = -1, -1 }
+
+// readAgain reports whether the damage met at the frame at off is met there
+// for the first time; if so the frame is read again from the file with a
+// fresh decoder. Damage counts only when it is seen twice: a writer that
+// repairs a torn tail truncates it and writes anew, and a read that
+// straddled the repair sees old and new bytes together.
+func (fl *Follower) readAgain(off int64) bool {
+	if fl.damage.recheckAt == off {
+		return false
+	}
+	fl.damage.recheckAt = off
+	fl.dec = streamfile.NewDecoder(fl.f, fl.hdr, off)
+	return true
+}
+
+// damaged handles a corrupt frame by the policy.
+func (fl *Follower) damaged(e Event, err error, off int64) error {
+	fl.obs.Event(e)
+	if fl.opts.OnCorrupt == StopOnCorrupt {
+		fl.log.Error("corrupt frame; stopping", "offset", off, "err", err)
+		return fl.fail(fmt.Errorf("tail: %s: %w", fl.path, err))
+	}
+	if ok, suppressed := fl.damage.logLimit.Allow(time.Now()); ok {
+		fl.log.Warn("corrupt frame; skipping it", "offset", off, "err", err, "suppressed", suppressed)
+	}
+	return nil
+}
+
+// skipDamaged finds the first frame after the damaged bytes at
+// damage.skipAt and puts the decoder there. It reports false when it has to
+// wait for more data.
+func (fl *Follower) skipDamaged() (bool, error) {
+	skipAt := fl.damage.skipAt
+	next := skipAt + 1
+	interval := int64(fl.hdr.BeaconInterval)
+	for {
+		p, err := streamfile.FrameBoundaryAfter(fl.f, fl.hdr, next)
+		var fe *streamfile.FormatError
+		switch {
+		case err == nil && p > fl.size():
+			return false, nil // the rest of the frame after the beacon is still being written
+		case err == nil:
+			fl.log.Warn("skipped damaged bytes", "offset", skipAt, "next_frame", p)
+			fl.dec = streamfile.NewDecoder(fl.f, fl.hdr, p)
+			fl.reportPos += p - skipAt
+			fl.damage.skipAt = -1
+			return true, nil
+		case errors.Is(err, streamfile.ErrTruncated):
+			return false, nil
+		case errors.As(err, &fe):
+			// The beacon is damaged too: try the one after it.
+			next = (next+interval-1)/interval*interval + 1
+		default:
+			return false, &readError{fmt.Errorf("tail: %s: %w", fl.path, err)}
+		}
+	}
+}

@@ -1,0 +1,236 @@
+package tail
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"time"
+
+	"github.com/streamd/streamd/internal/durable"
+	"github.com/streamd/streamd/internal/ratelog"
+	"github.com/streamd/streamd/streamfile"
+)
+
+// This file holds how a follower notices that the file it reads is not the
+// one at its path any more, or not the one it was: truncated or rewritten
+// in place, replaced by another file, removed. See "Following" in the
+// package documentation.
+
+// replaceState is what a follower knows of the path when it does not name
+// the open file.
+type replaceState struct {
+	draining  bool  // the path names another file: read this one to its end, then switch
+	drainSize int64 // the old file's size at the last look under a shared lock, -1 before
+	removed   bool  // the path is gone
+	missing   ratelog.Limiter
+	// told: EventReplaced was told for the file at the path, unopened,
+	// which replaced the open one and could not be opened (nil if it
+	// could not be looked at either).
+	told     bool
+	unopened os.FileInfo
+	// openTrouble: the file that replaced the one read cannot be opened.
+	// It is tried again until it can.
+	openTrouble ratelog.Trouble
+}
+
+// check looks at the open file and at the path after a wake-up.
+func (fl *Follower) check(polled bool) error {
+	fi, err := fl.f.Stat()
+	if err != nil {
+		return fl.fail(fmt.Errorf("tail: %w", err))
+	}
+	size := fi.Size()
+	if polled && size > max(fl.lastSize, fl.pos()) {
+		fl.obs.Event(EventPollRead)
+		fl.log.Debug("poll found new data", "size", size)
+	}
+	fl.lastSize = size
+	if fl.checkInPlace(size) {
+		return nil
+	}
+	r := &fl.replace
+	st, err := os.Stat(fl.path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		r.draining, r.told, r.unopened = false, false, nil
+		if r.openTrouble.Failing() {
+			r.openTrouble.Passed(fl.log, "the file that could not be opened is gone from the path")
+		}
+		if !r.removed {
+			r.removed = true
+			r.missing.Reset(time.Now())
+			fl.log.Warn("stream file removed; waiting for it to come back", "offset", fl.pos())
+			fl.obs.Event(EventRemoved)
+		} else if ok, _ := r.missing.Allow(time.Now()); ok {
+			fl.log.Warn("stream file still missing", "offset", fl.pos())
+		}
+	case err != nil:
+		if ok, _ := r.missing.Allow(time.Now()); ok {
+			fl.log.Warn("cannot look at the path", "err", err)
+		}
+	case !os.SameFile(fi, st):
+		if !r.draining {
+			r.draining, r.drainSize = true, -1
+		}
+	case r.removed:
+		r.removed = false
+		fl.log.Info("stream file is back")
+	}
+	return nil
+}
+
+// changedInPlace looks, before damage is reported, whether the file was
+// truncated or rewritten under the follower; if so it starts over in it.
+func (fl *Follower) changedInPlace() bool {
+	if fl.opts.Replay {
+		return false
+	}
+	fi, err := fl.f.Stat()
+	if err != nil {
+		return false
+	}
+	return fl.checkInPlace(fi.Size())
+}
+
+// checkInPlace starts over in the open file when it shrank below the read
+// position or its header changed.
+func (fl *Follower) checkInPlace(size int64) bool {
+	if fl.hdr.BeaconInterval == 0 {
+		return false
+	}
+	var what string
+	if size < fl.pos() {
+		what = "stream file was truncated below the read position; reading it from the beginning"
+	} else {
+		var b [streamfile.HeaderSize]byte
+		n, err := fl.f.ReadAt(b[:], 0)
+		if n == len(b) && b == fl.rawHdr {
+			return false
+		}
+		if n < len(b) && err != nil && !errors.Is(err, io.EOF) {
+			return false // cannot tell: an I/O error is no new header
+		}
+		what = "stream file was rewritten with a new header; reading it from the beginning"
+	}
+	fl.report()
+	fl.log.Warn(what, "offset", fl.pos(), "size", size, "file_name", fl.id.FileName, "created_at_ms", fl.id.CreatedAtMs)
+	fl.obs.Event(EventTruncated)
+	fl.startOver()
+	return true
+}
+
+// grewUnderLock looks at the size of the file being left under a shared
+// flock, and reports whether it grew since it last looked. A writer that
+// found the path unchanged under its exclusive lock (streamfile's
+// RefuseReplaced, as the daemon's copies are written) has finished its
+// batch once the shared lock is granted, and any later one finds the
+// replacement and writes to the new file: reading the old one up to that
+// size loses none of its copies. The lock is not held while reading, so no
+// writer waits on a subscription's handler.
+func (fl *Follower) grewUnderLock() bool {
+	f, ok := fl.f.(interface{ Fd() uintptr })
+	if !ok {
+		return false
+	}
+	if durable.Lock(f.Fd(), durable.Shared) != nil {
+		return false
+	}
+	fi, err := fl.f.Stat()
+	durable.Unlock(f.Fd())
+	if err != nil || fi.Size() <= fl.replace.drainSize {
+		return false
+	}
+	fl.replace.drainSize = fi.Size()
+	return true
+}
+
+// switchFile opens the file that now has the path, after the old one was
+// read to its end, where the decoder said err.
+//
+// A file that cannot be opened (its mode or owner shuts the daemon out) or
+// that is not a regular file (a directory, a FIFO) is no reason to stop:
+// the replacement is counted once, the error logged at once and then at
+// most every 10 s, and the follower keeps its position at the end of the
+// old file and tries again at each wake-up, until the file can be opened
+// or is replaced or removed again.
+func (fl *Follower) switchFile(err error) error {
+	r := &fl.replace
+	nf, oerr := fl.openReplacement()
+	if errors.Is(oerr, fs.ErrNotExist) {
+		r.draining = false
+		return nil // check notices the removal at the next wake-up
+	}
+	if oerr != nil {
+		r.draining = false // check sets it again at the next wake-up
+		st, _ := os.Stat(fl.path)
+		fl.countReplacement(st)
+		r.openTrouble.Failed(fl.log, "stream file replaced by a file that cannot be opened; its records wait, and it is tried again at each notification and poll",
+			fmt.Errorf("tail: %w", oerr), "old_offset", fl.pos())
+		return nil
+	}
+	fl.report()
+	if errors.Is(err, streamfile.ErrTruncated) {
+		fl.log.Warn("replaced file ends inside a frame; that frame is lost", "offset", fl.pos(), "size", fl.size())
+		fl.obs.Event(EventTornTail)
+	}
+	if r.openTrouble.Failing() {
+		r.openTrouble.Passed(fl.log, "the file that replaced the stream file can be opened now")
+	}
+	fl.log.Warn("stream file replaced; reading the new file from the beginning",
+		"old_ino", fl.id.Ino, "old_file_name", fl.id.FileName, "old_created_at_ms", fl.id.CreatedAtMs, "old_offset", fl.pos())
+	st, _ := nf.Stat()
+	fl.countReplacement(st)
+	r.told, r.unopened = false, nil
+	cerr := fl.f.Close()
+	fl.f = nf
+	fl.startOver()
+	r.draining, r.removed = false, false
+	if cerr != nil {
+		fl.log.Warn("closing the replaced file failed", "err", cerr)
+	}
+	return nil
+}
+
+// countReplacement tells EventReplaced for st, the file at the path, unless
+// it was told for it already while it could not be opened. A file that
+// cannot be looked at (st is nil) is taken for the one told.
+func (fl *Follower) countReplacement(st os.FileInfo) {
+	r := &fl.replace
+	if r.told && (st == nil || r.unopened == nil || os.SameFile(r.unopened, st)) {
+		return
+	}
+	fl.obs.Event(EventReplaced)
+	r.told, r.unopened = true, st
+}
+
+// openReplacement opens the file at the path for switchFile. Anything but a
+// regular file is refused before it is opened: opening a FIFO would block
+// until a writer came.
+func (fl *Follower) openReplacement() (file, error) {
+	st, err := os.Stat(fl.path)
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, notRegular(fl.path, st)
+	}
+	f, err := fl.hooks.open(fl.path)
+	if err != nil {
+		return nil, err
+	}
+	if st, err = f.Stat(); err == nil && !st.Mode().IsRegular() {
+		err = notRegular(fl.path, st)
+	}
+	if err != nil {
+		return nil, errors.Join(err, f.Close())
+	}
+	return f, nil
+}
+
+// notRegular is the error for a replacement at path that is not a regular
+// file.
+func notRegular(path string, st os.FileInfo) error {
+	return fmt.Errorf("%s is not a regular file (mode %s)", path, st.Mode())
+}
