@@ -568,6 +568,9 @@ func (d *Daemon) wedged(watchdogTimeout time.Duration) string {
 		return fmt.Sprintf("the commit loop has not finished a commit for %s", age.Round(time.Second))
 	}
 	for name, rs := range d.subs {
+		if stall := rs.sub.follower.Stalled(); stall > watchdogTimeout {
+			return fmt.Sprintf("subscription %q has been reading its stream file for %s without progress", name, stall.Round(time.Second))
+		}
 		limit := 2 * max(time.Duration(d.cfg.ShutdownTimeout), time.Duration(rs.sub.cfg.Handler.Timeout))
 		if age := rs.sub.longestBusy(); age > limit {
 			return fmt.Sprintf("subscription %q has been handling one record for %s", name, age.Round(time.Second))

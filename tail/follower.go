@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/streamd/streamd/internal/ratelog"
@@ -133,6 +134,10 @@ type Follower struct {
 	watching bool     // the directory is being watched
 	watchLog ratelog.Limiter
 	timer    *time.Timer
+
+	// working is when the current Next call began its work, or last woke
+	// from a wait; 0 outside Next and while it waits (Stalled).
+	working atomic.Int64
 }
 
 // New opens the file at opts.Path and finds where reading starts. It starts
@@ -238,6 +243,8 @@ func (fl *Follower) Next(ctx context.Context) (*Record, error) {
 	if fl.err != nil {
 		return nil, fl.err
 	}
+	fl.working.Store(time.Now().UnixNano())
+	defer fl.working.Store(0)
 	for {
 		if fl.dec == nil {
 			if err := ctx.Err(); err != nil {
@@ -320,6 +327,18 @@ func (fl *Follower) Next(ctx context.Context) (*Record, error) {
 			}
 		}
 	}
+}
+
+// Stalled returns how long the current [Follower.Next] call has been
+// working without returning a record or waiting for the file to change: a
+// read that hangs (a stuck disk or network file system) grows it, which
+// the systemd watchdog must learn. It is 0 outside Next and while Next
+// waits. Unlike the other methods, it may be called from any goroutine.
+func (fl *Follower) Stalled() time.Duration {
+	if since := fl.working.Load(); since != 0 {
+		return time.Since(time.Unix(0, since))
+	}
+	return 0
 }
 
 // readError is a failure to read the open file (an I/O error), as opposed
