@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"strconv"
 	"syscall"
 	"time"
@@ -60,7 +59,7 @@ func runDecode(args []string, s stdio) int {
 	}
 	defer f.Close()
 	out := bufio.NewWriterSize(s.out, 64<<10)
-	code := decodeFile(f, path, p, out, s.err, true)
+	code := decodeFile(f, path, p, out, s.err)
 	if err := out.Flush(); err != nil {
 		if !errors.Is(err, syscall.EPIPE) {
 			fmt.Fprintf(s.err, "streamd decode: write output: %v\n", err)
@@ -72,10 +71,8 @@ func runDecode(args []string, s stdio) int {
 
 // decodeFile prints every record of f, as it is when the decode starts, in
 // file order: messages, the beacons passed on the way (a beacon inside a
-// frame comes after it), and a terminal error record. With mapIt, the file
-// is decoded in place, mapped into memory, unless it cannot be mapped;
-// otherwise it is read.
-func decodeFile(f *os.File, path string, p printer, out *bufio.Writer, errw io.Writer, mapIt bool) (code int) {
+// frame comes after it), and a terminal error record.
+func decodeFile(f *os.File, path string, p printer, out *bufio.Writer, errw io.Writer) int {
 	h, err := streamfile.ReadHeader(f)
 	if err != nil {
 		if errors.Is(err, streamfile.ErrTruncated) {
@@ -97,26 +94,8 @@ func decodeFile(f *os.File, path string, p printer, out *bufio.Writer, errw io.W
 		line []byte
 	}
 	var pending []pendingBeacon
-	var d *streamfile.Decoder
-	var m *inPlace // nil: the file is read
-	if mapIt {
-		m = mapInPlace(f, h, size)
-	}
-	if m == nil {
-		// Read it instead, up to the size it had at the start.
-		d = streamfile.NewDecoder(io.NewSectionReader(f, 0, size), h, streamfile.HeaderSize)
-	} else {
-		defer m.unmap()
-		// A fault where the decoder, or a printer reading a payload,
-		// touches a page of the mapping that is gone.
-		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-		defer func() {
-			if e := recover(); e != nil {
-				code = m.fault(e, path, errw)
-			}
-		}()
-		d = m.dec
-	}
+	// Read up to the size the file had at the start.
+	d := streamfile.NewDecoder(io.NewSectionReader(f, 0, size), h, streamfile.HeaderSize)
 	d.OnBeacon(func(at int64, b *streamfile.Beacon) {
 		var buf []byte
 		buf = p.appendBeacon(buf, at, b)
@@ -137,10 +116,6 @@ func decodeFile(f *os.File, path string, p printer, out *bufio.Writer, errw io.W
 			line = p.appendRecord(line[:0], r)
 			out.Write(line)
 			continue
-		}
-		if m != nil && m.changed(err) {
-			fmt.Fprintf(errw, changedMessage, path)
-			return exitError
 		}
 		flush(size + 1)
 		var ce *streamfile.ChecksumError

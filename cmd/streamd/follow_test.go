@@ -126,7 +126,7 @@ func decodeNDJSON(t *testing.T, path string) []string {
 	defer f.Close()
 	var b bytes.Buffer
 	out := bufio.NewWriter(&b)
-	if code := decodeFile(f, path, &ndjsonPrinter{}, out, io.Discard, true); code != exitOK {
+	if code := decodeFile(f, path, &ndjsonPrinter{}, out, io.Discard); code != exitOK {
 		t.Fatalf("decode: exit %d", code)
 	}
 	out.Flush()
