@@ -59,11 +59,15 @@ func flushed(out *bufio.Writer, errw io.Writer) bool {
 // ([streamfile.Format.Print]).
 func decodeFile(path string, p streamfile.Format, out *bufio.Writer, errw io.Writer) int {
 	f, err := os.Open(path)
+	var fi os.FileInfo
+	if err == nil {
+		defer f.Close()
+		fi, err = f.Stat()
+	}
 	if err != nil {
 		fmt.Fprintf(errw, "streamd decode: %v\n", err)
 		return exitUsage
 	}
-	defer f.Close()
 	h, err := streamfile.ReadHeader(f)
 	if errors.Is(err, streamfile.ErrTruncated) {
 		err = errors.New("shorter than the 128-byte header")
@@ -72,23 +76,16 @@ func decodeFile(path string, p streamfile.Format, out *bufio.Writer, errw io.Wri
 		fmt.Fprintf(errw, "streamd decode: %s: %v\n", path, err)
 		return exitError
 	}
-	fi, err := f.Stat()
-	if err != nil {
-		fmt.Fprintf(errw, "streamd decode: %v\n", err)
-		return exitUsage
-	}
-	size := fi.Size()
-	pos, err := p.Print(out, io.NewSectionReader(f, 0, size), &h, size)
-	if !flushed(out, errw) { // a failed write ends the decode too
-		return exitError
-	}
+	pos, err := p.Print(out, io.NewSectionReader(f, 0, fi.Size()), &h, fi.Size())
 	var ce *streamfile.ChecksumError
 	var fe *streamfile.FormatError
 	switch {
+	case !flushed(out, errw): // a failed write ends the decode too
+		return exitError
 	case err == nil:
 		return exitOK
 	case errors.Is(err, streamfile.ErrTruncated):
-		fmt.Fprintf(errw, "streamd decode: %s: file ends inside the frame at offset %d (size %d): it may have been truncated or still be written\n", path, pos, size)
+		fmt.Fprintf(errw, "streamd decode: %s: file ends inside the frame at offset %d (size %d): it may have been truncated or still be written\n", path, pos, fi.Size())
 		return exitOK
 	}
 	fmt.Fprintf(errw, "streamd decode: %s: %v\n", path, err)
