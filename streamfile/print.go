@@ -76,12 +76,12 @@ func (p Format) AppendFrame(b []byte, f *Frame, c *FrameContext) []byte {
 		c = &FrameContext{}
 	}
 	b = append(b, '{')
-	switch {
-	case c.InFile:
+	if c.InFile {
 		b = append(b, `"offset":`...)
 		b = strconv.AppendInt(b, c.Offset, 10)
 		b = append(b, ',')
-	case c.Delivered:
+	}
+	if c.Delivered {
 		b = append(b, `"subscription":`...)
 		b = appendJSONString(b, c.Subscription)
 		b = append(b, ',')
