@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -20,14 +19,22 @@ import (
 const reservedKey = "ruststream-internal"
 
 // stream is one configured stream file, opened for appending copies. Its
-// writer is shared by the subscriptions of the stream and by the retry
+// appender is shared by the subscriptions of the stream and by the retry
 // queue, so appends are serialised here; each append also takes the file's
 // flock inside the writer.
+//
+// Copies go to the file at the path, which the subscriptions read: when
+// another file is renamed over it, or it is deleted and created again, the
+// appender moves to the new file (the subscriptions leave the old one for
+// it, after a last read under a shared lock) and syncs the old one before
+// closing it, so the copies in it are durable before a commit passes them
+// (Invariant 2). A new file that cannot be opened for appending fails the
+// copy, and its record stays unsettled until it can.
 type stream struct {
 	cfg conf.Stream
 
 	mu    sync.Mutex
-	w     *streamfile.Writer
+	a     *streamfile.Appender
 	dirty bool // appended since the last sync
 	wrote bool // appended to since it was opened
 }
@@ -41,40 +48,24 @@ func openStream(cfg conf.Stream) (*stream, error) {
 			return nil, fmt.Errorf("stream %q: %w (create = false: the file must exist)", cfg.Name, err)
 		}
 	}
-	w, err := streamfile.OpenWriter(cfg.Path, streamfile.CreateOptions{
-		Create:         cfg.Create,
-		RefuseReplaced: true,
-		Header: streamfile.Header{
-			FileName:       truncateName(filepath.Base(cfg.Path)),
-			CreatedAtMs:    uint64(time.Now().UnixMilli()),
-			BeaconInterval: uint32(cfg.BeaconInterval),
-		},
-	})
+	a, err := streamfile.OpenAppender(cfg.Path, streamfile.AppendOptions{Create: cfg.Create, BeaconInterval: uint32(cfg.BeaconInterval)})
 	if errors.Is(err, fs.ErrPermission) {
 		return nil, fmt.Errorf("stream %q: %w (streamd reads the file and appends retry copies to it: its user needs read and write access)", cfg.Name, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("stream %q: %w", cfg.Name, err)
 	}
-	fi, err := w.Stat()
+	fi, err := a.Writer().Stat()
 	if err != nil {
-		return nil, errors.Join(fmt.Errorf("stream %q: %w", cfg.Name, err), w.Close())
+		return nil, errors.Join(fmt.Errorf("stream %q: %w", cfg.Name, err), a.Close())
 	}
-	s := &stream{cfg: cfg, w: w}
+	s := &stream{cfg: cfg, a: a}
 	if fi.Size() <= streamfile.HeaderSize+7 { // a header, and the empty beacon of a 128-byte interval
 		if err := s.append(reservedKey, []byte("1")); err != nil {
-			return nil, errors.Join(err, w.Close())
+			return nil, errors.Join(err, a.Close())
 		}
 	}
 	return s, nil
-}
-
-// truncateName shortens a file name to what the header can hold.
-func truncateName(name string) string {
-	if len(name) > streamfile.MaxFileNameLen {
-		return name[:streamfile.MaxFileNameLen]
-	}
-	return name
 }
 
 // append writes record, in its final form, under key with the next
@@ -87,39 +78,10 @@ func (s *stream) append(key string, record []byte) error {
 	}}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	err := s.w.Publish(f)
-	if errors.Is(err, streamfile.ErrReplaced) {
-		if err = s.follow(); err == nil {
-			err = s.w.Publish(f)
-		}
-	}
-	if err != nil {
+	if err := s.a.Publish(f); err != nil {
 		return fmt.Errorf("stream %q: %w", s.cfg.Name, err)
 	}
 	s.dirty, s.wrote = true, true
-	return nil
-}
-
-// follow points the writer at the file now at the path, after a batch
-// found that another one was renamed over it, or it was deleted and created
-// again (streamfile.ErrReplaced, checked under the file's lock): copies
-// must go where the subscriptions read (they leave the old file for the new
-// one, reading the old one a last time under a shared lock), not into a
-// file nobody reads again. A new file that cannot be opened for appending
-// is an error, so the copy fails and its record stays unsettled until it
-// can. The old file is synced before it is closed, so the copies in it are
-// durable before a commit passes them (Invariant 2). It is called with mu
-// held.
-func (s *stream) follow() error {
-	w, err := streamfile.OpenWriter(s.cfg.Path, streamfile.CreateOptions{RefuseReplaced: true})
-	if err != nil {
-		return fmt.Errorf("the file was replaced, and the new one cannot be opened for appending copies: %w", err)
-	}
-	if err := s.w.Sync(); err != nil {
-		return errors.Join(fmt.Errorf("sync the replaced file: %w", err), w.Close())
-	}
-	s.w.Close()
-	s.w = w
 	return nil
 }
 
@@ -127,7 +89,7 @@ func (s *stream) follow() error {
 // past a copy calls it first (Invariant 2).
 func (s *stream) sync() error {
 	s.mu.Lock()
-	dirty, w := s.dirty, s.w
+	dirty, w := s.dirty, s.a.Writer()
 	s.dirty = false
 	s.mu.Unlock()
 	if !dirty {
@@ -135,13 +97,13 @@ func (s *stream) sync() error {
 	}
 	if err := w.Sync(); err != nil {
 		s.mu.Lock()
-		swapped := s.w != w
+		swapped := s.a.Writer() != w
 		if !swapped {
 			s.dirty = true
 		}
 		s.mu.Unlock()
 		if swapped {
-			return nil // follow synced w before it closed it
+			return nil // the appender synced w before it closed it
 		}
 		return fmt.Errorf("stream %q: %w", s.cfg.Name, err)
 	}
@@ -157,9 +119,9 @@ func (s *stream) close() error {
 	if s.wrote {
 		// Even when not dirty: a sync running alongside may have taken the
 		// flag and not be done yet.
-		err = s.w.Sync()
+		err = s.a.Sync()
 	}
-	return errors.Join(err, s.w.Close())
+	return errors.Join(err, s.a.Close())
 }
 
 // fileCopies publishes a file subscription's copies into its stream: now,

@@ -46,7 +46,7 @@ var benchCached = map[string]bool{}
 // so that the kernel holds it as it holds a file read from disk (in the
 // large folios of its read-ahead), whatever wrote it and whatever evicted
 // and read parts of it since. That history decided how fast its pages could
-// be copied or mapped: the same file read at 4 or at 8 GB/s on this machine,
+// be copied: the same file read at 4 or at 8 GB/s on this machine,
 // which moved the decode figures from one run to the next. On tmpfs, where
 // the file stays in memory, this changes nothing.
 func cacheAsRead(b *testing.B, path string) {
@@ -90,15 +90,9 @@ func writeBenchFile(b *testing.B, path string, payload, n int) {
 }
 
 // BenchmarkDecode decodes a whole file per iteration from the page cache
-// through reads into the decoder's buffer, as a follower does.
-func BenchmarkDecode(b *testing.B) { benchDecode(b, false) }
-
-// BenchmarkDecodeMapped decodes a whole file per iteration in place, mapped
-// from the page cache, as streamd decode does: the mapping and unmapping
-// are part of each iteration.
-func BenchmarkDecodeMapped(b *testing.B) { benchDecode(b, true) }
-
-func benchDecode(b *testing.B, mapped bool) {
+// through reads into the decoder's buffer, as a follower and streamd decode
+// do.
+func BenchmarkDecode(b *testing.B) {
 	for _, s := range benchSizes {
 		b.Run("payload="+s.name, func(b *testing.B) {
 			path, n := benchFile(b, s.payload)
@@ -117,18 +111,7 @@ func benchDecode(b *testing.B, mapped bool) {
 			var ms0, ms1 runtime.MemStats
 			runtime.ReadMemStats(&ms0)
 			for b.Loop() {
-				if !mapped {
-					decodeCount(b, NewDecoder(f, h, HeaderSize), n)
-					continue
-				}
-				data, unmap, err := MapFile(f, fi.Size())
-				if err != nil {
-					b.Fatal(err)
-				}
-				decodeCount(b, NewBytesDecoder(data, h, HeaderSize), n)
-				if err := unmap(); err != nil {
-					b.Fatal(err)
-				}
+				decodeCount(b, NewDecoder(f, h, HeaderSize), n)
 			}
 			runtime.ReadMemStats(&ms1)
 			b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "records/s")

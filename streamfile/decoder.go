@@ -53,9 +53,6 @@ type Decoder struct {
 	onBeacon     func(at int64, b *Beacon)
 	lastReported int64
 	eos          bool
-	// whole is set when buf holds the whole input ([NewBytesDecoder]): it is
-	// never compacted, moved or refilled, and its end is the end of the data.
-	whole bool
 
 	// MaxPayload is the largest payload accepted; larger sizes are a format
 	// error. Zero means [DefaultMaxPayload].
@@ -76,18 +73,6 @@ func NewDecoder(r io.ReaderAt, h Header, offset int64) *Decoder {
 		keys:         make(map[string]string),
 		lastReported: -1,
 	}
-}
-
-// NewBytesDecoder returns a decoder over data, the bytes of a stream file
-// from its first byte (a file mapped into memory, say) whose header is h,
-// that reads from offset as [NewDecoder] does. It decodes in place: a
-// payload aliases data, or the decoder's own buffer for a payload split by
-// a beacon, and is valid until the next call to Next, as with NewDecoder.
-// The end of data is the end of the file.
-func NewBytesDecoder(data []byte, h Header, offset int64) *Decoder {
-	d := NewDecoder(nil, h, offset)
-	d.buf, d.bufOff, d.whole = data, 0, true
-	return d
 }
 
 // ReadHeader reads and parses the header of r.
@@ -147,9 +132,7 @@ func (d *Decoder) startErr(err error) error {
 		if !d.have(d.pos, 1) {
 			return io.EOF
 		}
-		if !d.whole {
-			d.buf, d.bufOff = d.buf[:0], d.pos
-		}
+		d.buf, d.bufOff = d.buf[:0], d.pos
 	}
 	return err
 }
@@ -195,7 +178,7 @@ func (d *Decoder) readFrame() (*Record, error) {
 
 // readFrameSlow parses a frame field by field, stepping over beacons.
 func (d *Decoder) readFrameSlow(start int64) (*Record, error) {
-	if start > d.bufOff && !d.whole {
+	if start > d.bufOff {
 		// Nothing of this frame was handed out yet: make room in place.
 		n := copy(d.buf, d.buf[start-d.bufOff:])
 		d.buf = d.buf[:n]
@@ -373,7 +356,7 @@ func (d *Decoder) have(off int64, n int64) bool {
 // compact forgets the buffer once everything in it was read. It runs only
 // between frames, so that no slice handed out during a frame is overwritten.
 func (d *Decoder) compact() {
-	if !d.whole && d.pos-d.bufOff >= int64(len(d.buf)) {
+	if d.pos-d.bufOff >= int64(len(d.buf)) {
 		d.buf = d.buf[:0]
 		d.bufOff = d.pos
 	}
@@ -386,7 +369,7 @@ func (d *Decoder) fill(start, end int64) error {
 	if d.have(start, end-start) {
 		return nil
 	}
-	if !d.whole && d.bufOff+int64(cap(d.buf)) < end && start > d.bufOff {
+	if d.bufOff+int64(cap(d.buf)) < end && start > d.bufOff {
 		if cap(d.buf) < d.readSize() {
 			d.grow(end)
 		} else {
@@ -409,9 +392,6 @@ func (d *Decoder) readSize() int {
 // ErrTruncated when the file ends before.
 func (d *Decoder) ensure(end int64) error {
 	for d.bufOff+int64(len(d.buf)) < end {
-		if d.whole {
-			return ErrTruncated
-		}
 		if len(d.buf) == cap(d.buf) {
 			d.grow(end)
 		}
@@ -458,7 +438,7 @@ func (d *Decoder) SkipToNextBeacon() error {
 // (spec §6.5): skip the rest of the frame that the beacon interrupts, through
 // further beacons when it spans them.
 func (d *Decoder) resync(b int64) (int64, error) {
-	if !d.have(b, 1) && !d.whole {
+	if !d.have(b, 1) {
 		d.buf, d.bufOff = d.buf[:0], b // never read the bytes in between
 	}
 	for {

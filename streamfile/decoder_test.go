@@ -7,28 +7,32 @@ import (
 	"testing"
 )
 
+// readSizes are the read sizes the decoder tests run with: odd small reads
+// that exercise the buffer edges, and the default, which takes a small file
+// in one read.
+var readSizes = []int{97, 0}
+
 // newTestDecoder returns a decoder of file, whose header is h, from its
-// first frame: through reads, or in place.
-func newTestDecoder(file []byte, h Header, inPlace bool) *Decoder {
-	if inPlace {
-		return NewBytesDecoder(file, h, HeaderSize)
-	}
-	return NewDecoder(bytes.NewReader(file), h, HeaderSize)
+// first frame, reading readSize bytes at a time (0: the default).
+func newTestDecoder(file []byte, h Header, readSize int) *Decoder {
+	d := NewDecoder(bytes.NewReader(file), h, HeaderSize)
+	d.ReadSize = readSize
+	return d
 }
 
 // TestSkipToNextBeaconPastTheEnd: a skip that finds no beacon (the file
 // ends before the next boundary) leaves the decoder at the bad frame, which
-// the next call reports again, through reads and in place alike.
+// the next call reports again, whatever the read size.
 func TestSkipToNextBeaconPastTheEnd(t *testing.T) {
 	file, err := AppendHeader(nil, &Header{FileName: "bad.ss", BeaconInterval: 1024})
 	if err != nil {
 		t.Fatal(err)
 	}
 	file = append(append(file, 0xFF), bytes.Repeat([]byte{1}, 300)...) // a key of 255 bytes: no frame
-	for _, inPlace := range []bool{false, true} {
-		t.Run(fmt.Sprintf("inplace=%v", inPlace), func(t *testing.T) {
+	for _, size := range readSizes {
+		t.Run(fmt.Sprintf("readsize=%d", size), func(t *testing.T) {
 			h, _ := ReadHeader(bytes.NewReader(file))
-			d := newTestDecoder(file, h, inPlace)
+			d := newTestDecoder(file, h, size)
 			var fe *FormatError
 			if _, err := d.Next(); !errors.As(err, &fe) {
 				t.Fatalf("Next = %v, want a format error", err)
@@ -46,7 +50,7 @@ func TestSkipToNextBeaconPastTheEnd(t *testing.T) {
 // TestBeaconFillingTheInterval: a beacon must end before the next boundary
 // (spec §6.1). One that reaches it would hide the beacon there, so that a
 // decoder started at that boundary reads other frames than one that came
-// through; it is a format error, through reads and in place alike.
+// through; it is a format error, whatever the read size.
 func TestBeaconFillingTheInterval(t *testing.T) {
 	file, err := AppendHeader(nil, &Header{FileName: "full.ss", BeaconInterval: 128})
 	if err != nil {
@@ -61,12 +65,12 @@ func TestBeaconFillingTheInterval(t *testing.T) {
 		t.Fatalf("crafted %d bytes, want 256", len(file))
 	}
 	file = append(file, trailer, 0, 0, 0, 0, 0, trailer) // the beacon at 256
-	for _, inPlace := range []bool{false, true} {
+	for _, size := range readSizes {
 		h, _ := ReadHeader(bytes.NewReader(file))
-		d := newTestDecoder(file, h, inPlace)
+		d := newTestDecoder(file, h, size)
 		var fe *FormatError
 		if _, err := d.Next(); !errors.As(err, &fe) || fe.Offset != 128 {
-			t.Errorf("in place %v: Next = %v, want a format error at 128", inPlace, err)
+			t.Errorf("read size %d: Next = %v, want a format error at 128", size, err)
 		}
 	}
 }

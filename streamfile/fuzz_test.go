@@ -12,7 +12,7 @@ import (
 )
 
 // FuzzDecoder feeds arbitrary files to the decoder. It must never panic nor
-// loop, it must decode the same through reads and in place, and every frame
+// loop, it must decode the same through small reads and whole, and every frame
 // it accepts must survive a round trip: written again by a Writer into a
 // file with the same header, the frames decode the same.
 func FuzzDecoder(f *testing.F) {
@@ -37,13 +37,13 @@ func decodeRoundTrip(t *testing.T, file []byte) {
 	if err != nil {
 		return
 	}
-	frames, events := fuzzDecode(t, file, h, false)
-	inPlace, inPlaceEvents := fuzzDecode(t, file, h, true)
-	if err := sameFrames(inPlace, frames); err != nil {
-		t.Fatalf("in place: %v", err)
+	frames, events := fuzzDecode(t, file, h, readSizes[0])
+	whole, wholeEvents := fuzzDecode(t, file, h, readSizes[1])
+	if err := sameFrames(whole, frames); err != nil {
+		t.Fatalf("read whole: %v", err)
 	}
-	if i := firstDifference(inPlaceEvents, events); i >= 0 {
-		t.Fatalf("event %d differs: in place %q, through reads %q", i, inPlaceEvents[i:min(i+1, len(inPlaceEvents))], events[i:min(i+1, len(events))])
+	if i := firstDifference(wholeEvents, events); i >= 0 {
+		t.Fatalf("event %d differs: read whole %q, through small reads %q", i, wholeEvents[i:min(i+1, len(wholeEvents))], events[i:min(i+1, len(events))])
 	}
 	var valid []Frame
 	for _, fr := range frames {
@@ -80,14 +80,13 @@ func decodeRoundTrip(t *testing.T, file []byte) {
 	}
 }
 
-// fuzzDecode decodes file to its end, through odd-sized reads or in place,
+// fuzzDecode decodes file to its end, reading readSize bytes at a time,
 // skipping to the next beacon after a format error, and returns the frames
 // (payloads copied, checksum errors left out) and what happened on the way:
 // each record's place and checksum, each beacon, each error with the
 // position it left.
-func fuzzDecode(t *testing.T, file []byte, h Header, inPlace bool) (frames []Frame, events []string) {
-	d := newTestDecoder(file, h, inPlace)
-	d.ReadSize = 97 // odd reads exercise the buffer edges (in place there are none)
+func fuzzDecode(t *testing.T, file []byte, h Header, readSize int) (frames []Frame, events []string) {
+	d := newTestDecoder(file, h, readSize)
 	d.OnBeacon(func(at int64, b *Beacon) { events = append(events, fmt.Sprintf("beacon at %d: %+v", at, *b)) })
 	for i := 0; ; i++ {
 		if i > len(file) {

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
@@ -12,13 +11,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"runtime/debug"
-	"strconv"
 	"syscall"
-	"time"
 
-	"github.com/streamd/streamd/handler"
-	"github.com/streamd/streamd/pipe"
 	"github.com/streamd/streamd/streamfile"
 	"github.com/streamd/streamd/tail"
 )
@@ -39,316 +33,111 @@ func runDecode(args []string, s stdio) int {
 		fs.Usage()
 		return exitUsage
 	}
-	var p printer
-	switch *format {
-	case "log":
-		p = &logPrinter{}
-	case "ndjson":
-		p = &ndjsonPrinter{}
-	default:
+	p, err := streamfile.ParseFormat(*format)
+	if err != nil {
 		fmt.Fprintf(s.err, "streamd decode: unknown --format %q: use log or ndjson\n", *format)
 		return exitUsage
 	}
-	path := fs.Arg(0)
-	if *follow {
-		return followFile(path, p, s)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		fmt.Fprintf(s.err, "streamd decode: %v\n", err)
-		return exitUsage
-	}
-	defer f.Close()
 	out := bufio.NewWriterSize(s.out, 64<<10)
-	code := decodeFile(f, path, p, out, s.err, true)
-	if err := out.Flush(); err != nil {
-		if !errors.Is(err, syscall.EPIPE) {
-			fmt.Fprintf(s.err, "streamd decode: write output: %v\n", err)
-		}
-		return exitError
+	if *follow {
+		return followFile(fs.Arg(0), p, out, s.err)
 	}
-	return code
+	return decodeFile(fs.Arg(0), p, out, s.err)
 }
 
-// decodeFile prints every record of f, as it is when the decode starts, in
-// file order: messages, the beacons passed on the way (a beacon inside a
-// frame comes after it), and a terminal error record. With mapIt, the file
-// is decoded in place, mapped into memory, unless it cannot be mapped;
-// otherwise it is read.
-func decodeFile(f *os.File, path string, p printer, out *bufio.Writer, errw io.Writer, mapIt bool) (code int) {
-	h, err := streamfile.ReadHeader(f)
-	if err != nil {
-		if errors.Is(err, streamfile.ErrTruncated) {
-			err = errors.New("shorter than the 128-byte header")
-		}
-		fmt.Fprintf(errw, "streamd decode: %s: %v\n", path, err)
-		return exitError
+// flushed flushes out and reports whether that worked; a reader that went
+// away (EPIPE) is not worth a message.
+func flushed(out *bufio.Writer, errw io.Writer) bool {
+	err := out.Flush()
+	if err != nil && !errors.Is(err, syscall.EPIPE) {
+		fmt.Fprintf(errw, "streamd decode: write output: %v\n", err)
 	}
-	fi, err := f.Stat()
+	return err == nil
+}
+
+// decodeFile prints the file at path as it is when the decode starts
+// ([streamfile.Format.Print]).
+func decodeFile(path string, p streamfile.Format, out *bufio.Writer, errw io.Writer) int {
+	f, err := os.Open(path)
+	var fi os.FileInfo
+	if err == nil {
+		defer f.Close()
+		fi, err = f.Stat()
+	}
 	if err != nil {
 		fmt.Fprintf(errw, "streamd decode: %v\n", err)
 		return exitUsage
 	}
-	size := fi.Size()
-	p.header(out, &h)
-
-	type pendingBeacon struct {
-		at   int64
-		line []byte
+	h, err := streamfile.ReadHeader(f)
+	if errors.Is(err, streamfile.ErrTruncated) {
+		err = errors.New("shorter than the 128-byte header")
 	}
-	var pending []pendingBeacon
-	var d *streamfile.Decoder
-	var m *inPlace // nil: the file is read
-	if mapIt {
-		m = mapInPlace(f, h, size)
+	if err != nil {
+		fmt.Fprintf(errw, "streamd decode: %s: %v\n", path, err)
+		return exitError
 	}
-	if m == nil {
-		// Read it instead, up to the size it had at the start.
-		d = streamfile.NewDecoder(io.NewSectionReader(f, 0, size), h, streamfile.HeaderSize)
-	} else {
-		defer m.unmap()
-		// A fault where the decoder, or a printer reading a payload,
-		// touches a page of the mapping that is gone.
-		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-		defer func() {
-			if e := recover(); e != nil {
-				code = m.fault(e, path, errw)
-			}
-		}()
-		d = m.dec
+	pos, err := p.Print(out, io.NewSectionReader(f, 0, fi.Size()), &h, fi.Size())
+	var ce *streamfile.ChecksumError
+	var fe *streamfile.FormatError
+	switch {
+	case !flushed(out, errw): // a failed write ends the decode too
+		return exitError
+	case err == nil:
+		return exitOK
+	case errors.Is(err, streamfile.ErrTruncated):
+		fmt.Fprintf(errw, "streamd decode: %s: file ends inside the frame at offset %d (size %d): it may have been truncated or still be written\n", path, pos, fi.Size())
+		return exitOK
 	}
-	d.OnBeacon(func(at int64, b *streamfile.Beacon) {
-		var buf []byte
-		buf = p.appendBeacon(buf, at, b)
-		pending = append(pending, pendingBeacon{at, buf})
-	})
-	flush := func(before int64) {
-		i := 0
-		for ; i < len(pending) && pending[i].at < before; i++ {
-			out.Write(pending[i].line)
-		}
-		pending = pending[i:]
+	fmt.Fprintf(errw, "streamd decode: %s: %v\n", path, err)
+	if errors.As(err, &ce) || errors.As(err, &fe) {
+		return exitError
 	}
-	var line []byte
-	for {
-		r, err := d.Next()
-		if err == nil {
-			flush(r.Offset)
-			line = p.appendRecord(line[:0], r)
-			out.Write(line)
-			continue
-		}
-		if m != nil && m.changed(err) {
-			fmt.Fprintf(errw, changedMessage, path)
-			return exitError
-		}
-		flush(size + 1)
-		var ce *streamfile.ChecksumError
-		var fe *streamfile.FormatError
-		switch {
-		case errors.Is(err, io.EOF), errors.Is(err, streamfile.ErrEndOfStream):
-			return exitOK
-		case errors.Is(err, streamfile.ErrTruncated):
-			out.Write(p.appendError(nil, errorRecord{kind: "truncated", offset: d.Pos(), fileSize: size}))
-			fmt.Fprintf(errw, "streamd decode: %s: file ends inside the frame at offset %d (size %d): it may have been truncated or still be written\n", path, d.Pos(), size)
-			return exitOK
-		case errors.As(err, &ce):
-			out.Write(p.appendError(nil, errorRecord{kind: "checksum", offset: ce.Offset, received: ce.Received, computed: ce.Computed}))
-			fmt.Fprintf(errw, "streamd decode: %s: %v\n", path, err)
-			return exitError
-		case errors.As(err, &fe):
-			out.Write(p.appendError(nil, errorRecord{kind: "format", offset: fe.Offset, reason: fe.Reason}))
-			fmt.Fprintf(errw, "streamd decode: %s: %v\n", path, err)
-			return exitError
-		default:
-			fmt.Fprintf(errw, "streamd decode: %s: %v\n", path, err)
-			return exitUsage
-		}
-	}
+	return exitUsage
 }
 
 // followFile prints the messages of the file at path as a [tail.Follower]
 // delivers them, until the end of stream or a signal. A file's header line
 // comes before its messages, again after the path was replaced. Corrupt
-// data stops it, with an error record as decodeFile prints it.
-func followFile(path string, p printer, s stdio) int {
+// data stops it, with an error line as decodeFile prints it.
+func followFile(path string, p streamfile.Format, out *bufio.Writer, errw io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	logger := slog.New(slog.NewTextHandler(s.err, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	logger := slog.New(slog.NewTextHandler(errw, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	fl, err := tail.New(tail.Options{Path: path, OnCorrupt: tail.StopOnCorrupt, Logger: logger})
 	if err != nil {
-		fmt.Fprintf(s.err, "streamd decode: %v\n", err)
+		fmt.Fprintf(errw, "streamd decode: %v\n", err)
 		if errors.Is(err, fs.ErrNotExist) {
 			return exitUsage
 		}
 		return exitError
 	}
 	defer fl.Close()
-	out := bufio.NewWriterSize(s.out, 64<<10)
-	flushed := func() bool {
-		err := out.Flush()
-		if err != nil && !errors.Is(err, syscall.EPIPE) {
-			fmt.Fprintf(s.err, "streamd decode: write output: %v\n", err)
-		}
-		return err == nil
-	}
 	file := fl.Position().File
-	if h := fl.Header(); h.BeaconInterval != 0 {
-		p.header(out, &h)
-	}
 	var line []byte
+	if h := fl.Header(); h.BeaconInterval != 0 {
+		line = p.AppendHeader(line, &h)
+	}
 	for {
-		if !flushed() {
+		out.Write(line)
+		if !flushed(out, errw) {
 			return exitError
 		}
+		line = line[:0]
 		r, err := fl.Next(ctx)
 		if err == nil {
 			if r.File != file {
 				h := fl.Header()
-				p.header(out, &h)
-				file = r.File
+				line, file = p.AppendHeader(line, &h), r.File
 			}
-			line = p.appendRecord(line[:0], r.Record)
-			out.Write(line)
+			line = p.AppendRecord(line, r.Record)
 			continue
 		}
 		if errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) {
 			return exitOK
 		}
-		var ce *streamfile.ChecksumError
-		var fe *streamfile.FormatError
-		switch {
-		case errors.As(err, &ce):
-			out.Write(p.appendError(nil, errorRecord{kind: "checksum", offset: ce.Offset, received: ce.Received, computed: ce.Computed}))
-		case errors.As(err, &fe):
-			out.Write(p.appendError(nil, errorRecord{kind: "format", offset: fe.Offset, reason: fe.Reason}))
-		}
-		fmt.Fprintf(s.err, "streamd decode: %v\n", err)
-		flushed()
+		out.Write(p.AppendError(line, err, 0, 0)) // a follower waits at a torn tail: err is damage or a failure
+		fmt.Fprintf(errw, "streamd decode: %v\n", err)
+		flushed(out, errw)
 		return exitError
 	}
-}
-
-// errorRecord is the terminal record of a decode that did not end cleanly.
-type errorRecord struct {
-	kind               string // truncated, checksum, format
-	offset, fileSize   int64
-	received, computed uint16
-	reason             string
-}
-
-// printer formats decode output.
-type printer interface {
-	header(w *bufio.Writer, h *streamfile.Header)
-	appendRecord(dst []byte, r *streamfile.Record) []byte
-	appendBeacon(dst []byte, at int64, b *streamfile.Beacon) []byte
-	appendError(dst []byte, e errorRecord) []byte
-}
-
-// ndjsonPrinter prints the schema of testdata/streamfile/README.md.
-type ndjsonPrinter struct{}
-
-func (ndjsonPrinter) header(w *bufio.Writer, h *streamfile.Header) {
-	b := []byte(`{"file_name":`)
-	b = handler.AppendJSONString(b, h.FileName)
-	b = append(b, `,"created_at_ms":`...)
-	b = strconv.AppendUint(b, h.CreatedAtMs, 10)
-	b = append(b, `,"beacon_interval":`...)
-	b = strconv.AppendUint(b, uint64(h.BeaconInterval), 10)
-	w.Write(append(b, "}\n"...))
-}
-
-func (ndjsonPrinter) appendRecord(b []byte, r *streamfile.Record) []byte {
-	b = append(b, `{"offset":`...)
-	b = strconv.AppendInt(b, r.Offset, 10)
-	b = append(b, `,"stream_key":`...)
-	b = handler.AppendJSONString(b, r.Key)
-	b = append(b, `,"shard_id":`...)
-	b = strconv.AppendUint(b, r.Shard, 10)
-	b = append(b, `,"seq":`...)
-	b = strconv.AppendUint(b, r.Seq, 10)
-	b = append(b, `,"timestamp_ms":`...)
-	b = strconv.AppendUint(b, r.TimestampMs, 10)
-	b = append(b, `,"payload_b64":"`...)
-	b = base64.StdEncoding.AppendEncode(b, r.Payload)
-	b = append(b, `","checksum":`...)
-	b = strconv.AppendUint(b, uint64(r.Checksum), 10)
-	return append(b, "}\n"...)
-}
-
-func (ndjsonPrinter) appendBeacon(b []byte, at int64, bc *streamfile.Beacon) []byte {
-	b = append(b, `{"beacon_at":`...)
-	b = strconv.AppendInt(b, at, 10)
-	b = append(b, `,"remaining":`...)
-	b = strconv.AppendUint(b, uint64(bc.Remaining), 10)
-	b = append(b, `,"items":[`...)
-	for i, m := range bc.Markers {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, `{"stream_key":`...)
-		b = handler.AppendJSONString(b, m.Key)
-		b = append(b, `,"shard_id":`...)
-		b = strconv.AppendUint(b, m.Shard, 10)
-		b = append(b, `,"seq":`...)
-		b = strconv.AppendUint(b, m.Seq, 10)
-		b = append(b, `,"timestamp_ms":`...)
-		b = strconv.AppendUint(b, m.TimestampMs, 10)
-		b = append(b, `,"running_checksum":`...)
-		b = strconv.AppendUint(b, uint64(m.RunningChecksum), 10)
-		b = append(b, '}')
-	}
-	return append(b, "]}\n"...)
-}
-
-func (ndjsonPrinter) appendError(b []byte, e errorRecord) []byte {
-	b = append(b, `{"error":"`...)
-	b = append(b, e.kind...)
-	b = append(b, `","offset":`...)
-	b = strconv.AppendInt(b, e.offset, 10)
-	switch e.kind {
-	case "truncated":
-		b = append(b, `,"file_size":`...)
-		b = strconv.AppendInt(b, e.fileSize, 10)
-	case "checksum":
-		b = append(b, `,"received":`...)
-		b = strconv.AppendUint(b, uint64(e.received), 10)
-		b = append(b, `,"computed":`...)
-		b = strconv.AppendUint(b, uint64(e.computed), 10)
-	default:
-		b = append(b, `,"reason":`...)
-		b = handler.AppendJSONString(b, e.reason)
-	}
-	return append(b, "}\n"...)
-}
-
-// logPrinter prints messages as stdio lines in the 4-part form, and the
-// header and beacons as lines starting with "# ", like the upstream decoder.
-type logPrinter struct{}
-
-func (logPrinter) header(w *bufio.Writer, h *streamfile.Header) {
-	fmt.Fprintf(w, "# header: file_name=%q created_at=%s beacon_interval=%d\n",
-		h.FileName, time.UnixMilli(int64(h.CreatedAtMs)).UTC().Format(time.RFC3339Nano), h.BeaconInterval)
-}
-
-func (logPrinter) appendRecord(b []byte, r *streamfile.Record) []byte {
-	return pipe.AppendLogLine(b, time.UnixMilli(int64(r.TimestampMs)), r.Key, r.Seq, r.Shard, r.Payload)
-}
-
-func (logPrinter) appendBeacon(b []byte, at int64, bc *streamfile.Beacon) []byte {
-	b = fmt.Appendf(b, "# beacon at %d: remaining=%d markers=%d", at, bc.Remaining, len(bc.Markers))
-	for _, m := range bc.Markers {
-		b = fmt.Appendf(b, " [%s | %d | %d | %d | %d]", m.Key, m.Seq, m.Shard, m.TimestampMs, m.RunningChecksum)
-	}
-	return append(b, '\n')
-}
-
-func (logPrinter) appendError(b []byte, e errorRecord) []byte {
-	switch e.kind {
-	case "truncated":
-		return fmt.Appendf(b, "# error: truncated: the frame at offset %d is incomplete (file size %d)\n", e.offset, e.fileSize)
-	case "checksum":
-		return fmt.Appendf(b, "# error: checksum mismatch in the frame at offset %d: stored %d, computed %d\n", e.offset, e.received, e.computed)
-	}
-	return fmt.Appendf(b, "# error: format error at offset %d: %s\n", e.offset, e.reason)
 }

@@ -1,16 +1,11 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/streamd/streamd/streamfile"
 )
 
 const vectorDir = "../../testdata/streamfile"
@@ -124,100 +119,5 @@ func TestVersion(t *testing.T) {
 	r := runBinary(t, nil, "version")
 	if r.code != 0 || !strings.HasPrefix(r.stdout, "streamd ") || !strings.Contains(r.stdout, "go1.") {
 		t.Fatalf("version: exit %d, stdout %q", r.code, r.stdout)
-	}
-}
-
-// truncatingPrinter truncates the file being decoded when the first record
-// is printed, to the size that to returns for that record.
-type truncatingPrinter struct {
-	ndjsonPrinter
-	path string
-	to   func(first *streamfile.Record) int64
-	done bool
-}
-
-func (p *truncatingPrinter) appendRecord(dst []byte, r *streamfile.Record) []byte {
-	if !p.done {
-		p.done = true
-		if err := os.Truncate(p.path, p.to(r)); err != nil {
-			panic(err)
-		}
-	}
-	return p.ndjsonPrinter.appendRecord(dst, r)
-}
-
-// TestDecodeFileTruncatedWhileMapped truncates a file while decode reads it
-// in place. Past the new end, bytes in the same page read as zeros and
-// later pages fault; either way the decode reports the file as changed under it,
-// exit 1, never a corrupt frame nor a crash. With 4 KiB pages the first
-// case faults while the first payload is printed, the others read zeros.
-func TestDecodeFileTruncatedWhileMapped(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		to   func(first *streamfile.Record) int64
-	}{
-		{"to the header", func(*streamfile.Record) int64 { return streamfile.HeaderSize }},
-		{"after the first record", func(first *streamfile.Record) int64 { return first.End }},
-		{"inside the first payload", func(first *streamfile.Record) int64 { return first.End - 1000 }},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "shrinks.ss")
-			w, err := streamfile.OpenWriter(path, streamfile.CreateOptions{Create: true, Header: streamfile.Header{FileName: "shrinks.ss", BeaconInterval: streamfile.DefaultBeaconInterval}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i := range 3 {
-				if err := w.Append(streamfile.Frame{Key: "k", Seq: uint64(i + 1), Payload: bytes.Repeat([]byte{'x'}, 5000)}); err != nil {
-					t.Fatal(err)
-				}
-			}
-			w.Close()
-			f, err := os.Open(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
-			var out, errw bytes.Buffer
-			bw := bufio.NewWriter(&out)
-			code := decodeFile(f, path, &truncatingPrinter{path: path, to: tc.to}, bw, &errw, true)
-			bw.Flush()
-			if code != exitError || !strings.Contains(errw.String(), "changed while it was decoded") {
-				t.Fatalf("exit %d, stderr %q; want %d and the file named as changed", code, errw.String(), exitError)
-			}
-			if strings.Contains(out.String(), `"error"`) {
-				t.Fatalf("a file truncated under the decode reported as damaged: %s", out.String())
-			}
-		})
-	}
-}
-
-// TestDecodeThroughReads decodes every vector in process both ways, mapped
-// and read (what decode does with a file it cannot map): the same output,
-// the expected one, and the same exit code.
-func TestDecodeThroughReads(t *testing.T) {
-	for _, name := range []string{"sample-1", "consumer", "quicksort", "edge-a-spliced", "edge-b-truncated", "edge-c-badcrc", "edge-d-eos"} {
-		path := filepath.Join(vectorDir, name+".ss")
-		want, err := os.ReadFile(filepath.Join(vectorDir, name+".expected.ndjson"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var codes [2]int
-		for i, mapIt := range []bool{true, false} {
-			f, err := os.Open(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var out bytes.Buffer
-			bw := bufio.NewWriter(&out)
-			codes[i] = decodeFile(f, path, ndjsonPrinter{}, bw, io.Discard, mapIt)
-			bw.Flush()
-			f.Close()
-			if out.String() != string(want) {
-				t.Errorf("%s, mapped %v: output differs from the expected file:\n%s", name, mapIt, firstDiff(out.String(), string(want)))
-			}
-		}
-		if codes[0] != codes[1] {
-			t.Errorf("%s: exit %d mapped, %d read", name, codes[0], codes[1])
-		}
 	}
 }

@@ -119,16 +119,9 @@ func TestDecodeFollow(t *testing.T) {
 // for the file at path.
 func decodeNDJSON(t *testing.T, path string) []string {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
 	var b bytes.Buffer
-	out := bufio.NewWriter(&b)
-	if code := decodeFile(f, path, &ndjsonPrinter{}, out, io.Discard, true); code != exitOK {
+	if code := decodeFile(path, streamfile.FormatNDJSON, bufio.NewWriter(&b), io.Discard); code != exitOK {
 		t.Fatalf("decode: exit %d", code)
 	}
-	out.Flush()
 	return strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
 }

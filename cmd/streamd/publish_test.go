@@ -298,3 +298,23 @@ func countFrames(path string) int {
 	}
 	return n
 }
+
+// TestPublishLongFileName: publish accepts a file name longer than the
+// header holds (123 bytes, the limit is 111), as the daemon does: the
+// header of the file it creates holds the first 111 bytes.
+func TestPublishLongFileName(t *testing.T) {
+	name := strings.Repeat("n", 120) + ".ss"
+	path := filepath.Join(t.TempDir(), name)
+	runBinaryOK(t, "x", "publish", "--file="+path, "--key=k")
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if h, err := streamfile.ReadHeader(f); err != nil || h.FileName != name[:streamfile.MaxFileNameLen] {
+		t.Errorf("header file name %q, %v; want the first %d bytes of %q", h.FileName, err, streamfile.MaxFileNameLen, name)
+	}
+	if frames := framesAt(t, path, "k"); len(frames) != 1 || string(frames[0].Payload) != "x" {
+		t.Errorf("frames %+v, want the one published", frames)
+	}
+}

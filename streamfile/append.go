@@ -1,0 +1,124 @@
+package streamfile
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+	"unicode/utf8"
+)
+
+// AppendOptions says how an [Appender] opens the file at its path.
+type AppendOptions struct {
+	// Create allows creating the file when it is missing. Its header then
+	// holds the last element of the path (shortened as [Appender] says),
+	// the time of creation and BeaconInterval.
+	Create         bool
+	BeaconInterval uint32
+}
+
+// Appender appends batches to the stream file at a path, and follows the
+// path when another file takes it, so that what it writes goes where the
+// readers of the path look. It is how streamd publish and the daemon's
+// retry copies write.
+//
+// Its [Writer] is opened with [CreateOptions.RefuseReplaced]: a batch that
+// finds, under the file's lock, that the path names another file (one
+// renamed over it, or the file deleted and created again) writes nothing
+// and gets [ErrReplaced]. The Appender then opens the file now at the path
+// as it opened the first, syncs the old one, so that what was written to
+// it is durable, closes it, and writes the batch to the new file,
+// continuing that file's sequence numbers. When the new file cannot be
+// opened, or the old one cannot be synced, the batch fails and the
+// Appender stays on the old file, to try again at the next batch.
+//
+// A file it creates has the last element of the path as its header's file
+// name, as the upstream writer stores it (spec §3). A longer name than the
+// header holds ([MaxFileNameLen] bytes) is cut there, at a character
+// boundary: the name is informational, readers never compare it with the
+// real one.
+//
+// An Appender is not safe for concurrent use.
+type Appender struct {
+	path string
+	opts AppendOptions
+	w    *Writer
+}
+
+// OpenAppender opens the stream file at path for appending, creating it
+// when it is missing and opts.Create is set.
+func OpenAppender(path string, opts AppendOptions) (*Appender, error) {
+	a := &Appender{path: path, opts: opts}
+	w, err := a.open()
+	if err != nil {
+		return nil, err
+	}
+	a.w = w
+	return a, nil
+}
+
+// open opens the file now at the path.
+func (a *Appender) open() (*Writer, error) {
+	return OpenWriter(a.path, CreateOptions{
+		Create:         a.opts.Create,
+		RefuseReplaced: true,
+		Header: Header{
+			FileName:       headerFileName(a.path),
+			CreatedAtMs:    uint64(time.Now().UnixMilli()),
+			BeaconInterval: a.opts.BeaconInterval,
+		},
+	})
+}
+
+// headerFileName returns the file name for the header of a file created at
+// path: its last element, cut to [MaxFileNameLen] bytes at a character
+// boundary.
+func headerFileName(path string) string {
+	name := filepath.Base(path)
+	if len(name) <= MaxFileNameLen {
+		return name
+	}
+	n := MaxFileNameLen
+	for n > 0 && !utf8.RuneStart(name[n]) {
+		n--
+	}
+	return name[:n]
+}
+
+// Publish writes frames in one batch to the file at the path, as
+// [Writer.Publish] does, following the path to the file that took it.
+func (a *Appender) Publish(frames []Frame) error {
+	err := a.w.Publish(frames)
+	if !errors.Is(err, ErrReplaced) {
+		return err
+	}
+	if err := a.follow(); err != nil {
+		return err
+	}
+	return a.w.Publish(frames)
+}
+
+// follow leaves the open file, which another one replaced at the path, for
+// the file now at the path.
+func (a *Appender) follow() error {
+	w, err := a.open()
+	if err != nil {
+		return fmt.Errorf("streamfile: %s was replaced, and the new file cannot be opened for appending: %w", a.path, err)
+	}
+	if err := a.w.Sync(); err != nil {
+		return errors.Join(fmt.Errorf("streamfile: %s was replaced, and the old file cannot be synced: %w", a.path, err), w.Close())
+	}
+	a.w.Close() // what was written to it is durable: a failed close loses nothing
+	a.w = w
+	return nil
+}
+
+// Writer returns the writer of the file open now. It changes when a batch
+// follows the path to another file, which closes the old writer.
+func (a *Appender) Writer() *Writer { return a.w }
+
+// Sync flushes the file open now to stable storage.
+func (a *Appender) Sync() error { return a.w.Sync() }
+
+// Close closes the file open now.
+func (a *Appender) Close() error { return a.w.Close() }

@@ -1,0 +1,165 @@
+package streamfile
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// publishedPayloads returns "seq payload" for every frame of the file at
+// path.
+func publishedPayloads(t *testing.T, path string) []string {
+	t.Helper()
+	frames, _ := readFrames(t, path)
+	var out []string
+	for _, f := range frames {
+		out = append(out, fmt.Sprintf("%d %s", f.Seq, f.Payload))
+	}
+	return out
+}
+
+// TestAppenderFollowsReplacedPath: once another file is renamed over the
+// path, the next batch goes to it, continuing its sequence numbers, and
+// what went to the old file stays there; a path that is merely gone is no
+// replacement.
+func TestAppenderFollowsReplacedPath(t *testing.T) {
+	dir := t.TempDir()
+	path, old := filepath.Join(dir, "events.ss"), filepath.Join(dir, "events.ss.1")
+	a, err := OpenAppender(path, AppendOptions{Create: true, BeaconInterval: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	publish := func(p string) {
+		t.Helper()
+		if err := a.Publish([]Frame{{Key: "k", TimestampMs: 1, Payload: []byte(p)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish("a1")
+	if err := os.Rename(path, old); err != nil {
+		t.Fatal(err)
+	}
+	publish("a2") // the path is gone: still the open file
+	other, err := OpenAppender(path, AppendOptions{Create: true, BeaconInterval: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Publish([]Frame{{Key: "k", TimestampMs: 1, Payload: []byte("b1")}}); err != nil {
+		t.Fatal(err)
+	}
+	other.Close()
+	first := a.Writer()
+	publish("a3")
+	if a.Writer() == first {
+		t.Error("the writer did not change with the file")
+	}
+	if got, want := publishedPayloads(t, old), []string{"1 a1", "2 a2"}; !slices.Equal(got, want) {
+		t.Errorf("old file holds %q, want %q", got, want)
+	}
+	if got, want := publishedPayloads(t, path), []string{"1 b1", "2 a3"}; !slices.Equal(got, want) {
+		t.Errorf("new file holds %q, want %q", got, want)
+	}
+}
+
+// TestAppenderStaysWhenTheNewFileCannotBeOpened: a replacement that cannot
+// be opened for appending fails the batch, which writes nothing anywhere;
+// the Appender stays on the old file and follows once it can.
+func TestAppenderStaysWhenTheNewFileCannotBeOpened(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.ss")
+	a, err := OpenAppender(path, AppendOptions{Create: true, BeaconInterval: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	frame := []Frame{{Key: "k", TimestampMs: 1, Payload: []byte("x")}}
+	if err := a.Publish(frame); err != nil {
+		t.Fatal(err)
+	}
+	// A directory took the path: no file to append to.
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(path, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	old, size := a.Writer(), a.Writer().Size()
+	if err := a.Publish(frame); err == nil || !strings.Contains(err.Error(), path) {
+		t.Fatalf("Publish = %v, want an error naming %s", err, path)
+	}
+	if a.Writer() != old || old.Size() != size {
+		t.Fatal("the failed batch left the old file or wrote to it")
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	w, err := OpenWriter(path, CreateOptions{Create: true, Header: Header{FileName: "s.ss", BeaconInterval: 1024}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	if err := a.Publish(frame); err != nil {
+		t.Fatal(err)
+	}
+	if got := publishedPayloads(t, path); !slices.Equal(got, []string{"1 x"}) {
+		t.Errorf("new file holds %q, want the batch", got)
+	}
+}
+
+// TestAppenderLongFileName: a file name longer than the header holds is
+// cut to MaxFileNameLen bytes, at a character boundary, in the header of a
+// file the Appender creates.
+func TestAppenderLongFileName(t *testing.T) {
+	for _, tc := range []struct{ name, want string }{
+		{"s.ss", "s.ss"},
+		{strings.Repeat("n", 111), strings.Repeat("n", 111)},
+		{strings.Repeat("n", 120) + ".ss", strings.Repeat("n", 111)},
+		{strings.Repeat("n", 110) + "é.ss", strings.Repeat("n", 110)}, // é is bytes 111 and 112
+	} {
+		t.Run(fmt.Sprint(len(tc.name)), func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), tc.name)
+			a, err := OpenAppender(path, AppendOptions{Create: true, BeaconInterval: 1024})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close()
+			if got := a.Writer().Header().FileName; got != tc.want {
+				t.Errorf("header file name %q (%d bytes), want %q", got, len(got), tc.want)
+			}
+		})
+	}
+}
+
+// TestPublishLines: lines become records of their own key or the default
+// one, with the headers, in batches that end with the input at hand; a bad
+// line stops it before anything of its batch is handed out.
+func TestPublishLines(t *testing.T) {
+	var batches [][]string
+	publish := func(b []Frame) error {
+		var keys []string
+		for _, f := range b {
+			keys = append(keys, f.Key+" "+string(f.Payload))
+		}
+		batches = append(batches, keys)
+		return nil
+	}
+	n, err := PublishLines(strings.NewReader("one\n[k2] two\nthree"), LineOptions{Key: "k1"}, publish)
+	if n != 3 || err != nil || fmt.Sprint(batches) != "[[k1 one k2 two k1 three]]" {
+		t.Fatalf("PublishLines = %d, %v; batches %q", n, err, batches)
+	}
+	batches = nil
+	var nk *NoKeyError
+	n, err = PublishLines(strings.NewReader("[k] one\ntwo\n"), LineOptions{}, publish)
+	if n != 0 || !errors.As(err, &nk) || err.Error() != "stdin line 2 has no [key]" || batches != nil {
+		t.Fatalf("PublishLines = %d, %v; batches %q", n, err, batches)
+	}
+	failed := errors.New("no room")
+	n, err = PublishLines(strings.NewReader("x\n"), LineOptions{Key: "k"}, func([]Frame) error { return failed })
+	if n != 0 || !errors.Is(err, failed) {
+		t.Fatalf("PublishLines = %d, %v; want the error of publish", n, err)
+	}
+}

@@ -1,0 +1,105 @@
+package streamfile
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/streamd/streamd/envelope"
+	"github.com/streamd/streamd/pipe"
+)
+
+// Batches of [PublishLines] end at whichever limit comes first.
+const (
+	lineBatchFrames = 1024
+	lineBatchBytes  = 1 << 20
+	maxLineLen      = 256 << 10
+)
+
+// LineOptions say how [PublishLines] makes records of lines.
+type LineOptions struct {
+	// Key is the stream key of a line without a bracketed key; when it is
+	// empty, such a line is a [*NoKeyError].
+	Key string
+	// Headers go into the envelope of every record's payload.
+	Headers envelope.Headers
+}
+
+// PublishLines reads r to its end, one record per line in the SeaStreamer
+// stdio format ([pipe.ParseLine]), and hands the records to publish in
+// batches of up to 1024 frames or 1 MiB of payload, and whenever r has no
+// more input at hand, so that records go out as they come. A line's
+// bracketed key and shard win over o.Key; its payload goes into an
+// envelope with o.Headers; its timestamp is the current time. The frames
+// are valid during the call of publish only. The first line that cannot be
+// read or parsed, or the first error of publish, stops it: the lines
+// before it in its batch are not handed out. It returns the number of
+// records publish took.
+func PublishLines(r io.Reader, o LineOptions, publish func([]Frame) error) (published int, err error) {
+	br := bufio.NewReaderSize(r, maxLineLen)
+	var (
+		batch []Frame
+		size  int
+		arena []byte // the batch's payloads: a line aliases the reader's buffer
+	)
+	for lineNo := 1; ; lineNo++ {
+		line, rerr := br.ReadSlice('\n')
+		if errors.Is(rerr, bufio.ErrBufferFull) {
+			return published, fmt.Errorf("stdin line %d is longer than %d bytes", lineNo, br.Size())
+		}
+		if rerr != nil && !errors.Is(rerr, io.EOF) {
+			return published, fmt.Errorf("read stdin: %w", rerr)
+		}
+		if len(line) > 0 {
+			f, err := lineFrame(bytes.TrimSuffix(line, []byte("\n")), lineNo, &o, &arena)
+			if err != nil {
+				return published, err
+			}
+			batch = append(batch, f)
+			size += len(f.Payload)
+		}
+		if len(batch) > 0 && (rerr != nil || br.Buffered() == 0 || len(batch) >= lineBatchFrames || size >= lineBatchBytes) {
+			if err := publish(batch); err != nil {
+				return published, err
+			}
+			published += len(batch)
+			batch, size = batch[:0], 0
+			arena = nil // the next batch must not write over the payloads handed out
+		}
+		if rerr != nil {
+			return published, nil
+		}
+	}
+}
+
+// NoKeyError is a line without a bracketed key, met when
+// [LineOptions.Key] is empty.
+type NoKeyError struct{ Line int }
+
+func (e *NoKeyError) Error() string { return fmt.Sprintf("stdin line %d has no [key]", e.Line) }
+
+// lineFrame makes the frame of line number n, its payload appended to arena.
+func lineFrame(line []byte, n int, o *LineOptions, arena *[]byte) (Frame, error) {
+	l, err := pipe.ParseLine(line)
+	if err != nil {
+		return Frame{}, fmt.Errorf("stdin line %d: %w", n, err)
+	}
+	key := o.Key
+	if l.HasStreamKey {
+		key = string(l.StreamKey)
+	}
+	if key == "" {
+		return Frame{}, &NoKeyError{Line: n}
+	}
+	start := len(*arena)
+	*arena = envelope.AppendEncode(*arena, o.Headers, l.Payload, false)
+	return Frame{
+		Key:         key,
+		Shard:       l.ShardID,
+		TimestampMs: uint64(time.Now().UnixMilli()),
+		Payload:     (*arena)[start:len(*arena):len(*arena)],
+	}, nil
+}

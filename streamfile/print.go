@@ -1,0 +1,306 @@
+package streamfile
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/streamd/streamd/envelope"
+	"github.com/streamd/streamd/pipe"
+)
+
+// Format is a text format for what a stream file holds, one line per item:
+// the output of streamd decode and the lines of the stdout handler. Each
+// Append method appends one line, with its newline.
+type Format uint8
+
+const (
+	// FormatLog prints a message as a SeaStreamer stdio line in its 4-part
+	// form ([pipe.AppendLogLine]), and the header, beacons and a terminal
+	// error as lines that start with "# ", as the upstream decoder does.
+	FormatLog Format = iota
+	// FormatNDJSON prints one JSON object per line, in the schema of
+	// testdata/streamfile/README.md. Numbers are exact decimal integers,
+	// payloads standard base64 with padding.
+	FormatNDJSON
+)
+
+// ParseFormat returns the format called name: "log" or "ndjson".
+func ParseFormat(name string) (Format, error) {
+	switch name {
+	case "log":
+		return FormatLog, nil
+	case "ndjson":
+		return FormatNDJSON, nil
+	}
+	return 0, fmt.Errorf("unknown %q: use log or ndjson", name)
+}
+
+// FrameContext is what a message line says of its frame beyond the
+// frame's own fields. Only [FormatNDJSON] prints it.
+type FrameContext struct {
+	// InFile adds where the frame is in its file, as streamd decode prints
+	// it: "offset" (the frame's first byte) first, and "checksum" (the
+	// stored CRC) last.
+	InFile   bool
+	Offset   int64
+	Checksum uint16
+
+	// Delivered adds what a handler knows of the delivery, as the stdout
+	// handler prints it (with the payload out of its envelope):
+	// "subscription" first, then "attempt", "headers" and "headers_b64"
+	// before "payload_b64". "headers" maps each header whose value is
+	// valid UTF-8 to that value, in the record's order; "headers_b64" maps
+	// each other header to its value in base64, and is left out when there
+	// is none.
+	Delivered    bool
+	Subscription string
+	Attempt      uint64
+	Headers      envelope.Headers
+}
+
+// AppendFrame appends the line of the message f, with what c adds (nil:
+// nothing). The ndjson fields of the frame are "stream_key", "shard_id",
+// "seq", "timestamp_ms" and "payload_b64", in this order.
+func (p Format) AppendFrame(b []byte, f *Frame, c *FrameContext) []byte {
+	if p == FormatLog {
+		return pipe.AppendLogLine(b, time.UnixMilli(int64(f.TimestampMs)), f.Key, f.Seq, f.Shard, f.Payload)
+	}
+	if c == nil {
+		c = &FrameContext{}
+	}
+	b = append(b, '{')
+	if c.InFile {
+		b = append(b, `"offset":`...)
+		b = strconv.AppendInt(b, c.Offset, 10)
+		b = append(b, ',')
+	}
+	if c.Delivered {
+		b = append(b, `"subscription":`...)
+		b = appendJSONString(b, c.Subscription)
+		b = append(b, ',')
+	}
+	b = append(b, `"stream_key":`...)
+	b = appendJSONString(b, f.Key)
+	b = append(b, `,"shard_id":`...)
+	b = strconv.AppendUint(b, f.Shard, 10)
+	b = append(b, `,"seq":`...)
+	b = strconv.AppendUint(b, f.Seq, 10)
+	b = append(b, `,"timestamp_ms":`...)
+	b = strconv.AppendUint(b, f.TimestampMs, 10)
+	if c.Delivered {
+		b = append(b, `,"attempt":`...)
+		b = strconv.AppendUint(b, c.Attempt, 10)
+		b = appendHeadersJSON(b, c.Headers)
+	}
+	b = append(b, `,"payload_b64":"`...)
+	b = base64.StdEncoding.AppendEncode(b, f.Payload)
+	b = append(b, '"')
+	if c.InFile {
+		b = append(b, `,"checksum":`...)
+		b = strconv.AppendUint(b, uint64(c.Checksum), 10)
+	}
+	return append(b, "}\n"...)
+}
+
+// appendHeadersJSON appends the "headers" and "headers_b64" members of h,
+// as [FrameContext] describes them.
+func appendHeadersJSON(b []byte, h envelope.Headers) []byte {
+	b = append(b, `,"headers":{`...)
+	binary := 0
+	first := true
+	for _, e := range h {
+		if !utf8.Valid(e.Value) {
+			binary++
+			continue
+		}
+		if !first {
+			b = append(b, ',')
+		}
+		first = false
+		b = appendJSONString(b, e.Name)
+		b = append(b, ':')
+		b = appendJSONString(b, string(e.Value))
+	}
+	b = append(b, '}')
+	if binary == 0 {
+		return b
+	}
+	b = append(b, `,"headers_b64":{`...)
+	first = true
+	for _, e := range h {
+		if utf8.Valid(e.Value) {
+			continue
+		}
+		if !first {
+			b = append(b, ',')
+		}
+		first = false
+		b = appendJSONString(b, e.Name)
+		b = append(b, `:"`...)
+		b = base64.StdEncoding.AppendEncode(b, e.Value)
+		b = append(b, '"')
+	}
+	return append(b, '}')
+}
+
+// AppendRecord appends the line of r, a message read from a file, as
+// streamd decode prints it.
+func (p Format) AppendRecord(b []byte, r *Record) []byte {
+	return p.AppendFrame(b, &r.Frame, &FrameContext{InFile: true, Offset: r.Offset, Checksum: r.Checksum})
+}
+
+// AppendHeader appends the line of a file's header.
+func (p Format) AppendHeader(b []byte, h *Header) []byte {
+	if p == FormatLog {
+		return fmt.Appendf(b, "# header: file_name=%q created_at=%s beacon_interval=%d\n",
+			h.FileName, time.UnixMilli(int64(h.CreatedAtMs)).UTC().Format(time.RFC3339Nano), h.BeaconInterval)
+	}
+	b = append(b, `{"file_name":`...)
+	b = appendJSONString(b, h.FileName)
+	b = append(b, `,"created_at_ms":`...)
+	b = strconv.AppendUint(b, h.CreatedAtMs, 10)
+	b = append(b, `,"beacon_interval":`...)
+	b = strconv.AppendUint(b, uint64(h.BeaconInterval), 10)
+	return append(b, "}\n"...)
+}
+
+// AppendBeacon appends the line of the beacon bc at offset at.
+func (p Format) AppendBeacon(b []byte, at int64, bc *Beacon) []byte {
+	if p == FormatLog {
+		b = fmt.Appendf(b, "# beacon at %d: remaining=%d markers=%d", at, bc.Remaining, len(bc.Markers))
+		for _, m := range bc.Markers {
+			b = fmt.Appendf(b, " [%s | %d | %d | %d | %d]", m.Key, m.Seq, m.Shard, m.TimestampMs, m.RunningChecksum)
+		}
+		return append(b, '\n')
+	}
+	b = append(b, `{"beacon_at":`...)
+	b = strconv.AppendInt(b, at, 10)
+	b = append(b, `,"remaining":`...)
+	b = strconv.AppendUint(b, uint64(bc.Remaining), 10)
+	b = append(b, `,"items":[`...)
+	for i, m := range bc.Markers {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"stream_key":`...)
+		b = appendJSONString(b, m.Key)
+		b = append(b, `,"shard_id":`...)
+		b = strconv.AppendUint(b, m.Shard, 10)
+		b = append(b, `,"seq":`...)
+		b = strconv.AppendUint(b, m.Seq, 10)
+		b = append(b, `,"timestamp_ms":`...)
+		b = strconv.AppendUint(b, m.TimestampMs, 10)
+		b = append(b, `,"running_checksum":`...)
+		b = strconv.AppendUint(b, uint64(m.RunningChecksum), 10)
+		b = append(b, '}')
+	}
+	return append(b, "]}\n"...)
+}
+
+// AppendError appends the terminal line of a decode that err ended: a
+// [*ChecksumError], a [*FormatError], or [ErrTruncated] for a frame at pos
+// that the end of the file, at size, cuts. Any other error appends nothing.
+func (p Format) AppendError(b []byte, err error, pos, size int64) []byte {
+	var ce *ChecksumError
+	var fe *FormatError
+	switch {
+	case errors.As(err, &ce) && p == FormatLog:
+		return fmt.Appendf(b, "# error: checksum mismatch in the frame at offset %d: stored %d, computed %d\n", ce.Offset, ce.Received, ce.Computed)
+	case errors.As(err, &ce):
+		return fmt.Appendf(b, `{"error":"checksum","offset":%d,"received":%d,"computed":%d}`+"\n", ce.Offset, ce.Received, ce.Computed)
+	case errors.As(err, &fe) && p == FormatLog:
+		return fmt.Appendf(b, "# error: format error at offset %d: %s\n", fe.Offset, fe.Reason)
+	case errors.As(err, &fe):
+		b = fmt.Appendf(b, `{"error":"format","offset":%d,"reason":`, fe.Offset)
+		return append(appendJSONString(b, fe.Reason), "}\n"...)
+	case errors.Is(err, ErrTruncated) && p == FormatLog:
+		return fmt.Appendf(b, "# error: truncated: the frame at offset %d is incomplete (file size %d)\n", pos, size)
+	case errors.Is(err, ErrTruncated):
+		return fmt.Appendf(b, `{"error":"truncated","offset":%d,"file_size":%d}`+"\n", pos, size)
+	}
+	return b
+}
+
+// Print prints the file r of size bytes, whose header is h, to w as a
+// sequential reader sees it: the header, then the messages and the beacons
+// passed on the way in file order (a beacon inside a frame comes after
+// it), and a terminal error line when damage or the end of the data inside
+// a frame stops the decode. It returns the error that stopped it, nil at
+// the end of the data or of the stream: [ErrTruncated], a [*ChecksumError]
+// or a [*FormatError] (after their error line), a read error, or the first
+// error writing to w; and the position of the decoder then, the start of
+// the frame a truncation or a format error is about.
+func (p Format) Print(w io.Writer, r io.ReaderAt, h *Header, size int64) (pos int64, err error) {
+	if _, err := w.Write(p.AppendHeader(nil, h)); err != nil {
+		return HeaderSize, err
+	}
+	// Beacons are reported as the decoder passes them, which is before the
+	// frame they interrupt is complete: they wait for the frames before
+	// them to be printed.
+	type beaconLine struct {
+		at   int64
+		line []byte
+	}
+	var pending []beaconLine
+	d := NewDecoder(r, *h, HeaderSize)
+	d.OnBeacon(func(at int64, bc *Beacon) {
+		pending = append(pending, beaconLine{at, p.AppendBeacon(nil, at, bc)})
+	})
+	var line []byte
+	// write writes the pending beacons before offset before, and then line.
+	write := func(before int64) error {
+		for len(pending) > 0 && pending[0].at < before {
+			if _, err := w.Write(pending[0].line); err != nil {
+				return err
+			}
+			pending = pending[1:]
+		}
+		_, err := w.Write(line)
+		return err
+	}
+	for {
+		rec, err := d.Next()
+		if err == nil {
+			line = p.AppendRecord(line[:0], rec)
+			if err := write(rec.Offset); err != nil {
+				return d.Pos(), err
+			}
+			continue
+		}
+		if errors.Is(err, io.EOF) || errors.Is(err, ErrEndOfStream) {
+			err = nil
+		}
+		line = p.AppendError(line[:0], err, d.Pos(), size)
+		if werr := write(size + 1); werr != nil {
+			return d.Pos(), werr
+		}
+		return d.Pos(), err
+	}
+}
+
+// appendJSONString appends s as a JSON string, without the HTML escaping
+// of encoding/json's defaults.
+func appendJSONString(b []byte, s string) []byte {
+	plain := true
+	for i := 0; i < len(s) && plain; i++ {
+		c := s[i]
+		plain = c >= 0x20 && c < 0x7f && c != '"' && c != '\\'
+	}
+	if plain {
+		b = append(b, '"')
+		b = append(b, s...)
+		return append(b, '"')
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	enc.Encode(s) // a string always encodes
+	return append(b, bytes.TrimSuffix(buf.Bytes(), []byte("\n"))...)
+}

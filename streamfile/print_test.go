@@ -1,0 +1,123 @@
+package streamfile
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// TestPrintVectors prints every vector as ndjson: the output equals its
+// expected file byte for byte, and Print ends with the error the file
+// holds, at the frame the error is about.
+func TestPrintVectors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		want error // nil, ErrTruncated, or a *ChecksumError
+		pos  int64 // for ErrTruncated
+	}{
+		{name: "sample-1"}, {name: "consumer"}, {name: "quicksort"}, {name: "edge-a-spliced"},
+		{name: "edge-b-truncated", want: ErrTruncated, pos: 2087},
+		{name: "edge-c-badcrc", want: &ChecksumError{}},
+		{name: "edge-d-eos"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			file, err := os.ReadFile(filepath.Join(vectorDir, tc.name+".ss"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := os.ReadFile(filepath.Join(vectorDir, tc.name+".expected.ndjson"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			h, err := ReadHeader(bytes.NewReader(file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out bytes.Buffer
+			pos, err := FormatNDJSON.Print(&out, bytes.NewReader(file), &h, int64(len(file)))
+			if !bytes.Equal(out.Bytes(), want) {
+				t.Errorf("output differs from %s.expected.ndjson:\n%s", tc.name, out.String())
+			}
+			var ce *ChecksumError
+			switch {
+			case tc.want == nil && err != nil,
+				errors.Is(tc.want, ErrTruncated) && (!errors.Is(err, ErrTruncated) || pos != tc.pos),
+				errors.As(tc.want, &ce) && !errors.As(err, &ce):
+				t.Errorf("Print = %d, %v; want %v", pos, err, tc.want)
+			}
+		})
+	}
+}
+
+// TestAppendError: the terminal line of each kind of damage, in both
+// formats; other errors print nothing.
+func TestAppendError(t *testing.T) {
+	for _, tc := range []struct {
+		err      error
+		log, nd  string
+		pos, end int64
+	}{
+		{err: &ChecksumError{Offset: 2087, Received: 31089, Computed: 42989},
+			log: "# error: checksum mismatch in the frame at offset 2087: stored 31089, computed 42989\n",
+			nd:  `{"error":"checksum","offset":2087,"received":31089,"computed":42989}` + "\n"},
+		{err: &FormatError{Offset: 128, Reason: `invalid stream key "/ello"`},
+			log: "# error: format error at offset 128: invalid stream key \"/ello\"\n",
+			nd:  `{"error":"format","offset":128,"reason":"invalid stream key \"/ello\""}` + "\n"},
+		{err: fmt.Errorf("read: %w", ErrTruncated), pos: 2087, end: 3500,
+			log: "# error: truncated: the frame at offset 2087 is incomplete (file size 3500)\n",
+			nd:  `{"error":"truncated","offset":2087,"file_size":3500}` + "\n"},
+		{err: errors.New("read at offset 200: input/output error")},
+		{},
+	} {
+		for _, f := range []struct {
+			p    Format
+			want string
+		}{{FormatLog, tc.log}, {FormatNDJSON, tc.nd}} {
+			if got := string(f.p.AppendError([]byte("x"), tc.err, tc.pos, tc.end)); got != "x"+f.want {
+				t.Errorf("format %d, %v: %q, want %q", f.p, tc.err, got, "x"+f.want)
+			}
+		}
+	}
+}
+
+// TestPrintWriteError: Print stops at the first failed write and returns
+// its error.
+func TestPrintWriteError(t *testing.T) {
+	file, err := os.ReadFile(filepath.Join(vectorDir, "consumer.ss"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := ReadHeader(bytes.NewReader(file))
+	w := &failingWriter{after: 3}
+	if _, err := FormatLog.Print(w, bytes.NewReader(file), &h, int64(len(file))); !errors.Is(err, errWrite) || w.writes != 4 {
+		t.Fatalf("Print = %v after %d writes, want errWrite at the 4th", err, w.writes)
+	}
+}
+
+var errWrite = errors.New("write failed")
+
+// failingWriter fails every write after the first after ones.
+type failingWriter struct{ after, writes int }
+
+func (w *failingWriter) Write(p []byte) (int, error) {
+	w.writes++
+	if w.writes > w.after {
+		return 0, errWrite
+	}
+	return len(p), nil
+}
+
+// TestParseFormat: the two names, and the message for any other.
+func TestParseFormat(t *testing.T) {
+	for name, want := range map[string]Format{"log": FormatLog, "ndjson": FormatNDJSON} {
+		if f, err := ParseFormat(name); f != want || err != nil {
+			t.Errorf("ParseFormat(%q) = %d, %v", name, f, err)
+		}
+	}
+	if _, err := ParseFormat("xml"); err == nil || err.Error() != `unknown "xml": use log or ndjson` {
+		t.Errorf("ParseFormat(xml) = %v", err)
+	}
+}
