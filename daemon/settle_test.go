@@ -456,7 +456,14 @@ func TestSettle(t *testing.T) {
 		outcomes: []Outcome{retryAfter(0)}, seen: []string{"-"}, copies: []wantCopy{{"orders.retry", "1", 0, "billing"}},
 		metrics: map[string]float64{"retry_after": 1, "appended": 1},
 	}, {
-		name: "origin is not on dead letters", origin: true, sub: settleSub{maxAttempts: 2, deadLetter: "orders.dead"},
+		name: "origin is not added to a dead letter", origin: true, sub: settleSub{maxAttempts: 1, deadLetter: "orders.dead"},
+		outcomes: []Outcome{retry}, seen: []string{"-"}, copies: []wantCopy{{"orders.dead", "1", 0, ""}},
+		logs:    []wantLog{l6(map[string]string{"max_attempts": "1", "dead_letter": "orders.dead"}), l2("1")},
+		metrics: map[string]float64{"retry": 1, "dead_letters": 1},
+	}, {
+		// The copy's headers, the origin among them, are cloned into the
+		// dead letter made of it (checkCopy compares every header).
+		name: "a dead letter keeps the origin of the copy it was made of", origin: true, sub: settleSub{maxAttempts: 2, deadLetter: "orders.dead"},
 		outcomes: []Outcome{retry, retry}, seen: []string{"-", "1"},
 		copies:  []wantCopy{{"orders", "1", 0, "billing"}, {"orders.dead", "2", 0, ""}},
 		logs:    []wantLog{l6(map[string]string{"max_attempts": "2", "dead_letter": "orders.dead"}), l2("2")},
