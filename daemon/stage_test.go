@@ -1,0 +1,436 @@
+package daemon
+
+// The pipe stage, RunPipe, in process: checklist items 15, 16 and 35-42 of
+// spec/settlement.md §10 (the case name starts with the item's number),
+// with Go handlers, stdin and stdout in memory, and synctest's clock, which
+// starts at 2000-01-01T00:00:00Z and moves only when every goroutine of
+// the test waits.
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/streamd/streamd/conf"
+	"github.com/streamd/streamd/envelope"
+	"github.com/streamd/streamd/handler"
+	"github.com/streamd/streamd/pipe"
+)
+
+// stageSub is a [[subscription]] table of a pipe stage with the TOML keys
+// extra. Its configured handler is a placeholder: the tests give Go
+// handlers.
+func stageSub(name, key, extra string) string {
+	return fmt.Sprintf("\n[[subscription]]\nname = %q\nkey = %q\n%s\n[subscription.handler]\nkind = \"discard\"\n", name, key, extra)
+}
+
+// loadTestConfig writes text as a configuration file and loads it for mode.
+func loadTestConfig(t *testing.T, text string, mode conf.Mode) (*conf.Config, error) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "streamd.toml")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return conf.Load(path, mode)
+}
+
+// stageOut is a stage's stdout: each write, and when it came.
+type stageOut struct {
+	mu     sync.Mutex
+	start  time.Time
+	writes []stageWrite
+}
+
+type stageWrite struct {
+	at   time.Duration // since the stage started
+	text string
+}
+
+func (o *stageOut) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.writes = append(o.writes, stageWrite{time.Since(o.start), string(p)})
+	return len(p), nil
+}
+
+func (o *stageOut) all() []stageWrite {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Clone(o.writes)
+}
+
+func (o *stageOut) String() string {
+	var b strings.Builder
+	for _, w := range o.all() {
+		b.WriteString(w.text)
+	}
+	return b.String()
+}
+
+// stageRun is a finished run of a stage.
+type stageRun struct {
+	err  error
+	out  *stageOut
+	logs *logCapture
+	seen []handler.Delivery // what the handlers got, in order, deep copies
+	reg  *prometheus.Registry
+}
+
+// stageHandlers are the Go handlers of a stage's subscriptions, by name.
+type stageHandlers map[string]func(d *handler.Delivery) handler.Outcome
+
+// runStage runs RunPipe on cfg until it returns. Stdin holds in; it ends
+// hold after in was read, or at once when hold is 0. It must be called in
+// a synctest bubble.
+func runStage(t *testing.T, cfg *conf.Config, in string, hold time.Duration, handlers stageHandlers) *stageRun {
+	t.Helper()
+	r := &stageRun{out: &stageOut{start: time.Now()}, logs: &logCapture{}, reg: prometheus.NewRegistry()}
+	var mu sync.Mutex
+	hs := map[string]handler.Handler{}
+	for name, h := range handlers {
+		hs[name] = handler.HandlerFunc(func(_ context.Context, d *handler.Delivery) handler.Outcome {
+			c := *d
+			c.Headers, c.Payload = d.Headers.Clone(), bytes.Clone(d.Payload)
+			mu.Lock()
+			r.seen = append(r.seen, c)
+			mu.Unlock()
+			return h(d)
+		})
+	}
+	stdin := io.Reader(strings.NewReader(in))
+	if hold > 0 {
+		pr, pw := io.Pipe()
+		stdin = pr
+		go func() {
+			io.WriteString(pw, in)
+			time.Sleep(hold)
+			pw.Close()
+		}()
+	}
+	r.err = RunPipe(t.Context(), cfg, PipeOptions{
+		Options: Options{Logger: r.logs.logger(), Handlers: hs, Registry: r.reg},
+		In:      stdin, Out: r.out,
+	})
+	return r
+}
+
+// seenLines formats what the handlers got: subscription, seq, attempt and
+// the payload quoted.
+func (r *stageRun) seenLines() []string {
+	var out []string
+	for _, d := range r.seen {
+		out = append(out, fmt.Sprintf("%s %d %d %q", d.Subscription, d.Seq, d.Attempt, d.Payload))
+	}
+	return out
+}
+
+// rs1Record builds an rs1 envelope by hand from the block text and the
+// payload (settlement.md §9.3), independently of package envelope.
+func rs1Record(block string, payload []byte) string {
+	framed := binary.BigEndian.AppendUint32(nil, uint32(len(block)))
+	framed = append(append(framed, block...), payload...)
+	return "rs1:" + base64.StdEncoding.EncodeToString(framed)
+}
+
+// stageLine is a copy line as the stage prints it at second s of the
+// synctest clock (settlement.md §8.1).
+func stageLine(s int, key string, seq int, record string) string {
+	return fmt.Sprintf("[2000-01-01T00:00:%02d | %s | %d] %s\n", s, key, seq, record)
+}
+
+// checkLogsInOrder fails unless the records of want appear in got in this
+// order, with others between them allowed.
+func checkLogsInOrder(t *testing.T, got []logRecord, want []wantLog) {
+	t.Helper()
+	i := 0
+	for _, r := range got {
+		if i < len(want) && r.level == want[i].level && r.msg == want[i].msg && hasAttrs(r, want[i].attrs) {
+			i++
+		}
+	}
+	if i < len(want) {
+		t.Errorf("log lacks %v (in this order) in:\n%s", want[i:], logLines(got))
+	}
+}
+
+func hasAttrs(r logRecord, attrs map[string]string) bool {
+	for k, v := range attrs {
+		if r.attrs[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func TestStage(t *testing.T) {
+	const top = "shutdown_timeout = \"5s\"\n"
+	retryFirst := func(o handler.Outcome) func(d *handler.Delivery) handler.Outcome {
+		return func(d *handler.Delivery) handler.Outcome {
+			if d.Attempt == 1 {
+				return o
+			}
+			return ack
+		}
+	}
+	always := func(o handler.Outcome) func(*handler.Delivery) handler.Outcome {
+		return func(*handler.Delivery) handler.Outcome { return o }
+	}
+	tests := []struct {
+		name     string
+		config   string
+		in       string
+		hold     time.Duration // stdin stays open that long after the input
+		handlers stageHandlers
+		seen     []string
+		out      []stageWrite // each write to stdout, one whole line, and when
+		logs     []wantLog    // appear in this order
+		noLogs   []string     // messages that must not appear
+		err      string       // what RunPipe's error says; "" for none
+	}{{
+		name:   "15 the end of input waits for the delayed copies",
+		config: top + stageSub("jobs", "jobs", `out_retry = "jobs.retry"`),
+		in:     "[jobs] a\n[jobs] b\n", handlers: stageHandlers{"jobs": always(retryAfter(3 * time.Second))},
+		seen: []string{`jobs 0 1 "a"`, `jobs 1 1 "b"`},
+		out: []stageWrite{
+			{3 * time.Second, stageLine(3, "jobs.retry", 0, rs1Record("stream-sequence: 0\nx-ruststream-retry-count: 1\n", []byte("a")))},
+			{3 * time.Second, stageLine(3, "jobs.retry", 1, rs1Record("stream-sequence: 1\nx-ruststream-retry-count: 1\n", []byte("b")))},
+		},
+		noLogs: []string{msgL5},
+	}, {
+		name:   "16 a shutdown timeout shorter than the delay abandons the copy",
+		config: "shutdown_timeout = \"1s\"\n" + stageSub("jobs", "jobs", `out_retry = "jobs.retry"`),
+		in:     "[jobs] late\n[jobs] soon\n",
+		handlers: stageHandlers{"jobs": func(d *handler.Delivery) handler.Outcome {
+			if string(d.Payload) == "late" {
+				return retryAfter(time.Hour)
+			}
+			return retryAfter(500 * time.Millisecond)
+		}},
+		seen: []string{`jobs 0 1 "late"`, `jobs 1 1 "soon"`},
+		out: []stageWrite{{500 * time.Millisecond,
+			stageLine(0, "jobs.retry", 0, rs1Record("stream-sequence: 1\nx-ruststream-retry-count: 1\n", []byte("soon")))}},
+		logs: []wantLog{{slog.LevelWarn, msgL5, map[string]string{"abandoned": "1"}}},
+		err:  "1 delayed copies abandoned after shutdown_timeout (1s)",
+	}, {
+		name:   "36 retry_after: one line under out_retry after the delay, stdin still open",
+		config: top + stageSub("jobs", "jobs", `out_retry = "jobs.retry"`+"\nlog_unsupported = \"every\""),
+		in:     "[jobs] {\"id\":7}\n", hold: 10 * time.Second,
+		handlers: stageHandlers{"jobs": retryFirst(retryAfter(400 * time.Millisecond))},
+		seen:     []string{`jobs 0 1 "{\"id\":7}"`},
+		out: []stageWrite{{400 * time.Millisecond,
+			stageLine(0, "jobs.retry", 0, rs1Record("stream-sequence: 0\nx-ruststream-retry-count: 1\n", []byte(`{"id":7}`)))}},
+		noLogs: []string{msgL1},
+	}, {
+		name:     "37 the dead letter at the cap goes out at once, under dead_letter",
+		config:   top + stageSub("jobs", "jobs", "out_retry = \"jobs.retry\"\nmax_attempts = 2\ndead_letter = \"jobs.dead\""),
+		in:       "[jobs] {\"id\":1}\n[jobs] " + rs1Record("x-tenant: acme\nx-ruststream-retry-count: 1\n", []byte(`{"id":2}`)) + "\n",
+		handlers: stageHandlers{"jobs": always(retryAfter(300 * time.Millisecond))},
+		seen:     []string{`jobs 0 1 "{\"id\":1}"`, `jobs 1 2 "{\"id\":2}"`},
+		out: []stageWrite{
+			{0, stageLine(0, "jobs.dead", 0, rs1Record("x-tenant: acme\nx-ruststream-retry-count: 2\nstream-sequence: 1\n", []byte(`{"id":2}`)))},
+			{300 * time.Millisecond, stageLine(0, "jobs.retry", 0, rs1Record("stream-sequence: 0\nx-ruststream-retry-count: 1\n", []byte(`{"id":1}`)))},
+		},
+		logs: []wantLog{
+			{slog.LevelInfo, msgL6, map[string]string{"subscription": "jobs", "max_attempts": "2", "dead_letter": "jobs.dead"}},
+			{slog.LevelWarn, msgL2, map[string]string{"subscription": "jobs", "attempt": "2", "dead_letter": "jobs.dead"}},
+		},
+	}, {
+		name:   "38 an empty payload makes a whole enveloped copy line",
+		config: top + stageSub("jobs", "jobs", "out_retry = \"jobs.retry\"\nmax_attempts = 3"),
+		in:     "[jobs]\n[jobs | 9]   \n", handlers: stageHandlers{"jobs": retryFirst(retry)},
+		seen: []string{`jobs 0 1 ""`, `jobs 9 1 ""`},
+		out: []stageWrite{
+			{0, stageLine(0, "jobs.retry", 0, rs1Record("stream-sequence: 0\nx-ruststream-retry-count: 1\n", nil))},
+			{0, stageLine(0, "jobs.retry", 1, rs1Record("stream-sequence: 9\nx-ruststream-retry-count: 1\n", nil))},
+		},
+		noLogs: []string{msgL4},
+	}, {
+		name:   "39 a plain payload reaches the handler as it is, and its copy is the §9.6 vector",
+		config: top + stageSub("jobs", "jobs", "out_retry = \"jobs.retry\"\nmax_attempts = 2"),
+		in:     "[jobs | 3] {\"id\":7}\n", handlers: stageHandlers{"jobs": retryFirst(retry)},
+		seen: []string{`jobs 3 1 "{\"id\":7}"`},
+		out: []stageWrite{{0, stageLine(0, "jobs.retry", 0,
+			"rs1:AAAAL3N0cmVhbS1zZXF1ZW5jZTogMwp4LXJ1c3RzdHJlYW0tcmV0cnktY291bnQ6IDEKeyJpZCI6N30=")}},
+	}, {
+		name:   "40 payloads that cannot stand on a line travel in envelopes",
+		config: top + stageSub("jobs", "jobs", "out_retry = \"jobs.retry\"\nmax_attempts = 2"),
+		in: "[jobs | 0] rs1:AAAAAACfkpb/\n" + // the §9.6 vectors
+			"[jobs | 1] rs1:AAAAAGZpcnN0CnNlY29uZA==\n" +
+			"[jobs | 2] " + rs1Record("", []byte(" \tpadded \t")) + "\n",
+		handlers: stageHandlers{"jobs": retryFirst(retry)},
+		seen:     []string{`jobs 0 1 "\x00\x9f\x92\x96\xff"`, `jobs 1 1 "first\nsecond"`, `jobs 2 1 " \tpadded \t"`},
+		out: []stageWrite{
+			{0, stageLine(0, "jobs.retry", 0, rs1Record("stream-sequence: 0\nx-ruststream-retry-count: 1\n", []byte{0x00, 0x9f, 0x92, 0x96, 0xff}))},
+			{0, stageLine(0, "jobs.retry", 1, rs1Record("stream-sequence: 1\nx-ruststream-retry-count: 1\n", []byte("first\nsecond")))},
+			{0, stageLine(0, "jobs.retry", 2, rs1Record("stream-sequence: 2\nx-ruststream-retry-count: 1\n", []byte(" \tpadded \t")))},
+		},
+	}, {
+		name: "42 stdout holds only copy lines, whatever is logged",
+		config: "shutdown_timeout = \"5s\"\n[log]\nlevel = \"debug\"\n" +
+			stageSub("jobs", "jobs", "out_retry = \"jobs.retry\"\nmax_attempts = 2\ndead_letter = \"jobs.dead\"\nbackoff = [\"50ms\"]") +
+			stageSub("audit", "audit", "out_retry = \"audit.retry\"\nlog_unsupported = \"every\""),
+		in: strings.Join([]string{"[jobs] j1", "[audit] a1", "[k |] invalid", "broadcast to both",
+			"[jobs] " + rs1Record("x-ruststream-retry-count: 1\n", []byte("j2")), "[audit] a2", "[other] nobody's"}, "\n") + "\n",
+		handlers: stageHandlers{
+			"jobs":  always(handler.Outcome{Kind: handler.OutcomeFailed, Err: fmt.Errorf("exit status 75")}),
+			"audit": always(drop),
+		},
+		seen: []string{`jobs 0 1 "j1"`, `audit 0 1 "a1"`, `jobs 0 1 "broadcast to both"`, `audit 0 1 "broadcast to both"`,
+			`jobs 1 2 "j2"`, `audit 1 1 "a2"`},
+		out: []stageWrite{
+			{0, stageLine(0, "jobs.dead", 0, rs1Record("x-ruststream-retry-count: 2\nstream-sequence: 1\n", []byte("j2")))},
+			{50 * time.Millisecond, stageLine(0, "jobs.retry", 0, rs1Record("stream-sequence: 0\nx-ruststream-retry-count: 1\n", []byte("j1")))},
+			{50 * time.Millisecond, stageLine(0, "jobs.retry", 1, rs1Record("stream-sequence: 0\nx-ruststream-retry-count: 1\n", []byte("broadcast to both")))},
+		},
+		logs: []wantLog{
+			{slog.LevelInfo, msgL6, map[string]string{"subscription": "jobs"}},
+			{slog.LevelWarn, msgFailed, map[string]string{"subscription": "jobs", "retry_after": "50ms", "err": "exit status 75"}},
+			{slog.LevelWarn, msgL1, map[string]string{"subscription": "audit", "seq": "0"}},
+			{slog.LevelWarn, msgInvalidLine, map[string]string{"line": "3"}},
+			{slog.LevelWarn, msgL2, map[string]string{"subscription": "jobs", "attempt": "2"}},
+			{slog.LevelWarn, msgL1, map[string]string{"subscription": "audit", "seq": "1"}},
+		},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := loadTestConfig(t, tt.config, conf.ModePipe)
+			if err != nil {
+				t.Fatal(err)
+			}
+			synctest.Test(t, func(t *testing.T) {
+				r := runStage(t, cfg, tt.in, tt.hold, tt.handlers)
+				if got := fmt.Sprint(r.err); (tt.err == "" && r.err != nil) || (tt.err != "" && !strings.Contains(got, tt.err)) {
+					t.Errorf("RunPipe returned %v, want %q", r.err, tt.err)
+				}
+				if got := r.seenLines(); !slices.Equal(got, tt.seen) {
+					t.Errorf("handlers got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(tt.seen, "\n"))
+				}
+				if got := r.out.all(); !slices.Equal(got, tt.out) {
+					t.Errorf("stdout writes\n%v\nwant\n%v", got, tt.out)
+				}
+				checkLogsInOrder(t, r.logs.all(), tt.logs)
+				for _, msg := range tt.noLogs {
+					if rs := r.logs.with(msg); len(rs) != 0 {
+						t.Errorf("logged %v", rs)
+					}
+				}
+			})
+		})
+	}
+}
+
+// TestStageItem35: a pipe registration without out_retry is refused when
+// the configuration loads, before anything runs: every such subscription
+// is named with how to fix it, and one that has out_retry is not.
+func TestStageItem35(t *testing.T) {
+	_, err := loadTestConfig(t, "shutdown_timeout = \"5s\"\n"+stageSub("jobs", "jobs", "")+
+		stageSub("audit", "audit", `out_retry = "audit.retry"`)+
+		stageSub("billing", "billing", "max_attempts = 3\ndead_letter = \"billing.dead\""), conf.ModePipe)
+	if err == nil {
+		t.Fatal("loaded")
+	}
+	for _, want := range []string{
+		`subscription "jobs": a pipe stage must name a retry destination: set out_retry = "jobs.retry"`,
+		`subscription "billing": a pipe stage must name a retry destination: set out_retry = "billing.retry"`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+	if strings.Contains(err.Error(), `"audit"`) {
+		t.Errorf("error names audit, which has out_retry:\n%v", err)
+	}
+}
+
+// TestStageItem38And39: the stdout writer refuses an empty message with no
+// headers (item 38), and a copy enveloped for stdio prints a plain payload
+// that can stand on a line as it is (item 39), one whole line per copy.
+func TestStageItem38And39(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		out := &stageOut{start: time.Now()}
+		lw := pipe.NewWriter(out)
+		if err := lw.Write("jobs", envelope.Encode(nil, nil, true)); err != pipe.ErrEmpty {
+			t.Errorf("an empty message: %v, want %v", err, pipe.ErrEmpty)
+		}
+		if err := lw.Write("jobs", envelope.Encode(nil, []byte(`{"id":7}`), true)); err != nil {
+			t.Fatal(err)
+		}
+		if err := lw.Write("jobs", envelope.Encode(nil, []byte("a\nb"), true)); err != nil {
+			t.Fatal(err)
+		}
+		want := []stageWrite{{0, stageLine(0, "jobs", 0, `{"id":7}`)}, {0, stageLine(0, "jobs", 1, rs1Record("", []byte("a\nb")))}}
+		if got := out.all(); !slices.Equal(got, want) {
+			t.Errorf("stdout writes %v, want %v", got, want)
+		}
+	})
+}
+
+// TestStageItem39NextStage: the copy line of one stage, read by a second
+// stage on its key, hands that stage's handler the original payload and
+// the count.
+func TestStageItem39NextStage(t *testing.T) {
+	a, err := loadTestConfig(t, "shutdown_timeout = \"5s\"\n"+stageSub("jobs", "jobs", "out_retry = \"jobs.retry\"\nmax_attempts = 2"), conf.ModePipe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := loadTestConfig(t, "shutdown_timeout = \"5s\"\n"+stageSub("retries", "jobs.retry", `out_retry = "jobs.again"`), conf.ModePipe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	synctest.Test(t, func(t *testing.T) {
+		ra := runStage(t, a, "[jobs | 3] {\"id\":7}\n", 0, stageHandlers{"jobs": func(*handler.Delivery) handler.Outcome { return retry }})
+		rb := runStage(t, b, ra.out.String(), 0, stageHandlers{"retries": func(*handler.Delivery) handler.Outcome { return ack }})
+		if ra.err != nil || rb.err != nil {
+			t.Fatalf("RunPipe: %v, %v", ra.err, rb.err)
+		}
+		if got := rb.seenLines(); !slices.Equal(got, []string{`retries 0 2 "{\"id\":7}"`}) {
+			t.Errorf("stage B got %q", got)
+		}
+		if c := rb.seen[0].Headers; string(headerValue(c, envelope.RetryCountHeader)) != "1" || string(headerValue(c, envelope.SequenceHeader)) != "0" {
+			t.Errorf("stage B's delivery headers %v", c)
+		}
+		if s := rb.out.String(); s != "" {
+			t.Errorf("stage B, which acks, wrote %q", s)
+		}
+	})
+}
+
+// TestStageItem41: the stdin line `[2024-01-01T00:00:00 | jobs | 1]
+// {"id":7}  ` reaches the handler on jobs with the payload trimmed (the
+// stage trims both ends, where settlement.md §8.1 keeps trailing white
+// space), stream-sequence 1 its only header, and the line's sequence, key
+// and timestamp; its copy carries the trimmed payload.
+func TestStageItem41(t *testing.T) {
+	cfg, err := loadTestConfig(t, "shutdown_timeout = \"5s\"\n"+stageSub("jobs", "jobs", "out_retry = \"jobs.retry\"\nmax_attempts = 2"), conf.ModePipe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	synctest.Test(t, func(t *testing.T) {
+		r := runStage(t, cfg, "[2024-01-01T00:00:00 | jobs | 1]   {\"id\":7}  \n", 0, stageHandlers{"jobs": func(*handler.Delivery) handler.Outcome { return retry }})
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		want := handler.Delivery{Subscription: "jobs", Key: "jobs", Seq: 1, TimestampMs: 1704067200000, Attempt: 1,
+			Headers: envelope.Headers{{Name: envelope.SequenceHeader, Value: []byte("1")}}, Payload: []byte(`{"id":7}`)}
+		if len(r.seen) != 1 || fmt.Sprint(r.seen[0]) != fmt.Sprint(want) {
+			t.Fatalf("deliveries %+v, want %+v", r.seen, want)
+		}
+		if got, want := r.out.String(), stageLine(0, "jobs.retry", 0, rs1Record("stream-sequence: 1\nx-ruststream-retry-count: 1\n", []byte(`{"id":7}`))); got != want {
+			t.Errorf("stdout %q, want %q", got, want)
+		}
+	})
+}
