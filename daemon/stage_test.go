@@ -11,6 +11,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -433,4 +434,62 @@ func TestStageItem41(t *testing.T) {
 			t.Errorf("stdout %q, want %q", got, want)
 		}
 	})
+}
+
+// TestStagePanic: a handler that panics in a pipe stage is settled as in
+// streamd run (TestRunItem51PanicFailsFast): recovered, logged (L7),
+// counted under outcome "panic", and the stage ends with the panic, the
+// record unsettled: no copy, and no line after it is handled.
+func TestStagePanic(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg, err := loadTestConfig(t, "shutdown_timeout = \"5s\"\n"+stageSub("jobs", "jobs", `out_retry = "jobs.retry"`), conf.ModePipe)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := runStage(t, cfg, "[jobs] a\n[jobs] boom\n[jobs] c\n", 0, stageHandlers{"jobs": func(d *handler.Delivery) handler.Outcome {
+			if string(d.Payload) == "boom" {
+				panic("handler exploded")
+			}
+			return retryAfter(0)
+		}})
+		var pe *panicError
+		if !errors.As(r.err, &pe) {
+			t.Fatalf("RunPipe returned %v, want the panic", r.err)
+		}
+		if got := r.seenLines(); !slices.Equal(got, []string{`jobs 0 1 "a"`, `jobs 1 1 "boom"`}) {
+			t.Errorf("handled %q, want a then boom, and nothing after the panic", got)
+		}
+		checkLogs(t, r.logs.with(msgL7), []wantLog{{slog.LevelError, msgL7, map[string]string{"subscription": "jobs", "panic": "handler exploded"}}})
+		if v := gatheredValue(t, r.reg, "streamd_handler_records_total", map[string]string{"subscription": "jobs", "outcome": "panic"}); v != 1 {
+			t.Errorf("%v panics counted, want 1", v)
+		}
+		if lines := strings.Count(r.out.String(), "\n"); lines != 1 {
+			t.Errorf("stdout %q: want the one copy of a, and none of boom", r.out.String())
+		}
+	})
+}
+
+// gatheredValue returns the value of the series of name with labels in reg.
+func gatheredValue(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
+					continue series
+				}
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no series %s%v", name, labels)
+	return 0
 }
