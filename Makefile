@@ -2,7 +2,7 @@
 GO       ?= go
 BIN      := bin/streamd
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
-LDFLAGS  := -X main.version=$(VERSION)
+LDFLAGS  := -X github.com/prometheus/common/version.Version=$(VERSION)
 FUZZTIME ?= 10s
 BENCHTIME ?= 1s
 

@@ -24,8 +24,6 @@ const primingKey = "ruststream-internal"
 const (
 	maxConcurrency = 1024
 	maxNameLen     = 64
-	// maxBeaconInterval keeps intervals where streamd publish keeps them.
-	maxBeaconInterval = 1 << 31
 )
 
 // validate checks a well-typed configuration, resolving its relative paths.
@@ -89,12 +87,11 @@ func (l *loader) checkStream(p keyPath, s *Stream, streams, files map[string]key
 		} else {
 			files[s.Path] = p
 		}
-		if base := filepath.Base(s.Path); len(base) > streamfile.MaxFileNameLen && (s.Create || !l.has(p.k("create"))) {
-			l.errorf(p.k("path"), "file name %q is %d bytes long; the header of a stream file holds at most %d", base, len(base), streamfile.MaxFileNameLen)
-		}
 	}
-	if n := s.BeaconInterval; l.has(p.k("beacon_interval")) && (n <= 0 || n%1024 != 0 || n > maxBeaconInterval) {
-		l.errorf(p.k("beacon_interval"), "invalid beacon interval %d: use a positive multiple of 1024", n)
+	if q := p.k("beacon_interval"); l.has(q) {
+		if err := streamfile.CheckBeaconInterval(int64(s.BeaconInterval)); err != nil {
+			l.errorf(q, "%v", err)
+		}
 	}
 	l.positive(p.k("poll_interval"), s.PollInterval)
 }

@@ -115,7 +115,6 @@ F:20: subscription[2].handler.kind: required: use http, exec, stdout or discard
 F:20: subscription[2].stream: required: the name of the [[stream]] to read`},
 		{"stream-path", ModeRun, `F:9: stream[1].path: /var/lib/seastreamer/orders.ss is also the file of stream[0]
 F:11: stream[2].path: required: the stream file
-F:16: stream[3].path: file name "a-stream-file-name-so-long-that-the-128-byte-header-of-a-stream-file-cannot-hold-it-whatever-the-writers-do-now.ss" is 114 bytes long; the header of a stream file holds at most 111
 F:17: stream[3].poll_interval: must be positive, not 0s
 F:18: stream[3].beacon_interval: invalid beacon interval 4294967296: use a positive multiple of 1024`},
 		{"subscription-options", ModeRun, `F:2: shutdown_timeout: must be positive, not 0s

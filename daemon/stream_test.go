@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -10,11 +11,17 @@ import (
 )
 
 // TestOpenStreamLongFileName: the daemon accepts a stream file name longer
-// than the header holds (123 bytes, the limit is 111), as streamd publish
-// does: the header of the file it creates holds the first 111 bytes.
+// than the header holds (123 bytes, the limit is 111), in its configuration
+// and when it opens the file, as streamd publish does: the header of the
+// file it creates holds the first 111 bytes.
 func TestOpenStreamLongFileName(t *testing.T) {
 	name := strings.Repeat("n", 120) + ".ss"
-	s, err := openStream(conf.Stream{Name: "long", Path: filepath.Join(t.TempDir(), name), Create: true, BeaconInterval: 1024})
+	cfg, err := loadTestConfig(t, fmt.Sprintf("state_dir = %q\n[[stream]]\nname = \"long\"\npath = %q\n", t.TempDir(), filepath.Join(t.TempDir(), name))+
+		"[[subscription]]\nname = \"s\"\nstream = \"long\"\nkey = \"k\"\n[subscription.handler]\nkind = \"discard\"\n", conf.ModeRun)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := openStream(cfg.Streams[0])
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,15 @@ import (
 	"unicode/utf8"
 )
 
+// CheckBeaconInterval says whether n is a beacon interval streamd creates
+// files with: a positive multiple of 1024, at most 2 GiB.
+func CheckBeaconInterval(n int64) error {
+	if n <= 0 || n%1024 != 0 || n > 1<<31 {
+		return fmt.Errorf("invalid beacon interval %d: use a positive multiple of 1024", n)
+	}
+	return nil
+}
+
 // Layout constants of format version 1 (spec §3–§7).
 const (
 	HeaderSize = 128

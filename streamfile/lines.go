@@ -103,3 +103,25 @@ func lineFrame(line []byte, n int, o *LineOptions, arena *[]byte) (Frame, error)
 		Payload:     (*arena)[start:len(*arena):len(*arena)],
 	}, nil
 }
+
+// PublishFile appends the lines of r to the stream file at path as
+// [PublishLines] makes records of them, through an [Appender] opened with
+// ao at the first batch, so that input that fails at once writes nothing.
+// What it appended is synced before it returns, even after an error. It
+// returns the number of records appended.
+func PublishFile(path string, r io.Reader, lo LineOptions, ao AppendOptions) (int, error) {
+	var a *Appender
+	n, err := PublishLines(r, lo, func(batch []Frame) error {
+		if a == nil {
+			var err error
+			if a, err = OpenAppender(path, ao); err != nil {
+				return err
+			}
+		}
+		return a.Publish(batch)
+	})
+	if a != nil {
+		err = errors.Join(err, a.Sync(), a.Close())
+	}
+	return n, err
+}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -283,6 +284,48 @@ func (p Format) Print(w io.Writer, r io.ReaderAt, h *Header, size int64) (pos in
 		}
 		return d.Pos(), err
 	}
+}
+
+// HeaderError is a file whose first 128 bytes are not a stream file's
+// header: too short, another format, another version.
+type HeaderError struct {
+	Path string
+	Err  error
+}
+
+func (e *HeaderError) Error() string {
+	if errors.Is(e.Err, ErrTruncated) {
+		return e.Path + ": shorter than the 128-byte header"
+	}
+	return e.Path + ": " + e.Err.Error()
+}
+
+func (e *HeaderError) Unwrap() error { return e.Err }
+
+// PrintFile prints the stream file at path with [Format.Print], up to the
+// size it has when PrintFile starts. It returns that size, and the
+// position and the error where Print stopped, the error wrapped with the
+// path; a file that cannot be opened is an [*fs.PathError], and one whose
+// header is not a stream file's a [*HeaderError].
+func (p Format) PrintFile(w io.Writer, path string) (pos, size int64, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, 0, err
+	}
+	h, err := ReadHeader(f)
+	if err != nil {
+		return 0, fi.Size(), &HeaderError{Path: path, Err: err}
+	}
+	pos, err = p.Print(w, io.NewSectionReader(f, 0, fi.Size()), &h, fi.Size())
+	if err != nil {
+		err = fmt.Errorf("%s: %w", path, err)
+	}
+	return pos, fi.Size(), err
 }
 
 // appendJSONString appends s as a JSON string, without the HTML escaping

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -13,36 +12,28 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/alecthomas/kingpin/v2"
 	"github.com/streamd/streamd/streamfile"
 	"github.com/streamd/streamd/tail"
 )
 
-func runDecode(args []string, s stdio) int {
-	fs := flag.NewFlagSet("decode", flag.ContinueOnError)
-	fs.SetOutput(s.err)
-	format := fs.String("format", "log", "output format: log (stdio lines) or ndjson")
-	follow := fs.Bool("follow", false, "print the messages as the file grows, until its end-of-stream frame or SIGINT/SIGTERM; beacons are not printed")
-	fs.Usage = func() {
-		fmt.Fprintln(s.err, "usage: streamd decode [--format=log|ndjson] [--follow] FILE")
-		fs.PrintDefaults()
+// decodeCommand is `streamd decode`: print the records of a stream file.
+func decodeCommand(app *kingpin.Application) action {
+	cmd := app.Command("decode", "Print the records of a stream file, up to its size when the command starts.")
+	format := cmd.Flag("format", "Output format: log (stdio lines) or ndjson.").Default("log").Enum("log", "ndjson")
+	follow := cmd.Flag("follow", "Print the messages as the file grows, until its end-of-stream frame or SIGINT/SIGTERM; beacons are not printed.").Bool()
+	path := cmd.Arg("FILE", "The stream file.").Required().String()
+	return func(s stdio) int {
+		p, err := streamfile.ParseFormat(*format)
+		if err != nil {
+			panic(err) // the flag's enum admits only the formats
+		}
+		out := bufio.NewWriterSize(s.out, 64<<10)
+		if *follow {
+			return followFile(*path, p, out, s.err)
+		}
+		return decodeFile(*path, p, out, s.err)
 	}
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
-	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return exitUsage
-	}
-	p, err := streamfile.ParseFormat(*format)
-	if err != nil {
-		fmt.Fprintf(s.err, "streamd decode: unknown --format %q: use log or ndjson\n", *format)
-		return exitUsage
-	}
-	out := bufio.NewWriterSize(s.out, 64<<10)
-	if *follow {
-		return followFile(fs.Arg(0), p, out, s.err)
-	}
-	return decodeFile(fs.Arg(0), p, out, s.err)
 }
 
 // flushed flushes out and reports whether that worked; a reader that went
@@ -56,27 +47,10 @@ func flushed(out *bufio.Writer, errw io.Writer) bool {
 }
 
 // decodeFile prints the file at path as it is when the decode starts
-// ([streamfile.Format.Print]).
+// ([streamfile.Format.PrintFile]).
 func decodeFile(path string, p streamfile.Format, out *bufio.Writer, errw io.Writer) int {
-	f, err := os.Open(path)
-	var fi os.FileInfo
-	if err == nil {
-		defer f.Close()
-		fi, err = f.Stat()
-	}
-	if err != nil {
-		fmt.Fprintf(errw, "streamd decode: %v\n", err)
-		return exitUsage
-	}
-	h, err := streamfile.ReadHeader(f)
-	if errors.Is(err, streamfile.ErrTruncated) {
-		err = errors.New("shorter than the 128-byte header")
-	}
-	if err != nil {
-		fmt.Fprintf(errw, "streamd decode: %s: %v\n", path, err)
-		return exitError
-	}
-	pos, err := p.Print(out, io.NewSectionReader(f, 0, fi.Size()), &h, fi.Size())
+	pos, size, err := p.PrintFile(out, path)
+	var he *streamfile.HeaderError
 	var ce *streamfile.ChecksumError
 	var fe *streamfile.FormatError
 	switch {
@@ -84,60 +58,34 @@ func decodeFile(path string, p streamfile.Format, out *bufio.Writer, errw io.Wri
 		return exitError
 	case err == nil:
 		return exitOK
+	case errors.As(err, &he):
 	case errors.Is(err, streamfile.ErrTruncated):
-		fmt.Fprintf(errw, "streamd decode: %s: file ends inside the frame at offset %d (size %d): it may have been truncated or still be written\n", path, pos, fi.Size())
+		fmt.Fprintf(errw, "streamd decode: %s: file ends inside the frame at offset %d (size %d): it may have been truncated or still be written\n", path, pos, size)
 		return exitOK
 	}
-	fmt.Fprintf(errw, "streamd decode: %s: %v\n", path, err)
-	if errors.As(err, &ce) || errors.As(err, &fe) {
+	fmt.Fprintf(errw, "streamd decode: %v\n", err)
+	if errors.As(err, &he) || errors.As(err, &ce) || errors.As(err, &fe) {
 		return exitError
 	}
 	return exitUsage
 }
 
-// followFile prints the messages of the file at path as a [tail.Follower]
-// delivers them, until the end of stream or a signal. A file's header line
-// comes before its messages, again after the path was replaced. Corrupt
-// data stops it, with an error line as decodeFile prints it.
+// followFile prints the messages of the file at path as it grows
+// ([tail.Print]), until the end of stream or a signal.
 func followFile(path string, p streamfile.Format, out *bufio.Writer, errw io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	logger := slog.New(slog.NewTextHandler(errw, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	fl, err := tail.New(tail.Options{Path: path, OnCorrupt: tail.StopOnCorrupt, Logger: logger})
-	if err != nil {
-		fmt.Fprintf(errw, "streamd decode: %v\n", err)
-		if errors.Is(err, fs.ErrNotExist) {
-			return exitUsage
-		}
+	err := tail.Print(ctx, out, path, p, logger)
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, syscall.EPIPE): // the reader went away: not worth a message
 		return exitError
 	}
-	defer fl.Close()
-	file := fl.Position().File
-	var line []byte
-	if h := fl.Header(); h.BeaconInterval != 0 {
-		line = p.AppendHeader(line, &h)
+	fmt.Fprintf(errw, "streamd decode: %v\n", err)
+	if errors.Is(err, fs.ErrNotExist) {
+		return exitUsage
 	}
-	for {
-		out.Write(line)
-		if !flushed(out, errw) {
-			return exitError
-		}
-		line = line[:0]
-		r, err := fl.Next(ctx)
-		if err == nil {
-			if r.File != file {
-				h := fl.Header()
-				line, file = p.AppendHeader(line, &h), r.File
-			}
-			line = p.AppendRecord(line, r.Record)
-			continue
-		}
-		if errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) {
-			return exitOK
-		}
-		out.Write(p.AppendError(line, err, 0, 0)) // a follower waits at a torn tail: err is damage or a failure
-		fmt.Fprintf(errw, "streamd decode: %v\n", err)
-		flushed(out, errw)
-		return exitError
-	}
+	return exitError
 }

@@ -1,6 +1,8 @@
 // Command streamd tails SeaStreamer stream files and hands each record of a
 // subscribed stream key to a handler, settling retries as the reference
-// runtime does. This file dispatches subcommands; each lives in its own file.
+// runtime does. This file builds the command line; each subcommand lives in
+// its own file and only parses, wires and reports: the work is done by the
+// packages it calls.
 package main
 
 import (
@@ -8,8 +10,10 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
+
+	"github.com/alecthomas/kingpin/v2"
+	"github.com/prometheus/common/version"
 )
 
 // Exit codes shared by the subcommands.
@@ -19,13 +23,6 @@ const (
 	exitUsage = 2 // the command line was wrong or a file could not be opened
 )
 
-// command is one subcommand.
-type command struct {
-	name    string
-	summary string
-	run     func(args []string, stdio stdio) int
-}
-
 // stdio is where a subcommand reads and writes, so tests can run it in
 // process.
 type stdio struct {
@@ -33,49 +30,53 @@ type stdio struct {
 	out, err io.Writer
 }
 
-var commands = []command{
-	{"run", "run the daemon (the default command)", runDaemon},
-	{"pipe", "run as one stage of a shell pipeline over stdio lines", runPipe},
-	{"check-config", "check a configuration file as streamd would load it", runCheckConfig},
-	{"decode", "print the records of a stream file", runDecode},
-	{"publish", "append stdio-format lines from stdin to a stream file", runPublish},
-	{"offsets", "show or set the stored positions of subscriptions", runOffsets},
-	{"version", "print version information", runVersion},
-}
+// action runs a parsed subcommand and returns its exit code.
+type action func(s stdio) int
+
+// terminated is how the command line stops parsing after --help or
+// --version printed what was asked: kingpin's Terminate hook panics with
+// it, and run recovers the exit code.
+type terminated int
 
 func main() {
 	signal.Ignore(syscall.SIGPIPE) // a closed stdout is an EPIPE write error, handled where it happens
 	os.Exit(run(os.Args[1:], stdio{os.Stdin, os.Stdout, os.Stderr}))
 }
 
-func run(args []string, s stdio) int {
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") && !isHelp(args[0]) {
-		return runDaemon(args, s)
+func run(args []string, s stdio) (code int) {
+	app := kingpin.New("streamd", "Tails SeaStreamer stream files and hands each record of a subscribed stream key to a handler.")
+	app.UsageWriter(s.out).ErrorWriter(s.err)
+	app.HelpFlag.Short('h')
+	app.Version(version.Print("streamd"))
+	app.Terminate(func(c int) { panic(terminated(c)) })
+	actions := map[string]action{
+		"run":          runCommand(app),
+		"pipe":         pipeCommand(app),
+		"check-config": checkConfigCommand(app),
+		"decode":       decodeCommand(app),
+		"publish":      publishCommand(app),
+		"version":      versionCommand(app),
 	}
-	switch args[0] {
-	case "-h", "-help", "--help", "help":
-		usage(s.out)
-		return exitOK
-	}
-	for _, c := range commands {
-		if c.name == args[0] {
-			return c.run(args[1:], s)
+	addOffsetsCommands(app, actions)
+	defer func() {
+		r := recover()
+		if t, ok := r.(terminated); ok {
+			code = exitOK
+			if t != 0 {
+				code = exitUsage
+			}
+		} else if r != nil {
+			panic(r)
 		}
+	}()
+	cmd, err := app.Parse(args)
+	if err != nil {
+		help := "streamd help"
+		if ctx, _ := app.ParseContext(args); ctx != nil && ctx.SelectedCommand != nil {
+			help += " " + ctx.SelectedCommand.FullCommand()
+		}
+		fmt.Fprintf(s.err, "streamd: %v; see '%s'\n", err, help)
+		return exitUsage
 	}
-	fmt.Fprintf(s.err, "streamd: unknown command %q\n", args[0])
-	usage(s.err)
-	return exitUsage
-}
-
-func isHelp(arg string) bool {
-	return arg == "-h" || arg == "-help" || arg == "--help"
-}
-
-func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: streamd <command> [flags]")
-	fmt.Fprintln(w, "\ncommands:")
-	for _, c := range commands {
-		fmt.Fprintf(w, "  %-13s %s\n", c.name, c.summary)
-	}
-	fmt.Fprintln(w, "\nRun 'streamd <command> -h' for the flags of a command.")
+	return actions[cmd](s)
 }

@@ -3,48 +3,41 @@ package main
 import (
 	"cmp"
 	"errors"
-	"flag"
 	"fmt"
 	"slices"
 	"text/tabwriter"
 	"time"
 
+	"github.com/alecthomas/kingpin/v2"
 	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/daemon"
 	"github.com/streamd/streamd/offsets"
 	"github.com/streamd/streamd/tail"
 )
 
-// runOffsets is `streamd offsets show|set`: read or rewrite the stored
-// positions of a configuration's subscriptions.
-func runOffsets(args []string, s stdio) int {
-	if len(args) == 0 || (args[0] != "show" && args[0] != "set") {
-		fmt.Fprintln(s.err, "usage: streamd offsets show --config.file=PATH")
-		fmt.Fprintln(s.err, "       streamd offsets set --config.file=PATH --subscription=NAME --to=beginning|end|seq:N|time:RFC3339|offset:N")
-		return exitUsage
-	}
-	verb := args[0]
-	fset := flag.NewFlagSet("offsets "+verb, flag.ContinueOnError)
-	fset.SetOutput(s.err)
-	path := fset.String("config.file", conf.DefaultFile(), "configuration file")
-	name := fset.String("subscription", "", "subscription to move (set)")
-	to := fset.String("to", "", "new position (set): beginning, end, seq:N, time:RFC3339 or offset:N")
-	if err := fset.Parse(args[1:]); err != nil {
-		return exitUsage
-	}
-	cfg, err := conf.Load(*path, conf.ModeRun)
-	if err != nil {
-		fmt.Fprintf(s.err, "streamd offsets: couldn't load configuration (--config.file=%q):\n%v\n", *path, err)
+// addOffsetsCommands adds `streamd offsets show` and `streamd offsets
+// set`: read or rewrite the stored positions of a configuration's
+// subscriptions.
+func addOffsetsCommands(app *kingpin.Application, actions map[string]action) {
+	cmd := app.Command("offsets", "Show or set the stored positions of subscriptions.")
+	show := cmd.Command("show", "Print each subscription's stored position, its stream file's size and the lag.")
+	showConfig := configFlag(show, conf.ModeRun, "streamd offsets")
+	set := cmd.Command("set", "Rewind or skip one subscription; refused while the daemon runs.")
+	setConfig := configFlag(set, conf.ModeRun, "streamd offsets")
+	name := set.Flag("subscription", "The subscription to move.").Required().String()
+	to := set.Flag("to", "The new position: beginning, end, seq:N, time:RFC3339 or offset:N.").Required().String()
+	actions[show.FullCommand()] = func(s stdio) int {
+		if cfg := showConfig.load(s); cfg != nil {
+			return showOffsets(cfg, s)
+		}
 		return exitError
 	}
-	if verb == "show" {
-		return showOffsets(cfg, s)
+	actions[set.FullCommand()] = func(s stdio) int {
+		if cfg := setConfig.load(s); cfg != nil {
+			return setOffset(cfg, *name, *to, s)
+		}
+		return exitError
 	}
-	if *name == "" || *to == "" {
-		fmt.Fprintln(s.err, "streamd offsets set: --subscription and --to are required")
-		return exitUsage
-	}
-	return setOffset(cfg, *name, *to, s)
 }
 
 // showOffsets prints each subscription's stored position, its file's size

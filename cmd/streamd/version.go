@@ -1,33 +1,24 @@
 package main
 
 import (
-	"flag"
 	"fmt"
-	"runtime"
-	"runtime/debug"
+
+	"github.com/alecthomas/kingpin/v2"
+	"github.com/prometheus/common/version"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "devel"
-
-func runVersion(args []string, s stdio) int {
-	fs := flag.NewFlagSet("version", flag.ContinueOnError)
-	fs.SetOutput(s.err)
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
+// version.Version is set at build time (the Makefile's -ldflags -X); a
+// plain go build is a development build.
+func init() {
+	if version.Version == "" {
+		version.Version = "devel"
 	}
-	fmt.Fprintf(s.out, "streamd %s (revision %s, %s, %s/%s)\n", version, revision(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
-	return exitOK
 }
 
-// revision is the VCS revision the binary was built from, when known.
-func revision() string {
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, st := range bi.Settings {
-			if st.Key == "vcs.revision" {
-				return st.Value
-			}
-		}
+func versionCommand(app *kingpin.Application) action {
+	app.Command("version", "Print version information.")
+	return func(s stdio) int {
+		fmt.Fprintln(s.out, version.Print("streamd"))
+		return exitOK
 	}
-	return "unknown"
 }
