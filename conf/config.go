@@ -37,6 +37,23 @@ func (m Mode) String() string {
 	return "run"
 }
 
+// UnmarshalText reads a mode by the name of its command, run or pipe, as
+// a command-line value.
+func (m *Mode) UnmarshalText(text []byte) error {
+	switch string(text) {
+	case "run":
+		*m = ModeRun
+	case "pipe":
+		*m = ModePipe
+	default:
+		return fmt.Errorf("unknown mode %q: use run or pipe", text)
+	}
+	return nil
+}
+
+// MarshalText writes the mode as [Mode.String] does.
+func (m Mode) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
+
 // Config is a streamd configuration file. [Load] returns it checked,
 // with relative paths made absolute and defaults filled in.
 type Config struct {

@@ -608,3 +608,17 @@ func TestDuration(t *testing.T) {
 		}
 	}
 }
+
+func TestModeText(t *testing.T) {
+	for _, m := range []Mode{ModeRun, ModePipe} {
+		text, err := m.MarshalText()
+		var back Mode
+		if err != nil || back.UnmarshalText(text) != nil || back != m {
+			t.Errorf("mode %v: %q, %v; read back as %v", m, text, err, back)
+		}
+	}
+	var m Mode
+	if err := m.UnmarshalText([]byte("daemon")); err == nil || !strings.Contains(err.Error(), "use run or pipe") {
+		t.Errorf("UnmarshalText(daemon) = %v, want an error naming the modes", err)
+	}
+}

@@ -1,6 +1,7 @@
 package streamfile
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
@@ -236,11 +237,11 @@ func (p Format) AppendError(b []byte, err error, pos, size int64) []byte {
 // a frame stops the decode. It returns the error that stopped it, nil at
 // the end of the data or of the stream: [ErrTruncated], a [*ChecksumError]
 // or a [*FormatError] (after their error line), a read error, or the first
-// error writing to w; and the position of the decoder then, the start of
-// the frame a truncation or a format error is about.
+// error writing to w as a [*WriteError]; and the position of the decoder
+// then, the start of the frame a truncation or a format error is about.
 func (p Format) Print(w io.Writer, r io.ReaderAt, h *Header, size int64) (pos int64, err error) {
 	if _, err := w.Write(p.AppendHeader(nil, h)); err != nil {
-		return HeaderSize, err
+		return HeaderSize, &WriteError{err}
 	}
 	// Beacons are reported as the decoder passes them, which is before the
 	// frame they interrupt is complete: they wait for the frames before
@@ -259,12 +260,14 @@ func (p Format) Print(w io.Writer, r io.ReaderAt, h *Header, size int64) (pos in
 	write := func(before int64) error {
 		for len(pending) > 0 && pending[0].at < before {
 			if _, err := w.Write(pending[0].line); err != nil {
-				return err
+				return &WriteError{err}
 			}
 			pending = pending[1:]
 		}
-		_, err := w.Write(line)
-		return err
+		if _, err := w.Write(line); err != nil {
+			return &WriteError{err}
+		}
+		return nil
 	}
 	for {
 		rec, err := d.Next()
@@ -302,11 +305,19 @@ func (e *HeaderError) Error() string {
 
 func (e *HeaderError) Unwrap() error { return e.Err }
 
-// PrintFile prints the stream file at path with [Format.Print], up to the
-// size it has when PrintFile starts. It returns that size, and the
-// position and the error where Print stopped, the error wrapped with the
-// path; a file that cannot be opened is an [*fs.PathError], and one whose
-// header is not a stream file's a [*HeaderError].
+// WriteError is a failure to write what [Format.Print] prints.
+type WriteError struct{ Err error }
+
+func (e *WriteError) Error() string { return "write output: " + e.Err.Error() }
+
+func (e *WriteError) Unwrap() error { return e.Err }
+
+// PrintFile prints the stream file at path with [Format.Print] to w,
+// buffered, up to the size it has when PrintFile starts. It returns that
+// size, and the position and the error where Print stopped, the error
+// wrapped with the path; a file that cannot be opened is an
+// [*fs.PathError], and one whose header is not a stream file's a
+// [*HeaderError].
 func (p Format) PrintFile(w io.Writer, path string) (pos, size int64, err error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -321,7 +332,11 @@ func (p Format) PrintFile(w io.Writer, path string) (pos, size int64, err error)
 	if err != nil {
 		return 0, fi.Size(), &HeaderError{Path: path, Err: err}
 	}
-	pos, err = p.Print(w, io.NewSectionReader(f, 0, fi.Size()), &h, fi.Size())
+	bw := bufio.NewWriterSize(w, 64<<10)
+	pos, err = p.Print(bw, io.NewSectionReader(f, 0, fi.Size()), &h, fi.Size())
+	if ferr := bw.Flush(); ferr != nil && err == nil {
+		err = &WriteError{ferr}
+	}
 	if err != nil {
 		err = fmt.Errorf("%s: %w", path, err)
 	}

@@ -84,7 +84,7 @@ func TestAppendError(t *testing.T) {
 }
 
 // TestPrintWriteError: Print stops at the first failed write and returns
-// its error.
+// its error, as a *WriteError.
 func TestPrintWriteError(t *testing.T) {
 	file, err := os.ReadFile(filepath.Join(vectorDir, "consumer.ss"))
 	if err != nil {
@@ -92,7 +92,8 @@ func TestPrintWriteError(t *testing.T) {
 	}
 	h, _ := ReadHeader(bytes.NewReader(file))
 	w := &failingWriter{after: 3}
-	if _, err := FormatLog.Print(w, bytes.NewReader(file), &h, int64(len(file))); !errors.Is(err, errWrite) || w.writes != 4 {
+	_, err = FormatLog.Print(w, bytes.NewReader(file), &h, int64(len(file)))
+	if _, ok := errors.AsType[*WriteError](err); !ok || !errors.Is(err, errWrite) || w.writes != 4 {
 		t.Fatalf("Print = %v after %d writes, want errWrite at the 4th", err, w.writes)
 	}
 }

@@ -89,6 +89,10 @@ func (s *Start) UnmarshalText(text []byte) error {
 	return nil
 }
 
+// MarshalText writes s as [Start.String] does, so that a Start can be a
+// command-line value.
+func (s Start) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
 // IsEnd reports whether s is the end of the file.
 func (s Start) IsEnd() bool { return s.kind == startEnd }
 

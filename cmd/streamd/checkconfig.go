@@ -18,15 +18,10 @@ import (
 func checkConfigCommand(app *kingpin.Application) action {
 	cmd := app.Command("check-config", "Check a configuration file exactly as streamd run (or pipe) does at start and reload; write nothing.")
 	path := cmd.Flag("config.file", "Configuration file to check.").Default(conf.DefaultFile()).String()
-	modeName := cmd.Flag("mode", "The command the file is for: run or pipe.").Default("run").Enum("run", "pipe")
+	var mode conf.Mode
+	cmd.Flag("mode", "The command the file is for: run or pipe.").Default("run").SetText(&mode)
 	handlers := cmd.Flag("handlers", "Also build each handler as streamd does at start on this machine: the exec command found, bearer_token_file and ca_file read, the proxy from the environment.").Bool()
-	return func(s stdio) int {
-		mode := conf.ModeRun
-		if *modeName == "pipe" {
-			mode = conf.ModePipe
-		}
-		return checkConfig(*path, mode, *handlers, s)
-	}
+	return func(s stdio) int { return checkConfig(*path, mode, *handlers, s) }
 }
 
 func checkConfig(path string, mode conf.Mode, handlers bool, s stdio) int {

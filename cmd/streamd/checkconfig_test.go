@@ -82,7 +82,7 @@ bearer_token_file = "none.token"
 		{"missing file", []string{"--config.file=" + filepath.Join(dir, "none.toml")}, exitUsage, "",
 			"streamd check-config: open " + filepath.Join(dir, "none.toml") + ": no such file or directory\n"},
 		{"bad mode", []string{"--config.file=" + bad, "--mode=daemon"}, exitUsage, "",
-			"streamd check-config: unknown --mode \"daemon\": use run or pipe\n"},
+			"streamd check-config: unknown mode \"daemon\": use run or pipe; see 'streamd check-config --help'\n"},
 		{"handlers not checked", []string{"--config.file=" + missing}, exitOK,
 			"streamd: configuration file " + missing + " is valid\n", ""},
 		{"handlers checked", []string{"--config.file=" + missing, "--handlers"}, exitError, "",
@@ -92,7 +92,7 @@ bearer_token_file = "none.token"
 		{"handlers that start", []string{"--config.file=../../configs/streamd.toml", "--handlers"}, exitOK,
 			"streamd: configuration file ../../configs/streamd.toml is valid\n", ""},
 		{"argument", []string{bad}, exitUsage, "",
-			"streamd check-config: unexpected argument \"" + bad + "\" (name the file with --config.file)\n"},
+			"streamd check-config: unexpected " + bad + "; see 'streamd check-config --help'\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, errOut bytes.Buffer

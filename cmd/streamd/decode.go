@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -28,63 +27,35 @@ func decodeCommand(app *kingpin.Application) action {
 		if err != nil {
 			panic(err) // the flag's enum admits only the formats
 		}
-		out := bufio.NewWriterSize(s.out, 64<<10)
 		if *follow {
-			return followFile(*path, p, out, s.err)
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			logger := slog.New(slog.NewTextHandler(s.err, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			return decodeExit(s.err, tail.Print(ctx, s.out, *path, p, logger))
 		}
-		return decodeFile(*path, p, out, s.err)
+		pos, size, err := p.PrintFile(s.out, *path)
+		if _, bad := errors.AsType[*streamfile.HeaderError](err); !bad && errors.Is(err, streamfile.ErrTruncated) {
+			fmt.Fprintf(s.err, "streamd decode: %s: file ends inside the frame at offset %d (size %d): it may have been truncated or still be written\n", *path, pos, size)
+			return exitOK
+		}
+		return decodeExit(s.err, err)
 	}
 }
 
-// flushed flushes out and reports whether that worked; a reader that went
-// away (EPIPE) is not worth a message.
-func flushed(out *bufio.Writer, errw io.Writer) bool {
-	err := out.Flush()
-	if err != nil && !errors.Is(err, syscall.EPIPE) {
-		fmt.Fprintf(errw, "streamd decode: write output: %v\n", err)
-	}
-	return err == nil
-}
-
-// decodeFile prints the file at path as it is when the decode starts
-// ([streamfile.Format.PrintFile]).
-func decodeFile(path string, p streamfile.Format, out *bufio.Writer, errw io.Writer) int {
-	pos, size, err := p.PrintFile(out, path)
-	var he *streamfile.HeaderError
-	var ce *streamfile.ChecksumError
-	var fe *streamfile.FormatError
-	switch {
-	case !flushed(out, errw): // a failed write ends the decode too
-		return exitError
-	case err == nil:
-		return exitOK
-	case errors.As(err, &he):
-	case errors.Is(err, streamfile.ErrTruncated):
-		fmt.Fprintf(errw, "streamd decode: %s: file ends inside the frame at offset %d (size %d): it may have been truncated or still be written\n", path, pos, size)
-		return exitOK
-	}
-	fmt.Fprintf(errw, "streamd decode: %v\n", err)
-	if errors.As(err, &he) || errors.As(err, &ce) || errors.As(err, &fe) {
-		return exitError
-	}
-	return exitUsage
-}
-
-// followFile prints the messages of the file at path as it grows
-// ([tail.Print]), until the end of stream or a signal.
-func followFile(path string, p streamfile.Format, out *bufio.Writer, errw io.Writer) int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	logger := slog.New(slog.NewTextHandler(errw, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	err := tail.Print(ctx, out, path, p, logger)
+// decodeExit says on errw why a decode stopped, unless it ended cleanly or
+// its reader went away (EPIPE), and returns its exit code: 2 for a file
+// that cannot be opened or read, 1 for data that is not a stream file's or
+// is damaged, and for a failed write.
+func decodeExit(errw io.Writer, err error) int {
 	switch {
 	case err == nil:
 		return exitOK
-	case errors.Is(err, syscall.EPIPE): // the reader went away: not worth a message
+	case errors.Is(err, syscall.EPIPE):
 		return exitError
 	}
 	fmt.Fprintf(errw, "streamd decode: %v\n", err)
-	if errors.Is(err, fs.ErrNotExist) {
+	_, unwritable := errors.AsType[*streamfile.WriteError](err)
+	if _, unreadable := errors.AsType[*fs.PathError](err); unreadable && !unwritable {
 		return exitUsage
 	}
 	return exitError

@@ -102,8 +102,8 @@ func TestDecodeErrors(t *testing.T) {
 		{"wrong version", []string{"decode", v2}, exitError, "unsupported format version 2, want 1"},
 		{"short header", []string{"decode", short}, exitError, "shorter than the 128-byte header"},
 		{"missing file", []string{"decode", filepath.Join(dir, "nope.ss")}, exitUsage, "no such file or directory"},
-		{"no file", []string{"decode"}, exitUsage, "usage: streamd decode"},
-		{"bad format", []string{"decode", "--format=xml", notSS}, exitUsage, `unknown --format "xml"`},
+		{"no file", []string{"decode"}, exitUsage, "streamd decode: required argument 'FILE' not provided; see 'streamd decode --help'"},
+		{"bad format", []string{"decode", "--format=xml", notSS}, exitUsage, "streamd decode: enum value must be one of log,ndjson, got 'xml'"},
 		{"unknown command", []string{"frobnicate"}, exitUsage, `unknown command "frobnicate"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -117,7 +117,7 @@ func TestDecodeErrors(t *testing.T) {
 
 func TestVersion(t *testing.T) {
 	r := runBinary(t, nil, "version")
-	if r.code != 0 || !strings.HasPrefix(r.stdout, "streamd ") || !strings.Contains(r.stdout, "go1.") {
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "streamd, version ") || !strings.Contains(r.stdout, "go1.") {
 		t.Fatalf("version: exit %d, stdout %q", r.code, r.stdout)
 	}
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -120,8 +119,8 @@ func TestDecodeFollow(t *testing.T) {
 func decodeNDJSON(t *testing.T, path string) []string {
 	t.Helper()
 	var b bytes.Buffer
-	if code := decodeFile(path, streamfile.FormatNDJSON, bufio.NewWriter(&b), io.Discard); code != exitOK {
-		t.Fatalf("decode: exit %d", code)
+	if _, _, err := streamfile.FormatNDJSON.PrintFile(&b, path); err != nil {
+		t.Fatalf("decode: %v", err)
 	}
 	return strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
 }

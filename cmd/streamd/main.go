@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/alecthomas/kingpin/v2"
@@ -71,12 +72,30 @@ func run(args []string, s stdio) (code int) {
 	}()
 	cmd, err := app.Parse(args)
 	if err != nil {
-		help := "streamd help"
-		if ctx, _ := app.ParseContext(args); ctx != nil && ctx.SelectedCommand != nil {
-			help += " " + ctx.SelectedCommand.FullCommand()
+		name := "streamd"
+		if len(args) > 0 && !strings.HasPrefix(args[0], "-") && app.GetCommand(args[0]) == nil {
+			err = fmt.Errorf("unknown command %q", args[0])
+		} else if ctx, _ := app.ParseContext(args); ctx != nil && ctx.SelectedCommand != nil {
+			name += " " + ctx.SelectedCommand.FullCommand()
 		}
-		fmt.Fprintf(s.err, "streamd: %v; see '%s'\n", err, help)
+		fmt.Fprintf(s.err, "%s: %v; see '%s --help'\n", name, err, name)
 		return exitUsage
 	}
 	return actions[cmd](s)
+}
+
+// version.Version is set at build time (the Makefile's -ldflags -X); a
+// plain go build is a development build.
+func init() {
+	if version.Version == "" {
+		version.Version = "devel"
+	}
+}
+
+func versionCommand(app *kingpin.Application) action {
+	app.Command("version", "Print version information.")
+	return func(s stdio) int {
+		fmt.Fprintln(s.out, version.Print("streamd"))
+		return exitOK
+	}
 }

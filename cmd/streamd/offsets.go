@@ -21,47 +21,57 @@ import (
 func addOffsetsCommands(app *kingpin.Application, actions map[string]action) {
 	cmd := app.Command("offsets", "Show or set the stored positions of subscriptions.")
 	show := cmd.Command("show", "Print each subscription's stored position, its stream file's size and the lag.")
-	showConfig := configFlag(show, conf.ModeRun, "streamd offsets")
+	showConfig := configFlag(show, conf.ModeRun, "streamd offsets show")
 	set := cmd.Command("set", "Rewind or skip one subscription; refused while the daemon runs.")
-	setConfig := configFlag(set, conf.ModeRun, "streamd offsets")
+	setConfig := configFlag(set, conf.ModeRun, "streamd offsets set")
 	name := set.Flag("subscription", "The subscription to move.").Required().String()
-	to := set.Flag("to", "The new position: beginning, end, seq:N, time:RFC3339 or offset:N.").Required().String()
+	var to tail.Start
+	set.Flag("to", "The new position: beginning, end, seq:N, time:RFC3339 or offset:N.").Required().SetText(&to)
 	actions[show.FullCommand()] = func(s stdio) int {
-		if cfg := showConfig.load(s); cfg != nil {
-			return showOffsets(cfg, s)
+		cfg := showConfig.load(s)
+		if cfg == nil {
+			return exitError
 		}
-		return exitError
+		reports, err := daemon.Positions(cfg)
+		if err != nil {
+			fmt.Fprintf(s.err, "streamd offsets show: %v\n", err)
+			return exitError
+		}
+		tw := tabwriter.NewWriter(s.out, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "SUBSCRIPTION\tSTREAM\tOFFSET\tLAST SEQ\tFILE SIZE\tLAG\tCOMMITTED\tNOTE")
+		for _, r := range reports {
+			offset, seq, committed := "-", "-", "-"
+			if p := r.Stored; p != nil {
+				offset, seq, committed = fmt.Sprint(p.Offset), fmt.Sprint(p.LastSeq), p.CommittedAt.UTC().Format(time.RFC3339)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Subscription, cmp.Or(r.Stream, "-"), offset, seq,
+				orDash(r.FileSize), orDash(r.Lag), committed, r.Note)
+		}
+		if tw.Flush() != nil {
+			return exitError
+		}
+		return exitOK
 	}
 	actions[set.FullCommand()] = func(s stdio) int {
-		if cfg := setConfig.load(s); cfg != nil {
-			return setOffset(cfg, *name, *to, s)
+		cfg := setConfig.load(s)
+		if cfg == nil {
+			return exitError
 		}
-		return exitError
-	}
-}
-
-// showOffsets prints each subscription's stored position, its file's size
-// and the lag between them.
-func showOffsets(cfg *conf.Config, s stdio) int {
-	reports, err := daemon.Positions(cfg)
-	if err != nil {
-		fmt.Fprintf(s.err, "streamd offsets show: %v\n", err)
-		return exitError
-	}
-	tw := tabwriter.NewWriter(s.out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SUBSCRIPTION\tSTREAM\tOFFSET\tLAST SEQ\tFILE SIZE\tLAG\tCOMMITTED\tNOTE")
-	for _, r := range reports {
-		offset, seq, committed := "-", "-", "-"
-		if p := r.Stored; p != nil {
-			offset, seq, committed = fmt.Sprint(p.Offset), fmt.Sprint(p.LastSeq), p.CommittedAt.UTC().Format(time.RFC3339)
+		if !slices.ContainsFunc(cfg.Subscriptions, func(sc conf.Subscription) bool { return sc.Name == *name }) {
+			fmt.Fprintf(s.err, "streamd offsets set: no subscription %q in the configuration\n", *name)
+			return exitUsage
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Subscription, cmp.Or(r.Stream, "-"), offset, seq,
-			orDash(r.FileSize), orDash(r.Lag), committed, r.Note)
+		pos, err := daemon.SetPosition(cfg, *name, to)
+		if _, locked := errors.AsType[*offsets.LockedError](err); locked {
+			err = fmt.Errorf("refusing while streamd runs: %w\nStop the daemon (systemctl stop streamd), set the position, and start it again", err)
+		}
+		if err != nil {
+			fmt.Fprintf(s.err, "streamd offsets set: %v\n", err)
+			return exitError
+		}
+		fmt.Fprintf(s.out, "streamd: subscription %q now resumes at offset %d of %s (%s)\n", *name, pos.Offset, pos.Stream, to)
+		return exitOK
 	}
-	if err := tw.Flush(); err != nil {
-		return exitError
-	}
-	return exitOK
 }
 
 // orDash writes n, or "-" when it is unknown (negative).
@@ -70,29 +80,4 @@ func orDash(n int64) string {
 		return "-"
 	}
 	return fmt.Sprint(n)
-}
-
-// setOffset rewinds or skips one subscription. It takes the state
-// directory's lock, so it refuses while a daemon runs.
-func setOffset(cfg *conf.Config, name, to string, s stdio) int {
-	start, err := tail.ParseStart(to)
-	if err != nil {
-		fmt.Fprintf(s.err, "streamd offsets set: --to: %v\n", err)
-		return exitUsage
-	}
-	if !slices.ContainsFunc(cfg.Subscriptions, func(sc conf.Subscription) bool { return sc.Name == name }) {
-		fmt.Fprintf(s.err, "streamd offsets set: no subscription %q in the configuration\n", name)
-		return exitUsage
-	}
-	pos, err := daemon.SetPosition(cfg, name, start)
-	if _, locked := errors.AsType[*offsets.LockedError](err); locked {
-		fmt.Fprintf(s.err, "streamd offsets set: refusing while streamd runs: %v\nStop the daemon (systemctl stop streamd), set the position, and start it again.\n", err)
-		return exitError
-	}
-	if err != nil {
-		fmt.Fprintf(s.err, "streamd offsets set: %v\n", err)
-		return exitError
-	}
-	fmt.Fprintf(s.out, "streamd: subscription %q now resumes at offset %d of %s (%s)\n", name, pos.Offset, pos.Stream, to)
-	return exitOK
 }

@@ -47,7 +47,7 @@ func TestOffsetsShowSet(t *testing.T) {
 		{"--subscription=nope --to=end", `no subscription "nope"`},
 		{"--subscription=billing --to=seq:99", `no record of key "orders" reaches seq:99`},
 		{"--subscription=billing --to=offset:129", "offset 129 is not a frame boundary"},
-		{"--subscription=billing --to=later", "--to:"},
+		{"--subscription=billing --to=later", `streamd offsets set: start position "later"`},
 	} {
 		r := runBinary(t, nil, append([]string{"offsets", "set", "--config.file=" + e.config}, strings.Fields(bad.args)...)...)
 		if r.code == 0 || !strings.Contains(r.stderr, bad.want) {

@@ -20,15 +20,15 @@ func (f *headerFlags) String() string { return "" }
 func (f *headerFlags) IsCumulative() bool { return true }
 
 func (f *headerFlags) Set(v string) error {
-	name, value, ok := strings.Cut(v, "=")
-	if !ok {
+	switch name, value, ok := strings.Cut(v, "="); {
+	case !ok:
 		return fmt.Errorf("header %q has no '=': write name=value", v)
-	}
-	if name == "" {
+	case name == "":
 		return fmt.Errorf("header %q has an empty name", v)
+	default:
+		f.h.Set(name, []byte(value))
+		return nil
 	}
-	f.h.Set(name, []byte(value))
-	return nil
 }
 
 // publishCommand is `streamd publish`: append stdio-format lines from

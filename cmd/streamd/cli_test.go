@@ -1,0 +1,49 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// TestCommandLine runs the command line in process: help and version,
+// per-command help, and the errors of a wrong command line.
+func TestCommandLine(t *testing.T) {
+	for _, tc := range []struct {
+		args      []string
+		code      int
+		out, errs []string // what stdout and stderr contain
+		notOut    []string // what stdout must not contain
+	}{
+		{args: []string{"--version"}, out: []string{"streamd, version "}},
+		{args: []string{"--help"}, out: []string{"usage: streamd", "check-config", "offsets show", "publish"}},
+		{args: []string{"help", "run"}, out: []string{"usage: streamd run", "--config.file", "--log.level"}, notOut: []string{"--format"}},
+		{args: []string{"offsets", "show", "--help"}, out: []string{"usage: streamd offsets show", "--config.file"}, notOut: []string{"--subscription", "--to"}},
+		{args: []string{"decode", "-h"}, out: []string{"usage: streamd decode", "<FILE>", "follow"}},
+		{args: []string{"frobnicate"}, code: exitUsage, errs: []string{`streamd: unknown command "frobnicate"; see 'streamd --help'`}},
+		{args: []string{"run", "--nope"}, code: exitUsage, errs: []string{"streamd run: unknown long flag '--nope'; see 'streamd run --help'"}},
+		{args: []string{"offsets", "set", "--to=end"}, code: exitUsage, errs: []string{"streamd offsets set: required flag(s) '--subscription' not provided"}},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			var out, errs bytes.Buffer
+			if code := run(tc.args, stdio{strings.NewReader(""), &out, &errs}); code != tc.code {
+				t.Errorf("exit %d, want %d; stderr %q", code, tc.code, errs.String())
+			}
+			for _, w := range tc.out {
+				if !strings.Contains(out.String(), w) {
+					t.Errorf("stdout lacks %q:\n%s", w, out.String())
+				}
+			}
+			for _, w := range tc.notOut {
+				if strings.Contains(out.String(), w) {
+					t.Errorf("stdout has %q:\n%s", w, out.String())
+				}
+			}
+			for _, w := range tc.errs {
+				if !strings.Contains(errs.String(), w) {
+					t.Errorf("stderr lacks %q:\n%s", w, errs.String())
+				}
+			}
+		})
+	}
+}
