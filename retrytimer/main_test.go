@@ -22,11 +22,13 @@ func TestMain(m *testing.M) {
 const dueHeader = "x-test-due"
 
 // testCopy returns a copy named key, due at due, with a payload of size
-// bytes (at least the key).
+// bytes (at least the key): "payload of <key>;", then the byte at index i
+// is 'a'+i%26, appended a run of the alphabet at a time.
 func testCopy(key string, due time.Time, size int) Copy {
-	payload := fmt.Appendf(nil, "payload of %s;", key)
-	for len(payload) < size {
-		payload = append(payload, byte('a'+len(payload)%26))
+	const alphabet = "abcdefghijklmnopqrstuvwxyz"
+	payload := fmt.Appendf(make([]byte, 0, size), "payload of %s;", key)
+	for i := len(payload); i < size; i = len(payload) {
+		payload = append(payload, alphabet[i%26:min(26, i%26+size-i)]...)
 	}
 	return Copy{
 		Stream:  "orders",

@@ -294,15 +294,6 @@ var crashPointHits = map[string]int{
 	failpoint.RetrytimerSpool:  30,
 }
 
-// startArmed runs the daemon like env.start, with extra environment
-// variables (a failpoint's).
-func (e *env) startArmed(extra ...string) *daemonProc {
-	e.t.Helper()
-	cmd := e.daemonCmd(streamdBinary(e.t))
-	cmd.Env = extra
-	return e.launch(cmd)
-}
-
 // awaitFailpoint waits until the daemon killed itself at point: it died of
 // SIGKILL, having said so on stderr. It fails the test if the daemon is
 // still running after timeout, or died another way.
@@ -342,12 +333,14 @@ func (p *daemonProc) awaitFailpoint(t *testing.T, point string, hit int, timeout
 // TestConcurrencyCrash covers plain records under concurrency > 1.
 //
 // STREAMD_TORTURE_KILLS sets the number of kills from outside (make
-// torture runs 100), STREAMD_TORTURE_POINT_KILLS the number at each
-// failpoint (make torture runs 5).
+// torture runs 100; 8 by default, 4 with -short),
+// STREAMD_TORTURE_POINT_KILLS the number at each failpoint (make torture
+// runs 5; 1 by default).
 func TestCrashKill9(t *testing.T) {
-	kills, pointKills := 20, 2
+	t.Parallel()
+	kills, pointKills := 8, 1
 	if testing.Short() {
-		kills, pointKills = 5, 1
+		kills = 4
 	}
 	for _, v := range []struct {
 		name string
@@ -407,7 +400,7 @@ func TestCrashKill9(t *testing.T) {
 			p.kill9(t)
 		} else {
 			run.hit = 1 + rng.IntN(crashPointHits[point])
-			p = e.startArmed(fmt.Sprintf("%s=%s=%d", failpoint.EnvVar, point, run.hit))
+			p = e.startWith(nil, fmt.Sprintf("%s=%s=%d", failpoint.EnvVar, point, run.hit))
 			release()
 			p.awaitFailpoint(t, point, run.hit, 30*time.Second)
 			switch point {
@@ -827,6 +820,7 @@ echo "$STREAMD_SEQ $STREAMD_ATTEMPT $p $PPID" >> LOG
 // the reader must copy before a worker gets it (up to 7ed40a0 it did not:
 // workers were handed bytes the reader had overwritten, a data race).
 func TestConcurrencyCrash(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		header []string
@@ -835,9 +829,10 @@ func TestConcurrencyCrash(t *testing.T) {
 		{"plain", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			e := newEnv(t, concurrencySub)
 			t.Cleanup(e.waitOrphans)
-			const n = 400
+			const n = 200
 			var in strings.Builder
 			for i := range n {
 				fmt.Fprintf(&in, "c-%d\n", i+1)
@@ -854,7 +849,7 @@ func TestConcurrencyCrash(t *testing.T) {
 			var problems []string
 			note := func(s string) { problems = append(problems, s) }
 
-			for _, at := range []int{120, 260} {
+			for _, at := range []int{60, 130} {
 				p := e.start()
 				eventually(t, 30*time.Second, fmt.Sprintf("%d deliveries", at), func() bool { return len(e.deliveries()) >= at })
 				p.kill9(t)
@@ -916,7 +911,7 @@ func TestConcurrencyCrash(t *testing.T) {
 				t.Errorf("after the clean stop: stored offset %d, want the end of the file, %d", pos.Offset, fi.Size())
 			}
 			t.Run("last_seq", func(t *testing.T) {
-				// The audit record after the 400 is passed over: it settles
+				// The audit record after the n is passed over: it settles
 				// at once and must carry the last_seq of the last record of
 				// the key (offsets.Position.LastSeq, shown by streamd
 				// offsets show).
@@ -990,8 +985,10 @@ func checkSettledPrefix(t *testing.T, e *env, recs []streamfile.Record, snapshot
 // deliver the new records exactly as the file has them (sequence,
 // timestamp, payload), report no damage, and lose nothing.
 func TestTornAppendRepaired(t *testing.T) {
+	t.Parallel()
 	for round := range 3 {
 		t.Run(fmt.Sprintf("round%d", round), func(t *testing.T) {
+			t.Parallel()
 			dir := t.TempDir()
 			arm := filepath.Join(dir, "arm")
 			e := newEnv(t, execSubTable("billing", "orders", "max_attempts = 3", fmt.Sprintf(`p=$(cat)
@@ -1001,7 +998,7 @@ if [ "$p" = tear ] && [ -e %q ]; then echo outcome=retry; fi`, arm)))
 			if err := os.WriteFile(arm, nil, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			p := e.startArmed(failpoint.EnvVar + "=" + failpoint.StreamfileAppend + "=1")
+			p := e.startWith(nil, failpoint.EnvVar+"="+failpoint.StreamfileAppend+"=1")
 			p.awaitFailpoint(t, failpoint.StreamfileAppend, 1, 20*time.Second)
 			recs := scanFrames(e.stream)
 			fi, err := os.Stat(e.stream)

@@ -86,14 +86,17 @@ poll_interval = "200ms"
 // start runs the daemon on the env's config.
 func (e *env) start() *daemonProc {
 	e.t.Helper()
-	return e.startOn(nil)
+	return e.startWith(nil)
 }
 
-// startOn runs the daemon with its stdout on w, or on a buffer when w is nil.
-func (e *env) startOn(w io.Writer) *daemonProc {
+// startWith runs the daemon with its stdout on w, or on a buffer when w is
+// nil, and with the environment variables env ("NAME=value") added to the
+// test's.
+func (e *env) startWith(w io.Writer, env ...string) *daemonProc {
 	e.t.Helper()
 	cmd := e.daemonCmd(streamdBinary(e.t))
 	cmd.Stdout = w
+	cmd.Env = env
 	return e.launch(cmd)
 }
 
@@ -243,6 +246,7 @@ func TestRunRetryAfterCopy(t *testing.T) {
 	// checklist 5, 19: RETRY_AFTER(d) with no declaration: after d one copy
 	// under the same key with the next sequence, count 1, the same payload,
 	// delivered again to the same subscription.
+	t.Parallel()
 	e := newEnv(t, execSub("billing", "", `if [ "$STREAMD_ATTEMPT" = 1 ]; then echo retry_after=300ms; fi`))
 	e.publish(`{"id":7}`)
 	p := e.start()
@@ -269,7 +273,9 @@ func TestRunRetryAfterCopy(t *testing.T) {
 func TestRunDeadLetterAtCap(t *testing.T) {
 	// checklist 8, 14: max_attempts = 3 and a dead letter, always
 	// RETRY_AFTER: counts absent, 1, 2; then one dead letter with count 3,
-	// at once, carrying the user header.
+	// at once, carrying the user header; and nothing more: no copy in the
+	// file or in the spool after the stop.
+	t.Parallel()
 	e := newEnv(t, execSub("billing", `max_attempts = 3
 dead_letter = "orders.dead"`, `echo retry_after=100ms`))
 	r := runBinary(t, []byte(`{"id":7}`+"\n"), "publish", "--file="+e.stream, "--key=orders", "--header=x-tenant=acme", "--beacon-interval=1024")
@@ -278,19 +284,21 @@ dead_letter = "orders.dead"`, `echo retry_after=100ms`))
 	}
 	p := e.start()
 	eventually(t, 10*time.Second, "the dead letter", func() bool { return len(e.framesOf("orders.dead")) == 1 })
-	time.Sleep(300 * time.Millisecond) // nothing more may come
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
 	if got := e.deliveries(); len(got) != 3 || !strings.HasPrefix(got[0], "1 1 ") || !strings.HasPrefix(got[1], "2 2 ") || !strings.HasPrefix(got[2], "3 3 ") {
 		t.Fatalf("deliveries %q", got)
 	}
-	dl := e.framesOf("orders.dead")[0]
-	if dl.header(envelope.RetryCountHeader) != "3" || dl.header("x-tenant") != "acme" || dl.payload != `{"id":7}` {
-		t.Fatalf("dead letter headers %v payload %q", dl.headers, dl.payload)
+	dl := e.framesOf("orders.dead")
+	if len(dl) != 1 || dl[0].header(envelope.RetryCountHeader) != "3" || dl[0].header("x-tenant") != "acme" || dl[0].payload != `{"id":7}` {
+		t.Fatalf("dead letters %+v, want one with count 3, the user header and the payload", dl)
 	}
 	if n := len(e.framesOf("orders")); n != 3 {
 		t.Fatalf("%d records under orders, want the original and two copies", n)
 	}
-	if code := p.stop(t); code != 0 {
-		t.Fatalf("exit code %d", code)
+	if n := spoolPending(t, e.stateDirPath()); n != 0 {
+		t.Fatalf("%d copies pending in the spool after the dead letter, want none", n)
 	}
 	for _, want := range []string{"retry declaration; a cap applies", "attempt=3", "publishing the delivery to the dead-letter destination"} {
 		if !strings.Contains(p.stderr.String(), want) {
@@ -302,31 +310,32 @@ dead_letter = "orders.dead"`, `echo retry_after=100ms`))
 func TestRunResume(t *testing.T) {
 	// Acceptance 2: stop after the first records, append more while
 	// stopped, restart: only the new ones are delivered.
+	t.Parallel()
+	const n = 100 // records in each run
 	e := newEnv(t, execSub("billing", "", ``))
-	lines := make([]string, 500)
-	for i := range lines {
-		lines[i] = fmt.Sprintf("r%d", i+1)
+	batch := func(first int) []string {
+		lines := make([]string, n)
+		for i := range lines {
+			lines[i] = fmt.Sprintf("r%d", first+i)
+		}
+		return lines
 	}
-	e.publish(lines...)
+	e.publish(batch(1)...)
 	p := e.start()
-	eventually(t, 20*time.Second, "500 deliveries", func() bool { return len(e.deliveries()) >= 500 })
+	eventually(t, 20*time.Second, fmt.Sprintf("%d deliveries", n), func() bool { return len(e.deliveries()) >= n })
 	if code := p.stop(t); code != 0 {
 		t.Fatalf("exit code %d", code)
 	}
-	more := make([]string, 500)
-	for i := range more {
-		more[i] = fmt.Sprintf("r%d", 501+i)
-	}
-	e.publish(more...)
+	e.publish(batch(n + 1)...)
 	p = e.start()
-	eventually(t, 20*time.Second, "1000 deliveries", func() bool { return len(e.deliveries()) >= 1000 })
-	time.Sleep(300 * time.Millisecond)
+	eventually(t, 20*time.Second, fmt.Sprintf("%d deliveries", 2*n), func() bool { return len(e.deliveries()) >= 2*n })
+	eventually(t, 10*time.Second, "the last record to be committed", committedThrough(e.stateDirPath(), "billing", 2*n))
 	if code := p.stop(t); code != 0 {
 		t.Fatalf("exit code %d", code)
 	}
 	got := e.deliveries()
-	if len(got) != 1000 {
-		t.Fatalf("%d deliveries, want exactly 1000", len(got))
+	if len(got) != 2*n {
+		t.Fatalf("%d deliveries, want exactly %d", len(got), 2*n)
 	}
 	for i, line := range got {
 		if want := fmt.Sprintf("%d 1 r%d", i+1, i+1); line != want {
@@ -339,6 +348,7 @@ func TestRunResume(t *testing.T) {
 // another subscription in the same daemon handles its copies; the origin
 // filter passes over copies only for subscriptions of the same key.
 func TestRunRetryWorkerInSameDaemon(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, execSub("billing", `out_retry = "orders.retry"`, `echo retry_after=0s`)+`
 [[subscription]]
 name = "retries"

@@ -13,6 +13,7 @@ const vectorDir = "../../testdata/streamfile"
 // TestDecodeVectorsNDJSON runs the binary on every stream file vector: the
 // output equals the expected file byte for byte, with the documented exit code.
 func TestDecodeVectorsNDJSON(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		code int
@@ -21,6 +22,7 @@ func TestDecodeVectorsNDJSON(t *testing.T) {
 		{"edge-b-truncated", exitOK}, {"edge-c-badcrc", exitError}, {"edge-d-eos", exitOK},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			want, err := os.ReadFile(filepath.Join(vectorDir, tc.name+".expected.ndjson"))
 			if err != nil {
 				t.Fatal(err)
@@ -54,6 +56,7 @@ func firstDiff(got, want string) string {
 }
 
 func TestDecodeLogFormat(t *testing.T) {
+	t.Parallel()
 	r := runBinary(t, nil, "decode", filepath.Join(vectorDir, "consumer.ss"))
 	if r.code != exitOK {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
@@ -87,6 +90,7 @@ func TestDecodeLogFormat(t *testing.T) {
 }
 
 func TestDecodeErrors(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	notSS, v2 := badStreamFiles(t, dir)
 	short := filepath.Join(dir, "short.ss")
@@ -107,6 +111,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"unknown command", []string{"frobnicate"}, exitUsage, `unknown command "frobnicate"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			r := runBinary(t, nil, tc.args...)
 			if r.code != tc.code || !strings.Contains(r.stderr, tc.want) {
 				t.Errorf("exit %d, stderr %q; want exit %d and %q", r.code, r.stderr, tc.code, tc.want)
@@ -116,6 +121,7 @@ func TestDecodeErrors(t *testing.T) {
 }
 
 func TestVersion(t *testing.T) {
+	t.Parallel()
 	r := runBinary(t, nil, "version")
 	if r.code != 0 || !strings.HasPrefix(r.stdout, "streamd, version ") || !strings.Contains(r.stdout, "go1.") {
 		t.Fatalf("version: exit %d, stdout %q", r.code, r.stdout)

@@ -77,6 +77,17 @@ func committedThrough(state, name string, seq uint64) func() bool {
 	}
 }
 
+// committedAtEnd reports, when called, whether the sidecar stores
+// subscription name's position at the end of the file now at e's stream
+// path.
+func committedAtEnd(e *env, name string) func() bool {
+	return func() bool {
+		s, err := offsets.Load(e.stateDirPath())
+		fi, serr := os.Stat(e.stream)
+		return err == nil && serr == nil && s[name].File.Ino == fi.Sys().(*syscall.Stat_t).Ino && s[name].Offset == fi.Size()
+	}
+}
+
 // startAs runs the daemon binary bin on e's config as uid and gid id, like
 // env.start.
 func (e *env) startAs(bin string, id uint32) *daemonProc {
@@ -151,6 +162,7 @@ func inode(t *testing.T, path string) uint64 {
 // Every record is delivered exactly once (the handler acks), and records
 // published after the repair flow at once.
 func TestFaultUnreadableStream(t *testing.T) {
+	t.Parallel()
 	const unopenable = "stream file replaced by a file that cannot be opened"
 	tests := []struct {
 		name string
@@ -234,7 +246,9 @@ func TestFaultUnreadableStream(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			e := newEnv(t, execSub("billing", "", ""))
+			e.editConfig(`poll_interval = "200ms"`, `poll_interval = "50ms"`)
 			addr := e.withMetrics()
 			publishTo(t, e.stream, "before-1", "before-2", "before-3")
 			bin := asNobody(t, e)
@@ -258,15 +272,15 @@ func TestFaultUnreadableStream(t *testing.T) {
 				eventually(t, 10*time.Second, "the replacement to be reported", func() bool {
 					return strings.Contains(p.stderr.String(), unopenable)
 				})
-				// Six polls (200 ms) later: still nothing more delivered,
+				// Six polls (50 ms) later: still nothing more delivered,
 				// still one log line, the position at the old file's end.
-				time.Sleep(1200 * time.Millisecond)
+				time.Sleep(300 * time.Millisecond)
 				if d := e.payloadsDelivered(); d["during-1"]+d["during-2"] != 0 {
 					t.Fatalf("deliveries %v: a record of the file that cannot be opened was delivered", d)
 				}
 				lines := slogRecords(p.stderr.String(), unopenable)
 				if len(lines) != 1 {
-					t.Errorf("%d log lines %q in 1.2s, want 1 (rate-limited)", len(lines), unopenable)
+					t.Errorf("%d log lines %q in six polls, want 1 (rate-limited)", len(lines), unopenable)
 				} else if l := lines[0]; l["level"] != "ERROR" || l["path"] != e.stream || !strings.Contains(l["err"], tt.errText) {
 					t.Errorf("log line %v: want level ERROR, path %s and an error with %q", l, e.stream, tt.errText)
 				}
@@ -306,7 +320,7 @@ func TestFaultUnreadableStream(t *testing.T) {
 				!strings.Contains(log, "the file that could not be opened is gone from the path") {
 				t.Errorf("the log does not say the trouble passed")
 			}
-			time.Sleep(300 * time.Millisecond) // a commit
+			eventually(t, 10*time.Second, "the end of the file to be committed", committedAtEnd(e, "billing"))
 			if code := p.stop(t); code != 0 {
 				t.Fatalf("exit code %d", code)
 			}
@@ -348,6 +362,7 @@ func fileSize(t *testing.T, path string) int64 {
 // again every RestartSec. Once the file is readable, a start delivers
 // every record.
 func TestFaultUnreadableStreamAtStart(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, execSub("billing", "", ""))
 	publishTo(t, e.stream, "r1", "r2")
 	bin := asNobody(t, e)
@@ -437,6 +452,7 @@ func readOnlyStateSub() string {
 // good commit: the records settled since are delivered again (at least
 // once), none is lost, and the spooled copies are still there.
 func TestFaultReadOnlyStateDir(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("bind-mounting over the state directory needs root")
 	}
@@ -464,11 +480,14 @@ func TestFaultReadOnlyStateDir(t *testing.T) {
 	eventually(t, 5*time.Second, "later-2's copy to be spooled", func() bool {
 		return scrapeMetric(t, addr, "streamd_retries_scheduled_total", "billing") == 2
 	})
+	// Counted, one per commit_interval: the count goes on growing, four
+	// more at least, so that the spell is long enough for the rate limit
+	// of their log line to show (see the subtest at the end).
 	f1 := failures()
-	time.Sleep(500 * time.Millisecond) // five commit intervals
-	if f2 := failures(); f1 < 1 || f2 <= f1 {
-		t.Errorf("failed commits %v, then %v: want them counted, one per commit_interval", f1, f2)
+	if f1 < 1 {
+		t.Errorf("failed commits %v once later-2's copy was spooled: want them counted", f1)
 	}
+	eventually(t, 5*time.Second, "four more failed commits", func() bool { return failures() >= f1+4 })
 	if s, err := offsets.Load(state); err != nil || s["billing"].LastSeq != 2 {
 		t.Errorf("sidecar %+v, %v while read-only; want the last good commit (seq 2)", s["billing"], err)
 	}
@@ -493,9 +512,11 @@ func TestFaultReadOnlyStateDir(t *testing.T) {
 
 	// Stopped while read-only: the final commit fails, and says so.
 	remount(t, state, "remount,bind,ro")
+	f2 := failures()
 	e.publish("a4")
 	eventually(t, 10*time.Second, "a4 to be delivered", func() bool { return len(e.deliveries()) == 6 })
-	time.Sleep(300 * time.Millisecond)
+	// A commit of a4's position was tried since: it failed.
+	eventually(t, 5*time.Second, "a failed commit after a4", func() bool { return failures() > f2 })
 	if got := metricValue(t, addr, `streamd_offset_commits_total{result="success"}`); got != okCommits {
 		t.Errorf("%v successful commits while read-only", got-okCommits)
 	}
@@ -555,6 +576,7 @@ func TestFaultReadOnlyStateDir(t *testing.T) {
 // is delivered at least once, the unsettled one again (its copy spooled
 // this time), and the copy spooled before the error is still pending.
 func TestFaultStateFilesystemError(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("mounting an ext4 image needs root")
 	}
@@ -681,6 +703,7 @@ func processGone(pid int, within time.Duration) bool {
 // attempt 2, which is delivered and acked. The records after it flow on,
 // and the stored position ends at the end of the file.
 func TestFaultHungHandler(t *testing.T) {
+	t.Parallel()
 	const timeout = 500 * time.Millisecond
 	sub := func(kind, handler string) string {
 		return fmt.Sprintf(`
@@ -755,6 +778,7 @@ wait`),
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			e := newEnv(t, "")
 			e.writeConfig(tt.handler(t, e.dir))
 			addr := e.withMetrics()
@@ -813,6 +837,7 @@ wait`),
 // unsettled, and no copy lands in the old file; once the file is writable
 // the copy is appended to it and delivered.
 func TestFaultReplacedStreamCopies(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, execSub("billing", `backoff = ["200ms"]`, `case $p in retry*) [ "$STREAMD_ATTEMPT" = 1 ] && echo retry_after=0s ;; esac; true`))
 	addr := e.withMetrics()
 	publishTo(t, e.stream, "retry-a")
@@ -829,10 +854,10 @@ func TestFaultReplacedStreamCopies(t *testing.T) {
 	if err := os.Rename(tmp, e.stream); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "retry-b's copy to fail", func() bool {
-		return scrapeMetric(t, addr, "streamd_copy_errors_total", "billing") >= 1
+	// A few tries, a backoff (200ms) apart.
+	eventually(t, 10*time.Second, "retry-b's copy to fail three times", func() bool {
+		return scrapeMetric(t, addr, "streamd_copy_errors_total", "billing") >= 3
 	})
-	time.Sleep(500 * time.Millisecond) // a few more tries
 	if n := countCopies(t, old); n != 1 {
 		t.Errorf("%d copies in the old file, want retry-a's only", n)
 	}
@@ -857,7 +882,7 @@ func TestFaultReplacedStreamCopies(t *testing.T) {
 	if n := countCopies(t, old); n != 1 {
 		t.Errorf("%d copies in the old file, want retry-a's only", n)
 	}
-	time.Sleep(300 * time.Millisecond) // a commit
+	eventually(t, 10*time.Second, "the end of the new file to be committed", committedAtEnd(e, "billing"))
 	if code := p.stop(t); code != 0 {
 		t.Fatalf("exit code %d", code)
 	}

@@ -32,21 +32,23 @@ func mountTmpfs(t *testing.T, dir, size string) {
 // was not written, the error is logged clearly, and once space returns
 // every copy is written and the file is whole.
 func TestFaultFullStreamDisk(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, execSub("billing", "", `if [ "$STREAMD_ATTEMPT" = 1 ]; then echo outcome=retry_after=0s; fi`))
 	streams := filepath.Join(e.dir, "streams")
 	os.Mkdir(streams, 0o755)
-	mountTmpfs(t, streams, "256k")
+	mountTmpfs(t, streams, "64k")
 	e.stream = filepath.Join(streams, "orders.ss")
 	cfg, _ := os.ReadFile(e.config)
 	os.WriteFile(e.config, []byte(strings.Replace(string(cfg), filepath.Join(e.dir, "orders.ss"), e.stream, 1)), 0o644)
 
-	// Fill most of the filesystem with 1 KiB records.
+	// Fill most of the filesystem with 1 KiB records: their copies do not
+	// all fit.
 	w, err := streamfile.OpenWriter(e.stream, streamfile.CreateOptions{Create: true,
 		Header: streamfile.Header{FileName: "orders.ss", BeaconInterval: 1024}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	const n = 200
+	const n = 50
 	for i := range n {
 		p := fmt.Sprintf("%04d%s", i, strings.Repeat("x", 1000))
 		if err := w.Publish([]streamfile.Frame{{Key: "orders", TimestampMs: 1, Payload: []byte(p)}}); err != nil {
@@ -63,16 +65,23 @@ func TestFaultFullStreamDisk(t *testing.T) {
 		t.Errorf("the log does not say the record stays unsettled:\n%s", p.stderr.String())
 	}
 	// Invariant 1: the stored position never passes a record whose copy
-	// is not in the file. Record i's copy is written before i settles.
-	time.Sleep(500 * time.Millisecond) // commits happen every 100ms
-	stored, err := offsets.Load(filepath.Join(e.dir, "state"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	copies := countCopies(t, e.stream)
-	if last := stored["billing"].LastSeq; last > uint64(copies) {
-		t.Fatalf("stored position after seq %d, but only %d copies are in the file", last, copies)
-	}
+	// is not in the file. Record i's copy is written before i settles, one
+	// record at a time, so the commits (every 100ms) catch up with the
+	// copies written and stop there: checked at each look until they have.
+	// The sidecar is read first: copies only grow.
+	var copies int
+	eventually(t, 10*time.Second, "the stored position to reach the last record whose copy was written", func() bool {
+		stored, err := offsets.Load(filepath.Join(e.dir, "state"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		copies = countCopies(t, e.stream)
+		last := stored["billing"].LastSeq
+		if last > uint64(copies) {
+			t.Fatalf("stored position after seq %d, but only %d copies are in the file", last, copies)
+		}
+		return last == uint64(copies)
+	})
 	if copies >= n {
 		t.Fatalf("all %d copies fit: the disk never filled", copies)
 	}
@@ -83,14 +92,19 @@ func TestFaultFullStreamDisk(t *testing.T) {
 	}
 	eventually(t, 30*time.Second, "every copy", func() bool { return countCopies(t, e.stream) == n })
 	eventually(t, 30*time.Second, "every record and copy delivered", func() bool { return len(e.deliveries()) >= 2*n })
-	time.Sleep(300 * time.Millisecond) // a commit
+	atEnd := func() bool {
+		stored, _ := offsets.Load(filepath.Join(e.dir, "state"))
+		fi, err := os.Stat(e.stream)
+		return err == nil && stored["billing"].Offset == fi.Size()
+	}
+	eventually(t, 10*time.Second, "the end of the file to be committed", atEnd)
 	if code := p.stop(t); code != 0 {
 		t.Fatalf("exit code %d", code)
 	}
 	readFile(t, e.stream) // decodes whole, beacons well placed
-	stored, _ = offsets.Load(filepath.Join(e.dir, "state"))
-	if fi, _ := os.Stat(e.stream); stored["billing"].Offset != fi.Size() {
-		t.Fatalf("stored offset %d, want the end of the file %d", stored["billing"].Offset, fi.Size())
+	if !atEnd() {
+		stored, _ := offsets.Load(filepath.Join(e.dir, "state"))
+		t.Fatalf("stored offset %d after the stop, want the end of the file %d", stored["billing"].Offset, fileSize(t, e.stream))
 	}
 }
 
@@ -125,7 +139,9 @@ func countCopies(t *testing.T, path string) int {
 // record unsettled, the sidecar keeps its last good commit, and once space
 // returns the copies are spooled and the positions committed.
 func TestFaultFullStateDisk(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, execSub("billing", `backoff = ["200ms"]`, `if [ "$STREAMD_ATTEMPT" = 1 ]; then echo retry_after=1h; fi`))
+	addr := e.withMetrics()
 	state := filepath.Join(e.dir, "state")
 	os.Mkdir(state, 0o755)
 	mountTmpfs(t, state, "128k")
@@ -150,7 +166,11 @@ func TestFaultFullStateDisk(t *testing.T) {
 	eventually(t, 20*time.Second, "the full disk to be reported", func() bool {
 		return strings.Contains(p.stderr.String(), "no space left on device")
 	})
-	time.Sleep(500 * time.Millisecond)
+	// Three failed tries of the copy, a backoff (200ms) apart: the commits
+	// (every 100ms) had their chances.
+	eventually(t, 10*time.Second, "the copy to fail three times", func() bool {
+		return scrapeMetric(t, addr, "streamd_copy_errors_total", "billing") >= 3
+	})
 	if s, err := offsets.Load(state); err != nil || s["billing"].LastSeq != 1 {
 		t.Fatalf("with the state disk full: sidecar %+v, %v; want it still after record 1", s["billing"], err)
 	}

@@ -19,8 +19,10 @@ import (
 // file, as they are written. It ends once by SIGTERM and once at the
 // end-of-stream frame, both with exit code 0.
 func TestDecodeFollow(t *testing.T) {
+	t.Parallel()
 	for _, end := range []string{"sigterm", "eos"} {
 		t.Run(end, func(t *testing.T) {
+			t.Parallel()
 			path := filepath.Join(t.TempDir(), "follow.ss")
 			w, err := streamfile.OpenWriter(path, streamfile.CreateOptions{Create: true,
 				Header: streamfile.Header{FileName: "follow.ss", CreatedAtMs: 1694767177437, BeaconInterval: streamfile.DefaultBeaconInterval}})

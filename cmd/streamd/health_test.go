@@ -16,6 +16,7 @@ import (
 // on_corrupt = "stop": /healthz turns 503 naming the subscription, and a
 // reload to on_corrupt = "skip" brings it back to 200.
 func TestHealthzCorruptStream(t *testing.T) {
+	t.Parallel()
 	addr := freePort(t)
 	e := newEnv(t, "")
 	bad, err := os.ReadFile(filepath.Join(vectorDir, "edge-c-badcrc.ss"))

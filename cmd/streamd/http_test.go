@@ -96,6 +96,7 @@ timeout = "300ms"
 // attempt until the cap sends the record to the dead letters; the copies
 // carry the attempt in x-ruststream-retry-count.
 func TestHTTPHandlerEndToEnd(t *testing.T) {
+	t.Parallel()
 	srv := newHTTPTestServer(t)
 	refused := httptest.NewServer(http.NotFoundHandler())
 	refusedURL := refused.URL
@@ -164,6 +165,7 @@ func TestHTTPHandlerEndToEnd(t *testing.T) {
 // one more while a finished request's connection is being put back, so the
 // bound is twice the workers, not the workers.)
 func TestHTTPHandlerKeepAliveEndToEnd(t *testing.T) {
+	t.Parallel()
 	srv := newHTTPTestServer(t)
 	e := newEnv(t, httpSub("web", "orders", srv.URL, "concurrency = 4"))
 	lines := make([]string, 200)

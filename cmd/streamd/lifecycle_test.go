@@ -49,12 +49,6 @@ func (e *env) editConfig(pairs ...string) {
 	}
 }
 
-// startWithStdout runs the daemon like start, with its stdout on w.
-func (e *env) startWithStdout(w *os.File) *daemonProc {
-	e.t.Helper()
-	return e.startOn(w)
-}
-
 // logCount is how often msg occurs in the daemon's log.
 func (p *daemonProc) logCount(msg string) int { return strings.Count(p.stderr.String(), msg) }
 
@@ -101,6 +95,7 @@ func (e *env) endedCount(suffix string) int {
 // due copy exactly once, as settlement.md §4.2 says it must look, delivers
 // the records the stop left unread, and repeats none that were settled.
 func TestSIGTERMGraceful(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, lifecycleSub("billing", "orders", "concurrency = 2", `case $p in
 later-*) [ "$STREAMD_ATTEMPT" = 1 ] && echo retry_after=2s ;;
 hour-*) [ "$STREAMD_ATTEMPT" = 1 ] && echo retry_after=1h ;;
@@ -166,7 +161,7 @@ esac`))
 	eventually(t, 20*time.Second, "slow-3, slow-4 and the copy of later-1", func() bool {
 		return e.endedCount(" slow-3") == 1 && e.endedCount(" slow-4") == 1 && e.endedCount(" 2 later-1") == 1
 	})
-	time.Sleep(300 * time.Millisecond) // nothing else may come
+	eventually(t, 10*time.Second, "the copy's position to be committed", committedThrough(e.stateDirPath(), "billing", 7))
 	if code := p.stop(t); code != 0 {
 		t.Fatalf("exit code %d", code)
 	}
@@ -235,6 +230,7 @@ const reloadGauge = "streamd_config_last_reload_successful"
 // log, and set streamd_config_last_reload_successful to 0; a valid reload
 // sets it back to 1.
 func TestSIGHUPReload(t *testing.T) {
+	t.Parallel()
 	addr := freePort(t)
 	billing := lifecycleSub("billing", "orders", "", "")
 	audit := lifecycleSub("audit", "audit", "", "")
@@ -328,7 +324,7 @@ func TestSIGHUPReload(t *testing.T) {
 
 	e.publish("o7")
 	eventually(t, 20*time.Second, "o7", func() bool { return e.endedCount(" 1 o7") == 1 })
-	time.Sleep(200 * time.Millisecond)
+	eventually(t, 10*time.Second, "o7's position to be committed", committedThrough(e.stateDirPath(), "billing", 7))
 	if code := p.stop(t); code != 0 {
 		t.Fatalf("exit code %d", code)
 	}
@@ -356,10 +352,11 @@ func runBinaryOK(t *testing.T, line string, args ...string) {
 }
 
 // notifySocket is a unixgram socket standing in for systemd's: the
-// daemon finds it in $NOTIFY_SOCKET.
+// daemon finds it in $NOTIFY_SOCKET (env).
 type notifySocket struct {
 	conn *net.UnixConn
 	msgs chan notifyMsg
+	env  string // NOTIFY_SOCKET=path, for env.startWith
 }
 
 type notifyMsg struct {
@@ -367,8 +364,7 @@ type notifyMsg struct {
 	text string
 }
 
-// listenNotify listens on t.TempDir()/notify.sock and sets NOTIFY_SOCKET
-// for the daemons the test starts.
+// listenNotify listens on t.TempDir()/notify.sock.
 func listenNotify(t *testing.T) *notifySocket {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "notify.sock")
@@ -377,8 +373,7 @@ func listenNotify(t *testing.T) *notifySocket {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	t.Setenv("NOTIFY_SOCKET", path)
-	n := &notifySocket{conn: conn, msgs: make(chan notifyMsg, 4096)}
+	n := &notifySocket{conn: conn, msgs: make(chan notifyMsg, 4096), env: "NOTIFY_SOCKET=" + path}
 	go func() {
 		buf := make([]byte, 64<<10)
 		for {
@@ -440,10 +435,11 @@ func monotonicUsec(t *testing.T) int64 {
 // that order and nothing else. A reload with an invalid file keeps the old
 // configuration and says so in STATUS=, between RELOADING=1 and READY=1.
 func TestNotifySequence(t *testing.T) {
+	t.Parallel()
 	ns := listenNotify(t)
 	e := newEnv(t, lifecycleSub("billing", "orders", "", ""))
 	e.publish("o1")
-	p := e.start()
+	p := e.startWith(nil, ns.env)
 	m := ns.next(t, 20*time.Second, "READY=1")
 	if f := m.fields(); f["READY"] != "1" || !strings.Contains(f["STATUS"], "1 of 1 subscriptions running") {
 		t.Fatalf("first message %q, want READY=1 with a STATUS", m.text)
@@ -545,18 +541,19 @@ func (n *notifySocket) pings(d time.Duration) (count int, longestGap time.Durati
 // timeout plus a second. The stdout handler can: it writes to the daemon's
 // stdout without a deadline and ignores its context, so a stdout pipe that
 // nobody reads blocks it for good. That is the wedge constructed here.
+//
+// It does not run in parallel with other tests: it times the pings.
 func TestWatchdog(t *testing.T) {
+	const watchdog = "WATCHDOG_USEC=200000"
 	t.Run("idle and busy", func(t *testing.T) {
 		ns := listenNotify(t)
-		t.Setenv("WATCHDOG_USEC", "200000")
 		e := newEnv(t, lifecycleSub("billing", "orders", "", "sleep 0.3"))
-		p := e.start()
+		p := e.startWith(nil, ns.env, watchdog)
 		ns.next(t, 20*time.Second, "READY=1")
 		if n, gap := ns.pings(time.Second); n < 5 || gap > 500*time.Millisecond {
 			t.Errorf("idle: %d pings in 1s, longest gap %s; want about 10, every 100ms", n, gap)
 		}
-		// 12 records of 0.3 s: busy for about 4 s (publish itself takes
-		// a second: the race runtime sleeps at exit).
+		// 12 records of 0.3 s: busy for about 4 s.
 		e.publish("b1", "b2", "b3", "b4", "b5", "b6", "b7", "b8", "b9", "b10", "b11", "b12")
 		eventually(t, 10*time.Second, "the first delivery", func() bool { return len(e.deliveries()) > 0 })
 		if n, gap := ns.pings(time.Second); n < 5 || gap > 500*time.Millisecond {
@@ -575,7 +572,6 @@ func TestWatchdog(t *testing.T) {
 
 	t.Run("wedged", func(t *testing.T) {
 		ns := listenNotify(t)
-		t.Setenv("WATCHDOG_USEC", "200000")
 		const shutdownTimeout = 250 * time.Millisecond // wedged after 2 × 250ms
 		e := newEnv(t, `
 [[subscription]]
@@ -591,7 +587,7 @@ kind = "stdout"
 			t.Fatal(err)
 		}
 		defer r.Close()
-		p := e.startWithStdout(w)
+		p := e.startWith(w, ns.env, watchdog)
 		w.Close()
 		ns.next(t, 20*time.Second, "READY=1")
 		if n, _ := ns.pings(500 * time.Millisecond); n < 2 {
@@ -638,6 +634,7 @@ kind = "stdout"
 // shutdown_timeout (the Handler contract: "It must return when ctx
 // ends"), and the record stays unsettled, to be delivered again.
 func TestSIGTERMWedgedHandler(t *testing.T) {
+	t.Parallel()
 	const shutdownTimeout = 500 * time.Millisecond
 	e := newEnv(t, `
 [[subscription]]
@@ -658,7 +655,7 @@ kind = "stdout"
 		t.Fatal(err)
 	}
 	defer r.Close()
-	p := e.startWithStdout(w)
+	p := e.startWith(w)
 	w.Close()
 	// The pipe holds 64 KiB at most: the handler blocks once about 50
 	// lines are in it and nobody reads them.
@@ -717,6 +714,7 @@ func (h *closingHandler) Close() error {
 // caller's. A reload that restarts its subscription keeps using it, and
 // neither the reload nor the end of Run closes it.
 func TestEmbedderHandlerStaysOpen(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "")
 	e.writeConfig(xsub("billing", "orders", "", ``))
 	load := func(concurrency int) func() (*conf.Config, error) {

@@ -13,6 +13,7 @@ import (
 // refuses to set one while the daemon runs, and rewinds one after it
 // stopped: the next run delivers again from there.
 func TestOffsetsShowSet(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, execSub("billing", "", ``))
 	e.publish("a", "b", "c", "d")
 	p := e.start()
@@ -69,6 +70,7 @@ func TestOffsetsShowSet(t *testing.T) {
 // TestRunCorruptSidecar starts the daemon on a torn sidecar: it refuses to
 // start, names the file and the way out, and leaves the file as it was.
 func TestRunCorruptSidecar(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, execSub("billing", "", ``))
 	e.publish("a")
 	state := filepath.Join(e.dir, "state")

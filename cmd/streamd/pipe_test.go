@@ -404,6 +404,7 @@ func rs1Record(block string, payload []byte) string {
 // exit status is non-zero; stdout stays empty; no handler runs; and the line
 // waiting on stdin is still there afterwards.
 func TestPipeItem35(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg := writeStageConfig(t, dir, "pipe.toml", `shutdown_timeout = "5s"`,
 		stageSub("jobs", "jobs", "", `touch "$DIR/ran"`),
@@ -473,6 +474,7 @@ func TestPipeItem35(t *testing.T) {
 // original payload and stream-sequence; no L1 is logged. Stdin stays open
 // while the copy is awaited: the timer, not the end of input, writes it.
 func TestPipeItem36(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	writeStageConfig(t, dir, "pipe.toml", `shutdown_timeout = "5s"`,
 		stageSub("jobs", "jobs", `out_retry = "jobs.retry"`,
@@ -521,6 +523,7 @@ func TestPipeItem36(t *testing.T) {
 // delayed retry copy of a first attempt, which goes under jobs.retry. L2
 // names attempt 2 and the dead-letter key; L6 is logged once.
 func TestPipeItem37(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	writeStageConfig(t, dir, "pipe.toml", `shutdown_timeout = "5s"`,
 		stageSub("jobs", "jobs", "out_retry = \"jobs.retry\"\nmax_attempts = 2\ndead_letter = \"jobs.dead\"",
@@ -565,6 +568,7 @@ func TestPipeItem37(t *testing.T) {
 // for byte the rs1 record built by hand, and the stage logs no
 // "stdio drops empty lines" failure.
 func TestPipeItem38(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	writeStageConfig(t, dir, "pipe.toml", `shutdown_timeout = "5s"`,
 		stageSub("jobs", "jobs", "out_retry = \"jobs.retry\"\nmax_attempts = 3",
@@ -602,6 +606,7 @@ func TestPipeItem38(t *testing.T) {
 // count 1; and a second streamd pipe stage reading that line hands its
 // handler {"id":7} byte for byte again.
 func TestPipeItem39(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	writeStageConfig(t, dir, "a.toml", `shutdown_timeout = "5s"`,
 		stageSub("jobs", "jobs", "out_retry = \"jobs.retry\"\nmax_attempts = 2", `cat > "$DIR/a.payload"; echo outcome=retry`))
@@ -637,6 +642,7 @@ tee "$DIR/a.out" |
 // each whose rs1 envelope decodes back to the same bytes. (The file
 // transport's verbatim storage is not a pipe matter.)
 func TestPipeItem40(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	writeStageConfig(t, dir, "pipe.toml", `shutdown_timeout = "5s"`,
 		stageSub("jobs", "jobs", "out_retry = \"jobs.retry\"\nmax_attempts = 2", `cat > "$DIR/got.$STREAMD_SEQ"; echo outcome=retry`))
@@ -675,6 +681,7 @@ func TestPipeItem40(t *testing.T) {
 // and the line's sequence, key and timestamp in its environment; its copy
 // carries the trimmed payload too.
 func TestPipeItem41(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	writeStageConfig(t, dir, "pipe.toml", `shutdown_timeout = "5s"`,
 		stageSub("jobs", "jobs", "out_retry = \"jobs.retry\"\nmax_attempts = 2",
@@ -710,6 +717,7 @@ func TestPipeItem41(t *testing.T) {
 // text on their own stdout and stderr, two subscriptions), stdout holds
 // only whole copy lines, each decoding as one, and the logs are on stderr.
 func TestPipeItem42(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	writeStageConfig(t, dir, "pipe.toml", "shutdown_timeout = \"5s\"\n[log]\nlevel = \"debug\"",
 		stageSub("jobs", "jobs", "out_retry = \"jobs.retry\"\nmax_attempts = 2\ndead_letter = \"jobs.dead\"\nbackoff = [\"50ms\"]",
@@ -761,6 +769,7 @@ func TestPipeItem42(t *testing.T) {
 // attempt 2 (count 1), the original payloads and user header, its own
 // line's sequence as stream-sequence, and nothing else; B writes nothing.
 func TestPipeThreeStages(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	writeStageConfig(t, dir, "a.toml", `shutdown_timeout = "5s"`,
 		stageSub("jobs", "jobs", `out_retry = "jobs.retry"`,
@@ -863,10 +872,12 @@ func invalidWant(v invalidVector) string {
 // non-zero exit and an error naming the line; the lines before it were
 // delivered, the line after it was not.
 func TestPipeInvalidLines(t *testing.T) {
+	t.Parallel()
 	vectors := loadInvalidVectors(t)
 	for _, file := range []string{"invalid.txt", "invalid-utf8.txt"} {
 		vs := vectors[file]
 		t.Run(file+"/skip", func(t *testing.T) {
+			t.Parallel()
 			dir := t.TempDir()
 			writeStageConfig(t, dir, "pipe.toml", `shutdown_timeout = "5s"`,
 				stageSub("jobs", "jobs", `out_retry = "jobs.retry"`, `cat >> "$DIR/log"; echo >> "$DIR/log"`))
@@ -919,6 +930,7 @@ func TestPipeInvalidLines(t *testing.T) {
 			}
 		})
 		t.Run(file+"/fail", func(t *testing.T) {
+			t.Parallel()
 			dir := t.TempDir()
 			writeStageConfig(t, dir, "pipe.toml", `shutdown_timeout = "5s"`,
 				stageSub("jobs", "jobs", "out_retry = \"jobs.retry\"\non_invalid = \"fail\"",
@@ -955,12 +967,14 @@ func TestPipeInvalidLines(t *testing.T) {
 // promptly, with exit status 0 and "stdout was closed" in the log, without
 // reading the rest of its input.
 func TestPipeClosedStdout(t *testing.T) {
+	t.Parallel()
 	retrySub := stageSub("jobs", "jobs", "out_retry = \"jobs.retry\"\nmax_attempts = 2",
 		`cat > /dev/null; echo x >> "$DIR/log"; echo outcome=retry`)
 
 	// `| head -n 1` in a shell pipeline, with 100 000 lines of input that
 	// would take minutes to handle.
 	t.Run("head", func(t *testing.T) {
+		t.Parallel()
 		dir := t.TempDir()
 		writeStageConfig(t, dir, "pipe.toml", `shutdown_timeout = "5s"`, retrySub)
 		r, elapsed := runStageShell(t, dir, nil, 20*time.Second, `
@@ -985,6 +999,7 @@ head -n 1`)
 	// A reader closed by the test while stdin stays open: only the closed
 	// stdout can end the stage.
 	t.Run("reader closed", func(t *testing.T) {
+		t.Parallel()
 		dir := t.TempDir()
 		cfg := writeStageConfig(t, dir, "pipe.toml", `shutdown_timeout = "5s"`, retrySub)
 		p := startStage(t, dir, 1, streamdBinary(t), "pipe", "--config.file="+cfg, "--log.format=json")
@@ -1012,6 +1027,7 @@ head -n 1`)
 	// known bug): the subtest skips when it sees that, and holds the stage
 	// to the behaviour above once it is fixed.
 	t.Run("delayed copy", func(t *testing.T) {
+		t.Parallel()
 		dir := t.TempDir()
 		cfg := writeStageConfig(t, dir, "pipe.toml", `shutdown_timeout = "5s"`,
 			stageSub("jobs", "jobs", `out_retry = "jobs.retry"`, `cat > /dev/null; echo retry_after=50ms`))
@@ -1049,7 +1065,9 @@ const daemonStdoutClosed = "stdout was closed by the next stage"
 // delayed is still written; a handler still running is stopped, and its
 // delivery retried after the backoff rather than lost.
 func TestPipeSIGTERM(t *testing.T) {
+	t.Parallel()
 	t.Run("mid-stream", func(t *testing.T) {
+		t.Parallel()
 		dir := t.TempDir()
 		cfg := writeStageConfig(t, dir, "pipe.toml", `shutdown_timeout = "5s"`,
 			stageSub("jobs", "jobs", "out_retry = \"jobs.retry\"\nmax_attempts = 2\nbackoff = [\"100ms\"]",
@@ -1089,41 +1107,46 @@ func TestPipeSIGTERM(t *testing.T) {
 	// too, without its handler ever running. The race this looks for is
 	// random, hence the runs.
 	t.Run("stops reading", func(t *testing.T) {
+		t.Parallel()
 		for run := range 10 {
-			dir := t.TempDir()
-			cfg := writeStageConfig(t, dir, "pipe.toml", `shutdown_timeout = "300ms"`,
-				stageSub("jobs", "jobs", "out_retry = \"jobs.retry\"\nmax_attempts = 1\ndead_letter = \"jobs.dead\"",
-					`p=$(cat); echo "$p" >> "$DIR/log"; sleep 30`))
-			p := startStage(t, dir, stageKeepStdout, streamdBinary(t), "pipe", "--config.file="+cfg, "--log.format=json")
-			for i := range 20 {
-				p.write(t, fmt.Sprintf("[jobs] %d", i))
-			}
-			eventually(t, 10*time.Second, "the first handler", func() bool { return len(stageFileLines(dir, "log")) > 0 })
-			p.cmd.Process.Signal(syscall.SIGTERM)
-			code := p.wait(t, 10*time.Second)
-			handled := stageFileLines(dir, "log")
-			copies := parseCopies(t, p.stdout())
-			var unhandled []string
-			for _, c := range copies {
-				if !slices.Contains(handled, string(c.payload)) {
-					unhandled = append(unhandled, string(c.payload))
+			t.Run(fmt.Sprintf("run%d", run), func(t *testing.T) {
+				t.Parallel()
+				dir := t.TempDir()
+				cfg := writeStageConfig(t, dir, "pipe.toml", `shutdown_timeout = "300ms"`,
+					stageSub("jobs", "jobs", "out_retry = \"jobs.retry\"\nmax_attempts = 1\ndead_letter = \"jobs.dead\"",
+						`p=$(cat); echo "$p" >> "$DIR/log"; sleep 30`))
+				p := startStage(t, dir, stageKeepStdout, streamdBinary(t), "pipe", "--config.file="+cfg, "--log.format=json")
+				for i := range 20 {
+					p.write(t, fmt.Sprintf("[jobs] %d", i))
 				}
-			}
-			if len(unhandled) > 0 {
-				t.Fatalf("run %d: lines %q were taken from stdin after SIGTERM and dead-lettered at "+
-					"max_attempts = 1 without their handler running: readLines selects at random between the next "+
-					"line and ctx.Done, and the exec handler fails at once on the cancelled context", run, unhandled)
-			}
-			if code != 0 {
-				t.Fatalf("run %d: exit status %d; stderr:\n%s", run, code, p.stderr.String())
-			}
-			if !slices.Equal(handled, []string{"0"}) || len(copies) != 1 || copies[0].key != "jobs.dead" || copies[0].count() != "1" {
-				t.Fatalf("run %d: handled %q, stdout %q; want line 0 handled, then dead-lettered on its cancellation", run, handled, p.stdout())
-			}
+				eventually(t, 10*time.Second, "the first handler", func() bool { return len(stageFileLines(dir, "log")) > 0 })
+				p.cmd.Process.Signal(syscall.SIGTERM)
+				code := p.wait(t, 10*time.Second)
+				handled := stageFileLines(dir, "log")
+				copies := parseCopies(t, p.stdout())
+				var unhandled []string
+				for _, c := range copies {
+					if !slices.Contains(handled, string(c.payload)) {
+						unhandled = append(unhandled, string(c.payload))
+					}
+				}
+				if len(unhandled) > 0 {
+					t.Fatalf("run %d: lines %q were taken from stdin after SIGTERM and dead-lettered at "+
+						"max_attempts = 1 without their handler running: readLines selects at random between the next "+
+						"line and ctx.Done, and the exec handler fails at once on the cancelled context", run, unhandled)
+				}
+				if code != 0 {
+					t.Fatalf("run %d: exit status %d; stderr:\n%s", run, code, p.stderr.String())
+				}
+				if !slices.Equal(handled, []string{"0"}) || len(copies) != 1 || copies[0].key != "jobs.dead" || copies[0].count() != "1" {
+					t.Fatalf("run %d: handled %q, stdout %q; want line 0 handled, then dead-lettered on its cancellation", run, handled, p.stdout())
+				}
+			})
 		}
 	})
 
 	t.Run("pending delayed copy", func(t *testing.T) {
+		t.Parallel()
 		dir := t.TempDir()
 		cfg := writeStageConfig(t, dir, "pipe.toml", `shutdown_timeout = "5s"`,
 			stageSub("jobs", "jobs", `out_retry = "jobs.retry"`, `cat > /dev/null; touch "$DIR/handled"; echo retry_after=300ms`))
@@ -1143,6 +1166,7 @@ func TestPipeSIGTERM(t *testing.T) {
 	// (settlement.md §4.4 step 2); then its context ends, and the delivery
 	// settles as a failure: a retry copy after the backoff.
 	t.Run("in-flight handler", func(t *testing.T) {
+		t.Parallel()
 		dir := t.TempDir()
 		cfg := writeStageConfig(t, dir, "pipe.toml", `shutdown_timeout = "1s"`,
 			stageSub("jobs", "jobs", "out_retry = \"jobs.retry\"\nbackoff = [\"100ms\"]", `cat > /dev/null; touch "$DIR/started"; sleep 30`))
@@ -1179,7 +1203,9 @@ func fileExists(dir, name string) bool {
 // a copy due after shutdown_timeout is abandoned with L5 and exit status 1,
 // while the copies due before it are written.
 func TestPipeEOFPendingDelays(t *testing.T) {
+	t.Parallel()
 	t.Run("waits", func(t *testing.T) {
+		t.Parallel()
 		dir := t.TempDir()
 		writeStageConfig(t, dir, "pipe.toml", `shutdown_timeout = "5s"`,
 			stageSub("jobs", "jobs", `out_retry = "jobs.retry"`, `cat > /dev/null; echo retry_after=500ms`))
@@ -1200,6 +1226,7 @@ func TestPipeEOFPendingDelays(t *testing.T) {
 	})
 
 	t.Run("timeout", func(t *testing.T) {
+		t.Parallel()
 		dir := t.TempDir()
 		writeStageConfig(t, dir, "pipe.toml", `shutdown_timeout = "1s"`,
 			stageSub("jobs", "jobs", `out_retry = "jobs.retry"`,
@@ -1229,12 +1256,13 @@ func TestPipeEOFPendingDelays(t *testing.T) {
 // stdin until some leave, so that a long delay cannot grow it without
 // limit. Every copy still leaves.
 func TestPipeDelayedCopiesBounded(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	addr := freePort(t)
 	cfg := writeStageConfig(t, dir, "pipe.toml", fmt.Sprintf("max_delayed_mib = 1\n[metrics]\nlisten = %q\n", addr),
 		stageSub("jobs", "jobs", `out_retry = "jobs.retry"`, `cat > /dev/null; echo retry_after=1s`))
 	p := startStage(t, dir, stageKeepStdout, streamdBinary(t), "pipe", "--config.file="+cfg)
-	const n = 40
+	const n = 25 // more than twice the bound
 	payload := strings.Repeat("x", 100<<10)
 	go func() {
 		for i := range n {
@@ -1293,6 +1321,7 @@ func scrapeGauge(addr, series string) (float64, bool) {
 // SIGTERM without first waiting out shutdown_timeout for room: the copy
 // it held is abandoned with the others, and every copy handled is counted.
 func TestPipeStopAtTheBound(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	addr := freePort(t)
 	cfg := writeStageConfig(t, dir, "pipe.toml", fmt.Sprintf("max_delayed_mib = 1\nshutdown_timeout = \"2s\"\n[metrics]\nlisten = %q\n", addr),
@@ -1312,7 +1341,11 @@ func TestPipeStopAtTheBound(t *testing.T) {
 		v, ok := scrapeGauge(addr, "streamd_retries_pending")
 		return ok && v >= 7
 	})
-	time.Sleep(200 * time.Millisecond) // the next line is handled and waits for room
+	// The next line is handled and waits for room.
+	eventually(t, 10*time.Second, "the line after the bound to be handled", func() bool {
+		v, ok := scrapeGauge(addr, "streamd_retries_pending")
+		return ok && len(stageFileLines(dir, "handled")) > int(v)
+	})
 	p.cmd.Process.Signal(syscall.SIGTERM)
 	sent := time.Now()
 	code := p.wait(t, 20*time.Second)

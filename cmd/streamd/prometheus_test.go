@@ -29,6 +29,7 @@ func freePort(t *testing.T) string {
 // TestPrometheusScrapes runs the real Prometheus server against a running
 // streamd and asks its HTTP API for what streamd processed.
 func TestPrometheusScrapes(t *testing.T) {
+	t.Parallel()
 	prom, err := exec.LookPath("prometheus")
 	if err != nil {
 		t.Skip("the prometheus server is not installed (Debian package prometheus; .ci/run installs it)")

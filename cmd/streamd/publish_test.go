@@ -65,6 +65,7 @@ func framesAt(t testing.TB, path, key string) []streamfile.Frame {
 // and the beacons are exactly those of a single writer (the file equals one
 // writer's output for the same frames). A second publish continues it.
 func TestPublishSeveralKeys(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "multi.ss")
 	var in bytes.Buffer
 	keys := []string{"orders", "audit", "Zed", ""}
@@ -127,6 +128,7 @@ func TestPublishSeveralKeys(t *testing.T) {
 // TestPublishConcurrent runs two publish processes appending 10 000 records
 // each to one file at the same time.
 func TestPublishConcurrent(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "shared.ss")
 	bin := streamdBinary(t)
 	const n = 10000
@@ -192,6 +194,7 @@ func (s *slowReader) Read(p []byte) (int, error) {
 }
 
 func TestPublishBadInput(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	notSS, v2 := badStreamFiles(t, dir)
 	fresh := filepath.Join(dir, "fresh.ss")
@@ -214,6 +217,7 @@ func TestPublishBadInput(t *testing.T) {
 		{"invalid UTF-8", fresh, []string{"--key=k"}, "ok\n\xff\n", exitError, "stdin line 2: line is not valid UTF-8"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			before, _ := os.ReadFile(tc.file)
 			r := runBinary(t, []byte(tc.stdin), append([]string{"publish", "--file=" + tc.file}, tc.args...)...)
 			if r.code != tc.code || !strings.Contains(r.stderr, tc.want) {
@@ -236,6 +240,7 @@ func TestPublishBadInput(t *testing.T) {
 // records to the file at the path, continuing its sequence numbers, and
 // leaves what it wrote before in the old file.
 func TestPublishFollowsReplacedFile(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	path, old := filepath.Join(dir, "events.ss"), filepath.Join(dir, "events.ss.1")
 	bin := streamdBinary(t)

@@ -34,6 +34,7 @@ func readmeBlocks(t *testing.T, lang string) []string {
 // daemon, then every command of the section, then the retry chain and dead
 // letter it describes.
 func TestReadmeTryingIt(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	for _, d := range []string{"bin", "configs", "var"} {
 		os.Mkdir(filepath.Join(dir, d), 0o755)
@@ -49,6 +50,7 @@ func TestReadmeTryingIt(t *testing.T) {
 	sh := func(line string) (string, error) {
 		cmd := exec.Command("/bin/sh", "-c", strings.ReplaceAll(line, "127.0.0.1:9464", port))
 		cmd.Dir = dir
+		cmd.Env = quickExit()
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
@@ -58,6 +60,7 @@ func TestReadmeTryingIt(t *testing.T) {
 	}
 	daemon := exec.Command(filepath.Join(dir, "bin", "streamd"), "run", "--config.file=configs/local.toml")
 	daemon.Dir = dir
+	daemon.Env = quickExit()
 	var stdout, stderr lockedBuffer
 	daemon.Stdout, daemon.Stderr = &stdout, &stderr
 	if err := daemon.Start(); err != nil {
