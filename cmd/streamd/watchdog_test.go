@@ -16,7 +16,7 @@ import (
 func TestWatchdogHungCommitLoop(t *testing.T) {
 	ns := listenNotify(t)
 	e := newEnv(t, lifecycleSub("billing", "orders", "", "true"))
-	p := e.startArmed(
+	p := e.startWith(nil,
 		failpoint.EnvVar+"="+failpoint.OffsetsCommit+"=1:hang",
 		"NOTIFY_SOCKET="+os.Getenv("NOTIFY_SOCKET"),
 		"WATCHDOG_USEC=200000", // a ping every 100ms, a timeout of 200ms
