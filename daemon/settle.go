@@ -193,8 +193,10 @@ func (s *settler) deadLetterCopy(ctx context.Context, d *handler.Delivery) error
 // copyRecord is the record of a copy of d: its headers (stream-sequence
 // included) with the incremented retry count (settlement.md §4.2), and its
 // payload, enveloped for the transport. Retry copies into a file also carry
-// the origin; dead letters do not, so that any subscription of the
-// dead-letter key sees them.
+// the origin; dead letters add none (one made of a retry copy keeps that
+// copy's), and the origin filter passes over a copy only under the key of
+// the subscription that made it, so every subscription of the dead-letter
+// key sees them.
 func (s *settler) copyRecord(d *handler.Delivery, retry bool) []byte {
 	h := envelope.NextAttemptHeaders(d.Headers)
 	if retry && s.transport == fileTransport {
