@@ -541,7 +541,7 @@ func (d *Daemon) fire(_ context.Context, c retrytimer.Copy) error {
 	if st == nil {
 		return fmt.Errorf("stream %q of a pending copy is not configured; the copy stays in the spool", c.Stream)
 	}
-	return st.append(c.Key, spooledRecord(c, false))
+	return st.append(c.Key, c.Record)
 }
 
 // status is the STATUS= line for systemd.

@@ -45,7 +45,7 @@ func RunPipe(ctx context.Context, cfg *conf.Config, opts PipeOptions) (err error
 	out := pipe.NewWriter(opts.Out)
 	queue, err := retrytimer.Open(retrytimer.Options{
 		Fire: func(_ context.Context, c retrytimer.Copy) error {
-			err := out.Write(c.Key, spooledRecord(c, true))
+			err := out.Write(c.Key, c.Record)
 			if errors.Is(err, pipe.ErrClosed) {
 				stopReading()
 			}
@@ -236,5 +236,5 @@ func (c pipeCopies) schedule(key string, record []byte, due time.Time) error {
 	if err := c.queue.WaitRoom(c.reading); err != nil && c.reading.Err() == nil {
 		return err
 	}
-	return c.queue.Schedule(retrytimer.Copy{Key: key, Payload: record}, due)
+	return c.queue.Schedule(retrytimer.Copy{Key: key, Record: record}, due)
 }

@@ -11,11 +11,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/streamd/streamd/conf"
-	"github.com/streamd/streamd/envelope"
 	"github.com/streamd/streamd/handler"
 	"github.com/streamd/streamd/internal/systemd"
 	"github.com/streamd/streamd/metrics"
-	"github.com/streamd/streamd/retrytimer"
 )
 
 // Options are what a program gives the daemon or a pipe stage besides its
@@ -125,13 +123,4 @@ func (s *setup) serveMetrics(ctx context.Context, wg *sync.WaitGroup, listen str
 		}
 	})
 	return nil
-}
-
-// spooledRecord is the record a pending copy writes: a copy scheduled before
-// copies were stored in their final form carries its headers apart.
-func spooledRecord(c retrytimer.Copy, stdio bool) []byte {
-	if len(c.Headers) == 0 {
-		return c.Payload
-	}
-	return envelope.Encode(c.Headers, c.Payload, stdio)
 }

@@ -136,5 +136,5 @@ func (c fileCopies) publish(_ context.Context, key string, record []byte) error 
 }
 
 func (c fileCopies) schedule(key string, record []byte, due time.Time) error {
-	return c.queue.Schedule(retrytimer.Copy{Stream: c.stream.cfg.Name, Key: key, Payload: record}, due)
+	return c.queue.Schedule(retrytimer.Copy{Stream: c.stream.cfg.Name, Key: key, Record: record}, due)
 }

@@ -148,17 +148,17 @@ func TestClockJump(t *testing.T) {
 
 // TestSpoolTypeOneRecords opens a spool written before schedule records
 // kept their delay (type 1 records only): its copies load and fire at their
-// due times, new copies are appended as type 3 records, and the mixed file
+// due times, new copies are appended as type 4 records, and the mixed file
 // loads again. A type 1 copy has no delay to clamp to: a clock stepped back
 // delays it as before.
 func TestSpoolTypeOneRecords(t *testing.T) {
 	now := time.Now()
+	// Without headers, a type 1 copy fires its payload as it is: the
+	// recorder reads the due time from it. TestSpoolLegacyRecords covers
+	// headers.
 	v1 := func(id uint64, key string, due time.Time) []byte {
-		rec, err := encodeScheduleType(recScheduleV1, id, due.UnixNano(), 0, ptr(testCopy(key, due, 0)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return rec
+		c := testCopy(key, due, 0)
+		return encodeLegacy(recScheduleV1, id, due.UnixNano(), 0, c.Stream, c.Key, legacyFields{payload: c.Record})
 	}
 	var data []byte
 	data = append(data, fileMagic...)
@@ -207,5 +207,3 @@ func TestSpoolTypeOneRecords(t *testing.T) {
 	}
 	q.mu.Unlock()
 }
-
-func ptr[T any](v T) *T { return &v }

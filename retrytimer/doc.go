@@ -1,7 +1,9 @@
 // Package retrytimer holds delayed copies of records (the copies a handler
 // asks for with retry_after) until they are due, and then hands each to a
-// [FireFunc], which writes it to its stream. What a copy is for, and where
-// it goes, is the caller's business: [Copy.Stream] is opaque here.
+// [FireFunc], which writes it to its stream. What a copy is for, where it
+// goes and what its bytes mean is the caller's business: [Copy.Stream] is
+// opaque here, and [Copy.Record] carries the bytes to write in their final
+// form (the daemon envelopes a copy before it schedules it).
 //
 // The reference runtime keeps such copies in memory, so a crash loses them.
 // A [Queue] opened with a spool directory keeps them in a durable spool
@@ -69,28 +71,36 @@
 // "SDRETRY1" (the last byte is the format version), then records, appended
 // and never rewritten in place:
 //
-//	record   = length u32 | length-crc u32 | body-crc u32 | body    (little-endian)
-//	length   = len(body); length-crc = CRC-32C of the 4 length bytes; body-crc = CRC-32C of body
-//	body     = schedule | done | schedule1
-//	schedule = 0x03 | id u64 | due i64 (Unix ns) | delay i64 (ns, ≥ 0) | copy
-//	done     = 0x02 | id u64
-//	schedule1 = 0x01 | id u64 | due i64 (Unix ns) | copy                 (read, never written)
-//	copy     = stream bytes | key bytes | nheaders u32 |
-//	           nheaders × (name bytes | value bytes) | payload bytes
-//	bytes    = len u32 | len bytes
+//	record    = length u32 | length-crc u32 | body-crc u32 | body    (little-endian)
+//	length    = len(body); length-crc = CRC-32C of the 4 length bytes; body-crc = CRC-32C of body
+//	body      = schedule | done | schedule3 | schedule1
+//	schedule  = 0x04 | id u64 | due i64 (Unix ns) | delay i64 (ns, ≥ 0) |
+//	            stream bytes | key bytes | record bytes
+//	done      = 0x02 | id u64
+//	schedule3 = 0x03 | id u64 | due i64 (Unix ns) | delay i64 (ns, ≥ 0) | copy1   (read, never written)
+//	schedule1 = 0x01 | id u64 | due i64 (Unix ns) | copy1                        (read, never written)
+//	copy1     = stream bytes | key bytes | nheaders u32 |
+//	            nheaders × (name bytes | value bytes) | payload bytes
+//	bytes     = len u32 | len bytes
 //
 // CRC-32C is [hash/crc32] with the Castagnoli table. Ids are unique within
 // a file and increase with scheduling, so they also break ties between equal
 // due times. A copy is pending when the file holds its schedule record and
 // no done record for it. delay is the copy's delay when it was scheduled
-// (see Timing and order).
+// (see Timing and order). record is [Copy.Record], byte for byte.
 //
-// Type 1 schedule records, without the delay, are what earlier versions
-// wrote; they are still read, in a file with type 3 records or alone, and
-// compaction keeps them as they are. The file header stays "SDRETRY1": an
-// earlier version that opens a spool holding a type 3 record fails with
-// "unknown record type 3" at its offset, naming the file, rather than
-// misreading it.
+// Type 1 and type 3 schedule records are what earlier versions wrote: type 1
+// before the delay was kept, both before copies reached the queue in their
+// final form, so they hold the copy's headers and payload apart. They are
+// still read, in a file with records of the other types or alone, and
+// compaction keeps them as they are. Their copies fire with the record an
+// earlier version wrote for them: the envelope of the headers and payload
+// for the stream-file transport
+// ([github.com/streamd/streamd/envelope.Encode] with line false), the one
+// use the package makes of envelopes. The file header stays "SDRETRY1": an
+// earlier version that opens a spool holding a record of a type it does not
+// know (3 or 4) fails with "unknown record type" and the type at its offset,
+// naming the file, rather than misreading it.
 //
 // # Crash semantics
 //
@@ -169,10 +179,10 @@
 //
 // # Memory
 //
-// With a spool, a pending copy costs one heap entry of 64 bytes; its payload
+// With a spool, a pending copy costs one heap entry of 64 bytes; its record
 // stays on disk and is read back when it fires. 100 000 pending copies of
 // 1 KiB measured 6.8 MiB of heap (TestMemory100kPending,
-// BenchmarkPending100k). A memory-only queue keeps each copy's encoded
+// BenchmarkPending100k). A memory-only queue keeps each copy's spool
 // record in memory as well: the same 100 000 copies measured 116 MiB of live
 // heap, about 1.2 KiB each, so a caller that must bound memory in that mode
 // bounds how many copies it leaves pending. Scheduling and firing cost

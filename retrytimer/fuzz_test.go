@@ -27,15 +27,14 @@ func FuzzLoadSpool(f *testing.F) {
 		}
 		return rec
 	}
-	// A type 1 record, written before schedule records kept the delay.
-	v1, err := encodeScheduleType(recScheduleV1, 4, due, 0, &Copy{Key: "old", Payload: []byte("v1")})
-	if err != nil {
-		f.Fatal(err)
-	}
-	a := sched(1, Copy{Stream: "orders", Key: "orders", Payload: []byte(`{"id":7}`),
-		Headers: envelope.Headers{{Name: "x-ruststream-retry-count", Value: []byte("1")}}})
+	// Type 1 and type 3 records, written before copies reached the queue in
+	// their final form.
+	v1 := encodeLegacy(recScheduleV1, 4, due, 0, "", "old", legacyFields{payload: []byte("v1")})
+	v3 := encodeLegacy(recScheduleV3, 5, due, int64(time.Second), "orders", "old",
+		legacyFields{envelope.Headers{{Name: "x-ruststream-retry-count", Value: []byte("1")}}, []byte(`{"id":7}`)})
+	a := sched(1, Copy{Stream: "orders", Key: "orders", Record: []byte(`rs1:AAAAAB`)})
 	b := sched(2, Copy{Key: "k"})
-	c := sched(3, Copy{Headers: envelope.Headers{{Name: "", Value: nil}, {Name: "n", Value: []byte{0, 1}}}})
+	c := sched(3, Copy{Record: []byte{0, 1}})
 	magic := []byte(fileMagic)
 	cat := func(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
 	f.Add([]byte(nil))
@@ -47,6 +46,7 @@ func FuzzLoadSpool(f *testing.F) {
 	f.Add(cat(magic, a, make([]byte, 40)))
 	f.Add(cat(magic, raw(9), b))
 	f.Add(cat(magic, a, v1, encodeDone(4), b))
+	f.Add(cat(magic, v3, a, v1, encodeDone(1)))
 
 	f.Fuzz(func(t *testing.T, data []byte) {
 		res, err := scanBytes(data)
@@ -76,14 +76,11 @@ func FuzzLoadSpool(f *testing.F) {
 			rec := intact[e.off : e.off+e.recordSize()]
 			b, err := decodeBody(rec[hdrSize:])
 			if err != nil || !b.isSchedule() || b.id != e.id || b.due != e.due || b.delay != e.delay ||
-				(b.typ == recSchedule) != (e.delay >= 0) {
+				(b.typ == recScheduleV1) == (e.delay >= 0) {
 				t.Fatalf("entry %+v reads back as %+v, %v", e, b, err)
 			}
 			live += e.recordSize()
-			re, err := encodeScheduleType(b.typ, b.id, b.due, b.delay, &b.c)
-			if err != nil {
-				t.Fatal(err)
-			}
+			re := reencode(t, b)
 			if !bytes.Equal(re, rec) {
 				t.Fatalf("entry %d re-encodes differently", e.id)
 			}
@@ -109,20 +106,19 @@ func FuzzLoadSpool(f *testing.F) {
 
 // FuzzDecodeBody decodes arbitrary bytes as a record body, which FuzzLoadSpool
 // rarely reaches behind a valid checksum. A body that decodes must encode
-// back to the same bytes.
+// back to the same bytes, and a schedule record must yield its copy: the
+// record of type 4 as it is, that of types 1 and 3 enveloped from their
+// headers and payload.
 func FuzzDecodeBody(f *testing.F) {
-	c := &Copy{Stream: "s", Key: "k", Payload: []byte("p"),
-		Headers: envelope.Headers{{Name: "a", Value: []byte("1")}, {Name: "b"}}}
-	rec, err := encodeSchedule(1, 2, 3, c)
+	rec, err := encodeSchedule(1, 2, 3, &Copy{Stream: "s", Key: "k", Record: []byte("rs1:AAAAAA")})
 	if err != nil {
 		f.Fatal(err)
 	}
-	v1, err := encodeScheduleType(recScheduleV1, 1, 2, 0, c)
-	if err != nil {
-		f.Fatal(err)
-	}
+	old := legacyFields{envelope.Headers{{Name: "a", Value: []byte("1")}, {Name: "b"}}, []byte("p")}
 	f.Add(rec[hdrSize:])
-	f.Add(v1[hdrSize:])
+	f.Add(encodeLegacy(recScheduleV1, 1, 2, 0, "s", "k", old)[hdrSize:])
+	f.Add(encodeLegacy(recScheduleV3, 1, 2, 3, "s", "k", old)[hdrSize:])
+	f.Add(encodeLegacy(recScheduleV3, 1, 2, 3, "", "", legacyFields{envelope.Headers{{Name: "\xff"}}, nil})[hdrSize:])
 	f.Add(encodeDone(3)[hdrSize:])
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -130,21 +126,40 @@ func FuzzDecodeBody(f *testing.F) {
 		if err != nil {
 			return
 		}
-		var re []byte
-		switch b.typ {
-		case recSchedule, recScheduleV1:
-			if re, err = encodeScheduleType(b.typ, b.id, b.due, b.delay, &b.c); err != nil {
-				t.Fatal(err)
-			}
-		case recDone:
-			re = encodeDone(b.id)
-		default:
-			t.Fatalf("decoded a record of type %d", b.typ)
-		}
-		if !bytes.Equal(re[hdrSize:], data) {
+		if re := reencode(t, b); !bytes.Equal(re[hdrSize:], data) {
 			t.Fatalf("%x decodes to %+v, which encodes to %x", data, b, re[hdrSize:])
 		}
+		if !b.isSchedule() {
+			return
+		}
+		c := b.copy()
+		want := b.c.Record
+		if b.typ != recSchedule {
+			want = envelope.Encode(b.legacy.headers, b.legacy.payload, false)
+		}
+		if c.Stream != b.c.Stream || c.Key != b.c.Key || !bytes.Equal(c.Record, want) {
+			t.Fatalf("%x decodes to %+v, whose copy is %+v", data, b, c)
+		}
 	})
+}
+
+// reencode returns the complete record that b was decoded from.
+func reencode(t *testing.T, b body) []byte {
+	t.Helper()
+	switch b.typ {
+	case recSchedule:
+		re, err := encodeSchedule(b.id, b.due, b.delay, &b.c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return re
+	case recScheduleV1, recScheduleV3:
+		return encodeLegacy(b.typ, b.id, b.due, b.delay, b.c.Stream, b.c.Key, b.legacy)
+	case recDone:
+		return encodeDone(b.id)
+	}
+	t.Fatalf("decoded a record of type %d", b.typ)
+	return nil
 }
 
 func scanBytes(data []byte) (scanResult, error) {

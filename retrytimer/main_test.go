@@ -1,6 +1,7 @@
 package retrytimer
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strconv"
@@ -9,44 +10,31 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
-
-	"github.com/streamd/streamd/envelope"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// dueHeader carries a test copy's due time (Unix nanoseconds), so that Fire
-// can check it was not called early.
-const dueHeader = "x-test-due"
-
-// testCopy returns a copy named key, due at due, with a payload of size
-// bytes (at least the key): "payload of <key>;", then the byte at index i
-// is 'a'+i%26, appended a run of the alphabet at a time.
+// testCopy returns a copy named key, due at due, with a record of size
+// bytes (at least its prefix): "<due in Unix ns>;record of <key>;", so that
+// Fire can check it was not called early, then the byte at index i is
+// 'a'+i%26, appended a run of the alphabet at a time.
 func testCopy(key string, due time.Time, size int) Copy {
 	const alphabet = "abcdefghijklmnopqrstuvwxyz"
-	payload := fmt.Appendf(make([]byte, 0, size), "payload of %s;", key)
-	for i := len(payload); i < size; i = len(payload) {
-		payload = append(payload, alphabet[i%26:min(26, i%26+size-i)]...)
+	record := fmt.Appendf(make([]byte, 0, size), "%d;record of %s;", due.UnixNano(), key)
+	for i := len(record); i < size; i = len(record) {
+		record = append(record, alphabet[i%26:min(26, i%26+size-i)]...)
 	}
-	return Copy{
-		Stream:  "orders",
-		Key:     key,
-		Headers: envelope.Headers{{Name: dueHeader, Value: strconv.AppendInt(nil, due.UnixNano(), 10)}},
-		Payload: payload,
-	}
+	return Copy{Stream: "orders", Key: key, Record: record}
 }
 
 // dueOf returns the due time a test copy carries.
 func dueOf(t testing.TB, c Copy) time.Time {
-	v, ok := c.Headers.Get(dueHeader)
-	if !ok {
-		t.Fatalf("copy %q has no %s header", c.Key, dueHeader)
-	}
-	ns, err := strconv.ParseInt(string(v), 10, 64)
-	if err != nil {
-		t.Fatalf("copy %q: %v", c.Key, err)
+	prefix, _, ok := bytes.Cut(c.Record, []byte(";"))
+	ns, err := strconv.ParseInt(string(prefix), 10, 64)
+	if !ok || err != nil {
+		t.Fatalf("copy %q carries no due time: record %.40q", c.Key, c.Record)
 	}
 	return time.Unix(0, ns)
 }
@@ -72,9 +60,9 @@ func (r *recorder) fire(_ context.Context, c Copy) error {
 	if due := dueOf(r.t, c); now.Before(due) {
 		r.t.Errorf("copy %q fired at %v, before its due time %v", c.Key, now, due)
 	}
-	want := testCopy(c.Key, dueOf(r.t, c), len(c.Payload))
-	if string(c.Payload) != string(want.Payload) || c.Stream != want.Stream {
-		r.t.Errorf("copy %q fired with stream %q payload %q, want %q %q", c.Key, c.Stream, c.Payload, want.Stream, want.Payload)
+	want := testCopy(c.Key, dueOf(r.t, c), len(c.Record))
+	if !bytes.Equal(c.Record, want.Record) || c.Stream != want.Stream {
+		r.t.Errorf("copy %q fired with stream %q record %q, want %q %q", c.Key, c.Stream, c.Record, want.Stream, want.Record)
 	}
 	if r.fail != nil {
 		if err := r.fail(c); err != nil {

@@ -12,7 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/streamd/streamd/envelope"
 	"github.com/streamd/streamd/internal/ratelog"
 )
 
@@ -23,10 +22,9 @@ type Copy struct {
 	Stream string
 	// Key is the stream key the copy is published under.
 	Key string
-	// Headers are the copy's headers, in order.
-	Headers envelope.Headers
-	// Payload is the copy's payload, byte for byte.
-	Payload []byte
+	// Record is the bytes to write, in their final form (the caller has
+	// enveloped them if they need it). The package does not interpret them.
+	Record []byte
 }
 
 // FireFunc publishes a due copy. A [Queue] calls it from the goroutine that
@@ -63,7 +61,8 @@ type Options struct {
 	// [time.Now]. Tests set it to a clock that jumps.
 	Now func() time.Time
 	// MaxMemory bounds the bytes of pending copies a memory-only queue
-	// holds, as [Queue.WaitRoom] waits for it. Zero means no bound.
+	// holds, as [Queue.WaitRoom] waits for it: each copy counts its
+	// Record, Stream and Key and 49 bytes of framing. Zero means no bound.
 	MaxMemory int64
 	// Durable makes the copies fired so far durable where Fire wrote them
 	// (the daemon syncs its stream files). With a spool, a fired copy is
@@ -649,13 +648,18 @@ func satSub(a, b int64) int64 {
 
 // copyOf returns the copy e schedules. It is called with mu held.
 func (q *Queue) copyOf(e *entry) (Copy, error) {
+	var b body
+	var err error
 	if q.sp == nil {
-		b, err := decodeBody(slices.Clone(e.rec[hdrSize:]))
-		return b.c, err
+		b, err = decodeBody(slices.Clone(e.rec[hdrSize:]))
+	} else {
+		var buf []byte
+		_, b, err = q.sp.read(e, &buf)
 	}
-	var buf []byte
-	_, b, err := q.sp.read(e, &buf)
-	return b.c, err
+	if err != nil {
+		return Copy{}, err
+	}
+	return b.copy(), nil
 }
 
 // retryDelay returns the backoff after the given number of failed tries.

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math"
-
-	"github.com/streamd/streamd/envelope"
 )
 
 // fileMagic opens every spool file; its last byte is the format version.
@@ -20,11 +18,13 @@ const hdrSize = 12
 // maxBody is the largest record body the u32 length field can describe.
 const maxBody = math.MaxUint32
 
-// Record types, the first byte of a body.
+// Record types, the first byte of a body. Types 1 and 3 are read, never
+// written (see legacy.go).
 const (
-	recScheduleV1 byte = 1 // a schedule record without the delay, written before type 3
+	recScheduleV1 byte = 1 // a schedule record without the delay, headers and payload apart
 	recDone       byte = 2
-	recSchedule   byte = 3 // a schedule record with the copy's delay
+	recScheduleV3 byte = 3 // a schedule record with the delay, headers and payload apart
+	recSchedule   byte = 4 // a schedule record with the delay and the copy's record
 )
 
 // unknownDelay is the delay of a copy scheduled by a type 1 record.
@@ -50,37 +50,18 @@ func checksum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 // c under id for due (Unix nanoseconds), delay (nanoseconds, not negative)
 // after the time it was scheduled. The record shares no memory with c.
 func encodeSchedule(id uint64, due, delay int64, c *Copy) ([]byte, error) {
-	return encodeScheduleType(recSchedule, id, due, delay, c)
-}
-
-// encodeScheduleType encodes a schedule record of type typ; a type 1 record
-// has no delay.
-func encodeScheduleType(typ byte, id uint64, due, delay int64, c *Copy) ([]byte, error) {
-	n := 1 + 8 + 8 + 4 + len(c.Stream) + 4 + len(c.Key) + 4 + 4 + len(c.Payload)
-	if typ == recSchedule {
-		n += 8
-	}
-	for _, h := range c.Headers {
-		n += 4 + len(h.Name) + 4 + len(h.Value)
-	}
+	n := 1 + 8 + 8 + 8 + 4 + len(c.Stream) + 4 + len(c.Key) + 4 + len(c.Record)
 	if n > maxBody {
 		return nil, fmt.Errorf("copy of %d bytes is too large for a spool record", n)
 	}
 	rec := make([]byte, hdrSize, hdrSize+n)
-	rec = append(rec, typ)
+	rec = append(rec, recSchedule)
 	rec = le.AppendUint64(rec, id)
 	rec = le.AppendUint64(rec, uint64(due))
-	if typ == recSchedule {
-		rec = le.AppendUint64(rec, uint64(delay))
-	}
+	rec = le.AppendUint64(rec, uint64(delay))
 	rec = appendBytes(rec, c.Stream)
 	rec = appendBytes(rec, c.Key)
-	rec = le.AppendUint32(rec, uint32(len(c.Headers)))
-	for _, h := range c.Headers {
-		rec = appendBytes(rec, h.Name)
-		rec = appendBytes(rec, h.Value)
-	}
-	rec = appendBytes(rec, c.Payload)
+	rec = appendBytes(rec, c.Record)
 	seal(rec)
 	return rec, nil
 }
@@ -123,18 +104,31 @@ func parseHeader(h []byte) header {
 
 // body is a decoded record body.
 type body struct {
-	typ   byte
-	id    uint64
-	due   int64 // schedule records only
-	delay int64 // schedule records only; unknownDelay in type 1
-	c     Copy  // schedule records only
+	typ    byte
+	id     uint64
+	due    int64        // schedule records only
+	delay  int64        // schedule records only; unknownDelay in type 1
+	c      Copy         // schedule records only; no Record in types 1 and 3
+	legacy legacyFields // types 1 and 3 only
 }
 
 // isSchedule reports whether the record schedules a copy.
-func (b *body) isSchedule() bool { return b.typ == recSchedule || b.typ == recScheduleV1 }
+func (b *body) isSchedule() bool {
+	return b.typ == recSchedule || b.typ == recScheduleV3 || b.typ == recScheduleV1
+}
 
-// decodeBody parses a record body. The copy's payload and header values
-// alias b; its strings do not.
+// copy returns the copy a schedule record schedules; that of a type 1 or 3
+// record gets its record from the headers and payload held apart.
+func (b *body) copy() Copy {
+	c := b.c
+	if b.typ != recSchedule {
+		c.Record = b.legacy.record()
+	}
+	return c
+}
+
+// decodeBody parses a record body. The copy's record (or, in types 1 and 3,
+// its payload and header values) aliases b; its strings do not.
 func decodeBody(b []byte) (body, error) {
 	if len(b) == 0 {
 		return body{}, errors.New("empty record")
@@ -143,29 +137,21 @@ func decodeBody(b []byte) (body, error) {
 	r := body{typ: b[0], id: d.u64()}
 	switch r.typ {
 	case recDone:
-	case recSchedule, recScheduleV1:
+	case recSchedule, recScheduleV3, recScheduleV1:
 		r.due = int64(d.u64())
 		r.delay = unknownDelay
-		if r.typ == recSchedule {
+		if r.typ != recScheduleV1 {
 			if r.delay = int64(d.u64()); r.delay < 0 {
 				return body{}, errors.New("negative delay")
 			}
 		}
 		r.c.Stream = string(d.bytes())
 		r.c.Key = string(d.bytes())
-		if nh := d.u32(); nh > 0 {
-			// Each header takes at least 8 bytes: never allocate for more
-			// headers than the body can hold.
-			if uint64(nh) > uint64(len(d.b))/8 {
-				return body{}, errTruncatedField
-			}
-			r.c.Headers = make(envelope.Headers, nh)
-			for i := range r.c.Headers {
-				r.c.Headers[i].Name = string(d.bytes())
-				r.c.Headers[i].Value = d.bytes()
-			}
+		if r.typ == recSchedule {
+			r.c.Record = d.bytes()
+		} else {
+			r.legacy = d.legacyFields()
 		}
-		r.c.Payload = d.bytes()
 	default:
 		return body{}, fmt.Errorf("unknown record type %d", r.typ)
 	}

@@ -234,8 +234,8 @@ func scan(r io.Reader, size int64) (scanResult, error) {
 		if err != nil {
 			return scanResult{}, &corruptError{off, err.Error()}
 		}
-		switch rec.typ {
-		case recSchedule, recScheduleV1:
+		switch {
+		case rec.isSchedule():
 			if rec.id == math.MaxUint64 {
 				return scanResult{}, &corruptError{off, "record id out of range"}
 			}
@@ -245,7 +245,7 @@ func scan(r io.Reader, size int64) (scanResult, error) {
 			pending[rec.id] = entry{due: rec.due, delay: rec.delay, id: rec.id, off: off, size: h.n}
 			res.live += hdrSize + int64(h.n)
 			res.nextID = max(res.nextID, rec.id+1)
-		case recDone:
+		case rec.typ == recDone:
 			e, ok := pending[rec.id]
 			if !ok {
 				return scanResult{}, &corruptError{off, fmt.Sprintf("done record for id %d, which is not pending", rec.id)}

@@ -51,8 +51,8 @@ func pendingKeys(t *testing.T, q *Queue) []string {
 		if err != nil {
 			t.Fatalf("read pending copy: %v", err)
 		}
-		want := testCopy(c.Key, dueOf(t, c), len(c.Payload))
-		if !bytes.Equal(c.Payload, want.Payload) || c.Stream != want.Stream || !dueOf(t, c).Equal(time.Unix(0, es[i].due)) {
+		want := testCopy(c.Key, dueOf(t, c), len(c.Record))
+		if !bytes.Equal(c.Record, want.Record) || c.Stream != want.Stream || !dueOf(t, c).Equal(time.Unix(0, es[i].due)) {
 			t.Errorf("pending copy %q reads back as %+v", c.Key, c)
 		}
 		keys = append(keys, c.Key)
@@ -194,8 +194,7 @@ func raw(body ...byte) []byte {
 func TestSpoolCorruption(t *testing.T) {
 	due := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	sched := func(id uint64) []byte {
-		rec, err := encodeSchedule(id, due.UnixNano(), int64(time.Minute), &Copy{Stream: "s", Key: "k",
-			Headers: envelope.Headers{{Name: "h", Value: []byte("v")}}, Payload: []byte("p")})
+		rec, err := encodeSchedule(id, due.UnixNano(), int64(time.Minute), &Copy{Stream: "s", Key: "k", Record: []byte("p")})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -211,6 +210,9 @@ func TestSpoolCorruption(t *testing.T) {
 	}
 	magic := []byte(fileMagic)
 	bodyA := recA[hdrSize:]
+	// A type 3 record, whose header count follows the key at offset 35.
+	bodyL := encodeLegacy(recScheduleV3, 1, due.UnixNano(), int64(time.Minute), "s", "k",
+		legacyFields{envelope.Headers{{Name: "h", Value: []byte("v")}}, []byte("p")})[hdrSize:]
 	tests := []struct {
 		name   string
 		data   []byte
@@ -229,7 +231,8 @@ func TestSpoolCorruption(t *testing.T) {
 		{"unknown type", cat(magic, raw(9, 1, 0, 0, 0, 0, 0, 0, 0), recB), 8, "unknown record type 9"},
 		{"truncated field", cat(magic, raw(bodyA[:30]...)), 8, "truncated field"},
 		{"trailing bytes", cat(magic, raw(append(bytes.Clone(bodyA), 0)...)), 8, "trailing bytes"},
-		{"header count too large", cat(magic, raw(cat(bodyA[:35], []byte{0xff, 0xff, 0, 0}, bodyA[39:])...)), 8, "truncated field"},
+		{"record length too large", cat(magic, raw(cat(bodyA[:35], []byte{0xff, 0xff, 0, 0}, bodyA[39:])...)), 8, "truncated field"},
+		{"header count too large", cat(magic, raw(cat(bodyL[:35], []byte{0xff, 0xff, 0, 0}, bodyL[39:])...)), 8, "truncated field"},
 		{"negative delay", cat(magic, raw(cat(bodyA[:17], []byte{0, 0, 0, 0, 0, 0, 0, 0x80}, bodyA[25:])...), recB), 8, "negative delay"},
 		{"scheduled twice", cat(magic, recA, recA), afterA, "id 1 scheduled twice"},
 		{"done for an unknown id", cat(magic, recA, encodeDone(7)), afterA, "done record for id 7, which is not pending"},
@@ -444,7 +447,7 @@ func TestSpoolFullDisk(t *testing.T) {
 	}
 	f.Close()
 	big := testCopy("full", time.Now(), 0)
-	big.Payload = make([]byte, 8<<10)
+	big.Record = make([]byte, 8<<10)
 	if err := q.Schedule(big, time.Now()); err == nil || !strings.Contains(err.Error(), "no space left on device") {
 		t.Fatalf("Schedule on a full disk: %v, want no space left on device", err)
 	}
