@@ -88,6 +88,16 @@ func (dl *deliverer) handle(ctx context.Context, d *handler.Delivery, w int) (o 
 	return dl.handler.Handle(ctx, d), nil
 }
 
+// panicError ends the daemon or the pipe stage after a handler panicked.
+type panicError struct {
+	subscription string
+	value        any
+}
+
+func (e *panicError) Error() string {
+	return fmt.Sprintf("subscription %q: handler panicked: %v", e.subscription, e.value)
+}
+
 // longestBusy returns how long the longest-running delivery in flight has
 // been running, 0 when none runs.
 func (dl *deliverer) longestBusy() time.Duration {
@@ -107,16 +117,6 @@ var monoEpoch = time.Now()
 // monoNow is a monotonic clock reading in nanoseconds, never 0: one clock
 // read, cheaper than time.Now, and blind to jumps of the wall clock.
 func monoNow() int64 { return int64(time.Since(monoEpoch)) + 1 }
-
-// panicError ends the daemon or the pipe stage after a handler panicked.
-type panicError struct {
-	subscription string
-	value        any
-}
-
-func (e *panicError) Error() string {
-	return fmt.Sprintf("subscription %q: handler panicked: %v", e.subscription, e.value)
-}
 
 // settler applies settlement.md §4 to the outcomes of one subscription.
 type settler struct {
