@@ -245,26 +245,27 @@ func (o tailObserver) Read(records, bytes int64) {
 	o.sub.ReadBytes.Add(float64(bytes))
 }
 
+// eventReasons is the read error reason each follower event is counted
+// under. A poll read is not a read error.
+var eventReasons = map[tail.Event]metrics.Reason{
+	tail.EventOverflow:   metrics.ReasonOverflow,
+	tail.EventTruncated:  metrics.ReasonTruncation,
+	tail.EventReplaced:   metrics.ReasonReplacement,
+	tail.EventRemoved:    metrics.ReasonRemoval,
+	tail.EventTornTail:   metrics.ReasonTornTail,
+	tail.EventChecksum:   metrics.ReasonChecksum,
+	tail.EventFormat:     metrics.ReasonFormat,
+	tail.EventUnreadable: metrics.ReasonUnreadable,
+}
+
 func (o tailObserver) Event(e tail.Event) {
 	switch e {
 	case tail.EventOverflow:
 		o.stream.WatchOverflows.Inc()
-		o.sub.ReadErrors[metrics.ReasonOverflow].Inc()
 	case tail.EventPollRead:
 		o.stream.PollReads.Inc()
-	case tail.EventTruncated:
-		o.sub.ReadErrors[metrics.ReasonTruncation].Inc()
-	case tail.EventReplaced:
-		o.sub.ReadErrors[metrics.ReasonReplacement].Inc()
-	case tail.EventRemoved:
-		o.sub.ReadErrors[metrics.ReasonRemoval].Inc()
-	case tail.EventTornTail:
-		o.sub.ReadErrors[metrics.ReasonTornTail].Inc()
-	case tail.EventChecksum:
-		o.sub.ReadErrors[metrics.ReasonChecksum].Inc()
-	case tail.EventFormat:
-		o.sub.ReadErrors[metrics.ReasonFormat].Inc()
-	case tail.EventUnreadable:
-		o.sub.ReadErrors[metrics.ReasonUnreadable].Inc()
+	}
+	if r, ok := eventReasons[e]; ok {
+		o.sub.ReadErrors[r].Inc()
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -23,16 +22,10 @@ import (
 	"github.com/streamd/streamd/internal/ratelog"
 )
 
-// The environment of the exec handler's command, besides the daemon's own
-// and the configured env.
+// The environment of the exec handler's command carries, besides the
+// daemon's own and the configured env, the delivery's metadata (see
+// deliveryMeta) and the record headers.
 const (
-	execSubscriptionEnv = "STREAMD_SUBSCRIPTION" // the subscription's name
-	execStreamKeyEnv    = "STREAMD_STREAM_KEY"
-	execSeqEnv          = "STREAMD_SEQ"          // decimal
-	execShardEnv        = "STREAMD_SHARD"        // decimal shard id
-	execTimestampEnv    = "STREAMD_TIMESTAMP_MS" // decimal ms since the epoch
-	execAttemptEnv      = "STREAMD_ATTEMPT"      // decimal, 1 for the first delivery
-
 	// execHeaderEnvPrefix carries a record header whose value is valid
 	// UTF-8 without NUL, as is. The name follows the prefix in upper case,
 	// each byte other than A-Z and 0-9 written '_': content-type becomes
@@ -182,7 +175,7 @@ func (h *execHandler) Handle(ctx context.Context, d *Delivery) Outcome {
 
 // environ is the command's environment for d.
 func (h *execHandler) environ(d *Delivery) []string {
-	env := make([]string, 0, len(h.env)+len(d.Headers)+6)
+	env := make([]string, 0, len(h.env)+len(d.Headers)+len(deliveryMeta))
 	env = append(env, h.env...)
 	for _, e := range d.Headers {
 		if utf8.Valid(e.Value) && bytes.IndexByte(e.Value, 0) < 0 {
@@ -191,14 +184,10 @@ func (h *execHandler) environ(d *Delivery) []string {
 			env = append(env, execBase64HeaderEnvPrefix+envName(e.Name)+"="+base64.StdEncoding.EncodeToString(e.Value))
 		}
 	}
-	return append(env,
-		execSubscriptionEnv+"="+d.Subscription,
-		execStreamKeyEnv+"="+d.Key,
-		execSeqEnv+"="+strconv.FormatUint(d.Seq, 10),
-		execShardEnv+"="+strconv.FormatUint(d.Shard, 10),
-		execTimestampEnv+"="+strconv.FormatUint(d.TimestampMs, 10),
-		execAttemptEnv+"="+strconv.FormatUint(d.Attempt, 10),
-	)
+	for _, m := range deliveryMeta {
+		env = append(env, string(m.appendValue([]byte(m.env+"="), d)))
+	}
+	return env
 }
 
 // envName writes a header name as a variable name: upper case, each byte

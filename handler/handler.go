@@ -8,6 +8,7 @@ package handler
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	"github.com/streamd/streamd/envelope"
@@ -67,6 +68,23 @@ type Delivery struct {
 	// Attempt is 1 for the first delivery, and one more than the
 	// x-ruststream-retry-count header of a copy.
 	Attempt uint64
+}
+
+// deliveryMeta is the metadata of a delivery that the exec and http
+// handlers pass besides the payload and the record headers, in the order
+// they pass it, with the name each gives it: an environment variable, a
+// request header. appendValue appends the value as text: the subscription's
+// name, the stream key, or a number in decimal.
+var deliveryMeta = [...]struct {
+	env, header string
+	appendValue func(b []byte, d *Delivery) []byte
+}{
+	{"STREAMD_SUBSCRIPTION", "Streamd-Subscription", func(b []byte, d *Delivery) []byte { return append(b, d.Subscription...) }},
+	{"STREAMD_STREAM_KEY", "Streamd-Stream-Key", func(b []byte, d *Delivery) []byte { return append(b, d.Key...) }},
+	{"STREAMD_SEQ", "Streamd-Seq", func(b []byte, d *Delivery) []byte { return strconv.AppendUint(b, d.Seq, 10) }},
+	{"STREAMD_SHARD", "Streamd-Shard", func(b []byte, d *Delivery) []byte { return strconv.AppendUint(b, d.Shard, 10) }},
+	{"STREAMD_TIMESTAMP_MS", "Streamd-Timestamp-Ms", func(b []byte, d *Delivery) []byte { return strconv.AppendUint(b, d.TimestampMs, 10) }},
+	{"STREAMD_ATTEMPT", "Streamd-Attempt", func(b []byte, d *Delivery) []byte { return strconv.AppendUint(b, d.Attempt, 10) }},
 }
 
 // Handler handles deliveries. Handle may be called from several goroutines

@@ -24,16 +24,10 @@ import (
 	"github.com/streamd/streamd/internal/httpfield"
 )
 
-// The request headers of the http handler. Every request also carries the
-// configured headers and, with bearer_token_file, Authorization: Bearer.
+// The request headers of the http handler, besides the delivery's metadata
+// (see deliveryMeta). Every request also carries the configured headers
+// and, with bearer_token_file, Authorization: Bearer.
 const (
-	httpSubscriptionHeader = "Streamd-Subscription" // the subscription's name
-	httpStreamKeyHeader    = "Streamd-Stream-Key"
-	httpSeqHeader          = "Streamd-Seq"          // decimal
-	httpShardHeader        = "Streamd-Shard"        // decimal shard id
-	httpTimestampHeader    = "Streamd-Timestamp-Ms" // decimal ms since the epoch
-	httpAttemptHeader      = "Streamd-Attempt"      // decimal, 1 for the first delivery
-
 	// httpRecordHeaderPrefix carries a record header whose value is text:
 	// empty, or printable ASCII (0x20 to 0x7e) that neither starts nor ends
 	// with a space, which every HTTP stack passes on unchanged.
@@ -228,12 +222,13 @@ func (h *httpHandler) appendHeader(b []byte, d *Delivery) []byte {
 		}
 	}
 	b = appendHTTPField(b, "Content-Type", "", contentType)
-	b = appendHTTPField(b, httpSubscriptionHeader, "", d.Subscription)
-	b = appendHTTPField(b, httpStreamKeyHeader, "", d.Key)
-	b = appendHTTPUint(b, httpSeqHeader, d.Seq)
-	b = appendHTTPUint(b, httpShardHeader, d.Shard)
-	b = appendHTTPUint(b, httpTimestampHeader, d.TimestampMs)
-	return appendHTTPUint(b, httpAttemptHeader, d.Attempt)
+	for _, m := range deliveryMeta {
+		b = append(b, m.header...)
+		b = append(b, ": "...)
+		b = m.appendValue(b, d)
+		b = append(b, "\r\n"...)
+	}
+	return b
 }
 
 // appendHTTPField appends the field "prefix+name: value\r\n"; both are
@@ -243,14 +238,6 @@ func appendHTTPField[V string | []byte](b []byte, prefix, name string, value V) 
 	b = append(b, name...)
 	b = append(b, ": "...)
 	b = append(b, value...)
-	return append(b, "\r\n"...)
-}
-
-// appendHTTPUint appends the field "name: v\r\n", v in decimal.
-func appendHTTPUint(b []byte, name string, v uint64) []byte {
-	b = append(b, name...)
-	b = append(b, ": "...)
-	b = strconv.AppendUint(b, v, 10)
 	return append(b, "\r\n"...)
 }
 

@@ -47,12 +47,7 @@ var reasonNames = [numReasons]string{
 }
 
 // String returns the reason's label value.
-func (r Reason) String() string {
-	if r >= 0 && r < numReasons {
-		return reasonNames[r]
-	}
-	return "Reason(" + strconv.Itoa(int(r)) + ")"
-}
+func (r Reason) String() string { return labelValue(r, reasonNames[:], "Reason") }
 
 // Outcome is what became of a delivery at its subscription's handler: the
 // outcome label of streamd_handler_records_total. It indexes
@@ -96,12 +91,7 @@ var outcomeNames = [numOutcomes]string{
 }
 
 // String returns the outcome's label value.
-func (o Outcome) String() string {
-	if o >= 0 && o < numOutcomes {
-		return outcomeNames[o]
-	}
-	return "Outcome(" + strconv.Itoa(int(o)) + ")"
-}
+func (o Outcome) String() string { return labelValue(o, outcomeNames[:], "Outcome") }
 
 // Operation is a settlement that the transport cannot perform (see
 // spec/settlement.md §2 and §4.1): the operation label of
@@ -132,11 +122,15 @@ var operationNames = [numOperations]string{
 }
 
 // String returns the operation's label value.
-func (o Operation) String() string {
-	if o >= 0 && o < numOperations {
-		return operationNames[o]
+func (o Operation) String() string { return labelValue(o, operationNames[:], "Operation") }
+
+// labelValue returns names[v], the label value of v, or "typ(v)" for a
+// value out of range.
+func labelValue[T ~int](v T, names []string, typ string) string {
+	if v >= 0 && int(v) < len(names) {
+		return names[v]
 	}
-	return "Operation(" + strconv.Itoa(int(o)) + ")"
+	return typ + "(" + strconv.Itoa(int(v)) + ")"
 }
 
 // The result label values of streamd_offset_commits_total.

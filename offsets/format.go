@@ -228,18 +228,20 @@ func decodeStrict(raw json.RawMessage, v any) error {
 	return fmt.Errorf("field %q: %s", typeErr.Field, problem)
 }
 
+// jsonKinds names the JSON value a Go value of each kind in the format
+// takes; any other kind (a struct) takes an object.
+var jsonKinds = map[reflect.Kind]string{
+	reflect.Int64:  "an integer",
+	reflect.Uint64: "a non-negative integer",
+	reflect.String: "a string",
+}
+
 // jsonKind names the JSON value a Go type of the format takes.
 func jsonKind(t reflect.Type) string {
-	switch t.Kind() {
-	case reflect.Int64:
-		return "an integer"
-	case reflect.Uint64:
-		return "a non-negative integer"
-	case reflect.String:
-		return "a string"
-	default:
-		return "an object"
+	if k, ok := jsonKinds[t.Kind()]; ok {
+		return k
 	}
+	return "an object"
 }
 
 // fieldError describes a problem with the value at path, keys from the

@@ -88,14 +88,7 @@ func (p Format) AppendFrame(b []byte, f *Frame, c *FrameContext) []byte {
 		b = appendJSONString(b, c.Subscription)
 		b = append(b, ',')
 	}
-	b = append(b, `"stream_key":`...)
-	b = appendJSONString(b, f.Key)
-	b = append(b, `,"shard_id":`...)
-	b = strconv.AppendUint(b, f.Shard, 10)
-	b = append(b, `,"seq":`...)
-	b = strconv.AppendUint(b, f.Seq, 10)
-	b = append(b, `,"timestamp_ms":`...)
-	b = strconv.AppendUint(b, f.TimestampMs, 10)
+	b = appendMetaJSON(b, f.Key, f.Shard, f.Seq, f.TimestampMs)
 	if c.Delivered {
 		b = append(b, `,"attempt":`...)
 		b = strconv.AppendUint(b, c.Attempt, 10)
@@ -109,6 +102,20 @@ func (p Format) AppendFrame(b []byte, f *Frame, c *FrameContext) []byte {
 		b = strconv.AppendUint(b, uint64(c.Checksum), 10)
 	}
 	return append(b, "}\n"...)
+}
+
+// appendMetaJSON appends the members of a message's meta (SeaStreamer's
+// message header), which a message line and each marker of a beacon line
+// share: "stream_key", "shard_id", "seq" and "timestamp_ms".
+func appendMetaJSON(b []byte, key string, shard, seq, timestampMs uint64) []byte {
+	b = append(b, `"stream_key":`...)
+	b = appendJSONString(b, key)
+	b = append(b, `,"shard_id":`...)
+	b = strconv.AppendUint(b, shard, 10)
+	b = append(b, `,"seq":`...)
+	b = strconv.AppendUint(b, seq, 10)
+	b = append(b, `,"timestamp_ms":`...)
+	return strconv.AppendUint(b, timestampMs, 10)
 }
 
 // appendHeadersJSON appends the "headers" and "headers_b64" members of h,
@@ -191,14 +198,8 @@ func (p Format) AppendBeacon(b []byte, at int64, bc *Beacon) []byte {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = append(b, `{"stream_key":`...)
-		b = appendJSONString(b, m.Key)
-		b = append(b, `,"shard_id":`...)
-		b = strconv.AppendUint(b, m.Shard, 10)
-		b = append(b, `,"seq":`...)
-		b = strconv.AppendUint(b, m.Seq, 10)
-		b = append(b, `,"timestamp_ms":`...)
-		b = strconv.AppendUint(b, m.TimestampMs, 10)
+		b = append(b, '{')
+		b = appendMetaJSON(b, m.Key, m.Shard, m.Seq, m.TimestampMs)
 		b = append(b, `,"running_checksum":`...)
 		b = strconv.AppendUint(b, uint64(m.RunningChecksum), 10)
 		b = append(b, '}')

@@ -1,8 +1,8 @@
 // Command streamd tails SeaStreamer stream files and hands each record of a
 // subscribed stream key to a handler, settling retries as the reference
-// runtime does. This file builds the command line; each subcommand lives in
-// its own file and only parses, wires and reports: the work is done by the
-// packages it calls.
+// runtime does. This file builds the command line; the subcommands live in
+// the other files (run.go: those that load a configuration) and only parse,
+// wire and report: the work is done by the packages they call.
 package main
 
 import (

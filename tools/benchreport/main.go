@@ -157,9 +157,19 @@ func list(ms []metric, unit func(metric) string) string {
 	return b.String()
 }
 
-// one is a goal's value that is one figure, printed with format.
-func one(format string) func([]float64) (float64, string) {
-	return func(v []float64) (float64, string) { return v[0], fmt.Sprintf(format, v[0]) }
+// one is a goal's value that is its first figure, printed with format; the
+// optional figures that follow it in the goal's from are each printed after
+// it with their format in optional, or leave nothing when they are missing.
+func one(format string, optional ...string) func([]float64) (float64, string) {
+	return func(v []float64) (float64, string) {
+		text := fmt.Sprintf(format, v[0])
+		for i, o := range optional {
+			if !math.IsNaN(v[i+1]) {
+				text += fmt.Sprintf(o, v[i+1])
+			}
+		}
+		return v[0], text
+	}
 }
 
 // ratio is a goal's value that is the first figure over the second.
@@ -168,14 +178,6 @@ func ratio(format string) func([]float64) (float64, string) {
 		r := v[0] / v[1]
 		return r, fmt.Sprintf(format, r)
 	}
-}
-
-// opt prints an optional figure with format, or nothing when it is missing.
-func opt(format string, v float64) string {
-	if math.IsNaN(v) {
-		return ""
-	}
-	return fmt.Sprintf(format, v)
 }
 
 func atMost(limit float64) func(float64) bool  { return func(v float64) bool { return v <= limit } }
@@ -252,11 +254,9 @@ func goals() []goal {
 	for _, p := range []struct{ payload, name string }{{"64", "64 B"}, {"1024", "1 KiB"}} {
 		g = append(g, goal{
 			issue: "#3 item 2", what: "follow a file of " + p.name + " payloads from the beginning into a no-op consumer, vs the bare decoder (runs alternated)",
-			from: []metric{m("BenchmarkFollow/payload="+p.payload+"/paired", "%decoder-speed"), opm("BenchmarkFollow/payload="+p.payload+"/paired", "file-MiB")},
-			value: func(v []float64) (float64, string) {
-				return v[0], fmt.Sprintf("%.0f%%", v[0]) + opt(" (%.0f MiB file)", v[1])
-			},
-			met: atLeast(90), target: "≥ 90% of the decoder's speed (the issue: on a 1 GB file; the benchmark uses 64 MiB unless STREAMD_LARGE_TESTS=1)",
+			from:  []metric{m("BenchmarkFollow/payload="+p.payload+"/paired", "%decoder-speed"), opm("BenchmarkFollow/payload="+p.payload+"/paired", "file-MiB")},
+			value: one("%.0f%%", " (%.0f MiB file)"),
+			met:   atLeast(90), target: "≥ 90% of the decoder's speed (the issue: on a 1 GB file; the benchmark uses 64 MiB unless STREAMD_LARGE_TESTS=1)",
 		})
 	}
 	g = append(g,
@@ -264,21 +264,17 @@ func goals() []goal {
 			from:  []metric{m("BenchmarkIdleCPU", "%one-core")},
 			value: one("%.3f%% of one core"), met: below(1), target: "< 1% of one core over 10 s"},
 		goal{issue: "#3 item 6, #8", what: "following a 2 GiB file of 1 KiB payloads from the beginning: peak RSS of the follower's process (VmHWM)",
-			from: []metric{m("BenchmarkFollowRSS", "peak-RSS-MiB"), opm("BenchmarkFollowRSS", "heap-sys-MiB")},
-			value: func(v []float64) (float64, string) {
-				return v[0], fmt.Sprintf("%.1f MiB", v[0]) + opt(" (Go heap %.1f MiB)", v[1])
-			},
-			met: belowMB(50), target: "RSS under 50 MB"},
+			from:  []metric{m("BenchmarkFollowRSS", "peak-RSS-MiB"), opm("BenchmarkFollowRSS", "heap-sys-MiB")},
+			value: one("%.1f MiB", " (Go heap %.1f MiB)"),
+			met:   belowMB(50), target: "RSS under 50 MB"},
 	)
 	for _, by := range []struct{ sub, name string }{{"seq", "sequence"}, {"time", "time"}} {
 		b := "BenchmarkSeek/by=" + by.sub
 		g = append(g, goal{
 			issue: "#3 item 7", what: "seek by " + by.name + " in a 1 GiB file (1 KiB payloads, a beacon every 64 KiB): beacon-sized blocks read until the first record, worst seek",
-			from: []metric{m(b, "max-blocks/seek"), opm(b, "max-reads/seek"), opm(b, "max-KiB/read")},
-			value: func(v []float64) (float64, string) {
-				return v[0], fmt.Sprintf("%.0f blocks", v[0]) + opt(" in %.0f reads", v[1]) + opt(", largest read %.1f KiB", v[2])
-			},
-			met: atMost(64), target: "at most 64 beacon-sized blocks",
+			from:  []metric{m(b, "max-blocks/seek"), opm(b, "max-reads/seek"), opm(b, "max-KiB/read")},
+			value: one("%.0f blocks", " in %.0f reads", ", largest read %.1f KiB"),
+			met:   atMost(64), target: "at most 64 beacon-sized blocks",
 		})
 	}
 	// Issue 4: offsets and retrytimer (offsets/*_test.go, retrytimer/bench_test.go).
@@ -301,11 +297,9 @@ func goals() []goal {
 		b := "BenchmarkCommitRate/rate=" + r.sub
 		g = append(g, goal{
 			issue: "#4 item 6", what: "offsets commits per 100 ms interval with " + r.what + " (a commit: one fsync of the sidecar, one of the directory)",
-			from: []metric{m(b, "commits/interval"), opm(b, "ms/commit"), opm(b, "records/s")},
-			value: func(v []float64) (float64, string) {
-				return v[0], fmt.Sprintf("%.2f", v[0]) + opt(" (%.1f ms each", v[1]) + opt("; %.0f positions/s)", v[2])
-			},
-			met: atMost(1), target: "one fsync per interval, independent of the record rate",
+			from:  []metric{m(b, "commits/interval"), opm(b, "ms/commit"), opm(b, "records/s")},
+			value: one("%.2f", " (%.1f ms each", "; %.0f positions/s)"),
+			met:   atMost(1), target: "one fsync per interval, independent of the record rate",
 		})
 	}
 	g = append(g,
