@@ -46,9 +46,6 @@ var reasonNames = [numReasons]string{
 	ReasonUnreadable:  "unreadable",
 }
 
-// String returns the reason's label value.
-func (r Reason) String() string { return labelValue(r, reasonNames[:], "Reason") }
-
 // Outcome is what became of a delivery at its subscription's handler: the
 // outcome label of streamd_handler_records_total. It indexes
 // [SubscriptionMetrics.HandlerRecords].
@@ -90,9 +87,6 @@ var outcomeNames = [numOutcomes]string{
 	OutcomePanic:       "panic",
 }
 
-// String returns the outcome's label value.
-func (o Outcome) String() string { return labelValue(o, outcomeNames[:], "Outcome") }
-
 // Operation is a settlement that the transport cannot perform (see
 // spec/settlement.md §2 and §4.1): the operation label of
 // streamd_handler_unsupported_total. It indexes
@@ -120,6 +114,12 @@ var operationNames = [numOperations]string{
 	OperationRetry:  "retry",
 	OperationReject: "reject",
 }
+
+// String returns the reason's label value.
+func (r Reason) String() string { return labelValue(r, reasonNames[:], "Reason") }
+
+// String returns the outcome's label value.
+func (o Outcome) String() string { return labelValue(o, outcomeNames[:], "Outcome") }
 
 // String returns the operation's label value.
 func (o Operation) String() string { return labelValue(o, operationNames[:], "Operation") }

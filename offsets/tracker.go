@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"sync"
+
+	"github.com/streamd/streamd/internal/wakeup"
 )
 
 // Mark is a place in a stream file: the offset of the next frame to read
@@ -39,7 +41,7 @@ type Tracker struct {
 	next    Ticket        // ticket the next Begin returns
 	lastEnd int64         // end of the newest record handed out
 	mark    Mark          // end of the settled prefix
-	space   chan struct{} // closed when the window shrinks; nil if nobody waits
+	space   wakeup.Signal // woken when the window shrinks
 }
 
 type slot struct {
@@ -109,10 +111,7 @@ func (t *Tracker) Settle(ticket Ticket) error {
 			t.head = 0
 		}
 	}
-	if t.space != nil {
-		close(t.space)
-		t.space = nil
-	}
+	t.space.Wake()
 	return nil
 }
 
@@ -128,10 +127,7 @@ func (t *Tracker) Wait(ctx context.Context) error {
 // after a Settle moved the window, or ctx ends.
 func (t *Tracker) waitWhile(ctx context.Context, cond func() bool) error {
 	for cond() {
-		if t.space == nil {
-			t.space = make(chan struct{})
-		}
-		space := t.space
+		space := t.space.C()
 		t.mu.Unlock()
 		select {
 		case <-space:

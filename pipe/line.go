@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -57,7 +58,7 @@ type LineError struct {
 
 // Error returns the offending part and the reason, without a line number.
 func (e *LineError) Error() string {
-	return fmt.Sprintf("invalid header part %q: %s", e.Part, e.Reason)
+	return "invalid header part " + strconv.Quote(e.Part) + ": " + e.Reason
 }
 
 // ErrInvalidUTF8 is matched, with [errors.Is], by the error [ParseLine]

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/streamd/streamd/internal/ratelog"
+	"github.com/streamd/streamd/internal/wakeup"
 )
 
 // Copy is a record to be written back to a stream once it is due.
@@ -128,7 +129,7 @@ type Queue struct {
 	latest       int64 // the latest reading of the clock, Unix ns; no entry is scheduled after it
 	memBytes     int64 // bytes of the records of pending entries (memory-only mode)
 	maxMemory    int64
-	freed        chan struct{} // closed when memBytes drops or the queue closes; nil if no one waits
+	freed        wakeup.Signal // woken when memBytes drops or the queue closes
 
 	// Owned by the goroutine in Run or Drain.
 	fireLog    ratelog.Limiter // of fire failures
@@ -286,24 +287,13 @@ func (q *Queue) WaitRoom(ctx context.Context) error {
 			q.mu.Unlock()
 			return nil
 		}
-		if q.freed == nil {
-			q.freed = make(chan struct{})
-		}
-		freed := q.freed
+		freed := q.freed.C()
 		q.mu.Unlock()
 		select {
 		case <-freed:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-	}
-}
-
-// signalFreed wakes the callers of WaitRoom. q.mu is held.
-func (q *Queue) signalFreed() {
-	if q.freed != nil {
-		close(q.freed)
-		q.freed = nil
 	}
 }
 
@@ -356,7 +346,7 @@ func (q *Queue) Close() error {
 		return nil
 	}
 	q.closed = true
-	q.signalFreed()
+	q.freed.Wake() // the callers of WaitRoom
 	q.mu.Unlock()
 	if q.sp == nil {
 		return nil
@@ -540,7 +530,7 @@ func (q *Queue) fireOne(ctx context.Context) (time.Duration, error) {
 		q.undone = append(q.undone, e.id) // recordDone writes its done record
 	case ferr == nil:
 		q.memBytes -= int64(len(e.rec))
-		q.signalFreed()
+		q.freed.Wake() // the callers of WaitRoom
 	case ctx.Err() != nil:
 		// Stopping: the copy stays pending as it was.
 		heap.Push(&q.h, e)

@@ -157,6 +157,17 @@ func list(ms []metric, unit func(metric) string) string {
 	return b.String()
 }
 
+// perVariant makes one goal per variant of the benchmark named prefix plus
+// the variant's sub-benchmark name; each pair of variants is that name and
+// how the goal names the variant.
+func perVariant(prefix string, variants [][2]string, goalsOf func(bench, name string) []goal) []goal {
+	var out []goal
+	for _, v := range variants {
+		out = append(out, goalsOf(prefix+v[0], v[1])...)
+	}
+	return out
+}
+
 // one is a goal's value that is its first figure, printed with format; the
 // optional figures that follow it in the goal's from are each printed after
 // it with their format in optional, or leave nothing when they are missing.
@@ -205,134 +216,127 @@ func goals() []goal {
 		rd  = "BenchmarkRead/payload="
 		app = "BenchmarkAppend/payload="
 	)
-	var g []goal
-	// Issue 2, item 9: the codec; 64 MiB files (streamfile/bench_test.go).
-	g = append(g, goal{
-		issue: "#2 item 9", what: "decode 64 KiB payloads through reads into the decoder's buffer, as a follower and `streamd decode` read a file, one core, vs a bare CRC pass over the same bytes in memory (64 MiB file, cached as read from disk): the copy out of the page cache (the plain read below) comes on top of the checksums",
-		from:  []metric{m(dec+"64KiB", "MB/s"), m(crc+"64KiB", "MB/s")},
-		value: ratio("%.2f×"),
-	}, goal{
-		issue: "#2 item 9", what: "decode 64 B payloads, one core (64 MiB file)",
-		from:  []metric{m(dec+"64B", "records/s")},
-		value: one("%.0f records/s"), met: atLeast(5e6), target: "≥ 5 000 000 records/s on one core",
-	})
-	for _, s := range []struct{ size, name string }{{"64B", "64 B"}, {"1KiB", "1 KiB"}, {"64KiB", "64 KiB"}} {
-		size := s.size
-		g = append(g, goal{
-			issue: "#2 item 9", what: "decode " + s.name + " payloads, beside a bare CRC pass and a plain read of the same 64 MiB file",
-			from: []metric{m(dec+size, "MB/s"), m(dec+size, "records/s"), m(crc+size, "MB/s"), m(rd+size, "MB/s")},
-			value: func(v []float64) (float64, string) {
-				return v[0], fmt.Sprintf("decode %.0f MB/s (%.0f records/s); CRC %.0f MB/s; read %.0f MB/s", v[0], v[1], v[2], v[3])
-			},
-			target: "printed side by side",
-		}, goal{
-			issue: "#2 item 9", what: "decode " + s.name + " payloads: allocations per record",
-			from:  []metric{m(dec+size, "allocs/record")},
-			value: one("%.5f"), met: below(0.05), target: "0 allocations per record in steady state (the buffer grows a few times per file)",
-		}, goal{
-			issue: "#2 item 9", what: "append " + s.name + " payloads (1024-frame batches) vs decode",
-			from: []metric{m(dec+size, "MB/s"), m(app+size, "MB/s")},
-			value: func(v []float64) (float64, string) {
-				r := v[0] / v[1]
-				return r, fmt.Sprintf("decode is %.2f× append (append %.0f MB/s)", r, v[1])
-			},
-			met: atMost(2), target: "writer append throughput within 2× of decode",
+	return slices.Concat(
+		// Issue 2, item 9: the codec; 64 MiB files (streamfile/bench_test.go).
+		[]goal{{
+			issue: "#2 item 9", what: "decode 64 KiB payloads through reads into the decoder's buffer, as a follower and `streamd decode` read a file, one core, vs a bare CRC pass over the same bytes in memory (64 MiB file, cached as read from disk): the copy out of the page cache (the plain read below) comes on top of the checksums",
+			from:  []metric{m(dec+"64KiB", "MB/s"), m(crc+"64KiB", "MB/s")},
+			value: ratio("%.2f×"),
+		}, {
+			issue: "#2 item 9", what: "decode 64 B payloads, one core (64 MiB file)",
+			from:  []metric{m(dec+"64B", "records/s")},
+			value: one("%.0f records/s"), met: atLeast(5e6), target: "≥ 5 000 000 records/s on one core",
+		}},
+		perVariant("", [][2]string{{"64B", "64 B"}, {"1KiB", "1 KiB"}, {"64KiB", "64 KiB"}}, func(size, name string) []goal {
+			return []goal{{
+				issue: "#2 item 9", what: "decode " + name + " payloads, beside a bare CRC pass and a plain read of the same 64 MiB file",
+				from: []metric{m(dec+size, "MB/s"), m(dec+size, "records/s"), m(crc+size, "MB/s"), m(rd+size, "MB/s")},
+				value: func(v []float64) (float64, string) {
+					return v[0], fmt.Sprintf("decode %.0f MB/s (%.0f records/s); CRC %.0f MB/s; read %.0f MB/s", v[0], v[1], v[2], v[3])
+				},
+				target: "printed side by side",
+			}, {
+				issue: "#2 item 9", what: "decode " + name + " payloads: allocations per record",
+				from:  []metric{m(dec+size, "allocs/record")},
+				value: one("%.5f"), met: below(0.05), target: "0 allocations per record in steady state (the buffer grows a few times per file)",
+			}, {
+				issue: "#2 item 9", what: "append " + name + " payloads (1024-frame batches) vs decode",
+				from: []metric{m(dec+size, "MB/s"), m(app+size, "MB/s")},
+				value: func(v []float64) (float64, string) {
+					r := v[0] / v[1]
+					return r, fmt.Sprintf("decode is %.2f× append (append %.0f MB/s)", r, v[1])
+				},
+				met: atMost(2), target: "writer append throughput within 2× of decode",
+			}}
+		}),
+		// Issue 3: the follower (tail/bench_test.go).
+		[]goal{
+			{issue: "#3 item 1, #8", what: "follower latency p50, from a completed append to the record leaving the follower (appends 1 ms apart, poll 1 s)",
+				from:  []metric{m("BenchmarkLatency", "p50-ms")},
+				value: one("%.3f ms"), met: atMost(2), target: "p50 ≤ 2 ms"},
+			{issue: "#3 item 1, #8", what: "follower latency p99 (same run)",
+				from:  []metric{m("BenchmarkLatency", "p99-ms")},
+				value: one("%.3f ms"), met: atMost(10), target: "p99 ≤ 10 ms"},
+			{issue: "#3 item 1", what: "follower latency run: polls that found data the notifications had not delivered (poll 1 s)",
+				from:  []metric{m("BenchmarkLatency", "poll-reads")},
+				value: one("%.0f"), met: atMost(0), target: "0: through notifications, not the poll"},
+		},
+		perVariant("BenchmarkFollow/payload=", [][2]string{{"64/paired", "64 B"}, {"1024/paired", "1 KiB"}}, func(b, name string) []goal {
+			return []goal{{issue: "#3 item 2", what: "follow a file of " + name + " payloads from the beginning into a no-op consumer, vs the bare decoder (runs alternated)",
+				from: []metric{m(b, "%decoder-speed"), opm(b, "file-MiB")}, value: one("%.0f%%", " (%.0f MiB file)"),
+				met: atLeast(90), target: "≥ 90% of the decoder's speed (the issue: on a 1 GB file; the benchmark uses 64 MiB unless STREAMD_LARGE_TESTS=1)"}}
+		}),
+		[]goal{
+			{issue: "#3 item 5", what: "ten followed files with no writes: CPU time of the whole process (getrusage) over 10 s windows",
+				from:  []metric{m("BenchmarkIdleCPU", "%one-core")},
+				value: one("%.3f%% of one core"), met: below(1), target: "< 1% of one core over 10 s"},
+			{issue: "#3 item 6, #8", what: "following a 2 GiB file of 1 KiB payloads from the beginning: peak RSS of the follower's process (VmHWM)",
+				from:  []metric{m("BenchmarkFollowRSS", "peak-RSS-MiB"), opm("BenchmarkFollowRSS", "heap-sys-MiB")},
+				value: one("%.1f MiB", " (Go heap %.1f MiB)"),
+				met:   belowMB(50), target: "RSS under 50 MB"},
+		},
+		perVariant("BenchmarkSeek/by=", [][2]string{{"seq", "sequence"}, {"time", "time"}}, func(b, name string) []goal {
+			return []goal{{
+				issue: "#3 item 7",
+				what:  "seek by " + name + " in a 1 GiB file (1 KiB payloads, a beacon every 64 KiB): beacon-sized blocks read until the first record, worst seek",
+				from:  []metric{m(b, "max-blocks/seek"), opm(b, "max-reads/seek"), opm(b, "max-KiB/read")},
+				value: one("%.0f blocks", " in %.0f reads", ", largest read %.1f KiB"),
+				met:   atMost(64), target: "at most 64 beacon-sized blocks",
+			}}
+		}),
+		// Issue 4: offsets and retrytimer (offsets/*_test.go, retrytimer/bench_test.go).
+		[]goal{
+			{issue: "#4 item 6", what: "retrytimer Schedule+fire with 100 000 pending, memory-only",
+				from: []metric{m("BenchmarkScheduleFire/memory", "ns/op")}, value: one("%.0f ns")},
+			{issue: "#4 item 6", what: "retrytimer Schedule+fire with 100 000 pending, durable spool (fsync)",
+				from: []metric{m("BenchmarkScheduleFire/spool", "ns/op")}, value: one("%.0f ns")},
+			{issue: "#4 build", what: "retrytimer Schedule+fire, memory-only: cost with 100 000 pending over the cost with 1 000",
+				from:  []metric{m("BenchmarkScheduleFireScaling/pending=100000", "ns/op"), m("BenchmarkScheduleFireScaling/pending=1000", "ns/op")},
+				value: ratio("%.2f×"), met: atMost(3), target: "O(log n) per operation: ≤ 3× (log n gives 1.7×, a scan 100×)"},
+			{issue: "#4 item 6 and build, #8", what: "retrytimer heap in use with 100 000 pending 1 KiB copies, durable spool",
+				from: []metric{m("BenchmarkPending100k/spool", "MiB-heap-inuse")}, value: one("%.1f MiB"), met: belowMB(100), target: "under 100 MB"},
+			{issue: "#4 item 6", what: "retrytimer heap in use with 100 000 pending 1 KiB copies, memory-only (the pipe stage's queue, payloads in memory; the stage bounds it with max_delayed_mib, default 256)",
+				from: []metric{m("BenchmarkPending100k/memory", "MiB-heap-inuse")}, value: one("%.1f MiB")},
+			{issue: "#4 item 6, #8", what: "offsets commit of 16 subscriptions (write, fsync, rename, fsync dir)",
+				from: []metric{m("BenchmarkCommit", "ns/op")}, value: func(v []float64) (float64, string) { return v[0], fmt.Sprintf("%.2f ms", v[0]/1e6) }},
+			{issue: "#4 build", what: "offsets commits per 100 ms interval with no position changed",
+				from: []metric{m("BenchmarkCommitRate/rate=idle", "commits/interval")}, value: one("%.2f"),
+				met: atMost(0), target: "a commit with nothing new writes nothing"},
+		},
+		perVariant("BenchmarkCommitRate/rate=", [][2]string{{"1000", "positions set 1 000 times/s"}, {"max", "positions set as fast as Set goes"}}, func(b, what string) []goal {
+			return []goal{{issue: "#4 item 6", what: "offsets commits per 100 ms interval with " + what + " (a commit: one fsync of the sidecar, one of the directory)",
+				from: []metric{m(b, "commits/interval"), opm(b, "ms/commit"), opm(b, "records/s")}, value: one("%.2f", " (%.1f ms each", "; %.0f positions/s)"),
+				met: atMost(1), target: "one fsync per interval, independent of the record rate"}}
+		}),
+		[]goal{
+			// Issue 5: the real binary (cmd/streamd/run_bench_test.go).
+			{issue: "#5 item 10, #8", what: "streamd run, replay 200 000 × 1 KiB from a prepared file into discard, positions committed",
+				from: []metric{m("BenchmarkRunDiscard", "records/s")}, value: one("%.0f records/s"),
+				met: atLeast(500000), target: "≥ 500 000 records/s end to end"},
+			{issue: "#8", what: "streamd run, peak RSS while replaying 200 000 × 1 KiB into discard",
+				from: []metric{m("BenchmarkRunDiscard", "peak-RSS-MiB")}, value: one("%.1f MiB")},
+			{issue: "#5 item 10, #8", what: "streamd run, replay 50 000 × 100 B into the http handler, concurrency 32, local server",
+				from: []metric{m("BenchmarkRunHTTP", "records/s")}, value: one("%.0f records/s"),
+				met: atLeast(20000), target: "≥ 20 000 records/s"},
+			{issue: "#5 item 10", what: "the floor under the line above: net/http alone, in a process of its own, posting 100 B bodies from 32 goroutines to the same kind of local server, no daemon",
+				from: []metric{m("BenchmarkHTTPClientFloor", "requests/s")}, value: one("%.0f requests/s")},
+			{issue: "#5 item 10", what: "the http handler's transport (internal/h1) beside net/http's, per request of 100 B from 32 goroutines, client and local server in one process",
+				from: []metric{m("BenchmarkPost/client=h1", "ns/op"), m("BenchmarkPost/client=h1", "allocs/op"),
+					m("BenchmarkPost/client=net-http", "ns/op"), m("BenchmarkPost/client=net-http", "allocs/op")},
+				value: func(v []float64) (float64, string) {
+					return v[0], fmt.Sprintf("h1 %.1f µs, %.0f allocs; net/http %.1f µs, %.0f allocs", v[0]/1e3, v[1], v[2]/1e3, v[3])
+				}},
+			{issue: "#5 item 10, #8", what: "streamd run, peak RSS with 100 000 retries of 1 KiB pending",
+				from:  []metric{m("BenchmarkRunPendingRetries", "peak-RSS-MiB")},
+				value: one("%.1f MiB")},
+			// Issue 6: the pipe stage (cmd/streamd/pipe_bench_test.go).
+			{issue: "#6 item 5", what: "streamd pipe, discard, 1 000 000 lines of 100 bytes, wall clock (start-up included)",
+				from: []metric{m("BenchmarkPipeDiscard", "lines/s")}, value: one("%.0f lines/s"),
+				met: atLeast(300000), target: "≥ 300 000 lines/s through the stage"},
+			{issue: "#6 item 5", what: "streamd pipe, same run, lines per second of the stage's own CPU time (less disturbed by other load)",
+				from:  []metric{m("BenchmarkPipeDiscard", "lines/cpu-s")},
+				value: one("%.0f lines/CPU-s")},
 		})
-	}
-	// Issue 3: the follower (tail/bench_test.go).
-	g = append(g,
-		goal{issue: "#3 item 1, #8", what: "follower latency p50, from a completed append to the record leaving the follower (appends 1 ms apart, poll 1 s)",
-			from:  []metric{m("BenchmarkLatency", "p50-ms")},
-			value: one("%.3f ms"), met: atMost(2), target: "p50 ≤ 2 ms"},
-		goal{issue: "#3 item 1, #8", what: "follower latency p99 (same run)",
-			from:  []metric{m("BenchmarkLatency", "p99-ms")},
-			value: one("%.3f ms"), met: atMost(10), target: "p99 ≤ 10 ms"},
-		goal{issue: "#3 item 1", what: "follower latency run: polls that found data the notifications had not delivered (poll 1 s)",
-			from:  []metric{m("BenchmarkLatency", "poll-reads")},
-			value: one("%.0f"), met: atMost(0), target: "0: through notifications, not the poll"},
-	)
-	for _, p := range []struct{ payload, name string }{{"64", "64 B"}, {"1024", "1 KiB"}} {
-		g = append(g, goal{
-			issue: "#3 item 2", what: "follow a file of " + p.name + " payloads from the beginning into a no-op consumer, vs the bare decoder (runs alternated)",
-			from:  []metric{m("BenchmarkFollow/payload="+p.payload+"/paired", "%decoder-speed"), opm("BenchmarkFollow/payload="+p.payload+"/paired", "file-MiB")},
-			value: one("%.0f%%", " (%.0f MiB file)"),
-			met:   atLeast(90), target: "≥ 90% of the decoder's speed (the issue: on a 1 GB file; the benchmark uses 64 MiB unless STREAMD_LARGE_TESTS=1)",
-		})
-	}
-	g = append(g,
-		goal{issue: "#3 item 5", what: "ten followed files with no writes: CPU time of the whole process (getrusage) over 10 s windows",
-			from:  []metric{m("BenchmarkIdleCPU", "%one-core")},
-			value: one("%.3f%% of one core"), met: below(1), target: "< 1% of one core over 10 s"},
-		goal{issue: "#3 item 6, #8", what: "following a 2 GiB file of 1 KiB payloads from the beginning: peak RSS of the follower's process (VmHWM)",
-			from:  []metric{m("BenchmarkFollowRSS", "peak-RSS-MiB"), opm("BenchmarkFollowRSS", "heap-sys-MiB")},
-			value: one("%.1f MiB", " (Go heap %.1f MiB)"),
-			met:   belowMB(50), target: "RSS under 50 MB"},
-	)
-	for _, by := range []struct{ sub, name string }{{"seq", "sequence"}, {"time", "time"}} {
-		b := "BenchmarkSeek/by=" + by.sub
-		g = append(g, goal{
-			issue: "#3 item 7", what: "seek by " + by.name + " in a 1 GiB file (1 KiB payloads, a beacon every 64 KiB): beacon-sized blocks read until the first record, worst seek",
-			from:  []metric{m(b, "max-blocks/seek"), opm(b, "max-reads/seek"), opm(b, "max-KiB/read")},
-			value: one("%.0f blocks", " in %.0f reads", ", largest read %.1f KiB"),
-			met:   atMost(64), target: "at most 64 beacon-sized blocks",
-		})
-	}
-	// Issue 4: offsets and retrytimer (offsets/*_test.go, retrytimer/bench_test.go).
-	g = append(g,
-		goal{issue: "#4 item 6", what: "retrytimer Schedule+fire with 100 000 pending, memory-only",
-			from: []metric{m("BenchmarkScheduleFire/memory", "ns/op")}, value: one("%.0f ns")},
-		goal{issue: "#4 item 6", what: "retrytimer Schedule+fire with 100 000 pending, durable spool (fsync)",
-			from: []metric{m("BenchmarkScheduleFire/spool", "ns/op")}, value: one("%.0f ns")},
-		goal{issue: "#4 build", what: "retrytimer Schedule+fire, memory-only: cost with 100 000 pending over the cost with 1 000",
-			from:  []metric{m("BenchmarkScheduleFireScaling/pending=100000", "ns/op"), m("BenchmarkScheduleFireScaling/pending=1000", "ns/op")},
-			value: ratio("%.2f×"), met: atMost(3), target: "O(log n) per operation: ≤ 3× (log n gives 1.7×, a scan 100×)"},
-		goal{issue: "#4 item 6 and build, #8", what: "retrytimer heap in use with 100 000 pending 1 KiB copies, durable spool",
-			from: []metric{m("BenchmarkPending100k/spool", "MiB-heap-inuse")}, value: one("%.1f MiB"), met: belowMB(100), target: "under 100 MB"},
-		goal{issue: "#4 item 6", what: "retrytimer heap in use with 100 000 pending 1 KiB copies, memory-only (the pipe stage's queue, payloads in memory; the stage bounds it with max_delayed_mib, default 256)",
-			from: []metric{m("BenchmarkPending100k/memory", "MiB-heap-inuse")}, value: one("%.1f MiB")},
-		goal{issue: "#4 item 6, #8", what: "offsets commit of 16 subscriptions (write, fsync, rename, fsync dir)",
-			from: []metric{m("BenchmarkCommit", "ns/op")}, value: func(v []float64) (float64, string) { return v[0], fmt.Sprintf("%.2f ms", v[0]/1e6) }},
-	)
-	for _, r := range []struct{ sub, what string }{{"1000", "positions set 1 000 times/s"}, {"max", "positions set as fast as Set goes"}} {
-		b := "BenchmarkCommitRate/rate=" + r.sub
-		g = append(g, goal{
-			issue: "#4 item 6", what: "offsets commits per 100 ms interval with " + r.what + " (a commit: one fsync of the sidecar, one of the directory)",
-			from:  []metric{m(b, "commits/interval"), opm(b, "ms/commit"), opm(b, "records/s")},
-			value: one("%.2f", " (%.1f ms each", "; %.0f positions/s)"),
-			met:   atMost(1), target: "one fsync per interval, independent of the record rate",
-		})
-	}
-	g = append(g,
-		goal{issue: "#4 build", what: "offsets commits per 100 ms interval with no position changed",
-			from: []metric{m("BenchmarkCommitRate/rate=idle", "commits/interval")}, value: one("%.2f"),
-			met: atMost(0), target: "a commit with nothing new writes nothing"},
-		// Issue 5: the real binary (cmd/streamd/run_bench_test.go).
-		goal{issue: "#5 item 10, #8", what: "streamd run, replay 200 000 × 1 KiB from a prepared file into discard, positions committed",
-			from: []metric{m("BenchmarkRunDiscard", "records/s")}, value: one("%.0f records/s"),
-			met: atLeast(500000), target: "≥ 500 000 records/s end to end"},
-		goal{issue: "#8", what: "streamd run, peak RSS while replaying 200 000 × 1 KiB into discard",
-			from: []metric{m("BenchmarkRunDiscard", "peak-RSS-MiB")}, value: one("%.1f MiB")},
-		goal{issue: "#5 item 10, #8", what: "streamd run, replay 50 000 × 100 B into the http handler, concurrency 32, local server",
-			from: []metric{m("BenchmarkRunHTTP", "records/s")}, value: one("%.0f records/s"),
-			met: atLeast(20000), target: "≥ 20 000 records/s"},
-		goal{issue: "#5 item 10", what: "the floor under the line above: net/http alone, in a process of its own, posting 100 B bodies from 32 goroutines to the same kind of local server, no daemon",
-			from: []metric{m("BenchmarkHTTPClientFloor", "requests/s")}, value: one("%.0f requests/s")},
-		goal{issue: "#5 item 10", what: "the http handler's transport (internal/h1) beside net/http's, per request of 100 B from 32 goroutines, client and local server in one process",
-			from: []metric{m("BenchmarkPost/client=h1", "ns/op"), m("BenchmarkPost/client=h1", "allocs/op"),
-				m("BenchmarkPost/client=net-http", "ns/op"), m("BenchmarkPost/client=net-http", "allocs/op")},
-			value: func(v []float64) (float64, string) {
-				return v[0], fmt.Sprintf("h1 %.1f µs, %.0f allocs; net/http %.1f µs, %.0f allocs", v[0]/1e3, v[1], v[2]/1e3, v[3])
-			}},
-		goal{issue: "#5 item 10, #8", what: "streamd run, peak RSS with 100 000 retries of 1 KiB pending",
-			from: []metric{m("BenchmarkRunPendingRetries", "peak-RSS-MiB")}, value: one("%.1f MiB")},
-		// Issue 6: the pipe stage (cmd/streamd/pipe_bench_test.go).
-		goal{issue: "#6 item 5", what: "streamd pipe, discard, 1 000 000 lines of 100 bytes, wall clock (start-up included)",
-			from: []metric{m("BenchmarkPipeDiscard", "lines/s")}, value: one("%.0f lines/s"),
-			met: atLeast(300000), target: "≥ 300 000 lines/s through the stage"},
-		goal{issue: "#6 item 5", what: "streamd pipe, same run, lines per second of the stage's own CPU time (less disturbed by other load)",
-			from: []metric{m("BenchmarkPipeDiscard", "lines/cpu-s")}, value: one("%.0f lines/CPU-s")},
-	)
-	return g
 }
 
 func main() {
