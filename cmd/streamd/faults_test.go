@@ -92,19 +92,13 @@ func TestFaultFullStreamDisk(t *testing.T) {
 	}
 	eventually(t, 30*time.Second, "every copy", func() bool { return countCopies(t, e.stream) == n })
 	eventually(t, 30*time.Second, "every record and copy delivered", func() bool { return len(e.deliveries()) >= 2*n })
-	atEnd := func() bool {
-		stored, _ := offsets.Load(filepath.Join(e.dir, "state"))
-		fi, err := os.Stat(e.stream)
-		return err == nil && stored["billing"].Offset == fi.Size()
-	}
-	eventually(t, 10*time.Second, "the end of the file to be committed", atEnd)
+	eventually(t, 10*time.Second, "the end of the file to be committed", committedAtEnd(e, "billing"))
 	if code := p.stop(t); code != 0 {
 		t.Fatalf("exit code %d", code)
 	}
 	readFile(t, e.stream) // decodes whole, beacons well placed
-	if !atEnd() {
-		stored, _ := offsets.Load(filepath.Join(e.dir, "state"))
-		t.Fatalf("stored offset %d after the stop, want the end of the file %d", stored["billing"].Offset, fileSize(t, e.stream))
+	if pos := storedPosition(t, e, "billing"); pos.Offset != fileSize(t, e.stream) {
+		t.Fatalf("stored offset %d after the stop, want the end of the file %d", pos.Offset, fileSize(t, e.stream))
 	}
 }
 

@@ -49,10 +49,11 @@ kind = "discard"
 	config("stop")
 	p := e.start()
 	var body string
-	eventually(t, 10*time.Second, "/healthz to report 503", func() bool {
+	// While the subscription starts, /healthz says 503 "starting" too.
+	eventually(t, 10*time.Second, "/healthz to report 503 for the checksum error", func() bool {
 		var code int
 		code, body = health()
-		return code == http.StatusServiceUnavailable
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "checksum")
 	})
 	if !strings.Contains(body, `subscription "alpha"`) || !strings.Contains(body, "checksum") {
 		t.Errorf("503 body %q does not name the subscription and the checksum error", body)

@@ -85,7 +85,7 @@ backoff = ["200ms"]
 [subscription.handler]
 kind = "http"
 url = %q
-timeout = "300ms"
+timeout = "1s"
 `, name, key, extra, url)
 }
 
@@ -153,7 +153,7 @@ func TestHTTPHandlerEndToEnd(t *testing.T) {
 		t.Errorf("a 4xx drop made dead letters: %q", got)
 	}
 	log := p.stderr.String()
-	for _, want := range []string{"connection refused", "503 Service Unavailable, no Retry-After", "timed out after 300ms", "outcome=drop seq=2"} {
+	for _, want := range []string{"connection refused", "503 Service Unavailable, no Retry-After", "timed out after 1s", "outcome=drop seq=2"} {
 		if !strings.Contains(log, want) {
 			t.Errorf("the log does not mention %q:\n%s", want, log)
 		}

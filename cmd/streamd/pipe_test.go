@@ -1260,7 +1260,9 @@ func TestPipeDelayedCopiesBounded(t *testing.T) {
 	dir := t.TempDir()
 	addr := freePort(t)
 	cfg := writeStageConfig(t, dir, "pipe.toml", fmt.Sprintf("max_delayed_mib = 1\n[metrics]\nlisten = %q\n", addr),
-		stageSub("jobs", "jobs", `out_retry = "jobs.retry"`, `cat > /dev/null; echo retry_after=1s`))
+		// The delay is long enough for the stage to reach the bound before
+		// the first copy leaves, on a busy machine too.
+		stageSub("jobs", "jobs", `out_retry = "jobs.retry"`, `cat > /dev/null; echo retry_after=2s`))
 	p := startStage(t, dir, stageKeepStdout, streamdBinary(t), "pipe", "--config.file="+cfg)
 	const n = 25 // more than twice the bound
 	payload := strings.Repeat("x", 100<<10)
