@@ -1,7 +1,6 @@
 package main
 
 import (
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -9,16 +8,17 @@ import (
 	"github.com/streamd/streamd/internal/failpoint"
 )
 
-// TestWatchdogHungCommitLoop hangs the commit loop inside its first commit
-// (the failpoint offsets.commit armed with :hang, as a hung fsync would)
+// TestWatchdogHungCommitLoop hangs the commit loop inside the commit of the
+// first record's position (the failpoint offsets.commit armed with :hang at
+// its second hit, the first being the commit at start, as a hung fsync would)
 // and checks that WATCHDOG=1 stops, with the reason logged, while handlers
 // and followers are idle and would not stop it.
 func TestWatchdogHungCommitLoop(t *testing.T) {
 	ns := listenNotify(t)
 	e := newEnv(t, lifecycleSub("billing", "orders", "", "true"))
 	p := e.startWith(nil,
-		failpoint.EnvVar+"="+failpoint.OffsetsCommit+"=1:hang",
-		"NOTIFY_SOCKET="+os.Getenv("NOTIFY_SOCKET"),
+		failpoint.EnvVar+"="+failpoint.OffsetsCommit+"=2:hang",
+		ns.env,
 		"WATCHDOG_USEC=200000", // a ping every 100ms, a timeout of 200ms
 	)
 	defer p.kill9(t)
@@ -28,7 +28,7 @@ func TestWatchdogHungCommitLoop(t *testing.T) {
 	}
 	e.publish("a") // a position to commit: the commit hangs
 	eventually(t, 20*time.Second, "the commit to hang", func() bool {
-		return strings.Contains(p.stderr.String(), "failpoint: offsets.commit: hit 1: hang")
+		return strings.Contains(p.stderr.String(), "failpoint: offsets.commit: hit 2: hang")
 	})
 	eventually(t, 5*time.Second, "the daemon to stop pinging", func() bool { return p.logCount("not pinging the watchdog") > 0 })
 	if n, _ := ns.pings(time.Second); n != 0 {
