@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -120,5 +123,36 @@ func TestParseFormat(t *testing.T) {
 	}
 	if _, err := ParseFormat("xml"); err == nil || err.Error() != `unknown "xml": use log or ndjson` {
 		t.Errorf("ParseFormat(xml) = %v", err)
+	}
+}
+
+// TestPrintFile: a whole file prints as its expected ndjson; a file that
+// cannot be opened, and one that is not a stream file, are told apart; a
+// truncated file stops at the frame the end cuts.
+func TestPrintFile(t *testing.T) {
+	var out bytes.Buffer
+	pos, size, err := FormatNDJSON.PrintFile(&out, filepath.Join(vectorDir, "consumer.ss"))
+	want, rerr := os.ReadFile(filepath.Join(vectorDir, "consumer.expected.ndjson"))
+	if err != nil || rerr != nil || out.String() != string(want) || pos != size {
+		t.Errorf("consumer.ss: pos %d of %d, %v; output equal to the expected: %v", pos, size, err, out.String() == string(want))
+	}
+	if _, _, err := FormatLog.PrintFile(io.Discard, filepath.Join(t.TempDir(), "nope.ss")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a missing file: %v, want fs.ErrNotExist", err)
+	}
+	short := filepath.Join(t.TempDir(), "short.ss")
+	if err := os.WriteFile(short, []byte("Ss\x01"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = FormatLog.PrintFile(io.Discard, short)
+	if he, ok := errors.AsType[*HeaderError](err); !ok || !strings.Contains(he.Error(), "shorter than the 128-byte header") {
+		t.Errorf("a 3-byte file: %v, want a *HeaderError saying it is short", err)
+	}
+	out.Reset()
+	pos, size, err = FormatNDJSON.PrintFile(&out, filepath.Join(vectorDir, "edge-b-truncated.ss"))
+	if !errors.Is(err, ErrTruncated) || pos >= size || !strings.Contains(out.String(), `"error":"truncated"`) {
+		t.Errorf("edge-b-truncated.ss: pos %d of %d, %v; output %q", pos, size, err, out.String())
+	}
+	if _, _, err := FormatLog.PrintFile(&failingWriter{}, filepath.Join(vectorDir, "consumer.ss")); !errors.Is(err, errWrite) {
+		t.Errorf("a failing writer: %v, want its error", err)
 	}
 }

@@ -1,0 +1,62 @@
+package tail
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io/fs"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/streamd/streamd/streamfile"
+)
+
+// lockedBuffer is a buffer Print writes to while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestPrint: the header and the messages print as the file grows, and
+// Print returns nil once ctx ends.
+func TestPrint(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "p.ss")
+	writeFile(t, path, streamfile.Header{FileName: "p.ss", CreatedAtMs: 1, BeaconInterval: 1024}, frames("k", 1, 2, 1, 10))
+	ctx, cancel := context.WithCancel(context.Background())
+	var out lockedBuffer
+	done := make(chan error, 1)
+	go func() { done <- Print(ctx, &out, path, streamfile.FormatLog, testLogger(t)) }()
+	messages := func() int { return strings.Count(out.String(), " | k | ") } // payloads hold newlines
+	waitFor(t, 5*time.Second, "the header and two messages", func() bool { return messages() == 2 })
+	appendFrames(t, path, frames("k", 3, 1, 1, 10))
+	waitFor(t, 5*time.Second, "the third message", func() bool { return messages() == 3 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Print returned %v after ctx ended, want nil", err)
+	}
+	if !strings.HasPrefix(out.String(), "# header: file_name=\"p.ss\"") || !strings.Contains(out.String(), "| k | 3 | 0]") {
+		t.Errorf("output:\n%s", out.String())
+	}
+}
+
+func TestPrintMissingFile(t *testing.T) {
+	err := Print(context.Background(), &bytes.Buffer{}, filepath.Join(t.TempDir(), "nope.ss"), streamfile.FormatLog, testLogger(t))
+	if !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Print of a missing file: %v, want fs.ErrNotExist", err)
+	}
+}
