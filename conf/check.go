@@ -151,6 +151,12 @@ func (l *loader) checkSubscription(p keyPath, s *Subscription, streams, names ma
 			l.positive(q.i(i), d)
 		}
 	}
+	if s.MaxFailedDeliveries < 0 {
+		l.errorf(p.k("max_failed_deliveries"), "must be 1 or more, not %d; leave it out to hold a record until the handler answers", s.MaxFailedDeliveries)
+	}
+	if q := p.k("max_retry_after"); l.has(q) {
+		l.positive(q, s.MaxRetryAfter)
+	}
 	l.oneOf(p.k("log_unsupported"), s.LogUnsupported, "first", "every")
 	l.checkHandler(p.k("handler"), &s.Handler)
 }

@@ -138,9 +138,21 @@ type Subscription struct {
 	// OutRetry is the stream key retry copies go to; "" is Key. A pipe
 	// stage must name one.
 	OutRetry string `toml:"out_retry"`
-	// Backoff is the delay before each retry after a transport failure;
-	// the last step repeats. Default 1s, 5s, 30s, 2m.
+	// Backoff is the delay before each delivery of a record again after
+	// its delivery failed (the handler could not decide: a timeout, a
+	// connection error, a 5xx, exit status 75), and before each try again
+	// to write a copy that could not be written; the last step repeats.
+	// Default 1s, 5s, 30s, 2m.
 	Backoff []Duration `toml:"backoff"`
+	// MaxFailedDeliveries bounds the failed deliveries of one record in a
+	// row: at the bound the record is settled as a retry (max_attempts and
+	// dead_letter apply). 0, the default, holds the record until the
+	// handler answers, however long it fails.
+	MaxFailedDeliveries int `toml:"max_failed_deliveries"`
+	// MaxRetryAfter bounds the delay a handler asks for: a retry_after
+	// answer's, and a failed delivery's Retry-After. A longer one is cut
+	// to it, and logged. Default 24h.
+	MaxRetryAfter Duration `toml:"max_retry_after"`
 	// LogUnsupported is "first" (default: log an unsupported
 	// acknowledgement once per outcome, then count it) or "every" (log each,
 	// as the reference does).
@@ -213,6 +225,10 @@ const (
 	defaultListen          = "127.0.0.1:9464"
 	defaultMaxDelayedMiB   = 256
 )
+
+// DefaultMaxRetryAfter is the default max_retry_after, which the daemon
+// also applies to a configuration built in Go without it.
+const DefaultMaxRetryAfter = Duration(24 * time.Hour)
 
 // The default handler timeouts, which the handlers also apply to a
 // configuration built in Go without them.
@@ -434,6 +450,7 @@ func (l *loader) setDefaults(cfg *Config) {
 		if s.Backoff == nil {
 			s.Backoff = defaultBackoff()
 		}
+		s.MaxRetryAfter = cmp.Or(s.MaxRetryAfter, DefaultMaxRetryAfter)
 		s.LogUnsupported = cmp.Or(s.LogUnsupported, "first")
 		if l.mode == ModeRun {
 			s.OnCorrupt = cmp.Or(s.OnCorrupt, "skip")

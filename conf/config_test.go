@@ -123,7 +123,9 @@ F:13: subscription[0].concurrency: must be from 1 to 1024, not 0
 F:14: subscription[0].out_retry: stream key "SEA_STREAMER_INTERNAL" is reserved for the end-of-stream mark
 F:15: subscription[0].dead_letter: stream key "orders dead" has character ' ' at byte 6; allowed are A-Z a-z 0-9 . _ -
 F:16: subscription[0].log_unsupported: unknown value "all": use first or every
-F:17: subscription[0].on_corrupt: unknown value "ignore": use skip or stop`},
+F:17: subscription[0].on_corrupt: unknown value "ignore": use skip or stop
+F:18: subscription[0].max_failed_deliveries: must be 1 or more, not -1; leave it out to hold a record until the handler answers
+F:19: subscription[0].max_retry_after: must be positive, not 0s`},
 		{"no-subscription", ModeRun, `F: subscription: at least one [[subscription]] is needed`},
 	}
 	files, err := filepath.Glob("testdata/config/*.bad.toml")
@@ -330,6 +332,7 @@ func TestConfigTags(t *testing.T) {
 func TestDefaults(t *testing.T) {
 	t.Setenv("STATE_DIRECTORY", "")
 	backoff := []Duration{Duration(time.Second), Duration(5 * time.Second), Duration(30 * time.Second), Duration(2 * time.Minute)}
+	day := Duration(24 * time.Hour)
 	tests := []struct {
 		name string
 		mode Mode
@@ -372,11 +375,11 @@ handler.kind = "stdout"
 				{Name: "t", Path: "/srv/t.ss", Create: false, BeaconInterval: 1 << 20, PollInterval: Duration(time.Second)},
 			},
 			Subscriptions: []Subscription{
-				{Name: "a", Stream: "s", Key: "k", Concurrency: 1, Backoff: backoff, LogUnsupported: "first", OnCorrupt: "skip",
+				{Name: "a", Stream: "s", Key: "k", Concurrency: 1, Backoff: backoff, MaxRetryAfter: day, LogUnsupported: "first", OnCorrupt: "skip",
 					Handler: Handler{Kind: HandlerHTTP, URL: "https://example.org/", Timeout: Duration(5 * time.Second)}},
-				{Name: "b", Stream: "t", Key: "k", Concurrency: 1, Backoff: backoff, LogUnsupported: "first", OnCorrupt: "skip",
+				{Name: "b", Stream: "t", Key: "k", Concurrency: 1, Backoff: backoff, MaxRetryAfter: day, LogUnsupported: "first", OnCorrupt: "skip",
 					Handler: Handler{Kind: HandlerExec, Command: []string{"handle"}, Timeout: Duration(30 * time.Second)}},
-				{Name: "c", Stream: "t", Key: "k", Concurrency: 1, Backoff: backoff, LogUnsupported: "first", OnCorrupt: "skip",
+				{Name: "c", Stream: "t", Key: "k", Concurrency: 1, Backoff: backoff, MaxRetryAfter: day, LogUnsupported: "first", OnCorrupt: "skip",
 					Handler: Handler{Kind: HandlerStdout, Format: "log"}},
 			},
 		}},
@@ -392,7 +395,7 @@ kind = "discard"
 			MaxDelayedMiB:   256,
 			Log:             Log{Level: "info", Format: "auto"},
 			Subscriptions: []Subscription{
-				{Name: "jobs", Key: "jobs", OutRetry: "jobs.retry", Concurrency: 1, Backoff: backoff, LogUnsupported: "first", OnInvalid: "skip",
+				{Name: "jobs", Key: "jobs", OutRetry: "jobs.retry", Concurrency: 1, Backoff: backoff, MaxRetryAfter: day, LogUnsupported: "first", OnInvalid: "skip",
 					Handler: Handler{Kind: HandlerDiscard}},
 			},
 		}},
@@ -434,7 +437,7 @@ format = "ndjson"
 			Subscriptions: []Subscription{
 				{Name: "a", Stream: "s", Key: "k", StartAt: mustStart(t, "time:2025-03-01T12:00:00Z"),
 					Replay: true, Concurrency: 8, MaxAttempts: ptr(1), DeadLetter: "k.dead", OutRetry: "k.retry",
-					Backoff: []Duration{Duration(100 * time.Millisecond)}, LogUnsupported: "every", OnCorrupt: "stop",
+					Backoff: []Duration{Duration(100 * time.Millisecond)}, MaxRetryAfter: day, LogUnsupported: "every", OnCorrupt: "stop",
 					Handler: Handler{Kind: HandlerStdout, Format: "ndjson"}},
 			},
 		}},

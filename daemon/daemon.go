@@ -227,12 +227,18 @@ func (d *Daemon) loop(ctx context.Context) error {
 		defer t.Stop()
 		watchdog = t.C
 	}
+	gauges := time.NewTicker(time.Duration(d.cfg.CommitInterval))
+	defer gauges.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case err := <-d.broken:
 			return err
+		case <-gauges.C:
+			for _, rs := range d.subs {
+				rs.sub.observe()
+			}
 		case req := <-d.reloads:
 			req.done <- d.reload(req.load)
 		case <-watchdog:
@@ -288,6 +294,7 @@ func (d *Daemon) startSubscription(sc conf.Subscription, h handler.Handler) erro
 	if p, ok := d.store.Get(sc.Name); ok && p.Stream == st.cfg.Path {
 		opts.Resume = &tail.Position{File: p.File, Offset: p.Offset}
 		from = offsets.Mark{Offset: p.Offset, Seq: p.LastSeq}
+		sm.Position.Set(float64(p.Offset)) // lag is true from the start, not from the first commit
 	}
 	follower, err := tail.New(opts)
 	if err != nil {

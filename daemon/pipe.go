@@ -79,6 +79,7 @@ func RunPipe(ctx context.Context, cfg *conf.Config, opts PipeOptions) (err error
 			logger.Error("retry queue failed", "err", err)
 		}
 	})
+	wg.Go(func() { observeEach(qctx, subs) })
 	readErr := readLines(readCtx, hctx, opts.In, subs, logger)
 	stopQueue()
 	wg.Wait()
@@ -101,6 +102,23 @@ func RunPipe(ctx context.Context, cfg *conf.Config, opts PipeOptions) (err error
 		derr = pipe.ErrClosed
 	}
 	return errors.Join(readErr, derr)
+}
+
+// observeEach sets the in-flight gauges of the deliverers every second
+// until ctx ends.
+func observeEach(ctx context.Context, dls []*deliverer) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			for _, dl := range dls {
+				dl.observe()
+			}
+		}
+	}
 }
 
 // pipeSubscriptions builds the deliverers of a pipe stage's subscriptions.
@@ -201,8 +219,13 @@ func readLines(ctx, hctx context.Context, in io.Reader, subs []*deliverer, logge
 			}
 			d = handler.Delivery{Subscription: s.cfg.Name, Key: key, Shard: shard, Seq: seq, TimestampMs: uint64(ts.UnixMilli()),
 				Headers: headers, Payload: body, Attempt: envelope.RetryCount(headers) + 1}
-			o, err := s.handle(hctx, &d, 0)
-			if err != nil {
+			s.handed[0].Store(monoNow())
+			o, err := s.answer(hctx, ctx.Done(), &d, 0, -1)
+			s.handed[0].Store(0)
+			switch {
+			case errors.Is(err, errStopped):
+				return nil // stopped while the delivery was held: the stage ends
+			case err != nil:
 				return err // a panic
 			}
 			if err := s.settler.settle(hctx, &d, o); err != nil {

@@ -1,12 +1,14 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/envelope"
 	"github.com/streamd/streamd/handler"
@@ -56,17 +58,43 @@ type deliverer struct {
 	// busy holds, per worker, when its delivery in flight started
 	// ([monoNow]; 0 when idle): the watchdog's view of a handler that hangs.
 	busy []atomic.Int64
+	// handed holds, per worker, when its record was handed out ([monoNow];
+	// 0 when none is): a held record stays handed out across its failed
+	// deliveries, for the in-flight and oldest-unsettled gauges.
+	handed []atomic.Int64
+	failed [handler.NumFailures]prometheus.Counter
+	hold   holdLog
 }
 
 func newDeliverer(sc conf.Subscription, h handler.Handler, t transport, copies copyWriter, m *metrics.SubscriptionMetrics, logger *slog.Logger) *deliverer {
-	return &deliverer{
+	dl := &deliverer{
 		cfg:     sc,
 		handler: h,
 		settler: newSettler(sc, t, copies, m, logger),
 		logger:  logger,
 		metrics: m,
 		busy:    make([]atomic.Int64, max(sc.Concurrency, 1)),
+		handed:  make([]atomic.Int64, max(sc.Concurrency, 1)),
 	}
+	for f := range handler.NumFailures {
+		dl.failed[f] = m.FailedDeliveries(f.String())
+	}
+	return dl
+}
+
+// observe sets the gauges of the records handed out and not settled: how
+// many, and the age of the oldest.
+func (dl *deliverer) observe() {
+	now := monoNow()
+	n, oldest := 0, int64(0)
+	for i := range dl.handed {
+		if t := dl.handed[i].Load(); t != 0 {
+			n++
+			oldest = max(oldest, now-t)
+		}
+	}
+	dl.metrics.InFlight.Set(float64(n))
+	dl.metrics.OldestUnsettledAge.Set(time.Duration(oldest).Seconds())
 }
 
 // handle runs the handler on worker w, timing it. A panic is the fail-fast
@@ -120,17 +148,18 @@ func monoNow() int64 { return int64(time.Since(monoEpoch)) + 1 }
 
 // settler applies settlement.md §4 to the outcomes of one subscription.
 type settler struct {
-	name        string
-	maxAttempts int    // 0: no cap
-	deadLetter  string // "": none
-	retryKey    string // where retry copies go
-	backoff     []time.Duration
-	transport   transport
-	copies      copyWriter
-	metrics     *metrics.SubscriptionMetrics
-	logger      *slog.Logger
-	unsupported *unsupportedLog
-	now         func() time.Time
+	name          string
+	maxAttempts   int    // 0: no cap
+	deadLetter    string // "": none
+	retryKey      string // where retry copies go
+	backoff       []time.Duration
+	maxRetryAfter time.Duration
+	transport     transport
+	copies        copyWriter
+	metrics       *metrics.SubscriptionMetrics
+	logger        *slog.Logger
+	unsupported   *unsupportedLog
+	now           func() time.Time
 }
 
 // newSettler returns the settler of a subscription reading from t, and logs
@@ -158,7 +187,7 @@ func newSettler(sc conf.Subscription, t transport, copies copyWriter, m *metrics
 	}
 	return &settler{
 		name: sc.Name, maxAttempts: maxAttempts, deadLetter: sc.DeadLetter, retryKey: retryKey,
-		backoff: backoff, transport: t, copies: copies, metrics: m, logger: logger, now: time.Now,
+		backoff: backoff, maxRetryAfter: time.Duration(cmp.Or(sc.MaxRetryAfter, conf.DefaultMaxRetryAfter)), transport: t, copies: copies, metrics: m, logger: logger, now: time.Now,
 		unsupported: newUnsupportedLog(sc.LogUnsupported == "every", logger, monoNow),
 	}
 }
@@ -202,15 +231,21 @@ func (s *settler) settle(ctx context.Context, d *handler.Delivery, o handler.Out
 		return s.redeliver(ctx, d, 0)
 	case handler.OutcomeRetryAfter:
 		m.HandlerRecords[metrics.OutcomeRetryAfter].Inc()
-		return s.redeliver(ctx, d, max(o.Delay, 0))
-	case handler.OutcomeFailed:
-		m.HandlerRecords[metrics.OutcomeFailed].Inc()
-		delay := s.backoffFor(d.Attempt)
-		s.logger.Warn("handler failed; retrying after backoff",
-			"seq", d.Seq, "attempt", d.Attempt, "retry_after", delay, "err", o.Err)
-		return s.redeliver(ctx, d, delay)
+		return s.redeliver(ctx, d, s.bounded(max(o.Delay, 0), d))
 	}
 	return fmt.Errorf("unknown outcome %d", o.Kind)
+}
+
+// bounded is delay cut to max_retry_after, with a log line when it is
+// cut: a handler asking for a delay far in the future does not park a
+// record unseen.
+func (s *settler) bounded(delay time.Duration, d *handler.Delivery) time.Duration {
+	if delay <= s.maxRetryAfter {
+		return delay
+	}
+	s.logger.Warn("the handler asked for a delay longer than max_retry_after; waiting max_retry_after",
+		"asked", delay, "max_retry_after", s.maxRetryAfter, "seq", d.Seq)
+	return s.maxRetryAfter
 }
 
 // backoffFor is the backoff step for a delivery's attempt: the first step

@@ -3,8 +3,8 @@ package daemon
 // Settlement as the settler decides it: one case per checklist item of
 // spec/settlement.md §10 that settle decides (the case name starts with
 // the item's number), plus the origin header of DESIGN.md ("Several
-// subscriptions on one key"), handler.OutcomeFailed and copies that cannot be
-// written. The copy writer is a fake that records what it is asked to
+// subscriptions on one key") and copies that cannot be written. Failed
+// deliveries are not settled: hold_test.go holds them. The copy writer is a fake that records what it is asked to
 // publish or schedule; clocks are synctest's.
 
 import (
@@ -37,7 +37,6 @@ const (
 	msgL5          = "graceful shutdown timed out; abandoning in-flight continuations"
 	msgL6          = "retry declaration; a cap applies to the copies this process publishes"
 	msgL7          = "handler panicked"
-	msgFailed      = "handler failed; retrying after backoff"
 	msgSummary     = "unsupported settlements since the last summary"
 	msgInvalidLine = "invalid stdin line skipped"
 )
@@ -325,12 +324,8 @@ func TestSettle(t *testing.T) {
 	l3 := func(attempt string) wantLog {
 		return wantLog{slog.LevelWarn, msgL3, map[string]string{"subscription": "billing", "attempt": attempt}}
 	}
-	failed := func(attempt, after string) wantLog {
-		return wantLog{slog.LevelWarn, msgFailed, map[string]string{"subscription": "billing", "attempt": attempt, "retry_after": after, "err": "connection refused"}}
-	}
 	capped := settleSub{maxAttempts: 3, deadLetter: "orders.dead"}
 	errRefused := errors.New("connection refused")
-	fail := handler.Outcome{Kind: handler.OutcomeFailed, Err: errRefused}
 
 	tests := []struct {
 		name string
@@ -476,21 +471,6 @@ func TestSettle(t *testing.T) {
 		copies:  []wantCopy{{"orders", "1", 0, "billing"}, {"orders.dead", "2", 0, ""}},
 		logs:    []wantLog{l6(map[string]string{"max_attempts": "2", "dead_letter": "orders.dead"}), l2("2")},
 		metrics: map[string]float64{"retry": 2, "appended": 1, "dead_letters": 1},
-	}, {
-		name:     "failed is retry_after the backoff step of its attempt, the last repeating",
-		sub:      settleSub{backoff: []time.Duration{500 * time.Millisecond, 2 * time.Second}},
-		outcomes: []handler.Outcome{fail, fail, fail, ack}, seen: []string{"-", "1", "2", "3"},
-		copies: []wantCopy{{"orders", "1", 500 * time.Millisecond, ""}, {"orders", "2", 2 * time.Second, ""}, {"orders", "3", 2 * time.Second, ""}},
-		logs: []wantLog{failed("1", "500ms"), failed("2", "2s"), failed("3", "2s"),
-			{slog.LevelWarn, msgL1, map[string]string{"outcome": "ack"}}},
-		metrics: map[string]float64{"failed": 3, "ack": 1, "scheduled": 3, "unsupported/ack": 1},
-	}, {
-		name: "failed at the cap goes to the dead letter at once", sub: settleSub{maxAttempts: 2, deadLetter: "orders.dead", backoff: []time.Duration{time.Minute}},
-		outcomes: []handler.Outcome{fail, fail}, seen: []string{"-", "1"},
-		copies: []wantCopy{{"orders", "1", time.Minute, ""}, {"orders.dead", "2", 0, ""}},
-		logs: []wantLog{l6(map[string]string{"max_attempts": "2", "dead_letter": "orders.dead"}),
-			failed("1", "1m0s"), failed("2", "1m0s"), l2("2")},
-		metrics: map[string]float64{"failed": 2, "scheduled": 1, "dead_letters": 1},
 	}, {
 		name: "a retry copy that cannot be appended leaves the record unsettled", sub: settleSub{maxAttempts: 3},
 		outcomes: []handler.Outcome{retry}, copyErr: errRefused, seen: []string{"-"}, errDest: "orders",

@@ -287,7 +287,7 @@ func TestStage(t *testing.T) {
 		in: strings.Join([]string{"[jobs] j1", "[audit] a1", "[k |] invalid", "broadcast to both",
 			"[jobs] " + rs1Record("x-ruststream-retry-count: 1\n", []byte("j2")), "[audit] a2", "[other] nobody's"}, "\n") + "\n",
 		handlers: stageHandlers{
-			"jobs":  always(handler.Outcome{Kind: handler.OutcomeFailed, Err: fmt.Errorf("exit status 75")}),
+			"jobs":  always(retryAfter(50 * time.Millisecond)),
 			"audit": always(drop),
 		},
 		seen: []string{`jobs 0 1 "j1"`, `audit 0 1 "a1"`, `jobs 0 1 "broadcast to both"`, `audit 0 1 "broadcast to both"`,
@@ -299,7 +299,6 @@ func TestStage(t *testing.T) {
 		},
 		logs: []wantLog{
 			{slog.LevelInfo, msgL6, map[string]string{"subscription": "jobs"}},
-			{slog.LevelWarn, msgFailed, map[string]string{"subscription": "jobs", "retry_after": "50ms", "err": "exit status 75"}},
 			{slog.LevelWarn, msgL1, map[string]string{"subscription": "audit", "seq": "0"}},
 			{slog.LevelWarn, msgInvalidLine, map[string]string{"line": "3"}},
 			{slog.LevelWarn, msgL2, map[string]string{"subscription": "jobs", "attempt": "2"}},

@@ -47,6 +47,7 @@ type subscription struct {
 type job struct {
 	d      handler.Delivery
 	ticket offsets.Ticket
+	offset int64
 }
 
 // run reads until ctx ends, the replay finishes, or the subscription fails.
@@ -63,7 +64,7 @@ func (s *subscription) run(ctx, hctx context.Context) error {
 		for w := range workers {
 			wg.Go(func() {
 				for j := range jobs {
-					if err := s.deliver(hctx, &j.d, j.ticket, w); err != nil {
+					if err := s.deliver(ctx, hctx, &j.d, j.ticket, j.offset, w); err != nil {
 						errc <- err
 						return
 					}
@@ -154,7 +155,7 @@ func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job, errc <-c
 			Headers: headers, Payload: payload, Attempt: envelope.RetryCount(headers) + 1,
 		}
 		if s.cfg.Concurrency <= 1 {
-			if err := s.deliver(hctx, d, ticket, 0); err != nil {
+			if err := s.deliver(ctx, hctx, d, ticket, rec.Offset, 0); err != nil {
 				return err
 			}
 			continue
@@ -163,7 +164,7 @@ func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job, errc <-c
 			d.Payload = bytes.Clone(payload)
 		}
 		select {
-		case jobs <- job{*d, ticket}:
+		case jobs <- job{*d, ticket, rec.Offset}:
 		case err := <-errc:
 			return err
 		case <-ctx.Done():
@@ -191,17 +192,24 @@ func (s *subscription) wanted(rec *tail.Record) bool {
 	return rec.Key == s.cfg.Key && rec.Key != reservedKey
 }
 
-// deliver runs the handler on worker w and settles its outcome. A copy that
-// cannot be written is retried with the backoff until it is, or until the
-// daemon stops: then the record stays unsettled and is read again after a
-// restart.
-func (s *subscription) deliver(ctx context.Context, d *handler.Delivery, ticket offsets.Ticket, w int) error {
-	o, err := s.handle(ctx, d, w)
-	if err != nil {
+// deliver hands the record at offset to the handler on worker w until it
+// answers (answer: a failed delivery is held in place), and settles the
+// answer. A copy that cannot be written is retried with the backoff until
+// it is. When the subscription stops (ctx) while the delivery is held, or
+// before a copy could be written, the record stays unsettled, and is read
+// again after a restart. Handlers run with hctx.
+func (s *subscription) deliver(ctx, hctx context.Context, d *handler.Delivery, ticket offsets.Ticket, offset int64, w int) error {
+	s.handed[w].Store(monoNow())
+	defer s.handed[w].Store(0)
+	o, err := s.answer(hctx, ctx.Done(), d, w, offset)
+	switch {
+	case errors.Is(err, errStopped):
+		return nil
+	case err != nil:
 		return err
 	}
 	for attempt := uint64(1); ; attempt++ {
-		err := s.settler.settle(ctx, d, o)
+		err := s.settler.settle(hctx, d, o)
 		if err == nil {
 			if attempt > 1 {
 				s.copyLog.Passed(s.logger, "publishing copies works again", "seq", d.Seq)
@@ -214,7 +222,7 @@ func (s *subscription) deliver(ctx context.Context, d *handler.Delivery, ticket 
 			err, "seq", d.Seq, "retry_in", wait)
 		select {
 		case <-time.After(wait):
-		case <-ctx.Done():
+		case <-hctx.Done():
 			return nil
 		}
 	}

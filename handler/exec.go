@@ -144,20 +144,20 @@ func (h *execHandler) Handle(ctx context.Context, d *Delivery) Outcome {
 	exited := st != nil && st.Exited()
 	switch {
 	case !exited && ctx.Err() != nil:
-		return failedOutcome(fmt.Errorf("exec %s: cancelled: %w", prog, context.Cause(ctx)))
+		return Failed(FailureCanceled, fmt.Errorf("exec %s: cancelled: %w", prog, context.Cause(ctx)))
 	case !exited && rctx.Err() != nil:
-		return failedOutcome(fmt.Errorf("exec %s: timed out after %s", prog, h.timeout))
+		return Failed(FailureTimeout, fmt.Errorf("exec %s: timed out after %s", prog, h.timeout))
 	case st == nil:
-		return failedOutcome(fmt.Errorf("exec %s: %w", prog, err))
+		return Failed(FailureExecStart, fmt.Errorf("exec %s: %w", prog, err))
 	case !exited:
-		return failedOutcome(fmt.Errorf("exec %s: %s%s", prog, st, stderr.excerpt()))
+		return Failed(FailureExecSignal, fmt.Errorf("exec %s: %s%s", prog, st, stderr.excerpt()))
 	}
 	if errors.Is(err, exec.ErrWaitDelay) {
 		h.warnLingering(prog)
 	}
 	switch {
 	case stdout.err != nil:
-		return failedOutcome(fmt.Errorf("exec %s: stdout: %w", prog, stdout.err))
+		return Failed(FailureOther, fmt.Errorf("exec %s: stdout: %w", prog, stdout.err))
 	case stdout.named:
 		return stdout.outcome
 	}
@@ -167,9 +167,9 @@ func (h *execHandler) Handle(ctx context.Context, d *Delivery) Outcome {
 	case exDataErr:
 		return Outcome{Kind: OutcomeDrop}
 	case exTempFail:
-		return failedOutcome(fmt.Errorf("exec %s: exit status %d (EX_TEMPFAIL)%s", prog, code, stderr.excerpt()))
+		return Failed(FailureTempFail, fmt.Errorf("exec %s: exit status %d (EX_TEMPFAIL)%s", prog, code, stderr.excerpt()))
 	default:
-		return failedOutcome(fmt.Errorf("exec %s: exit status %d%s", prog, code, stderr.excerpt()))
+		return Failed(FailureExecStatus, fmt.Errorf("exec %s: exit status %d%s", prog, code, stderr.excerpt()))
 	}
 }
 

@@ -29,10 +29,12 @@ const (
 	OutcomeRetry
 	// OutcomeRetryAfter: deliver again after Outcome.Delay (a copy).
 	OutcomeRetryAfter
-	// OutcomeFailed: the handler could not be reached or failed for a
-	// reason that may pass (a refused connection, a timeout, a 5xx, exit
-	// status 75). Settled as OutcomeRetryAfter with the subscription's next
-	// backoff step, so a failing transport never burns all attempts at once.
+	// OutcomeFailed: not an answer but a failed delivery: the handler
+	// could not decide (a refused connection, a timeout, a 5xx, an exec
+	// that could not start or was killed, exit status 75). The record is
+	// delivered again in place after the subscription's next backoff step,
+	// or after Outcome.Delay when the handler names one (Retry-After): no
+	// copy is written and its position does not move past it.
 	OutcomeFailed
 )
 
@@ -45,11 +47,59 @@ func (k OutcomeKind) String() string {
 	return "unknown"
 }
 
-// Outcome is a handler's answer for one delivery.
+// Outcome is a handler's answer for one delivery, or its failure.
 type Outcome struct {
-	Kind  OutcomeKind
-	Delay time.Duration // for OutcomeRetryAfter
-	Err   error         // why, for OutcomeFailed (logged)
+	Kind OutcomeKind
+	// Delay is the delay of OutcomeRetryAfter, and for OutcomeFailed the
+	// time the handler asks to wait before the next delivery (Retry-After);
+	// 0 for the next backoff step.
+	Delay time.Duration
+	// Failure classifies an OutcomeFailed, and Err says what failed.
+	Failure Failure
+	Err     error
+}
+
+// Failure is why a delivery failed: the reason label of
+// streamd_handler_failed_deliveries_total.
+type Failure uint8
+
+// The reasons of a failed delivery.
+const (
+	FailureOther       Failure = iota // anything else: a stdout write error, an invalid answer
+	FailureUnreachable                // connection refused or reset, DNS or TLS failure
+	FailureTimeout                    // the handler's timeout passed
+	FailureHTTPStatus                 // HTTP 5xx, 408, 429
+	FailureExecStart                  // the command could not be started
+	FailureExecSignal                 // the command was killed by a signal
+	FailureExecStatus                 // the command exited with another status than 0, 65 and 75
+	FailureTempFail                   // the command exited 75 (EX_TEMPFAIL)
+	FailureCanceled                   // the delivery was cancelled: the daemon stops
+	NumFailures
+)
+
+var failureNames = [NumFailures]string{
+	FailureOther:       "other",
+	FailureUnreachable: "unreachable",
+	FailureTimeout:     "timeout",
+	FailureHTTPStatus:  "http_status",
+	FailureExecStart:   "exec_start",
+	FailureExecSignal:  "exec_signal",
+	FailureExecStatus:  "exec_status",
+	FailureTempFail:    "tempfail",
+	FailureCanceled:    "canceled",
+}
+
+// String returns the failure's label value.
+func (f Failure) String() string {
+	if f < NumFailures {
+		return failureNames[f]
+	}
+	return "unknown"
+}
+
+// Failed is the OutcomeFailed of a delivery that failed for reason f.
+func Failed(f Failure, err error) Outcome {
+	return Outcome{Kind: OutcomeFailed, Failure: f, Err: err}
 }
 
 // Delivery is one record handed to a handler.

@@ -75,15 +75,16 @@ const (
 //
 //	Streamd-Outcome response header     what it names (an invalid value: failed)
 //	2xx                                 ack
-//	429 or 503 with Retry-After         retry_after: delay-seconds, or until the HTTP-date (0 if past)
-//	429 or 503 without it, or invalid   failed
+//	429 or 503                          failed, held for its Retry-After (delay-seconds or an HTTP-date)
+//	                                    when it has a valid one, else for the next backoff step
+//	408                                 failed
 //	other 4xx                           drop
 //	1xx, 3xx, 5xx                       failed (redirects are not followed)
 //	timeout, transport error            failed
-//	ctx ended (shutdown)                failed
+//	ctx ended (shutdown)                failed (cancelled)
 //
 // Failed carries the status with an excerpt of the body, or the transport
-// error; the settlement turns it into retry_after(the next backoff step).
+// error: the delivery failed, and the record is delivered again in place.
 //
 // All deliveries share one [h1.Client]: HTTP/1.1 on kept-alive connections,
 // one per delivery in flight, up to 128 kept idle, each exchange done by
@@ -195,7 +196,7 @@ func (h *httpHandler) Handle(ctx context.Context, d *Delivery) Outcome {
 		Body:         d.Payload,
 	})
 	if err != nil {
-		return failedOutcome(h.transportError(ctx, err))
+		return h.transportFailure(ctx, err)
 	}
 	defer resp.Body.Close()
 	return h.outcome(resp)
@@ -247,7 +248,7 @@ func (h *httpHandler) outcome(resp *http.Response) Outcome {
 	if v, ok := resp.Header[httpOutcomeHeader]; ok {
 		o, err := parseOutcomeDirective(v[0])
 		if err != nil {
-			return failedOutcome(fmt.Errorf("http: %s response header: %w", httpOutcomeHeader, err))
+			return Failed(FailureOther, fmt.Errorf("http: %s response header: %w", httpOutcomeHeader, err))
 		}
 		return o
 	}
@@ -255,19 +256,21 @@ func (h *httpHandler) outcome(resp *http.Response) Outcome {
 	case code >= 200 && code <= 299:
 		return Outcome{Kind: OutcomeAck}
 	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
-		v := resp.Header.Get("Retry-After")
-		if v == "" {
-			return failedOutcome(statusError(resp, "no Retry-After"))
+		o := Failed(FailureHTTPStatus, statusError(resp, ""))
+		if v := resp.Header.Get("Retry-After"); v != "" {
+			d, ok := parseRetryAfter(v, time.Now())
+			if !ok {
+				return Failed(FailureHTTPStatus, statusError(resp, fmt.Sprintf("invalid Retry-After %q", v)))
+			}
+			o.Delay = max(d, time.Nanosecond) // 0 would mean the backoff step
 		}
-		d, ok := parseRetryAfter(v, time.Now())
-		if !ok {
-			return failedOutcome(statusError(resp, fmt.Sprintf("invalid Retry-After %q", v)))
-		}
-		return Outcome{Kind: OutcomeRetryAfter, Delay: d}
+		return o
+	case code == http.StatusRequestTimeout:
+		return Failed(FailureHTTPStatus, statusError(resp, ""))
 	case code >= 400 && code <= 499:
 		return Outcome{Kind: OutcomeDrop}
 	default:
-		return failedOutcome(statusError(resp, ""))
+		return Failed(FailureHTTPStatus, statusError(resp, ""))
 	}
 }
 
@@ -317,16 +320,17 @@ func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	return max(t.Sub(now), 0), true
 }
 
-// transportError describes a request that got no response: the handler's
-// ctx ended (shutdown), the timeout passed, or the transport failed.
-func (h *httpHandler) transportError(ctx context.Context, err error) error {
+// transportFailure is the failure of a request that got no response: the
+// handler's ctx ended (shutdown), the timeout passed, or the transport
+// failed.
+func (h *httpHandler) transportFailure(ctx context.Context, err error) Outcome {
 	switch {
 	case ctx.Err() != nil:
-		return fmt.Errorf("http: cancelled: %w", context.Cause(ctx))
+		return Failed(FailureCanceled, fmt.Errorf("http: cancelled: %w", context.Cause(ctx)))
 	case isTimeout(err):
-		return fmt.Errorf("http: timed out after %s", h.timeout)
+		return Failed(FailureTimeout, fmt.Errorf("http: timed out after %s", h.timeout))
 	}
-	return fmt.Errorf("http: %w", err)
+	return Failed(FailureUnreachable, fmt.Errorf("http: %w", err))
 }
 
 // isTimeout reports whether err is a deadline passing: the connection's, or

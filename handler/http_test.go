@@ -108,17 +108,18 @@ func TestHTTPHandlerOutcomes(t *testing.T) {
 		{name: "400", server: respond(400), kind: OutcomeDrop},
 		{name: "404", server: respond(404), kind: OutcomeDrop},
 		{name: "429 Retry-After seconds", server: respond(429, "Retry-After", "3"),
-			kind: OutcomeRetryAfter, minDelay: 3 * time.Second, maxDelay: 3 * time.Second},
+			kind: OutcomeFailed, minDelay: 3 * time.Second, maxDelay: 3 * time.Second, err: "http: 429 Too Many Requests"},
 		{name: "503 Retry-After HTTP-date", server: func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Retry-After", time.Now().Add(10*time.Second).UTC().Format(http.TimeFormat))
 			w.WriteHeader(503)
-		}, kind: OutcomeRetryAfter, minDelay: 8 * time.Second, maxDelay: 10 * time.Second},
+		}, kind: OutcomeFailed, minDelay: 8 * time.Second, maxDelay: 10 * time.Second, err: "http: 503 Service Unavailable"},
 		{name: "503 Retry-After past date", server: respond(503, "Retry-After", "Sun, 06 Nov 1994 08:49:37 GMT"),
-			kind: OutcomeRetryAfter},
+			kind: OutcomeFailed, minDelay: time.Nanosecond, maxDelay: time.Nanosecond, err: "http: 503 Service Unavailable"},
 		{name: "503 without Retry-After", server: respond(503), kind: OutcomeFailed,
-			err: "http: 503 Service Unavailable, no Retry-After"},
+			err: "http: 503 Service Unavailable"},
 		{name: "429 without Retry-After", server: respond(429), kind: OutcomeFailed,
-			err: "http: 429 Too Many Requests, no Retry-After"},
+			err: "http: 429 Too Many Requests"},
+		{name: "408", server: respond(408), kind: OutcomeFailed, err: "http: 408 Request Timeout"},
 		{name: "503 invalid Retry-After", server: respond(503, "Retry-After", "soon"), kind: OutcomeFailed,
 			err: `invalid Retry-After "soon"`},
 		{name: "500 with body", server: func(w http.ResponseWriter, r *http.Request) {

@@ -91,11 +91,6 @@ func parseOutcomeDirective(s string) (Outcome, error) {
 	return Outcome{}, fmt.Errorf("invalid outcome %q: use ack, drop, retry or retry_after=<duration>, as in retry_after=30s", s)
 }
 
-// failedOutcome is an OutcomeFailed for err.
-func failedOutcome(err error) Outcome {
-	return Outcome{Kind: OutcomeFailed, Err: err}
-}
-
 // Close releases a handler's resources, if it holds any (it implements
 // [io.Closer]). Call it once no Handle call is running.
 func Close(h Handler) {

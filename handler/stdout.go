@@ -73,7 +73,7 @@ func (h *stdoutHandler) Handle(_ context.Context, d *Delivery) Outcome {
 		h.buf = nil
 	}
 	if err != nil {
-		return failedOutcome(fmt.Errorf("stdout: %w", err))
+		return Failed(FailureOther, fmt.Errorf("stdout: %w", err))
 	}
 	return Outcome{Kind: OutcomeAck}
 }

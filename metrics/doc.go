@@ -78,6 +78,10 @@
 //	| streamd_dead_letters_total                           | counter   | subscription                 | copies written to the dead-letter key                                      |
 //	| streamd_rejects_total                                | counter   | subscription                 | deliveries rejected at the retry cap with no dead-letter key               |
 //	| streamd_copy_errors_total                            | counter   | subscription                 | retry or dead-letter copies that could not be written                      |
+//	| streamd_handler_failed_deliveries_total              | counter   | subscription, reason         | deliveries that failed and were tried again in place, by handler reason    |
+//	| streamd_subscription_held                            | gauge     | subscription                 | 1 while a failed delivery is held and tried again in place                 |
+//	| streamd_subscription_records_in_flight               | gauge     | subscription                 | records handed to the handler and not settled yet                          |
+//	| streamd_subscription_oldest_unsettled_age_seconds    | gauge     | subscription                 | age of the oldest of them, 0 when there is none                            |
 //	| streamd_subscription_up                              | gauge     | subscription                 | 1 while the subscription is healthy, 0 while starting or stopped           |
 //	| streamd_watch_overflows_total                        | counter   | stream                       | overflows of the file notification queue                                   |
 //	| streamd_poll_reads_total                             | counter   | stream                       | changes of the file found by the poll rather than a notification           |
@@ -93,7 +97,10 @@
 // invalid_line (streamd pipe) or unreadable (an I/O error reading the file,
 // once per spell); outcome is ack, drop, retry, retry_after,
 // failed, foreign_copy, decode_error or panic; operation is ack, drop,
-// retry or reject.
+// retry or reject. The reason of streamd_handler_failed_deliveries_total is
+// the handler's failure (handler.Failure): unreachable, timeout, http_status,
+// exec_start, exec_signal, exec_status, tempfail, canceled or other; the
+// daemon creates each at 0 ([SubscriptionMetrics.FailedDeliveries]).
 //
 // A subscription's lag in bytes is the difference of two series:
 //

@@ -87,12 +87,27 @@ type SubscriptionMetrics struct {
 	Rejects prometheus.Counter
 	// CopyErrors is streamd_copy_errors_total.
 	CopyErrors prometheus.Counter
+	// Held is streamd_subscription_held: 1 while a failed delivery is held.
+	Held prometheus.Gauge
+	// InFlight is streamd_subscription_records_in_flight.
+	InFlight prometheus.Gauge
+	// OldestUnsettledAge is
+	// streamd_subscription_oldest_unsettled_age_seconds: set it to seconds.
+	OldestUnsettledAge prometheus.Gauge
 
 	up     prometheus.Gauge
 	health *healthState
 	m      *Metrics
 	name   string
 	stream string
+}
+
+// FailedDeliveries is streamd_handler_failed_deliveries_total for one
+// reason; the reasons are the caller's (the handlers' failure reasons).
+// Call it for every reason when the subscription starts, so that each
+// series exists at 0.
+func (s *SubscriptionMetrics) FailedDeliveries(reason string) prometheus.Counter {
+	return s.m.failed.WithLabelValues(s.name, reason)
 }
 
 // Subscription returns the handle of the subscription with the given
@@ -124,6 +139,9 @@ func (m *Metrics) Subscription(name, stream string) *SubscriptionMetrics {
 		DeadLetters:         m.deadLetters.WithLabelValues(name),
 		Rejects:             m.rejects.WithLabelValues(name),
 		CopyErrors:          m.copyErrors.WithLabelValues(name),
+		Held:                m.held.WithLabelValues(name),
+		InFlight:            m.inFlight.WithLabelValues(name),
+		OldestUnsettledAge:  m.oldestAge.WithLabelValues(name),
 		up:                  m.up.WithLabelValues(name),
 		health:              &healthState{reason: "starting"},
 		m:                   m,

@@ -83,6 +83,10 @@ type Metrics struct {
 	deadLetters      *prometheus.CounterVec
 	rejects          *prometheus.CounterVec
 	copyErrors       *prometheus.CounterVec
+	failed           *prometheus.CounterVec
+	held             *prometheus.GaugeVec
+	inFlight         *prometheus.GaugeVec
+	oldestAge        *prometheus.GaugeVec
 	up               *prometheus.GaugeVec
 
 	streamVecs, subscriptionVecs []*prometheus.MetricVec
@@ -179,6 +183,22 @@ func New(reg prometheus.Registerer, build BuildInfo) *Metrics {
 			Namespace: namespace, Name: "copy_errors_total",
 			Help: "Retry or dead-letter copies that could not be written.",
 		}, subLabels),
+		failed: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "handler_failed_deliveries_total",
+			Help: "Deliveries that failed (the handler could not decide) and were tried again in place, by reason.",
+		}, []string{labelSubscription, labelReason}),
+		held: f.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "subscription_held",
+			Help: "Whether a delivery of the subscription failed and is held, to be tried again in place (1) or not (0).",
+		}, subLabels),
+		inFlight: f.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "subscription_records_in_flight",
+			Help: "Records of the subscription handed to the handler and not settled yet.",
+		}, subLabels),
+		oldestAge: f.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "subscription_oldest_unsettled_age_seconds",
+			Help: "Age of the subscription's oldest record handed to the handler and not settled yet, 0 when none is.",
+		}, subLabels),
 		up: f.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "subscription_up",
 			Help: "Whether the subscription is healthy (1) or not (0).",
@@ -224,7 +244,8 @@ func New(reg prometheus.Registerer, build BuildInfo) *Metrics {
 		m.position.MetricVec, m.lastRecord.MetricVec,
 		m.handlerRecords.MetricVec, m.unsupported.MetricVec, m.handlerDuration.MetricVec,
 		m.retriesScheduled.MetricVec, m.retriesAppended.MetricVec,
-		m.deadLetters.MetricVec, m.rejects.MetricVec, m.copyErrors.MetricVec, m.up.MetricVec,
+		m.deadLetters.MetricVec, m.rejects.MetricVec, m.copyErrors.MetricVec, m.failed.MetricVec,
+		m.held.MetricVec, m.inFlight.MetricVec, m.oldestAge.MetricVec, m.up.MetricVec,
 	}
 	m.retriesPending = f.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: namespace, Name: "retries_pending",

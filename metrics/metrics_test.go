@@ -30,7 +30,9 @@ func newTestMetrics(t *testing.T) (*prometheus.Registry, *Metrics, *StreamMetric
 	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
 	m := New(reg, testBuild)
-	return reg, m, m.Stream("orders"), m.Subscription("billing", "orders")
+	sub := m.Subscription("billing", "orders")
+	sub.FailedDeliveries("timeout") // the caller creates each reason
+	return reg, m, m.Stream("orders"), sub
 }
 
 // count returns how many series of the family name g exposes.
@@ -169,6 +171,10 @@ func TestPreinitialised(t *testing.T) {
 		{"streamd_dead_letters_total", 1},
 		{"streamd_rejects_total", 1},
 		{"streamd_copy_errors_total", 1},
+		{"streamd_handler_failed_deliveries_total", 1},
+		{"streamd_subscription_held", 1},
+		{"streamd_subscription_records_in_flight", 1},
+		{"streamd_subscription_oldest_unsettled_age_seconds", 1},
 		{"streamd_subscription_up", 1},
 		{"streamd_watch_overflows_total", 1},
 		{"streamd_poll_reads_total", 1},

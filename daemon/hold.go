@@ -1,0 +1,135 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/streamd/streamd/handler"
+	"github.com/streamd/streamd/metrics"
+)
+
+// errStopped is the end of a held delivery because the subscription
+// stops: the record stays unsettled, and the next start delivers it first.
+var errStopped = errors.New("stopped while the delivery was held")
+
+// holdSummaryEvery is how often a hold that lasts is logged again.
+const holdSummaryEvery = time.Minute
+
+// answer hands d to the handler until it answers (DESIGN.md, "An answer,
+// or a failed delivery"). A failed delivery is held: d is delivered again
+// in place after the next backoff step, or after the delay the handler
+// named (bounded by max_retry_after), with nothing written and the
+// record's position not passed. It ends when the handler answers, when the
+// subscription's max_failed_deliveries is reached (the record is then
+// settled as a retry), with errStopped when stop is closed or ctx ends,
+// or with the *panicError of a handler that panicked. offset, -1 in a
+// pipe stage, is logged with the first failure.
+func (dl *deliverer) answer(ctx context.Context, stop <-chan struct{}, d *handler.Delivery, w int, offset int64) (handler.Outcome, error) {
+	failures := 0
+	for {
+		o, err := dl.handle(ctx, d, w)
+		if err != nil {
+			return o, err
+		}
+		if o.Kind != handler.OutcomeFailed {
+			if failures > 0 {
+				dl.hold.end(dl.logger, dl.metrics.Held)
+			}
+			return o, nil
+		}
+		if o.Failure == handler.FailureCanceled || ctx.Err() != nil {
+			if failures > 0 {
+				dl.hold.end(nil, dl.metrics.Held)
+			}
+			return o, errStopped // the daemon stops: not a failure of the handler
+		}
+		failures++
+		dl.metrics.HandlerRecords[metrics.OutcomeFailed].Inc()
+		dl.failed[o.Failure].Inc()
+		if limit := dl.cfg.MaxFailedDeliveries; limit > 0 && failures >= limit {
+			dl.logger.Warn("delivery failed max_failed_deliveries times in a row; settling the record as a retry",
+				"failures", failures, "seq", d.Seq, "offset", offset, "reason", o.Failure.String(), "err", o.Err)
+			dl.hold.end(nil, dl.metrics.Held)
+			return handler.Outcome{Kind: handler.OutcomeRetry}, nil
+		}
+		wait := dl.settler.backoffFor(uint64(failures))
+		if o.Delay > 0 {
+			wait = dl.settler.bounded(o.Delay, d)
+		}
+		dl.hold.failed(dl.logger, dl.metrics.Held, failures == 1, o, d, offset, wait)
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-stop:
+			t.Stop()
+			dl.hold.end(nil, dl.metrics.Held)
+			return o, errStopped
+		case <-ctx.Done():
+			t.Stop()
+			dl.hold.end(nil, dl.metrics.Held)
+			return o, errStopped
+		}
+	}
+}
+
+// holdLog is the state of a subscription's held deliveries, for its gauge
+// and its log: the first failure of a spell is logged at once, then a
+// summary at most once a minute while it lasts, and the recovery once.
+type holdLog struct {
+	mu       sync.Mutex
+	held     int       // deliveries held now
+	since    time.Time // when the spell began
+	failures int       // in the spell
+	unlogged int       // failures since the last line
+	lastLine time.Time
+	lastErr  error
+}
+
+// failed counts a failed delivery of d, held for wait; first says it is the
+// record's first failure in a row (a delivery newly held).
+func (h *holdLog) failed(logger *slog.Logger, gauge prometheus.Gauge, first bool, o handler.Outcome, d *handler.Delivery, offset int64, wait time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	now := time.Now()
+	if first {
+		h.held++
+		gauge.Set(1)
+	}
+	h.failures++
+	h.lastErr = o.Err
+	if h.failures == 1 {
+		h.since, h.lastLine = now, now
+		logger.Warn("delivery failed; holding the record and delivering it again in place until the handler answers",
+			"reason", o.Failure.String(), "key", d.Key, "seq", d.Seq, "offset", offset, "retry_in", wait, "err", o.Err)
+		return
+	}
+	h.unlogged++
+	if now.Sub(h.lastLine) >= holdSummaryEvery {
+		logger.Warn("deliveries still failing; the record is held",
+			"failed_deliveries", h.unlogged, "held_for", now.Sub(h.since).Round(time.Second), "last_reason", o.Failure.String(), "last_err", h.lastErr)
+		h.unlogged, h.lastLine = 0, now
+	}
+}
+
+// end releases a held delivery. When it was the last one, the spell ends:
+// logged as a recovery with logger (nil when the delivery was not
+// answered, as when the subscription stops).
+func (h *holdLog) end(logger *slog.Logger, gauge prometheus.Gauge) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.held--
+	if h.held > 0 {
+		return
+	}
+	gauge.Set(0)
+	if logger != nil {
+		logger.Info("the handler answers again; held deliveries go on",
+			"held_for", time.Since(h.since).Round(time.Millisecond), "failed_deliveries", h.failures)
+	}
+	h.failures, h.unlogged = 0, 0
+}

@@ -1,0 +1,206 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/streamd/streamd/conf"
+	"github.com/streamd/streamd/handler"
+	"github.com/streamd/streamd/metrics"
+)
+
+const (
+	msgHoldFirst   = "delivery failed; holding the record and delivering it again in place until the handler answers"
+	msgHoldSummary = "deliveries still failing; the record is held"
+	msgHoldEnd     = "the handler answers again; held deliveries go on"
+	msgHoldLimit   = "delivery failed max_failed_deliveries times in a row; settling the record as a retry"
+	msgBounded     = "the handler asked for a delay longer than max_retry_after; waiting max_retry_after"
+)
+
+// holdEnv is a deliverer whose handler answers from a script, one outcome
+// per delivery, and records when each delivery came.
+type holdEnv struct {
+	dl      *deliverer
+	copies  *fakeCopies
+	logs    *logCapture
+	m       *metrics.SubscriptionMetrics
+	answers []handler.Outcome
+	at      []time.Duration // when each delivery came, since the start
+}
+
+func newHoldEnv(t *testing.T, sc conf.Subscription, answers ...handler.Outcome) *holdEnv {
+	t.Helper()
+	e := &holdEnv{copies: &fakeCopies{}, logs: &logCapture{}, answers: answers}
+	e.m = metrics.New(prometheus.NewRegistry(), metrics.BuildInfo{}).Subscription(sc.Name, "orders")
+	start := time.Now()
+	h := handler.HandlerFunc(func(ctx context.Context, d *handler.Delivery) handler.Outcome {
+		e.at = append(e.at, time.Since(start))
+		if len(e.answers) == 0 {
+			t.Fatal("more deliveries than answers")
+		}
+		o := e.answers[0]
+		e.answers = e.answers[1:]
+		return o
+	})
+	e.dl = newDeliverer(sc, h, fileTransport, e.copies, e.m, e.logs.logger().With("subscription", sc.Name))
+	return e
+}
+
+func failedWith(f handler.Failure, delay time.Duration) handler.Outcome {
+	o := handler.Failed(f, errors.New("connection refused"))
+	o.Delay = delay
+	return o
+}
+
+func holdSub(backoff ...time.Duration) conf.Subscription {
+	sc := settleSub{backoff: backoff}.config()
+	sc.MaxRetryAfter = conf.Duration(time.Hour)
+	return sc
+}
+
+// TestHoldInPlace: failed deliveries are delivered again in place after
+// each backoff step, the last repeating, with no copy; the first failure
+// and the recovery are logged once each, the gauge is 1 while the record
+// is held, and each failure is counted by reason.
+func TestHoldInPlace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		unreachable := failedWith(handler.FailureUnreachable, 0)
+		e := newHoldEnv(t, holdSub(500*time.Millisecond, 2*time.Second), unreachable, unreachable, failedWith(handler.FailureTimeout, 0), ack)
+		held := make(chan float64, 1)
+		go func() {
+			time.Sleep(time.Second) // inside the hold
+			held <- testutil.ToFloat64(e.m.Held)
+		}()
+		o, err := e.dl.answer(t.Context(), nil, settleDelivery(7, nil, []byte("x")), 0, 4096)
+		if err != nil || o.Kind != handler.OutcomeAck {
+			t.Fatalf("answer = %v, %v; want ack", o.Kind, err)
+		}
+		if want := []time.Duration{0, 500 * time.Millisecond, 2500 * time.Millisecond, 4500 * time.Millisecond}; !equalDurations(e.at, want) {
+			t.Errorf("deliveries at %v, want %v", e.at, want)
+		}
+		if len(e.copies.written()) != 0 {
+			t.Errorf("copies %v, want none", e.copies.written())
+		}
+		if g := <-held; g != 1 {
+			t.Errorf("held gauge %v during the hold, want 1", g)
+		}
+		if g := testutil.ToFloat64(e.m.Held); g != 0 {
+			t.Errorf("held gauge %v after the answer, want 0", g)
+		}
+		checkLogs(t, e.logs.all(), []wantLog{
+			{slog.LevelWarn, msgHoldFirst, map[string]string{"subscription": "billing", "reason": "unreachable", "key": "orders", "seq": "7", "offset": "4096", "retry_in": "500ms", "err": "connection refused"}},
+			{slog.LevelInfo, msgHoldEnd, map[string]string{"subscription": "billing", "failed_deliveries": "3"}},
+		})
+		for reason, want := range map[handler.Failure]float64{handler.FailureUnreachable: 2, handler.FailureTimeout: 1, handler.FailureHTTPStatus: 0} {
+			if got := testutil.ToFloat64(e.m.FailedDeliveries(reason.String())); got != want {
+				t.Errorf("failed deliveries for %s: %v, want %v", reason, got, want)
+			}
+		}
+		if got := testutil.ToFloat64(e.m.HandlerRecords[metrics.OutcomeFailed]); got != 3 {
+			t.Errorf("%v failed outcomes counted, want 3", got)
+		}
+	})
+}
+
+// TestHoldRetryAfter: a failed delivery with a Retry-After waits that long
+// instead of the backoff step, cut to max_retry_after with a log line.
+func TestHoldRetryAfter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newHoldEnv(t, holdSub(time.Second), failedWith(handler.FailureHTTPStatus, 2*time.Second),
+			failedWith(handler.FailureHTTPStatus, 100*time.Hour), ack)
+		if o, err := e.dl.answer(t.Context(), nil, settleDelivery(1, nil, nil), 0, 128); err != nil || o.Kind != handler.OutcomeAck {
+			t.Fatalf("answer = %v, %v; want ack", o.Kind, err)
+		}
+		if want := []time.Duration{0, 2 * time.Second, 2*time.Second + time.Hour}; !equalDurations(e.at, want) {
+			t.Errorf("deliveries at %v, want %v", e.at, want)
+		}
+		checkLogs(t, e.logs.with(msgBounded), []wantLog{{slog.LevelWarn, msgBounded, map[string]string{"asked": "100h0m0s", "max_retry_after": "1h0m0s", "seq": "1"}}})
+	})
+}
+
+// TestHoldSummary: a hold that lasts is summed up once a minute, not per
+// failure.
+func TestHoldSummary(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var answers []handler.Outcome
+		for range 150 { // one a second: two and a half minutes
+			answers = append(answers, failedWith(handler.FailureUnreachable, 0))
+		}
+		e := newHoldEnv(t, holdSub(time.Second), append(answers, ack)...)
+		if _, err := e.dl.answer(t.Context(), nil, settleDelivery(1, nil, nil), 0, 128); err != nil {
+			t.Fatal(err)
+		}
+		checkLogs(t, e.logs.all(), []wantLog{
+			{slog.LevelWarn, msgHoldFirst, nil},
+			{slog.LevelWarn, msgHoldSummary, map[string]string{"failed_deliveries": "60", "held_for": "1m0s"}},
+			{slog.LevelWarn, msgHoldSummary, map[string]string{"failed_deliveries": "60", "held_for": "2m0s"}},
+			{slog.LevelInfo, msgHoldEnd, map[string]string{"failed_deliveries": "150"}},
+		})
+	})
+}
+
+// TestHoldLimit: with max_failed_deliveries, the record is settled as a
+// retry at the limit.
+func TestHoldLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sc := holdSub(time.Second)
+		sc.MaxFailedDeliveries = 3
+		f := failedWith(handler.FailureTempFail, 0)
+		e := newHoldEnv(t, sc, f, f, f)
+		o, err := e.dl.answer(t.Context(), nil, settleDelivery(1, nil, nil), 0, 128)
+		if err != nil || o.Kind != handler.OutcomeRetry {
+			t.Fatalf("answer = %v, %v; want retry at the limit", o.Kind, err)
+		}
+		if g := testutil.ToFloat64(e.m.Held); g != 0 {
+			t.Errorf("held gauge %v after the limit, want 0", g)
+		}
+		checkLogs(t, e.logs.with(msgHoldLimit), []wantLog{{slog.LevelWarn, msgHoldLimit, map[string]string{"failures": "3", "reason": "tempfail"}}})
+	})
+}
+
+// TestHoldStop: a held delivery ends with errStopped when the
+// subscription stops, and a delivery cancelled at shutdown is not a
+// failure.
+func TestHoldStop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newHoldEnv(t, holdSub(time.Hour), failedWith(handler.FailureUnreachable, 0))
+		stop := make(chan struct{})
+		time.AfterFunc(time.Minute, func() { close(stop) })
+		if _, err := e.dl.answer(t.Context(), stop, settleDelivery(1, nil, nil), 0, 128); !errors.Is(err, errStopped) {
+			t.Fatalf("answer = %v, want errStopped", err)
+		}
+		if g := testutil.ToFloat64(e.m.Held); g != 0 {
+			t.Errorf("held gauge %v after the stop, want 0", g)
+		}
+
+		e = newHoldEnv(t, holdSub(time.Second), handler.Failed(handler.FailureCanceled, context.Canceled))
+		if _, err := e.dl.answer(t.Context(), nil, settleDelivery(1, nil, nil), 0, 128); !errors.Is(err, errStopped) {
+			t.Fatalf("answer = %v, want errStopped", err)
+		}
+		if n := len(e.logs.all()); n != 0 {
+			t.Errorf("a cancelled delivery logged %v", e.logs.all())
+		}
+		if got := testutil.ToFloat64(e.m.FailedDeliveries("canceled")); got != 0 {
+			t.Errorf("a cancelled delivery counted as failed")
+		}
+	})
+}
+
+func equalDurations(a, b []time.Duration) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
