@@ -145,7 +145,10 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	if err := os.MkdirAll(cfg.StateDir, 0o750); err != nil {
 		return fmt.Errorf("state directory: %w", err)
 	}
-	store, err := offsets.Open(cfg.StateDir, offsets.Options{Sync: d.syncStreams, Observe: d.observeCommit})
+	// The retry spool, created below, marks the directory as used: a
+	// sidecar missing next to it is refused rather than taken for a first
+	// start.
+	store, err := offsets.Open(cfg.StateDir, offsets.Options{Sync: d.syncStreams, Observe: d.observeCommit, Marker: retrytimer.SpoolName})
 	if err != nil {
 		return err
 	}
