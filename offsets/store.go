@@ -172,23 +172,46 @@ func load(dir string) (map[string]Position, bool, error) {
 	return positions, true, nil
 }
 
+// CheckMissing returns a [*MissingError] when the marker file (see
+// [Options.Marker]) exists in the state directory dir and the sidecar does
+// not, and nil when the sidecar exists or the directory was not used. Like
+// [Load], it takes no lock.
+func CheckMissing(dir, marker string) error {
+	_, err := os.Lstat(filepath.Join(dir, SidecarName))
+	switch {
+	case err == nil:
+		return nil
+	case !errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("offsets: %w", err)
+	}
+	return checkMarker(dir, marker)
+}
+
+// checkMarker returns a [*MissingError] if the marker file exists in the
+// state directory dir, whose sidecar is missing.
+func checkMarker(dir, marker string) error {
+	m := filepath.Join(dir, marker)
+	_, err := os.Lstat(m)
+	switch {
+	case err == nil:
+		return &MissingError{Path: filepath.Join(dir, SidecarName), Marker: m}
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	}
+	return fmt.Errorf("offsets: %w", err)
+}
+
 // startFresh is Open's first start in the state directory dir, which has
 // no sidecar: a [*MissingError] if the marker shows the directory was used,
 // and otherwise an empty sidecar, written before the caller creates the
 // marker.
 func startFresh(dir, marker string) error {
-	path := filepath.Join(dir, SidecarName)
-	m := filepath.Join(dir, marker)
-	_, err := os.Lstat(m)
-	switch {
-	case err == nil:
-		return &MissingError{Path: path, Marker: m}
-	case !errors.Is(err, fs.ErrNotExist):
-		return fmt.Errorf("offsets: %w", err)
+	if err := checkMarker(dir, marker); err != nil {
+		return err
 	}
 	data, err := encode(nil)
 	if err == nil {
-		err = writeAtomically(path, data)
+		err = writeAtomically(filepath.Join(dir, SidecarName), data)
 	}
 	if err != nil {
 		return fmt.Errorf("offsets: write the first sidecar: %w", err)

@@ -106,8 +106,9 @@ func TestRunCorruptSidecar(t *testing.T) {
 // TestRunMissingSidecar removes the sidecar of a state directory a daemon
 // used: the next start refuses, naming the sidecar, the retry spool that
 // shows the directory was used, and the remedies, and delivers nothing;
-// `streamd offsets set` works in that state and creates the sidecar, and
-// the start after it resumes where it was set.
+// `streamd offsets show` says the same; `streamd offsets set` works in
+// that state and creates the sidecar, and the start after it resumes where
+// it was set.
 func TestRunMissingSidecar(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, execSub("billing", "", ``))
@@ -141,7 +142,11 @@ func TestRunMissingSidecar(t *testing.T) {
 		t.Fatalf("%d deliveries after the refused start, want 2", got)
 	}
 
-	r := runBinary(t, nil, "offsets", "set", "--config.file="+e.config, "--subscription=billing", "--to=seq:3")
+	r := runBinary(t, nil, "offsets", "show", "--config.file="+e.config)
+	if r.code != exitError || !strings.Contains(r.stderr, sidecar+" is missing") {
+		t.Fatalf("offsets show: exit %d, stderr %q; want the missing sidecar", r.code, r.stderr)
+	}
+	r = runBinary(t, nil, "offsets", "set", "--config.file="+e.config, "--subscription=billing", "--to=seq:3")
 	if r.code != 0 {
 		t.Fatalf("offsets set: exit %d: %s", r.code, r.stderr)
 	}
