@@ -44,8 +44,9 @@ type Daemon struct {
 	cfg     *conf.Config
 	store   *offsets.Store
 	queue   *retrytimer.Queue
-	streams map[string]*stream
+	streams map[string]*stream // the streams whose file is open
 	subs    map[string]*runningSub
+	waiting map[string]*waitingSub            // used by Run's goroutine only
 	keys    atomic.Pointer[map[string]string] // subscription name → key
 }
 
@@ -113,6 +114,7 @@ func New(cfg *conf.Config, opts Options) *Daemon {
 		cfg:      cfg,
 		streams:  map[string]*stream{},
 		subs:     map[string]*runningSub{},
+		waiting:  map[string]*waitingSub{},
 	}
 	d.keys.Store(&map[string]string{})
 	return d
@@ -145,7 +147,10 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	if err := os.MkdirAll(cfg.StateDir, 0o750); err != nil {
 		return fmt.Errorf("state directory: %w", err)
 	}
-	store, err := offsets.Open(cfg.StateDir, offsets.Options{Sync: d.syncStreams, Observe: d.observeCommit})
+	// The retry spool, created below, marks the directory as used: a
+	// sidecar missing next to it is refused rather than taken for a first
+	// start.
+	store, err := offsets.Open(cfg.StateDir, offsets.Options{Sync: d.syncStreams, Observe: d.observeCommit, Marker: retrytimer.SpoolName})
 	if err != nil {
 		return err
 	}
@@ -161,9 +166,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	d.metrics.CountRetriesPending(queue.Pending)
 	defer func() { err = errors.Join(err, queue.Close()) }()
 	defer d.closeStreams()
-	if err := d.openStreams(cfg); err != nil {
-		return err
-	}
+	d.openStreams(cfg)
 	d.metrics.ObserveReload(time.Now(), nil)
 
 	bg, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
@@ -198,17 +201,15 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 
 	for _, sc := range cfg.Subscriptions {
 		h, err := d.newHandler(sc)
-		if err == nil {
-			err = d.startSubscription(sc, h)
-		}
 		if err != nil {
 			d.stopAll()
 			return err
 		}
+		d.launch(sc, h, nil)
 	}
 	d.setNames()
 	d.notify.Send("READY=1\nSTATUS=" + d.status())
-	d.logger.Info("streamd running", "subscriptions", len(d.subs), "streams", len(d.streams), "state_dir", cfg.StateDir)
+	d.logger.Info("streamd running", "subscriptions", len(d.subs), "waiting", len(d.waiting), "streams", len(d.streams), "state_dir", cfg.StateDir)
 
 	err = d.loop(ctx)
 	d.notify.Send("STOPPING=1")
@@ -217,7 +218,8 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	return err
 }
 
-// loop waits for the end, reloads and subscriptions that stop.
+// loop waits for the end, reloads, subscriptions that stop, and the next
+// try of the waiting ones.
 func (d *Daemon) loop(ctx context.Context) error {
 	defer close(d.stopping)
 	var watchdog <-chan time.Time
@@ -229,10 +231,15 @@ func (d *Daemon) loop(ctx context.Context) error {
 	}
 	gauges := time.NewTicker(time.Duration(d.cfg.CommitInterval))
 	defer gauges.Stop()
+	retry := time.NewTimer(0)
+	defer retry.Stop()
 	for {
+		d.armRetry(retry)
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-retry.C:
+			d.retryWaiting()
 		case err := <-d.broken:
 			return err
 		case <-gauges.C:
@@ -272,8 +279,9 @@ func (d *Daemon) loop(ctx context.Context) error {
 }
 
 // startSubscription opens the subscription's follower at its stored
-// position (or its start_at on the first start) and runs it with h,
-// which it closes if it fails and the daemon built it.
+// position (or its start_at on the first start) and runs it with h. Its
+// stream must be open. An error is the stream file's, which cannot be
+// read; h stays the caller's then.
 func (d *Daemon) startSubscription(sc conf.Subscription, h handler.Handler) error {
 	st := d.streams[sc.Stream]
 	logger := d.logger.With("subscription", sc.Name)
@@ -298,8 +306,7 @@ func (d *Daemon) startSubscription(sc conf.Subscription, h handler.Handler) erro
 	}
 	follower, err := tail.New(opts)
 	if err != nil {
-		d.closeHandler(sc.Name, h)
-		return fmt.Errorf("subscription %q: %w", sc.Name, err)
+		return fmt.Errorf("stream %q: %w", sc.Stream, err)
 	}
 	sub := &subscription{
 		deliverer: newDeliverer(sc, h, fileTransport, fileCopies{stream: st, queue: d.queue}, sm, logger),
@@ -342,9 +349,10 @@ func (d *Daemon) stopSubscriptions(names []string) {
 	wg.Wait()
 }
 
-// stopAll stops every subscription.
+// stopAll stops every subscription, and forgets those that wait.
 func (d *Daemon) stopAll() {
 	d.stopSubscriptions(slices.Collect(maps.Keys(d.subs)))
+	d.dropWaiting()
 }
 
 // reload applies cfg to the running daemon. What cannot change without a
@@ -362,7 +370,7 @@ func (d *Daemon) reload(load func() (*conf.Config, error)) error {
 		return err
 	}
 	d.notify.Send("READY=1\nSTATUS=" + d.status())
-	d.logger.Info("configuration reloaded", "subscriptions", len(d.subs), "streams", len(d.streams))
+	d.logger.Info("configuration reloaded", "subscriptions", len(d.subs), "waiting", len(d.waiting), "streams", len(d.streams))
 	return nil
 }
 
@@ -381,7 +389,9 @@ func (d *Daemon) applyReload(cfg *conf.Config) error {
 		oldStreams[s.Name] = s
 	}
 	for _, s := range cfg.Streams {
-		if o, ok := oldStreams[s.Name]; ok && !reflect.DeepEqual(o, s) {
+		// A stream whose file is not open has nothing running on it: it
+		// may change (a path corrected, create turned on).
+		if o, ok := oldStreams[s.Name]; ok && !reflect.DeepEqual(o, s) && d.streams[s.Name] != nil {
 			return fmt.Errorf("stream %q changed: restart required to apply it", s.Name)
 		}
 	}
@@ -400,8 +410,15 @@ func (d *Daemon) applyReload(cfg *conf.Config) error {
 			gone = append(gone, rs.sub.metrics)
 		}
 	}
+	for name, w := range d.waiting { // started again, or gone
+		if _, ok := wanted[name]; !ok {
+			gone = append(gone, d.metrics.Subscription(name, w.cfg.Stream))
+		}
+	}
 	// Open new streams and build the handlers of the subscriptions to
-	// start before stopping any: a failure leaves everything as it was.
+	// start before stopping any: a failure leaves everything as it was. A
+	// stream file that cannot be opened is not a failure of the reload: the
+	// subscriptions of the stream wait for it (launch).
 	var opened []string
 	handlers := map[string]handler.Handler{}
 	undo := func(err error) error {
@@ -415,15 +432,9 @@ func (d *Daemon) applyReload(cfg *conf.Config) error {
 		return err
 	}
 	for _, s := range cfg.Streams {
-		if _, ok := d.streams[s.Name]; ok {
-			continue
+		if _, ok := d.streams[s.Name]; !ok && d.ensureStream(s) == nil {
+			opened = append(opened, s.Name)
 		}
-		st, err := openStream(s)
-		if err != nil {
-			return undo(err)
-		}
-		d.setStream(s.Name, st)
-		opened = append(opened, s.Name)
 	}
 	for _, sc := range cfg.Subscriptions {
 		if _, running := d.subs[sc.Name]; running && !slices.Contains(stop, sc.Name) {
@@ -436,13 +447,11 @@ func (d *Daemon) applyReload(cfg *conf.Config) error {
 		handlers[sc.Name] = h
 	}
 	d.stopSubscriptions(stop)
+	d.dropWaiting()
 	d.cfg = cfg
-	var errs []error
 	for _, sc := range cfg.Subscriptions {
 		if h, ok := handlers[sc.Name]; ok {
-			if err := d.startSubscription(sc, h); err != nil {
-				errs = append(errs, err)
-			}
+			d.launch(sc, h, nil)
 		}
 	}
 	for name, st := range d.streams {
@@ -456,18 +465,29 @@ func (d *Daemon) applyReload(cfg *conf.Config) error {
 		m.Remove()
 	}
 	d.setNames()
-	return errors.Join(errs...)
+	return nil
 }
 
-// openStreams opens every configured stream file.
-func (d *Daemon) openStreams(cfg *conf.Config) error {
+// openStreams opens the configured stream files. One that cannot be
+// opened is not the daemon's failure (Invariant 6): the subscriptions of
+// the stream report it and try again (launch), and a copy due for it stays
+// in the retry spool.
+func (d *Daemon) openStreams(cfg *conf.Config) {
 	for _, s := range cfg.Streams {
-		st, err := openStream(s)
-		if err != nil {
-			return err
-		}
-		d.setStream(s.Name, st)
+		_ = d.ensureStream(s)
 	}
+}
+
+// ensureStream opens the stream file of cfg, unless it is open.
+func (d *Daemon) ensureStream(cfg conf.Stream) error {
+	if _, ok := d.streams[cfg.Name]; ok {
+		return nil
+	}
+	st, err := openStream(cfg)
+	if err != nil {
+		return err
+	}
+	d.setStream(cfg.Name, st)
 	return nil
 }
 
@@ -546,7 +566,7 @@ func (d *Daemon) fire(_ context.Context, c retrytimer.Copy) error {
 	st := d.streams[c.Stream]
 	d.mu.Unlock()
 	if st == nil {
-		return fmt.Errorf("stream %q of a pending copy is not configured; the copy stays in the spool", c.Stream)
+		return fmt.Errorf("stream %q of a pending copy is not open (it is not configured, or its file cannot be opened); the copy stays in the spool", c.Stream)
 	}
 	return st.append(c.Key, c.Record)
 }
@@ -561,7 +581,7 @@ func (d *Daemon) status() string {
 			up++
 		}
 	}
-	return fmt.Sprintf("%d of %d subscriptions running", up, len(d.subs))
+	return fmt.Sprintf("%d of %d subscriptions running", up, len(d.subs)+len(d.waiting))
 }
 
 // wedged says why the daemon should not ping the watchdog, whose timeout
@@ -589,6 +609,9 @@ func (d *Daemon) wedged(watchdogTimeout time.Duration) string {
 // allReplaysFinished reports whether every subscription is a replay that
 // finished.
 func (d *Daemon) allReplaysFinished() bool {
+	if len(d.waiting) > 0 {
+		return false
+	}
 	for _, rs := range d.subs {
 		select {
 		case <-rs.done:
@@ -604,9 +627,12 @@ func (d *Daemon) allReplaysFinished() bool {
 
 // setNames publishes each subscription's key for the origin filter.
 func (d *Daemon) setNames() {
-	keys := make(map[string]string, len(d.subs))
+	keys := make(map[string]string, len(d.subs)+len(d.waiting))
 	for name, rs := range d.subs {
 		keys[name] = rs.sub.cfg.Key
+	}
+	for name, w := range d.waiting {
+		keys[name] = w.cfg.Key
 	}
 	d.keys.Store(&keys)
 }

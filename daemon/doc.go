@@ -7,7 +7,10 @@
 // [Daemon] is `streamd run`: it opens the configured stream files, the
 // positions sidecar and the durable retry spool, starts one subscription
 // per [[subscription]], reloads on request, and stops within the shutdown
-// timeout. [RunPipe] is `streamd pipe`: the same delivery path and
+// timeout. A stream file that cannot be opened or read holds back only the
+// subscriptions of its stream, which wait for it, reported unhealthy; the
+// spool marks the state directory as used, so a sidecar missing next to it
+// is refused rather than taken for a first start. [RunPipe] is `streamd pipe`: the same delivery path and
 // settlement over stdio lines, with copies written to stdout and nothing
 // stored.
 //

@@ -8,6 +8,7 @@ import (
 
 	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/offsets"
+	"github.com/streamd/streamd/retrytimer"
 	"github.com/streamd/streamd/streamfile"
 	"github.com/streamd/streamd/tail"
 )
@@ -33,8 +34,14 @@ type PositionReport struct {
 
 // Positions reports the stored position of each configured subscription,
 // then of each stored one that is no longer configured. It reads the
-// sidecar and the stream files, and takes no lock.
+// sidecar and the stream files, and takes no lock. A used state directory
+// without its sidecar is an [*offsets.MissingError], as at start.
 func Positions(cfg *conf.Config) ([]PositionReport, error) {
+	// Without its sidecar, a used state directory has no positions to
+	// show, and streamd run refuses to start: say so, and how to go on.
+	if err := offsets.CheckMissing(cfg.StateDir, retrytimer.SpoolName); err != nil {
+		return nil, err
+	}
 	stored, err := offsets.Load(cfg.StateDir)
 	if err != nil {
 		return nil, err
@@ -42,7 +49,7 @@ func Positions(cfg *conf.Config) ([]PositionReport, error) {
 	var out []PositionReport
 	for _, sc := range cfg.Subscriptions {
 		r := PositionReport{Subscription: sc.Name, Stream: sc.Stream, FileSize: -1, Lag: -1}
-		path := streamPath(cfg, sc.Stream)
+		path := streamConfig(cfg, sc.Stream).Path
 		size, id, ferr := fileState(path)
 		if ferr == nil {
 			r.FileSize = size
@@ -92,7 +99,7 @@ func SetPosition(cfg *conf.Config, name string, start tail.Start) (offsets.Posit
 		return offsets.Position{}, err
 	}
 	defer store.Close()
-	path := streamPath(cfg, sc.Stream)
+	path := streamConfig(cfg, sc.Stream).Path
 	pos, err := resolvePosition(path, start, sc.Key)
 	if err != nil {
 		return offsets.Position{}, fmt.Errorf("%s: %w", path, err)
@@ -147,14 +154,14 @@ func identify(f *os.File) (streamfile.Header, int64, streamfile.Identity, error)
 	return h, fi.Size(), id, err
 }
 
-// streamPath returns the path of the named stream, "" if none is named so.
-func streamPath(cfg *conf.Config, name string) string {
-	for _, st := range cfg.Streams {
-		if st.Name == name {
-			return st.Path
-		}
+// streamConfig returns the configuration of the named stream, the zero
+// Stream if none is named so.
+func streamConfig(cfg *conf.Config, name string) conf.Stream {
+	i := slices.IndexFunc(cfg.Streams, func(st conf.Stream) bool { return st.Name == name })
+	if i < 0 {
+		return conf.Stream{}
 	}
-	return ""
+	return cfg.Streams[i]
 }
 
 func joinNote(a, b string) string {

@@ -940,22 +940,22 @@ func TestRunItem28EndOfStream(t *testing.T) {
 }
 
 // TestRunItem29ExistingOnly: create = false (the reference's
-// existing_only) and a missing file: Run fails, naming the file and
-// create = false, and creates no file; the same configuration runs once the
-// file exists.
+// existing_only) and a missing file: the subscription cannot start (its
+// health names the file and create = false) and no file is created; it
+// starts once the file exists, without a restart.
 func TestRunItem29ExistingOnly(t *testing.T) {
 	t.Parallel()
 	e := newRunEnv(t, "create = false\n"+runSub("billing", "orders", "")) // the first line lands in the [[stream]] table
 	h := newRecorder(nil)
-	err := e.start(map[string]handler.Handler{"billing": h}).wait()
-	if err == nil || !strings.Contains(err.Error(), "create = false") || !strings.Contains(err.Error(), e.stream) {
-		t.Fatalf("Run returned %v, want an error naming the file and create = false", err)
-	}
+	r := e.start(map[string]handler.Handler{"billing": h})
+	waitFor(t, "the missing file in /healthz", func() bool {
+		err := r.d.metrics.Health().Err()
+		return err != nil && strings.Contains(err.Error(), "create = false") && strings.Contains(err.Error(), e.stream)
+	})
 	if _, err := os.Stat(e.stream); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the stream file was created: %v", err)
 	}
 	e.put("orders", nil, "x")
-	r := e.start(map[string]handler.Handler{"billing": h})
 	h.waitN(t, 1)
 	if err := r.stop(); err != nil {
 		t.Fatal(err)

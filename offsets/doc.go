@@ -46,7 +46,12 @@
 // version, an unknown or missing field: each is a [*CorruptError] that
 // names the file, says what is wrong and how to recover. [Open] and [Load]
 // never fall back to empty positions on a damaged file, and never change
-// it. A missing sidecar is a fresh start.
+// it. A missing sidecar is a fresh start, unless [Options.Marker] names a
+// file that shows the directory was used (the daemon's retry spool, which
+// it creates after Open): then the positions were lost, and Open fails with
+// a [*MissingError] that says how to go on. With a marker, the first Open
+// in a directory writes a sidecar with no positions at once, so that a
+// used directory always has one, even if no position was ever stored.
 //
 // # Invariants
 //
@@ -85,9 +90,9 @@
 // The daemon opens the store, resumes each subscription from its stored
 // position, and commits on a ticker and at shutdown:
 //
-//	store, err := offsets.Open(stateDir, offsets.Options{Sync: writers.Sync, Observe: m.observeCommit})
+//	store, err := offsets.Open(stateDir, offsets.Options{Sync: writers.Sync, Observe: m.observeCommit, Marker: retrytimer.SpoolName})
 //	if err != nil {
-//		return err // *offsets.LockedError, *offsets.CorruptError, or I/O
+//		return err // *offsets.LockedError, *offsets.CorruptError, *offsets.MissingError, or I/O
 //	}
 //	defer store.Close()
 //	pos, ok := store.Get("billing") // resume here if ok and pos.File matches the file

@@ -37,6 +37,26 @@ func (e *CorruptError) Error() string {
 
 func (e *CorruptError) Unwrap() error { return e.Err }
 
+// MissingError reports a state directory that has been used, as its marker
+// file shows ([Options.Marker]), but has no sidecar: where each
+// subscription resumes is unknown. Open returns it instead of starting
+// every subscription from its start_at, which would skip or replay
+// records.
+type MissingError struct {
+	// Path is the missing sidecar.
+	Path string
+	// Marker is the file that shows the directory was used.
+	Marker string
+}
+
+func (e *MissingError) Error() string {
+	return fmt.Sprintf("offsets: sidecar %s is missing, but %s shows that the state directory was used: "+
+		"where each subscription resumes is unknown, and starting from start_at would skip or replay records "+
+		"(restore the sidecar from a backup; or store the position of each subscription with "+
+		"\"streamd offsets set --subscription=NAME --to=POSITION\", which creates it; or delete %s "+
+		"to start afresh, as on a first start, dropping what it holds)", e.Path, e.Marker, e.Marker)
+}
+
 // The JSON shape of a sidecar, version 1. fieldsAt must list the same keys.
 type (
 	fileJSON struct {

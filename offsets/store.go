@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -73,6 +74,15 @@ type Options struct {
 	// number of calls is the number of commits. Commits with nothing to
 	// write are not observed. It is called with no lock of the Store held.
 	Observe func(d time.Duration, err error)
+	// Marker, if not empty, names a file of the state directory that the
+	// caller creates after Open returns, and whose presence says the
+	// directory has been used (the daemon's retry spool). If it exists and
+	// the sidecar does not, the positions are lost (a sidecar deleted by
+	// hand, a restore that left it out): Open fails with a [*MissingError]
+	// rather than start every subscription afresh. If neither exists, Open
+	// writes a sidecar with no positions before it returns, so that a
+	// directory with the marker always has a sidecar.
+	Marker string
 }
 
 // Store holds the positions of all subscriptions of one state directory and
@@ -104,16 +114,20 @@ type entry struct {
 }
 
 // Open locks the state directory dir and loads its sidecar. A missing
-// sidecar means a fresh start: no positions. A corrupt one is a
-// [*CorruptError] and the file is left as it is. If another process, or
-// another Store in this process, holds the directory, Open fails at once
-// with a [*LockedError]. Open does not create dir and starts no goroutines.
+// sidecar means a fresh start: no positions (but see [Options.Marker]). A
+// corrupt one is a [*CorruptError] and the file is left as it is. If
+// another process, or another Store in this process, holds the directory,
+// Open fails at once with a [*LockedError]. Open does not create dir and
+// starts no goroutines.
 func Open(dir string, opts Options) (*Store, error) {
 	lock, err := acquireLock(dir)
 	if err != nil {
 		return nil, err
 	}
-	positions, err := Load(dir)
+	positions, found, err := load(dir)
+	if err == nil && !found && opts.Marker != "" {
+		err = startFresh(dir, opts.Marker)
+	}
 	if err != nil {
 		if relErr := lock.release(); relErr != nil {
 			err = errors.Join(err, relErr)
@@ -137,19 +151,72 @@ func Open(dir string, opts Options) (*Store, error) {
 // replaced by rename, so Load sees one whole commit. A missing sidecar gives
 // an empty map; a corrupt one a [*CorruptError].
 func Load(dir string) (map[string]Position, error) {
+	positions, _, err := load(dir)
+	return positions, err
+}
+
+// load is Load, and reports whether the sidecar exists.
+func load(dir string) (map[string]Position, bool, error) {
 	path := filepath.Join(dir, SidecarName)
 	data, err := readSidecar(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return map[string]Position{}, nil
+		return map[string]Position{}, false, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("offsets: read sidecar: %w", err)
+		return nil, false, fmt.Errorf("offsets: read sidecar: %w", err)
 	}
 	positions, err := decode(data)
 	if err != nil {
-		return nil, &CorruptError{Path: path, Err: err}
+		return nil, true, &CorruptError{Path: path, Err: err}
 	}
-	return positions, nil
+	return positions, true, nil
+}
+
+// CheckMissing returns a [*MissingError] when the marker file (see
+// [Options.Marker]) exists in the state directory dir and the sidecar does
+// not, and nil when the sidecar exists or the directory was not used. Like
+// [Load], it takes no lock.
+func CheckMissing(dir, marker string) error {
+	_, err := os.Lstat(filepath.Join(dir, SidecarName))
+	switch {
+	case err == nil:
+		return nil
+	case !errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("offsets: %w", err)
+	}
+	return checkMarker(dir, marker)
+}
+
+// checkMarker returns a [*MissingError] if the marker file exists in the
+// state directory dir, whose sidecar is missing.
+func checkMarker(dir, marker string) error {
+	m := filepath.Join(dir, marker)
+	_, err := os.Lstat(m)
+	switch {
+	case err == nil:
+		return &MissingError{Path: filepath.Join(dir, SidecarName), Marker: m}
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	}
+	return fmt.Errorf("offsets: %w", err)
+}
+
+// startFresh is Open's first start in the state directory dir, which has
+// no sidecar: a [*MissingError] if the marker shows the directory was used,
+// and otherwise an empty sidecar, written before the caller creates the
+// marker.
+func startFresh(dir, marker string) error {
+	if err := checkMarker(dir, marker); err != nil {
+		return err
+	}
+	data, err := encode(nil)
+	if err == nil {
+		err = writeAtomically(filepath.Join(dir, SidecarName), data)
+	}
+	if err != nil {
+		return fmt.Errorf("offsets: write the first sidecar: %w", err)
+	}
+	return nil
 }
 
 // Get returns the position of the subscription name and whether it has one.

@@ -76,6 +76,79 @@ func TestOpenFresh(t *testing.T) {
 	}
 }
 
+// TestOpenMarker: with a marker, a first Open writes an empty sidecar; a
+// directory whose marker exists and whose sidecar is gone is refused with
+// a *MissingError that names both and the remedies, releases the lock and
+// writes nothing; a sidecar with the marker loads as usual. Without a
+// marker, a missing sidecar stays a fresh start that writes nothing.
+// CheckMissing finds what Open with the marker would refuse.
+func TestOpenMarker(t *testing.T) {
+	const marker = "retry.spool"
+	for _, tc := range []struct {
+		name                 string
+		marker, withMarker   bool // Options.Marker set; the marker file exists
+		sidecar              bool // a sidecar with a position exists
+		wantMissing, written bool // Open fails with a *MissingError; a sidecar exists after it
+	}{
+		{name: "first start", marker: true, written: true},
+		{name: "sidecar gone", marker: true, withMarker: true, wantMissing: true},
+		{name: "used", marker: true, withMarker: true, sidecar: true, written: true},
+		{name: "no marker option", withMarker: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			sidecar := filepath.Join(dir, SidecarName)
+			if tc.withMarker {
+				if err := os.WriteFile(filepath.Join(dir, marker), nil, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.sidecar {
+				s := openStore(t, dir, Options{})
+				mustSet(t, s, "billing", testPosition(100))
+				if err := errors.Join(s.Commit(), s.Close()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var lost *MissingError
+			if err := CheckMissing(dir, marker); errors.As(err, &lost) != (tc.withMarker && !tc.sidecar) {
+				t.Fatalf("CheckMissing: %v", err)
+			}
+			var opts Options
+			if tc.marker {
+				opts.Marker = marker
+			}
+			s, err := Open(dir, opts)
+			var missing *MissingError
+			if tc.wantMissing {
+				if !errors.As(err, &missing) {
+					t.Fatalf("Open: %v, want a *MissingError", err)
+				}
+				for _, want := range []string{sidecar, filepath.Join(dir, marker), "streamd offsets set --subscription=NAME --to=POSITION", "delete " + filepath.Join(dir, marker)} {
+					if !strings.Contains(err.Error(), want) {
+						t.Errorf("error %q lacks %q", err, want)
+					}
+				}
+				// The lock is released: another Open (offsets set) works.
+				s = openStore(t, dir, Options{})
+			} else if err != nil {
+				t.Fatal(err)
+			} else {
+				t.Cleanup(func() { s.Close() })
+			}
+			if _, err := os.Stat(sidecar); (err == nil) != tc.written {
+				t.Fatalf("sidecar after Open: %v, want it written: %v", err, tc.written)
+			}
+			if _, ok := s.Get("billing"); ok != tc.sidecar {
+				t.Fatalf("position of billing found: %v, want %v", ok, tc.sidecar)
+			}
+			if got := mustLoad(t, dir); len(got) != len(s.entries) {
+				t.Fatalf("Load after Open: %v", got)
+			}
+		})
+	}
+}
+
 func TestOpenMissingDir(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "missing")
 	_, err := Open(dir, Options{})

@@ -139,7 +139,7 @@ func TestCrashRecovery(t *testing.T) {
 	if len(missing) > 0 {
 		t.Errorf("%d acknowledged copies never fired, e.g. %d", len(missing), missing[0])
 	}
-	size := fileSize(t, filepath.Join(dir, crashSpool, spoolName))
+	size := fileSize(t, filepath.Join(dir, crashSpool, SpoolName))
 	if size > int64(len(fileMagic))+crashMin+200 {
 		t.Errorf("spool holds %d bytes with nothing pending, want compacted", size)
 	}

@@ -16,8 +16,8 @@ import (
 	"github.com/streamd/streamd/internal/failpoint"
 )
 
-// spoolName is the name of the spool inside the spool directory.
-const spoolName = "retry.spool"
+// SpoolName is the name of the spool inside the spool directory.
+const SpoolName = "retry.spool"
 
 // spool is the open log file of a [Queue] in file mode. Its fields and
 // methods are guarded by Queue.mu; the file itself changes only under
@@ -93,7 +93,7 @@ func (sp *spool) read(e *entry, buf *[]byte) ([]byte, body, error) {
 // openSpool opens the spool in dir, creating an empty one when there is
 // none, and loads its pending entries. A torn tail is truncated away.
 func openSpool(dir string) (*spool, scanResult, int64, error) {
-	sp := &spool{path: filepath.Join(dir, spoolName)}
+	sp := &spool{path: filepath.Join(dir, SpoolName)}
 	if st, err := os.Stat(dir); err != nil {
 		return nil, scanResult{}, 0, err
 	} else if !st.IsDir() {

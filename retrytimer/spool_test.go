@@ -73,7 +73,7 @@ func fileSize(t *testing.T, path string) int64 {
 func writeSpool(t *testing.T, data []byte) (dir, path string) {
 	t.Helper()
 	dir = t.TempDir()
-	path = filepath.Join(dir, spoolName)
+	path = filepath.Join(dir, SpoolName)
 	if err := os.WriteFile(path, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func TestSpoolTornTail(t *testing.T) {
 			if err := q.Close(); err != nil {
 				t.Fatal(err)
 			}
-			data, err := os.ReadFile(filepath.Join(dir, spoolName))
+			data, err := os.ReadFile(filepath.Join(dir, SpoolName))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -257,7 +257,7 @@ func TestSpoolCorruption(t *testing.T) {
 
 func TestSpoolCompaction(t *testing.T) {
 	dir := t.TempDir()
-	path := filepath.Join(dir, spoolName)
+	path := filepath.Join(dir, SpoolName)
 	r := &recorder{t: t}
 	const minBytes = 4096
 	q, err := Open(Options{Dir: dir, Fire: r.fire, CompactMinBytes: minBytes})
@@ -310,7 +310,7 @@ func TestSpoolCompaction(t *testing.T) {
 
 	// Once everything has fired the spool is back to its header.
 	dir = t.TempDir()
-	path = filepath.Join(dir, spoolName)
+	path = filepath.Join(dir, SpoolName)
 	q = mustOpen(t, Options{Dir: dir, Fire: r.fire, CompactMinBytes: 1})
 	for i := range 100 {
 		mustSchedule(t, q, fmt.Sprintf("x-%d", i), now.Add(-time.Duration(i)))
@@ -323,7 +323,7 @@ func TestSpoolCompaction(t *testing.T) {
 
 func TestSpoolCompactionFailure(t *testing.T) {
 	dir := t.TempDir()
-	path := filepath.Join(dir, spoolName)
+	path := filepath.Join(dir, SpoolName)
 	var logs syncBuffer
 	r := &recorder{t: t}
 	q := mustOpen(t, Options{Dir: dir, Fire: r.fire, CompactMinBytes: 1000, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
@@ -370,7 +370,7 @@ func TestOpenRemovesLeftoverTemp(t *testing.T) {
 	if err := q.Close(); err != nil {
 		t.Fatal(err)
 	}
-	tmp := durable.TempPath(filepath.Join(dir, spoolName))
+	tmp := durable.TempPath(filepath.Join(dir, SpoolName))
 	if err := os.WriteFile(tmp, []byte("half a compaction"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -381,7 +381,7 @@ func TestOpenRemovesLeftoverTemp(t *testing.T) {
 	if _, err := os.Stat(tmp); !os.IsNotExist(err) {
 		t.Errorf("temporary file left after Open: %v", err)
 	}
-	if st, err := os.Stat(filepath.Join(dir, spoolName)); err != nil || st.Mode().Perm() != 0o600 {
+	if st, err := os.Stat(filepath.Join(dir, SpoolName)); err != nil || st.Mode().Perm() != 0o600 {
 		t.Errorf("spool file mode: %v, %v", st.Mode(), err)
 	}
 }
@@ -397,7 +397,7 @@ func TestSpoolWriteFailure(t *testing.T) {
 	}
 	mustSchedule(t, q, "a", time.Now().Add(-time.Second))
 	q.sp.f.Close() // every later write fails
-	path := filepath.Join(dir, spoolName)
+	path := filepath.Join(dir, SpoolName)
 	want := "retrytimer: spool: write left a partial record that could not be removed: write " + path +
 		": file already closed\ntruncate " + path + ": file already closed"
 	if err := q.Schedule(testCopy("b", time.Now(), 0), time.Now()); err == nil || err.Error() != want {
@@ -545,12 +545,12 @@ func TestDurableBeforeDone(t *testing.T) {
 // returns its pending copies' keys in due order.
 func spoolPending(t *testing.T, dir string) []string {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(dir, spoolName))
+	data, err := os.ReadFile(filepath.Join(dir, SpoolName))
 	if err != nil {
 		t.Fatal(err)
 	}
 	cp := t.TempDir()
-	if err := os.WriteFile(filepath.Join(cp, spoolName), data, 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(cp, SpoolName), data, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	q, err := Open(Options{Dir: cp, Fire: func(context.Context, Copy) error { return nil }})

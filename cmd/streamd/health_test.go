@@ -12,6 +12,18 @@ import (
 	"time"
 )
 
+// healthz fetches /healthz from addr: the status code (0 when the request
+// fails) and the body (or the error).
+func healthz(addr string) (int, string) {
+	resp, err := http.Get("http://" + addr + "/healthz")
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
 // TestHealthzCorruptStream follows a file with a checksum error under
 // on_corrupt = "stop": /healthz turns 503 naming the subscription, and a
 // reload to on_corrupt = "skip" brings it back to 200.
@@ -37,15 +49,7 @@ kind = "discard"
 		cfg, _ := os.ReadFile(e.config)
 		os.WriteFile(e.config, []byte(strings.Replace(string(cfg), `listen = ""`, fmt.Sprintf("listen = %q", addr), 1)), 0o644)
 	}
-	health := func() (int, string) {
-		resp, err := http.Get("http://" + addr + "/healthz")
-		if err != nil {
-			return 0, err.Error()
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	health := func() (int, string) { return healthz(addr) }
 	config("stop")
 	p := e.start()
 	var body string

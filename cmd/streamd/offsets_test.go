@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/streamd/streamd/offsets"
 )
 
 // TestOffsetsShowSet stores positions with a real daemon, shows them,
@@ -97,5 +100,62 @@ func TestRunCorruptSidecar(t *testing.T) {
 	}
 	if len(e.deliveries()) != 0 {
 		t.Fatal("records were delivered")
+	}
+}
+
+// TestRunMissingSidecar removes the sidecar of a state directory a daemon
+// used: the next start refuses, naming the sidecar, the retry spool that
+// shows the directory was used, and the remedies, and delivers nothing;
+// `streamd offsets show` says the same; `streamd offsets set` works in
+// that state and creates the sidecar, and the start after it resumes where
+// it was set.
+func TestRunMissingSidecar(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, execSub("billing", "", ``))
+	e.publish("a", "b")
+	p := e.start()
+	eventually(t, 10*time.Second, "2 deliveries", func() bool { return len(e.deliveries()) == 2 })
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+	state := e.stateDirPath()
+	sidecar := filepath.Join(state, offsets.SidecarName)
+	if err := os.Remove(sidecar); err != nil {
+		t.Fatal(err)
+	}
+	e.publish("c")
+
+	p = e.start()
+	if code := p.waitExit(t, 10*time.Second); code != exitError {
+		t.Fatalf("exit code %d, want %d", code, exitError)
+	}
+	for _, want := range []string{sidecar + " is missing", filepath.Join(state, "retry.spool") + " shows that the state directory was used",
+		`streamd offsets set --subscription=NAME --to=POSITION`, "delete " + filepath.Join(state, "retry.spool")} {
+		if !strings.Contains(p.stderr.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, p.stderr.String())
+		}
+	}
+	if _, err := os.Stat(sidecar); !os.IsNotExist(err) {
+		t.Fatalf("sidecar after the refused start: %v", err)
+	}
+	if got := len(e.deliveries()); got != 2 {
+		t.Fatalf("%d deliveries after the refused start, want 2", got)
+	}
+
+	r := runBinary(t, nil, "offsets", "show", "--config.file="+e.config)
+	if r.code != exitError || !strings.Contains(r.stderr, sidecar+" is missing") {
+		t.Fatalf("offsets show: exit %d, stderr %q; want the missing sidecar", r.code, r.stderr)
+	}
+	r = runBinary(t, nil, "offsets", "set", "--config.file="+e.config, "--subscription=billing", "--to=seq:3")
+	if r.code != 0 {
+		t.Fatalf("offsets set: exit %d: %s", r.code, r.stderr)
+	}
+	p = e.start()
+	eventually(t, 10*time.Second, "record 3", func() bool { return len(e.deliveries()) == 3 })
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+	if got := e.deliveries(); !slices.Equal(got, []string{"1 1 a", "2 1 b", "3 1 c"}) {
+		t.Fatalf("deliveries %q", got)
 	}
 }

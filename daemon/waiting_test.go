@@ -1,0 +1,123 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/streamd/streamd/conf"
+	"github.com/streamd/streamd/handler"
+	"github.com/streamd/streamd/metrics"
+	"github.com/streamd/streamd/streamfile"
+)
+
+// streamSub is a [[stream]] table for path and a [[subscription]] table
+// of the same name reading key name on it.
+func streamSub(name, path, extra string) string {
+	return fmt.Sprintf("\n[[stream]]\nname = %q\npath = %q\npoll_interval = \"50ms\"\n%s\n", name, path, extra) +
+		strings.Replace(runSub(name, name, ""), `stream = "orders"`, fmt.Sprintf("stream = %q", name), 1)
+}
+
+// publishFile makes the stream file at path hold payloads under key, as a
+// producer that replaces a damaged file does: written aside, then renamed
+// over the path.
+func publishFile(t *testing.T, path, key string, payloads ...string) {
+	t.Helper()
+	tmp := path + ".new"
+	a, err := streamfile.OpenAppender(tmp, streamfile.AppendOptions{Create: true, BeaconInterval: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	frames := make([]streamfile.Frame, len(payloads))
+	for i, p := range payloads {
+		frames[i] = streamfile.Frame{Key: key, TimestampMs: uint64(time.Now().UnixMilli()), Payload: []byte(p)}
+	}
+	if err := errors.Join(a.Publish(frames), a.Sync(), a.Close(), os.Rename(tmp, path)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRunBrokenStream: a stream file that is not a stream file at start
+// (4,096 zero bytes) stops neither the daemon nor the other stream. Its
+// subscription is unhealthy with a reason naming the stream and the error,
+// counted once under reason format and logged once, and starts by itself
+// when a stream file replaces the bad one. A stream added by a reload
+// whose file is missing (create = false) is the same: the reload succeeds,
+// and the subscription starts once the file appears.
+func TestRunBrokenStream(t *testing.T) {
+	t.Parallel()
+	e := newRunEnv(t, "")
+	bad := filepath.Join(e.dir, "bad.ss")
+	if err := os.WriteFile(bad, make([]byte, 4096), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.config = runSub("billing", "orders", "") + streamSub("bad", bad, "")
+	e.put("orders", nil, "o1")
+	billing, audit, late := newRecorder(nil), newRecorder(nil), newRecorder(nil)
+	r := e.start(map[string]handler.Handler{"billing": billing, "bad": audit, "late": late})
+	billing.waitN(t, 1)
+	health := func() string {
+		if err := r.d.metrics.Health().Err(); err != nil {
+			return err.Error()
+		}
+		return ""
+	}
+	waitFor(t, "the bad stream in /healthz", func() bool { return strings.Contains(health(), `subscription "bad": waiting`) })
+	for _, want := range []string{`stream "bad"`, bad, "not a stream file"} {
+		if !strings.Contains(health(), want) {
+			t.Errorf("health %q lacks %q", health(), want)
+		}
+	}
+	if strings.Contains(health(), "billing") {
+		t.Errorf("health %q reports the healthy subscription", health())
+	}
+	e.put("orders", nil, "o2")
+	billing.waitN(t, 2)
+	if b, err := os.ReadFile(bad); err != nil || len(b) != 4096 || strings.Trim(string(b), "\x00") != "" {
+		t.Fatalf("the bad file was changed: %d bytes, %v", len(b), err)
+	}
+
+	publishFile(t, bad, "bad", "x", "y")
+	if got := audit.waitN(t, 2); string(got[0].Payload) != "x" || string(got[1].Payload) != "y" {
+		t.Fatalf("deliveries of the repaired stream: %q", audit.seen())
+	}
+	waitFor(t, "/healthz to be ok", func() bool { return health() == "" })
+	sm := r.d.metrics.Subscription("bad", "bad")
+	if n := testutil.ToFloat64(sm.ReadErrors[metrics.ReasonFormat]); n != 1 {
+		t.Errorf("read errors {reason=format} = %v, want 1 (once per spell)", n)
+	}
+	if n := len(r.logs.with("stream file cannot be read; the subscription waits for it while the others run")); n != 1 {
+		t.Errorf("%d lines about the bad file, want 1", n)
+	}
+	if n := len(r.logs.with("stream file can be read; the subscription starts")); n != 1 {
+		t.Errorf("%d lines about its recovery, want 1", n)
+	}
+
+	lateFile := filepath.Join(e.dir, "late.ss")
+	e.config += streamSub("late", lateFile, "create = false")
+	if err := r.d.Reload(context.Background(), func() (*conf.Config, error) { return e.load(), nil }); err != nil {
+		t.Fatalf("reload adding a stream whose file is missing: %v", err)
+	}
+	waitFor(t, "the late stream in /healthz", func() bool {
+		return strings.Contains(health(), `subscription "late": waiting`) && strings.Contains(health(), "create = false")
+	})
+	if _, err := os.Stat(lateFile); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the missing file was created: %v", err)
+	}
+	publishFile(t, lateFile, "late", "z")
+	late.waitN(t, 1)
+	waitFor(t, "/healthz to be ok again", func() bool { return health() == "" })
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(billing.deliveries()) + len(audit.deliveries()); got != 4 {
+		t.Fatalf("%d deliveries on the first two streams, want 4", got)
+	}
+}
