@@ -709,3 +709,38 @@ func TestSettleUnknownOutcome(t *testing.T) {
 		t.Fatalf("copies %+v", c)
 	}
 }
+
+// TestSettleCountWraps: a delivery whose x-ruststream-retry-count is the
+// largest u64 is attempt 0, as the reference's wrapping arithmetic makes
+// it; its copy carries 0, and the chain of copies reaches the cap and the
+// dead letter like any other, within max_attempts + 1 deliveries.
+func TestSettleCountWraps(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newSettleEnv(settleSub{maxAttempts: 3, deadLetter: "orders.dead"}, true)
+		var h envelope.Headers
+		h.Set(envelope.RetryCountHeader, []byte("18446744073709551615"))
+		d := settleDelivery(1, h, []byte("x"))
+		for delivery := 1; ; delivery++ {
+			if delivery > 4 {
+				t.Fatalf("no dead letter after %d deliveries; copies %v", delivery-1, e.copies.written())
+			}
+			if err := e.s.settle(t.Context(), d, retry); err != nil {
+				t.Fatal(err)
+			}
+			copies := e.copies.written()
+			c := copies[len(copies)-1]
+			if c.key == "orders.dead" {
+				break
+			}
+			d = settleDelivery(1, c.headers, c.payload)
+		}
+		var counts []string
+		for _, c := range e.copies.written() {
+			v, _ := c.headers.Get(envelope.RetryCountHeader)
+			counts = append(counts, c.key+":"+string(v))
+		}
+		if want := []string{"orders:0", "orders:1", "orders:2", "orders.dead:3"}; !slices.Equal(counts, want) {
+			t.Errorf("copies %v, want %v", counts, want)
+		}
+	})
+}

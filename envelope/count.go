@@ -2,7 +2,6 @@ package envelope
 
 import (
 	"bytes"
-	"math"
 	"strconv"
 )
 
@@ -49,13 +48,11 @@ func (h *Headers) SetSequence(seq uint64) {
 // NextAttemptHeaders returns the headers for a copy of a delivery with
 // headers h (settlement.md §4.2): a deep copy of h, every header kept in
 // order, with [RetryCountHeader] set to RetryCount(h)+1. h is not modified.
-// A count of math.MaxUint64 stays there instead of wrapping to 0.
+// The count wraps as the reference's u64 arithmetic does: a copy of a
+// delivery whose count is math.MaxUint64 carries 0, so that the attempts
+// of its copies grow again and reach the cap like any others.
 func NextAttemptHeaders(h Headers) Headers {
-	n := RetryCount(h)
-	if n < math.MaxUint64 {
-		n++
-	}
 	c := h.Clone()
-	c.SetRetryCount(n)
+	c.SetRetryCount(RetryCount(h) + 1)
 	return c
 }

@@ -71,7 +71,7 @@ func TestNextAttemptHeaders(t *testing.T) {
 		{"item7/not_utf8", hdrs(RetryCountHeader, "\xff"), hdrs(RetryCountHeader, "1")},
 		{"item7/overflow", hdrs(RetryCountHeader, "99999999999999999999"), hdrs(RetryCountHeader, "1")},
 		{"sec3/plus_unpadded", hdrs(RetryCountHeader, "+0009"), hdrs(RetryCountHeader, "10")},
-		{"sec3/saturates", hdrs(RetryCountHeader, "18446744073709551615"), hdrs(RetryCountHeader, "18446744073709551615")},
+		{"sec3/wraps", hdrs(RetryCountHeader, "18446744073709551615"), hdrs(RetryCountHeader, "0")},
 		{
 			"item14/keeps_headers_in_place",
 			hdrs("x-tenant", "acme", RetryCountHeader, "2", SequenceHeader, "41"),
