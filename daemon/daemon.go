@@ -309,7 +309,7 @@ func (d *Daemon) startSubscription(sc conf.Subscription, h handler.Handler) erro
 		return fmt.Errorf("stream %q: %w", sc.Stream, err)
 	}
 	sub := &subscription{
-		deliverer: newDeliverer(sc, h, fileTransport, fileCopies{stream: st, queue: d.queue}, sm, logger),
+		deliverer: newDeliverer(sc, h, fileTransport, fileCopies{stream: st, queue: d.queue, subscription: sc.Name}, sm, logger),
 		stream:    st,
 		store:     d.store,
 		keys:      &d.keys,
@@ -568,7 +568,11 @@ func (d *Daemon) fire(_ context.Context, c retrytimer.Copy) error {
 	if st == nil {
 		return fmt.Errorf("stream %q of a pending copy is not open (it is not configured, or its file cannot be opened); the copy stays in the spool", c.Stream)
 	}
-	return st.append(c.Key, c.Record)
+	if err := st.append(c.Key, c.Record); err != nil {
+		return err
+	}
+	d.countFired(c)
+	return nil
 }
 
 // status is the STATUS= line for systemd.

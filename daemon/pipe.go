@@ -49,6 +49,9 @@ func RunPipe(ctx context.Context, cfg *conf.Config, opts PipeOptions) (err error
 			if errors.Is(err, pipe.ErrClosed) {
 				stopReading()
 			}
+			if err == nil {
+				st.countFired(c)
+			}
 			return err
 		},
 		Logger:    logger,
@@ -122,7 +125,7 @@ func observeEach(ctx context.Context, dls []*deliverer) {
 }
 
 // pipeSubscriptions builds the deliverers of a pipe stage's subscriptions.
-func (st *setup) pipeSubscriptions(cfg *conf.Config, copies copyWriter) ([]*deliverer, error) {
+func (st *setup) pipeSubscriptions(cfg *conf.Config, copies pipeCopies) ([]*deliverer, error) {
 	var subs []*deliverer
 	for _, sc := range cfg.Subscriptions {
 		h, err := st.newHandler(sc)
@@ -132,6 +135,7 @@ func (st *setup) pipeSubscriptions(cfg *conf.Config, copies copyWriter) ([]*deli
 		}
 		sm := st.metrics.Subscription(sc.Name, "stdin")
 		sm.SetHealthy(true, "")
+		copies.subscription = sc.Name
 		subs = append(subs, newDeliverer(sc, h, stdioTransport, copies, sm, st.logger.With("subscription", sc.Name)))
 	}
 	return subs, nil
@@ -241,9 +245,10 @@ func readLines(ctx, hctx context.Context, in io.Reader, subs []*deliverer, logge
 // pipeCopies publishes a pipe subscription's copies on stdout: now, or
 // when their delay has passed.
 type pipeCopies struct {
-	out     *pipe.Writer
-	queue   *retrytimer.Queue
-	reading context.Context // ends when the stage stops reading stdin
+	out          *pipe.Writer
+	queue        *retrytimer.Queue
+	reading      context.Context // ends when the stage stops reading stdin
+	subscription string          // whose copies they are
 }
 
 func (c pipeCopies) publish(_ context.Context, key string, record []byte) error {
@@ -259,5 +264,5 @@ func (c pipeCopies) schedule(key string, record []byte, due time.Time) error {
 	if err := c.queue.WaitRoom(c.reading); err != nil && c.reading.Err() == nil {
 		return err
 	}
-	return c.queue.Schedule(retrytimer.Copy{Key: key, Record: record}, due)
+	return c.queue.Schedule(retrytimer.Copy{Key: key, Record: record, Subscription: c.subscription}, due)
 }

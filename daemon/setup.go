@@ -14,6 +14,7 @@ import (
 	"github.com/streamd/streamd/handler"
 	"github.com/streamd/streamd/internal/systemd"
 	"github.com/streamd/streamd/metrics"
+	"github.com/streamd/streamd/retrytimer"
 )
 
 // Options are what a program gives the daemon or a pipe stage besides its
@@ -103,6 +104,14 @@ func (s *setup) newHandler(sc conf.Subscription) (handler.Handler, error) {
 func (s *setup) closeHandler(name string, h handler.Handler) {
 	if s.ownsHandler(name) {
 		handler.Close(h)
+	}
+}
+
+// countFired counts a delayed copy that was written when its delay
+// passed, under the subscription that made it, if it still runs.
+func (s *setup) countFired(c retrytimer.Copy) {
+	if sm := s.metrics.Lookup(c.Subscription); sm != nil {
+		sm.RetriesAppended.Inc()
 	}
 }
 

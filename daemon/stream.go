@@ -127,8 +127,9 @@ func (s *stream) close() error {
 // fileCopies publishes a file subscription's copies into its stream: now,
 // or through the durable retry queue.
 type fileCopies struct {
-	stream *stream
-	queue  *retrytimer.Queue
+	stream       *stream
+	queue        *retrytimer.Queue
+	subscription string // whose copies they are
 }
 
 func (c fileCopies) publish(_ context.Context, key string, record []byte) error {
@@ -136,5 +137,5 @@ func (c fileCopies) publish(_ context.Context, key string, record []byte) error 
 }
 
 func (c fileCopies) schedule(key string, record []byte, due time.Time) error {
-	return c.queue.Schedule(retrytimer.Copy{Stream: c.stream.cfg.Name, Key: key, Record: record}, due)
+	return c.queue.Schedule(retrytimer.Copy{Stream: c.stream.cfg.Name, Key: key, Record: record, Subscription: c.subscription}, due)
 }

@@ -102,6 +102,14 @@ type SubscriptionMetrics struct {
 	stream string
 }
 
+// Lookup returns the handle of the named subscription, nil when none was
+// made or it was removed.
+func (m *Metrics) Lookup(name string) *SubscriptionMetrics {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.subscriptions[name]
+}
+
 // FailedDeliveries is streamd_handler_failed_deliveries_total for one
 // reason; the reasons are the caller's (the handlers' failure reasons).
 // Call it for every reason when the subscription starts, so that each

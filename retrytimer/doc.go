@@ -75,7 +75,7 @@
 //	length    = len(body); length-crc = CRC-32C of the 4 length bytes; body-crc = CRC-32C of body
 //	body      = schedule | done | schedule3 | schedule1
 //	schedule  = 0x04 | id u64 | due i64 (Unix ns) | delay i64 (ns, ≥ 0) |
-//	            stream bytes | key bytes | record bytes
+//	            stream bytes | key bytes | record bytes | subscription bytes
 //	done      = 0x02 | id u64
 //	schedule3 = 0x03 | id u64 | due i64 (Unix ns) | delay i64 (ns, ≥ 0) | copy1   (read, never written)
 //	schedule1 = 0x01 | id u64 | due i64 (Unix ns) | copy1                        (read, never written)
@@ -87,7 +87,8 @@
 // a file and increase with scheduling, so they also break ties between equal
 // due times. A copy is pending when the file holds its schedule record and
 // no done record for it. delay is the copy's delay when it was scheduled
-// (see Timing and order). record is [Copy.Record], byte for byte.
+// (see Timing and order). record is [Copy.Record], byte for byte, and
+// subscription [Copy.Subscription].
 //
 // Type 1 and type 3 schedule records are what earlier versions wrote: type 1
 // before the delay was kept, both before copies reached the queue in their

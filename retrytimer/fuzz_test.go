@@ -110,7 +110,7 @@ func FuzzLoadSpool(f *testing.F) {
 // record of type 4 as it is, that of types 1 and 3 enveloped from their
 // headers and payload.
 func FuzzDecodeBody(f *testing.F) {
-	rec, err := encodeSchedule(1, 2, 3, &Copy{Stream: "s", Key: "k", Record: []byte("rs1:AAAAAA")})
+	rec, err := encodeSchedule(1, 2, 3, &Copy{Stream: "s", Key: "k", Record: []byte("rs1:AAAAAA"), Subscription: "billing"})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -26,6 +26,10 @@ type Copy struct {
 	// Record is the bytes to write, in their final form (the caller has
 	// enveloped them if they need it). The package does not interpret them.
 	Record []byte
+	// Subscription names who made the copy, for the caller's accounting
+	// when it fires; "" in copies of spools written before it was kept.
+	// The package does not interpret it.
+	Subscription string
 }
 
 // FireFunc publishes a due copy. A [Queue] calls it from the goroutine that

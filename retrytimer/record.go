@@ -50,7 +50,7 @@ func checksum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 // c under id for due (Unix nanoseconds), delay (nanoseconds, not negative)
 // after the time it was scheduled. The record shares no memory with c.
 func encodeSchedule(id uint64, due, delay int64, c *Copy) ([]byte, error) {
-	n := 1 + 8 + 8 + 8 + 4 + len(c.Stream) + 4 + len(c.Key) + 4 + len(c.Record)
+	n := 1 + 8 + 8 + 8 + 4 + len(c.Stream) + 4 + len(c.Key) + 4 + len(c.Record) + 4 + len(c.Subscription)
 	if n > maxBody {
 		return nil, fmt.Errorf("copy of %d bytes is too large for a spool record", n)
 	}
@@ -62,6 +62,7 @@ func encodeSchedule(id uint64, due, delay int64, c *Copy) ([]byte, error) {
 	rec = appendBytes(rec, c.Stream)
 	rec = appendBytes(rec, c.Key)
 	rec = appendBytes(rec, c.Record)
+	rec = appendBytes(rec, c.Subscription)
 	seal(rec)
 	return rec, nil
 }
@@ -149,6 +150,7 @@ func decodeBody(b []byte) (body, error) {
 		r.c.Key = string(d.bytes())
 		if r.typ == recSchedule {
 			r.c.Record = d.bytes()
+			r.c.Subscription = string(d.bytes())
 		} else {
 			r.legacy = d.legacyFields()
 		}
