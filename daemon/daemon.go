@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/streamd/streamd/conf"
@@ -46,8 +45,7 @@ type Daemon struct {
 	queue   *retrytimer.Queue
 	streams map[string]*stream // the streams whose file is open
 	subs    map[string]*runningSub
-	waiting map[string]*waitingSub            // used by Run's goroutine only
-	keys    atomic.Pointer[map[string]string] // subscription name → key
+	waiting map[string]*waitingSub // used by Run's goroutine only
 }
 
 // runningSub is a subscription and the goroutine that runs it.
@@ -116,7 +114,6 @@ func New(cfg *conf.Config, opts Options) *Daemon {
 		subs:     map[string]*runningSub{},
 		waiting:  map[string]*waitingSub{},
 	}
-	d.keys.Store(&map[string]string{})
 	return d
 }
 
@@ -207,7 +204,6 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		}
 		d.launch(sc, h, nil)
 	}
-	d.setNames()
 	d.notify.Send("READY=1\nSTATUS=" + d.status())
 	d.logger.Info("streamd running", "subscriptions", len(d.subs), "waiting", len(d.waiting), "streams", len(d.streams), "state_dir", cfg.StateDir)
 
@@ -312,7 +308,6 @@ func (d *Daemon) startSubscription(sc conf.Subscription, h handler.Handler) erro
 		deliverer: newDeliverer(sc, h, fileTransport, fileCopies{stream: st, queue: d.queue, subscription: sc.Name}, sm, logger),
 		stream:    st,
 		store:     d.store,
-		keys:      &d.keys,
 		follower:  follower,
 		tracker:   offsets.NewTracker(from, trackerWindow),
 	}
@@ -464,7 +459,6 @@ func (d *Daemon) applyReload(cfg *conf.Config) error {
 	for _, m := range gone {
 		m.Remove()
 	}
-	d.setNames()
 	return nil
 }
 
@@ -555,8 +549,10 @@ func (d *Daemon) observeCommit(took time.Duration, err error) {
 	d.metrics.ObserveCommit(took, err)
 	if err != nil {
 		d.commitLog.Failed(d.logger, "committing positions failed; they stay pending and the next commit tries again", err)
+		d.metrics.Health().SetProblem("positions", "committing them to the sidecar fails: "+err.Error())
 	} else {
 		d.commitLog.Passed(d.logger, "committing positions works again")
+		d.metrics.Health().SetProblem("positions", "")
 	}
 }
 
@@ -627,16 +623,4 @@ func (d *Daemon) allReplaysFinished() bool {
 		}
 	}
 	return len(d.subs) > 0
-}
-
-// setNames publishes each subscription's key for the origin filter.
-func (d *Daemon) setNames() {
-	keys := make(map[string]string, len(d.subs)+len(d.waiting))
-	for name, rs := range d.subs {
-		keys[name] = rs.sub.cfg.Key
-	}
-	for name, w := range d.waiting {
-		keys[name] = w.cfg.Key
-	}
-	d.keys.Store(&keys)
 }

@@ -261,11 +261,11 @@ func (s *settler) redeliver(ctx context.Context, d *handler.Delivery, delay time
 	case s.maxAttempts > 0 && attempt >= uint64(s.maxAttempts):
 		if s.deadLetter != "" {
 			s.logger.Warn("retry attempts exhausted; publishing the delivery to the dead-letter destination",
-				"attempt", attempt, "dead_letter", s.deadLetter)
+				"seq", d.Seq, "attempt", attempt, "dead_letter", s.deadLetter)
 			return s.deadLetterCopy(ctx, d)
 		}
 		s.logger.Warn("retry attempts exhausted and no dead-letter destination is declared; rejecting the delivery",
-			"attempt", attempt)
+			"seq", d.Seq, "attempt", attempt)
 		s.unsupported.report(opReject, d)
 		s.metrics.Unsupported[metrics.OperationReject].Inc()
 		s.metrics.Rejects.Inc()
@@ -301,15 +301,18 @@ func (s *settler) deadLetterCopy(ctx context.Context, d *handler.Delivery) error
 
 // copyRecord is the record of a copy of d: its headers (stream-sequence
 // included) with the incremented retry count (settlement.md §4.2), and its
-// payload, enveloped for the transport. Retry copies into a file also carry
-// the origin; dead letters add none (one made of a retry copy keeps that
-// copy's), and the origin filter passes over a copy only under the key of
-// the subscription that made it, so every subscription of the dead-letter
-// key sees them.
+// payload, enveloped for the transport. A retry copy into a file under the
+// subscription's own key carries its origin, so that the other
+// subscriptions reading that key pass over it; a copy under out_retry is
+// for whoever reads that key, and a dead letter for whoever reads the
+// dead-letter key: they carry none, and drop the one of a copy they were
+// made of.
 func (s *settler) copyRecord(d *handler.Delivery, retry bool) []byte {
 	h := envelope.NextAttemptHeaders(d.Headers)
-	if retry && s.transport == fileTransport {
+	if retry && s.transport == fileTransport && s.retryKey == d.Key {
 		h.Set(OriginHeader, []byte(s.name))
+	} else {
+		h.Delete(OriginHeader)
 	}
 	return envelope.Encode(h, d.Payload, s.transport == stdioTransport)
 }

@@ -8,7 +8,6 @@ import (
 	"io"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/streamd/streamd/envelope"
@@ -31,7 +30,6 @@ type subscription struct {
 	*deliverer // its cfg is the subscription's configuration
 	stream     *stream
 	store      *offsets.Store
-	keys       *atomic.Pointer[map[string]string] // the key of each of the daemon's subscriptions, for the origin filter
 	// copyLog limits the log of copies that cannot be written.
 	copyLog ratelog.Trouble
 
@@ -174,17 +172,13 @@ func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job, errc <-c
 }
 
 // foreign reports whether a record is a retry copy made by another
-// subscription of the daemon that reads the same key: that subscription
-// handles it again, so this one passes over it. A copy under another
-// subscription's out_retry key is not foreign to the subscription that
-// reads that key.
+// subscription, of this daemon or of another one reading the same file: a
+// copy that carries an origin is for that origin only, which handles it
+// again; every other subscription passes over it. Subscription names must
+// therefore be unique among the daemons that read one file.
 func (s *subscription) foreign(h envelope.Headers) bool {
 	origin, ok := h.Get(OriginHeader)
-	if !ok || string(origin) == s.cfg.Name {
-		return false
-	}
-	key, ok := (*s.keys.Load())[string(origin)]
-	return ok && key == s.cfg.Key
+	return ok && string(origin) != s.cfg.Name
 }
 
 // wanted reports whether rec is for this subscription's handler.
@@ -213,6 +207,7 @@ func (s *subscription) deliver(ctx, hctx context.Context, d *handler.Delivery, t
 		if err == nil {
 			if attempt > 1 {
 				s.copyLog.Passed(s.logger, "publishing copies works again", "seq", d.Seq)
+				s.metrics.SetHealthy(true, "")
 			}
 			s.settled(ticket)
 			return nil
@@ -220,6 +215,7 @@ func (s *subscription) deliver(ctx, hctx context.Context, d *handler.Delivery, t
 		wait := s.settler.backoffFor(attempt)
 		s.copyLog.Failed(s.logger, "publishing the copy failed; the record stays unsettled and is retried",
 			err, "seq", d.Seq, "retry_in", wait)
+		s.metrics.SetHealthy(false, "its copies cannot be written: "+err.Error())
 		select {
 		case <-time.After(wait):
 		case <-hctx.Done():

@@ -102,3 +102,15 @@ func TestNextAttemptHeaders(t *testing.T) {
 		})
 	}
 }
+
+func TestHeadersDelete(t *testing.T) {
+	h := hdrs("a", "1", "X-Streamd-Origin", "billing", "b", "2")
+	h.Delete("x-streamd-origin")
+	if want := hdrs("a", "1", "b", "2"); !sameHeaders(h, want) {
+		t.Errorf("after Delete: %s, want %s", fmtHeaders(h), fmtHeaders(want))
+	}
+	h.Delete("missing")
+	if len(h) != 2 {
+		t.Errorf("deleting a missing header changed %s", fmtHeaders(h))
+	}
+}

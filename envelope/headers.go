@@ -1,6 +1,9 @@
 package envelope
 
-import "strings"
+import (
+	"slices"
+	"strings"
+)
 
 // Header is one named header value. Names are ASCII-lowercased; values are
 // arbitrary bytes.
@@ -35,6 +38,12 @@ func (h *Headers) Set(name string, value []byte) {
 		}
 	}
 	*h = append(*h, Header{Name: name, Value: value})
+}
+
+// Delete removes name, if present, keeping the order of the others.
+func (h *Headers) Delete(name string) {
+	name = lowerASCII(name)
+	*h = slices.DeleteFunc(*h, func(e Header) bool { return e.Name == name })
 }
 
 // Clone returns a deep copy of h.

@@ -17,6 +17,7 @@ import (
 type Health struct {
 	mu            sync.Mutex
 	subscriptions map[string]*healthState
+	problems      map[string]string // of the whole daemon, by what has it
 }
 
 // healthState is one subscription's health, owned by its handle. A removed
@@ -47,26 +48,51 @@ func (h *Health) set(st *healthState, ok bool, reason string) {
 	h.mu.Unlock()
 }
 
-// Err returns nil when every subscription is healthy, and otherwise one
-// error per unhealthy subscription, in name order, joined with
-// [errors.Join]: each reads `subscription "name": reason`, on one line.
+// SetProblem records a problem of the whole daemon, such as commits of
+// the positions that fail, under what; an empty reason clears it.
+func (h *Health) SetProblem(what, reason string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if reason == "" {
+		delete(h.problems, what)
+		return
+	}
+	if h.problems == nil {
+		h.problems = make(map[string]string)
+	}
+	h.problems[what] = reason
+}
+
+// Err returns nil when every subscription is healthy and the daemon has
+// no problem, and otherwise one error per problem, in name order, then
+// one per unhealthy subscription, in name order, joined with
+// [errors.Join]: each reads `what: reason` or `subscription "name":
+// reason`, on one line.
 func (h *Health) Err() error {
 	if h == nil {
 		return nil
 	}
 	type problem struct{ name, reason string }
-	var problems []problem
+	var problems, daemon []problem
 	h.mu.Lock()
+	for what, reason := range h.problems {
+		daemon = append(daemon, problem{what, reason})
+	}
 	for name, st := range h.subscriptions {
 		if !st.ok {
 			problems = append(problems, problem{name, st.reason})
 		}
 	}
 	h.mu.Unlock()
-	slices.SortFunc(problems, func(a, b problem) int { return strings.Compare(a.name, b.name) })
-	errs := make([]error, len(problems))
-	for i, p := range problems {
-		errs[i] = fmt.Errorf("subscription %q: %s", p.name, cmp.Or(lineBreaks.Replace(p.reason), "unhealthy"))
+	byName := func(a, b problem) int { return strings.Compare(a.name, b.name) }
+	slices.SortFunc(daemon, byName)
+	slices.SortFunc(problems, byName)
+	var errs []error
+	for _, p := range daemon {
+		errs = append(errs, fmt.Errorf("%s: %s", p.name, lineBreaks.Replace(p.reason)))
+	}
+	for _, p := range problems {
+		errs = append(errs, fmt.Errorf("subscription %q: %s", p.name, cmp.Or(lineBreaks.Replace(p.reason), "unhealthy")))
 	}
 	return errors.Join(errs...)
 }

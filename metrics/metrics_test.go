@@ -564,3 +564,25 @@ func TestConcurrentUse(t *testing.T) {
 	})
 	wg.Wait()
 }
+
+// TestHealthProblems: a problem of the whole daemon makes /healthz
+// unhealthy before the subscriptions' own reasons, until it is cleared.
+func TestHealthProblems(t *testing.T) {
+	_, m, _, sub := newTestMetrics(t)
+	sub.SetHealthy(true, "")
+	h := m.Health()
+	if err := h.Err(); err != nil {
+		t.Fatalf("healthy: %v", err)
+	}
+	h.SetProblem("positions", "committing them to the sidecar fails: disk full")
+	sub.SetHealthy(false, "its copies cannot be written")
+	want := "positions: committing them to the sidecar fails: disk full\n" + `subscription "billing": its copies cannot be written`
+	if err := h.Err(); err == nil || err.Error() != want {
+		t.Errorf("Err() = %v, want %q", err, want)
+	}
+	h.SetProblem("positions", "")
+	sub.SetHealthy(true, "")
+	if err := h.Err(); err != nil {
+		t.Errorf("after both passed: %v", err)
+	}
+}
