@@ -77,7 +77,9 @@ func newDeliverer(sc conf.Subscription, h handler.Handler, t transport, copies c
 		handed:  make([]atomic.Int64, max(sc.Concurrency, 1)),
 	}
 	for f := range handler.NumFailures {
-		dl.failed[f] = m.FailedDeliveries(f.String())
+		if f != handler.FailureCanceled { // the daemon stopping: not a failure
+			dl.failed[f] = m.FailedDeliveries(f.String())
+		}
 	}
 	return dl
 }

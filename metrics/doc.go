@@ -99,7 +99,7 @@
 // failed, foreign_copy, decode_error or panic; operation is ack, drop,
 // retry or reject. The reason of streamd_handler_failed_deliveries_total is
 // the handler's failure (handler.Failure): unreachable, timeout, http_status,
-// exec_start, exec_signal, exec_status, tempfail, canceled or other; the
+// exec_start, exec_signal, exec_status, tempfail or other; the
 // daemon creates each at 0 ([SubscriptionMetrics.FailedDeliveries]).
 //
 // A subscription's lag in bytes is the difference of two series:
