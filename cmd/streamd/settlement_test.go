@@ -314,8 +314,8 @@ func forSub(rs []slogRecord, subscription string) []slogRecord {
 //     at once (not through the spool), delivered again as attempt 2;
 //   - delays: retry_after=300ms appends the copy through the spool, no
 //     earlier than 300 ms after the delivery ran;
-//   - failing: exit 75 is a failed delivery, logged and retried by a copy
-//     after the backoff step (300ms);
+//   - failing: exit 75 is a failed delivery, logged, held and delivered
+//     again in place after the backoff step (300ms), with no copy;
 //   - capped: max_attempts = 2 with a dead letter: the second delivery goes
 //     to the dead letter with count 2 and the user header, with L2.
 //
@@ -327,7 +327,7 @@ func TestSettlementOutcomeFamilies(t *testing.T) {
 	e.writeConfig(xsub("acks", "k.ack", "dead_letter = \"k.ack.dead\"\nlog_unsupported = \"every\"", `if [ "$p" = drop ]; then exit 65; fi`) +
 		xsub("retries", "k.retry", "max_attempts = 5", `if [ "$STREAMD_ATTEMPT" = 1 ]; then echo outcome=retry; fi`) +
 		xsub("delays", "k.delay", "", `if [ "$STREAMD_ATTEMPT" = 1 ]; then echo retry_after=300ms; fi`) +
-		xsub("failing", "k.fail", `backoff = ["300ms"]`, `if [ "$STREAMD_ATTEMPT" = 1 ]; then exit 75; fi`) +
+		xsub("failing", "k.fail", `backoff = ["300ms"]`, `if [ ! -e LOG.failed ]; then touch LOG.failed; exit 75; fi`) +
 		xsub("capped", "k.cap", "max_attempts = 2\ndead_letter = \"k.cap.dead\"", `echo outcome=retry`))
 	metrics := e.withMetrics()
 	e.put("k.ack", nil, "ok", "drop")
@@ -344,6 +344,9 @@ func TestSettlementOutcomeFamilies(t *testing.T) {
 	eventually(t, 10*time.Second, "the L1 of both acks", func() bool {
 		return len(forSub(slogRecords(p.stderr.String(), settleMsgL1), "acks")) == 2
 	})
+	eventually(t, 10*time.Second, "the delayed copy counted as appended", func() bool {
+		return scrapeMetric(t, metrics, "streamd_retries_appended_total", "delays") == 1
+	})
 	appended := scrapeMetric(t, metrics, "streamd_retries_appended_total", "retries")
 	spooled := scrapeMetric(t, metrics, "streamd_retries_scheduled_total", "retries")
 	delayed := scrapeMetric(t, metrics, "streamd_retries_scheduled_total", "delays")
@@ -355,7 +358,7 @@ func TestSettlementOutcomeFamilies(t *testing.T) {
 		"acks":    {"1/1/-/-/ok", "2/1/-/-/drop"},
 		"retries": {"1/1/-/-/r", "2/2/1/-/r"},
 		"delays":  {"1/1/-/-/d", "2/2/1/-/d"},
-		"failing": {"1/1/-/-/f", "2/2/1/-/f"},
+		"failing": {"1/1/-/-/f", "1/1/-/-/f"}, // held and delivered again in place
 		"capped":  {"1/1/-/acme/c", "2/2/1/acme/c"},
 	}
 	for _, name := range subs {
@@ -370,14 +373,20 @@ func TestSettlementOutcomeFamilies(t *testing.T) {
 	if recs := e.snapFramesOf("k.ack"); len(recs) != 2 || len(e.snapFramesOf("k.ack.dead")) != 0 {
 		t.Errorf("ack and drop wrote something: %+v, %+v", recs, e.snapFramesOf("k.ack.dead"))
 	}
-	for key, sub := range map[string]string{"k.retry": "retries", "k.delay": "delays", "k.fail": "failing", "k.cap": "capped"} {
+	if recs := e.snapFramesOf("k.fail"); len(recs) != 1 {
+		t.Errorf("records under k.fail %+v, want the original only: a failed delivery writes no copy", recs)
+	}
+	if calls := e.xcalls("failing"); len(calls) == 2 && calls[1].ms-calls[0].ms < step.Milliseconds() {
+		t.Errorf("failing delivered again %d ms after the failure, want at least the backoff step %s", calls[1].ms-calls[0].ms, step)
+	}
+	for key, sub := range map[string]string{"k.retry": "retries", "k.delay": "delays", "k.cap": "capped"} {
 		recs := e.snapFramesOf(key)
 		if len(recs) != 2 || recs[1].seq != 2 || recs[1].payload != recs[0].payload || recs[1].header(envelope.RetryCountHeader) != "1" ||
 			recs[1].header(envelope.SequenceHeader) != "1" || recs[1].header("x-streamd-origin") != sub {
 			t.Errorf("records under %s %+v, want the original and one copy with count 1, stream-sequence 1 and origin %s", key, recs, sub)
 		}
 	}
-	for key, sub := range map[string]string{"k.delay": "delays", "k.fail": "failing"} {
+	for key, sub := range map[string]string{"k.delay": "delays"} {
 		ran := e.xcalls(sub)[0].ms
 		for _, f := range e.snapFrames() {
 			if f.Key == key && f.Seq == 2 && int64(f.TimestampMs) < ran+step.Milliseconds() {
@@ -397,9 +406,13 @@ func TestSettlementOutcomeFamilies(t *testing.T) {
 	if l1 := forSub(slogRecords(stderr, settleMsgL1), "acks"); len(l1) != 2 || l1[0]["seq"] != "1" || l1[1]["seq"] != "2" || l1[0]["level"] != "WARN" {
 		t.Errorf("L1 records of acks %v, want one WARN per delivery", l1)
 	}
-	failed := slogRecords(stderr, "handler failed; retrying after backoff")
-	if len(failed) != 1 || failed[0]["subscription"] != "failing" || failed[0]["retry_after"] != "300ms" || !strings.Contains(failed[0]["err"], "exit status 75") {
-		t.Errorf("failure log %v, want one for failing with retry_after=300ms naming exit status 75", failed)
+	failed := slogRecords(stderr, "delivery failed; holding the record and delivering it again in place until the handler answers")
+	if len(failed) != 1 || failed[0]["subscription"] != "failing" || failed[0]["retry_in"] != "300ms" || failed[0]["reason"] != "tempfail" ||
+		!strings.Contains(failed[0]["err"], "exit status 75") {
+		t.Errorf("failure log %v, want one for failing with retry_in=300ms and reason tempfail naming exit status 75", failed)
+	}
+	if recovered := slogRecords(stderr, "the handler answers again; held deliveries go on"); len(recovered) != 1 || recovered[0]["failed_deliveries"] != "1" {
+		t.Errorf("recovery log %v, want one after 1 failed delivery", recovered)
 	}
 	l2 := slogRecords(stderr, settleMsgL2)
 	if len(l2) != 1 || l2[0]["subscription"] != "capped" || l2[0]["attempt"] != "2" || l2[0]["dead_letter"] != "k.cap.dead" || l2[0]["level"] != "WARN" {
