@@ -304,6 +304,18 @@ func (d *Daemon) startSubscription(sc conf.Subscription, h handler.Handler) erro
 	if err != nil {
 		return fmt.Errorf("stream %q: %w", sc.Stream, err)
 	}
+	if opts.Resume == nil && sc.StartAt.IsPlace() {
+		// A first start stores where it starts, so that the lag counts
+		// the records behind it at once, and a stop before the first
+		// record settles resumes there instead of applying start_at again.
+		if pos := follower.Position(); pos.Offset > 0 {
+			p := offsets.Position{Stream: st.cfg.Path, File: pos.File, Offset: pos.Offset}
+			if err := d.store.Set(sc.Name, p); err != nil {
+				logger.Error("storing the start position", "err", err)
+			}
+			sm.Position.Set(float64(pos.Offset))
+		}
+	}
 	sub := &subscription{
 		deliverer: newDeliverer(sc, h, fileTransport, fileCopies{stream: st, queue: d.queue, subscription: sc.Name}, sm, logger),
 		stream:    st,

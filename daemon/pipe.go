@@ -228,7 +228,18 @@ func readLines(ctx, hctx context.Context, in io.Reader, subs []*deliverer, logge
 			s.handed[0].Store(0)
 			switch {
 			case errors.Is(err, errStopped):
-				return nil // stopped while the delivery was held: the stage ends
+				// A stage keeps no position: a record the handler did not
+				// answer before the stage stops leaves as a retry copy (the
+				// cap and the dead letter apply), not to be lost.
+				s.logger.Info("the stage stops before the handler answered; the record leaves as a retry copy", "seq", d.Seq)
+				err = s.settler.redeliver(hctx, &d, 0)
+				if errors.Is(err, pipe.ErrClosed) {
+					return err
+				}
+				if err != nil {
+					logger.Warn("publishing the retry copy failed; message lost", "subscription", s.cfg.Name, "destination", s.settler.retryKey, "err", err)
+				}
+				return nil
 			case err != nil:
 				return err // a panic
 			}

@@ -96,6 +96,13 @@ func (s Start) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 // IsEnd reports whether s is the end of the file.
 func (s Start) IsEnd() bool { return s.kind == startEnd }
 
+// IsPlace reports whether s names a place in the file (beginning, end,
+// offset:N), which a [Follower] has reached once New returns, rather than
+// a record to look for (seq:N, time:T).
+func (s Start) IsPlace() bool {
+	return s.kind == startBeginning || s.kind == startEnd || s.kind == startOffset
+}
+
 // String returns s in the form [ParseStart] reads.
 func (s Start) String() string {
 	switch s.kind {

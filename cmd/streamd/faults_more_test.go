@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/streamd/streamd/envelope"
 	"github.com/streamd/streamd/offsets"
 )
 
@@ -679,11 +678,12 @@ func processGone(pid int, within time.Duration) bool {
 // server never answers. At the handler's timeout (2s, for the hung exec
 // handler to have started its children by then on a busy machine too) the
 // delivery ends as DESIGN.md says: the exec handler's whole process group
-// is killed (no process is left), the outcome is failed, counted in
-// streamd_handler_records_total{outcome="failed"} and logged with the
-// timeout, and settled as retry_after(the next backoff step): a copy with
-// attempt 2, which is delivered and acked. The records after it flow on,
-// and the stored position ends at the end of the file.
+// is killed (no process is left), the delivery failed, counted in
+// streamd_handler_failed_deliveries_total{reason="timeout"} and logged with
+// the timeout, and the record is held and delivered again in place after
+// the backoff step (no copy), which the handler acks this time. The
+// records after it flow on, and the stored position ends at the end of the
+// file.
 func TestFaultHungHandler(t *testing.T) {
 	t.Parallel()
 	const timeout = 2 * time.Second
@@ -703,7 +703,7 @@ timeout = %q
 	shell := func(script string) func(t *testing.T, dir string) string {
 		return func(t *testing.T, dir string) string {
 			return sub("exec", fmt.Sprintf(`command = ["/bin/sh", "-c", '''p=$(cat); echo "$STREAMD_SEQ $STREAMD_ATTEMPT $p" >> LOG
-if [ "$p/$STREAMD_ATTEMPT" = hang/1 ]; then cd %s; %s; fi''']`, dir, script))
+if [ "$p" = hang ] && [ ! -e %[1]s/hung ]; then touch %[1]s/hung; cd %[1]s; %[2]s; fi''']`, dir, script))
 		}
 	}
 	tests := []struct {
@@ -731,6 +731,7 @@ wait`),
 			handler: func(t *testing.T, dir string) string {
 				log := filepath.Join(dir, "deliveries.log")
 				var mu sync.Mutex
+				hung := false
 				release := make(chan struct{})
 				srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 					body, _ := io.ReadAll(r.Body)
@@ -742,7 +743,11 @@ wait`),
 						f.Close()
 					}
 					mu.Unlock()
-					if string(body) == "hang" && attempt == "1" {
+					mu.Lock()
+					first := string(body) == "hang" && !hung
+					hung = hung || first
+					mu.Unlock()
+					if first {
 						select { // never answers; ends when the client goes
 						case <-r.Context().Done():
 						case <-release:
@@ -766,27 +771,26 @@ wait`),
 			addr := e.withMetrics()
 			e.publish("hang", "ok-1", "ok-2")
 			p := e.start()
-			eventually(t, 10*time.Second, "ok-1, ok-2 and the copy of hang", func() bool {
+			eventually(t, 10*time.Second, "hang again, then ok-1 and ok-2", func() bool {
 				d := e.deliveries()
-				return slices.Contains(d, "2 1 ok-1") && slices.Contains(d, "3 1 ok-2") && slices.Contains(d, "4 2 hang")
+				return slices.Contains(d, "2 1 ok-1") && slices.Contains(d, "3 1 ok-2")
 			})
-			eventually(t, 5*time.Second, "the position to be committed after the copy", func() bool {
+			eventually(t, 5*time.Second, "the position to be committed after ok-2", func() bool {
 				s, err := offsets.Load(e.stateDirPath())
-				return err == nil && s["billing"].LastSeq == 4
+				return err == nil && s["billing"].LastSeq == 3
 			})
-			if got := e.deliveries(); len(got) != 4 || got[0] != "1 1 hang" {
-				t.Errorf("deliveries %q: want hang, ok-1, ok-2 and the copy of hang, once each", got)
+			if got := e.deliveries(); !slices.Equal(got, []string{"1 1 hang", "1 1 hang", "2 1 ok-1", "3 1 ok-2"}) {
+				t.Errorf("deliveries %q: want hang twice (held, delivered again in place), then ok-1 and ok-2", got)
 			}
-			if got := metricValue(t, addr, `streamd_handler_records_total{outcome="failed",subscription="billing"}`); got != 1 {
+			if got := metricValue(t, addr, `streamd_handler_failed_deliveries_total{reason="timeout",subscription="billing"}`); got != 1 {
 				t.Errorf("%v failed deliveries counted, want 1", got)
 			}
-			failed := slogRecords(p.stderr.String(), "handler failed; retrying after backoff")
-			if len(failed) != 1 || failed[0]["err"] != tt.err || failed[0]["seq"] != "1" || failed[0]["retry_after"] != "200ms" {
-				t.Errorf("log lines %v: want one for seq 1 with %q and retry_after 200ms", failed, tt.err)
+			failed := slogRecords(p.stderr.String(), "delivery failed; holding the record and delivering it again in place until the handler answers")
+			if len(failed) != 1 || failed[0]["err"] != tt.err || failed[0]["seq"] != "1" || failed[0]["retry_in"] != "200ms" || failed[0]["reason"] != "timeout" {
+				t.Errorf("log lines %v: want one for seq 1 with %q, reason timeout and retry_in 200ms", failed, tt.err)
 			}
-			orders := e.framesOf("orders")
-			if len(orders) != 4 || orders[3].payload != "hang" || orders[3].header(envelope.RetryCountHeader) != "1" {
-				t.Errorf("records under orders %+v: want the three and one copy of hang with retry count 1", orders)
+			if orders := e.framesOf("orders"); len(orders) != 3 {
+				t.Errorf("records under orders %+v: want the three, no copy", orders)
 			}
 			for i := range tt.pids {
 				b, err := os.ReadFile(filepath.Join(e.dir, fmt.Sprintf("pid.%d", i)))

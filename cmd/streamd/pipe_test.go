@@ -323,7 +323,8 @@ const (
 	msgInvalidLine   = "invalid stdin line skipped"
 	msgStdoutClosed  = "stdout was closed by the next stage; stopping"
 	msgStopped       = "streamd pipe stopped"
-	msgHandlerFailed = "handler failed; retrying after backoff"
+	msgFailedAtLimit = "delivery failed max_failed_deliveries times in a row; settling the record as a retry"
+	msgUnanswered    = "the stage stops before the handler answered; the record leaves as a retry copy"
 )
 
 // stageCopy is one copy line of a stage's stdout, decoded.
@@ -713,14 +714,15 @@ func TestPipeItem41(t *testing.T) {
 }
 
 // TestPipeItem42: with every kind of log activity at debug level (L1, L2,
-// L6, failed handlers and their backoff, invalid lines, handlers printing
+// L6, failed deliveries settled as retries at max_failed_deliveries = 1,
+// invalid lines, handlers printing
 // text on their own stdout and stderr, two subscriptions), stdout holds
 // only whole copy lines, each decoding as one, and the logs are on stderr.
 func TestPipeItem42(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	writeStageConfig(t, dir, "pipe.toml", "shutdown_timeout = \"5s\"\n[log]\nlevel = \"debug\"",
-		stageSub("jobs", "jobs", "out_retry = \"jobs.retry\"\nmax_attempts = 2\ndead_letter = \"jobs.dead\"\nbackoff = [\"50ms\"]",
+		stageSub("jobs", "jobs", "out_retry = \"jobs.retry\"\nmax_attempts = 2\ndead_letter = \"jobs.dead\"\nbackoff = [\"50ms\"]\nmax_failed_deliveries = 1",
 			`cat >/dev/null; echo JUNK-STDOUT; echo JUNK-STDERR >&2; exit 75`),
 		stageSub("audit", "audit", "out_retry = \"audit.retry\"\nlog_unsupported = \"every\"",
 			`cat >/dev/null; echo JUNK-STDOUT; echo JUNK-STDERR >&2; echo outcome=drop`))
@@ -753,7 +755,7 @@ func TestPipeItem42(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("copies %q, want %q", got, want)
 	}
-	for _, msg := range []string{msgL1, msgL2, msgL6, msgHandlerFailed, msgInvalidLine} {
+	for _, msg := range []string{msgL1, msgL2, msgL6, msgFailedAtLimit, msgInvalidLine} {
 		if !strings.Contains(stderr, `msg="`+msg+`"`) {
 			t.Errorf("stderr lacks %q:\n%s", msg, stderr)
 		}
@@ -1163,8 +1165,10 @@ func TestPipeSIGTERM(t *testing.T) {
 	})
 
 	// A handler in flight is let finish up to shutdown_timeout
-	// (settlement.md §4.4 step 2); then its context ends, and the delivery
-	// settles as a failure: a retry copy after the backoff.
+	// (settlement.md §4.4 step 2); then its context ends. The record was
+	// not answered, and a stage keeps no position: it leaves as a retry
+	// copy, so that it is not lost, and the cancellation is not logged as
+	// a failed delivery.
 	t.Run("in-flight handler", func(t *testing.T) {
 		t.Parallel()
 		dir := t.TempDir()
@@ -1182,9 +1186,11 @@ func TestPipeSIGTERM(t *testing.T) {
 		if code != 0 {
 			t.Errorf("exit status %d, want 0; stderr:\n%s", code, p.stderr.String())
 		}
-		failed := logsWithMsg(p.stderr.String(), msgHandlerFailed)
-		if len(failed) != 1 || !strings.Contains(failed[0].str("err"), "cancelled") {
-			t.Errorf("want one %q record for the cancelled handler, got %v", msgHandlerFailed, failed)
+		if unanswered := logsWithMsg(p.stderr.String(), msgUnanswered); len(unanswered) != 1 || unanswered[0].str("seq") != "0" {
+			t.Errorf("want one %q record for the cancelled handler, got %v", msgUnanswered, unanswered)
+		}
+		if strings.Contains(p.stderr.String(), "delivery failed") {
+			t.Errorf("the cancellation was logged as a failed delivery:\n%s", p.stderr.String())
 		}
 		if copies := parseCopies(t, p.stdout()); len(copies) != 1 || string(copies[0].payload) != "slow" || copies[0].count() != "1" {
 			t.Errorf("stdout %q, want the retry copy of the interrupted delivery", p.stdout())
