@@ -113,6 +113,7 @@ func New(reg prometheus.Registerer, build BuildInfo) *Metrics {
 	streamLabels := []string{labelStream}
 	readLabels := []string{labelStream, labelSubscription}
 	subLabels := []string{labelSubscription}
+	failureLabels := []string{labelSubscription, labelReason} // the handlers' failure reasons
 	m := &Metrics{
 		health: &Health{subscriptions: make(map[string]*healthState)},
 
@@ -186,7 +187,7 @@ func New(reg prometheus.Registerer, build BuildInfo) *Metrics {
 		failed: f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "handler_failed_deliveries_total",
 			Help: "Deliveries that failed (the handler could not decide) and were tried again in place, by reason.",
-		}, []string{labelSubscription, labelReason}),
+		}, failureLabels),
 		held: f.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "subscription_held",
 			Help: "Whether a delivery of the subscription failed and is held, to be tried again in place (1) or not (0).",

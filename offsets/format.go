@@ -41,13 +41,9 @@ func (e *CorruptError) Unwrap() error { return e.Err }
 // file shows ([Options.Marker]), but has no sidecar: where each
 // subscription resumes is unknown. Open returns it instead of starting
 // every subscription from its start_at, which would skip or replay
-// records.
-type MissingError struct {
-	// Path is the missing sidecar.
-	Path string
-	// Marker is the file that shows the directory was used.
-	Marker string
-}
+// records. Path is the missing sidecar, Marker the file that shows the
+// directory was used.
+type MissingError struct{ Path, Marker string }
 
 func (e *MissingError) Error() string {
 	return fmt.Sprintf("offsets: sidecar %s is missing, but %s shows that the state directory was used: "+
