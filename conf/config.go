@@ -100,8 +100,9 @@ type Stream struct {
 	Name string `toml:"name"`
 	// Path is the stream file.
 	Path string `toml:"path"`
-	// Create allows creating a missing file; without it a missing file is
-	// an error (the reference's existing_only). Default true.
+	// Create allows creating a missing file. Without it (the reference's
+	// existing_only) a missing file holds back the stream's subscriptions,
+	// reported unhealthy, until it appears. Default true.
 	Create bool `toml:"create"`
 	// BeaconInterval is the beacon interval of a file streamd creates, a
 	// positive multiple of 1024. Default 1048576.

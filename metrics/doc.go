@@ -42,14 +42,21 @@
 // # Health
 //
 // A subscription with a handle is unhealthy ("starting") until
-// [SubscriptionMetrics.SetHealthy] marks it healthy; when it stops (its
-// on_corrupt policy is "stop", a fatal error), SetHealthy(false, reason)
-// says why. /healthz answers 200 "ok" while every subscription with a
-// handle is healthy, and 503 otherwise, with one line per unhealthy
-// subscription:
+// [SubscriptionMetrics.SetHealthy] marks it healthy; when it cannot do its
+// work (it stopped on a corrupt frame or a fatal error, its stream file
+// cannot be read yet, its copies cannot be written), SetHealthy(false,
+// reason) says why. A problem of the whole daemon, such as commits of the
+// positions that fail, is set with [Health.SetProblem]. /healthz answers
+// 200 "ok" while there is no problem and every subscription with a handle
+// is healthy, and 503 otherwise, with one line per problem, then per
+// unhealthy subscription:
 //
+//	positions: committing them to the sidecar fails: no space left on device
 //	subscription "billing": starting
 //	subscription "audit": streamfile: checksum mismatch at offset 4096
+//
+// A handler that is down is not the daemon's failure: a held delivery
+// leaves the subscription healthy, and streamd_subscription_held says it.
 //
 // # Catalog
 //

@@ -27,7 +27,7 @@ const (
 // Server is the HTTP listener of /metrics and /healthz:
 //
 //	GET /metrics   the exposition of the gatherer, in the Prometheus text format
-//	GET /healthz   200 "ok" while every subscription is healthy, else 503
+//	GET /healthz   200 "ok" while the daemon has no problem and every subscription is healthy, else 503
 //	               with one line per unhealthy subscription ([Health.Err])
 //
 // [Server.Listen] binds the address, so that a bad address fails before
