@@ -113,10 +113,25 @@ verify-unit: build
 	grep -q '^streamd:' "$$tmp/root/etc/passwd" && grep -q '^seastreamer:.*streamd' "$$tmp/root/etc/group"
 
 # install puts the binary, the unit, the sysusers file and the example
-# configuration in place (run as root; then: systemctl daemon-reload).
+# configuration in place (run as root; README's Install section lists the
+# steps after it). An existing streamd.toml is never overwritten: the example
+# goes beside it as streamd.toml.dist. The configuration is root:streamd
+# 0640, readable by the service; in a DESTDIR on a machine without the
+# streamd group it stays root's, and install says so.
+CONFDIR  ?= /etc/streamd
 install: build
 	@echo ">> installing streamd"
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/streamd
 	install -D -m 0644 deploy/systemd/streamd.service $(DESTDIR)$(UNITDIR)/streamd.service
 	install -D -m 0644 deploy/systemd/streamd.sysusers $(DESTDIR)/usr/lib/sysusers.d/streamd.conf
-	install -D -m 0640 configs/streamd.toml $(DESTDIR)/etc/streamd/streamd.toml
+	@conf=$(DESTDIR)$(CONFDIR)/streamd.toml; \
+	if [ -e "$$conf" ]; then \
+		conf="$$conf.dist"; \
+		echo ">> $(DESTDIR)$(CONFDIR)/streamd.toml exists and is kept; the example is $$conf (compare them: diff -u $$conf $(DESTDIR)$(CONFDIR)/streamd.toml)"; \
+	fi; \
+	install -D -m 0640 configs/streamd.toml "$$conf" && \
+	if getent group streamd >/dev/null; then \
+		chgrp streamd "$$conf"; \
+	else \
+		echo ">> no group streamd on this machine: $$conf stays root:root 0640; after systemd-sysusers, run: chgrp streamd $(CONFDIR)/streamd.toml"; \
+	fi
