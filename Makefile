@@ -88,8 +88,8 @@ run: build
 
 check-config: build
 	@echo ">> checking the example configurations"
-	$(BIN) check-config --config.file=configs/streamd.toml
-	$(BIN) check-config --config.file=configs/local.toml
+	$(BIN) check-config --no-files --config.file=configs/streamd.toml
+	$(BIN) check-config --no-files --config.file=configs/local.toml
 	$(BIN) check-config --config.file=configs/pipe.toml --mode=pipe
 
 clean:

@@ -141,6 +141,9 @@ func (d *Daemon) Reload(ctx context.Context, load func() (*conf.Config, error)) 
 // handler panics, or every subscription was a replay and has finished.
 func (d *Daemon) Run(ctx context.Context) (err error) {
 	cfg := d.cfg
+	if err := checkStateDir(cfg.StateDir, self()); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(cfg.StateDir, 0o750); err != nil {
 		return fmt.Errorf("state directory: %w", err)
 	}
