@@ -48,7 +48,7 @@ func openStream(cfg conf.Stream) (*stream, error) {
 	if err := checkStream(cfg, self()); err != nil {
 		return nil, err
 	}
-	a, err := streamfile.OpenAppender(cfg.Path, streamfile.AppendOptions{Create: cfg.Create, BeaconInterval: uint32(cfg.BeaconInterval)})
+	a, err := streamfile.OpenAppender(cfg.Path, streamfile.AppendOptions{Create: cfg.Create, BeaconInterval: uint32(cfg.BeaconInterval), Mode: fs.FileMode(cfg.FileMode)})
 	if errors.Is(err, fs.ErrPermission) {
 		return nil, fmt.Errorf("stream %q: %w (streamd reads the file and appends retry copies to it: its user needs read and write access)", cfg.Name, err)
 	}
