@@ -177,7 +177,7 @@ func checkStream(s conf.Stream, a Account) error {
 	case !info.Mode().IsRegular():
 		return fmt.Errorf("stream %q: %s is not a regular file (%s)", s.Name, s.Path, info.Mode().Type())
 	case !a.may(info, permRead|permWrite):
-		return fmt.Errorf("stream %q: user %s cannot read and write %s (%s): streamd reads the file and appends retry copies to it; give the user access, or see file_mode and the README's shared files", s.Name, a.Name, s.Path, describe(info))
+		return fmt.Errorf("stream %q: open %s: %w for user %s (%s): streamd reads the file and appends retry copies to it: its user needs read and write access (see file_mode, and the README's shared files)", s.Name, s.Path, fs.ErrPermission, a.Name, describe(info))
 	}
 	if err := a.searchable(filepath.Dir(s.Path)); err != nil {
 		return fmt.Errorf("stream %q: %w", s.Name, err)
@@ -214,7 +214,7 @@ func checkCreate(s conf.Stream, a Account) error {
 	case !info.IsDir():
 		return fmt.Errorf("stream %q: %s is not a directory", s.Name, dir)
 	case !a.may(info, permWrite|permExec):
-		return fmt.Errorf("stream %q: user %s cannot create %s: it needs write access to %s (%s)", s.Name, a.Name, s.Path, dir, describe(info))
+		return fmt.Errorf("stream %q: create %s: %w for user %s: it needs write access to %s (%s)", s.Name, s.Path, fs.ErrPermission, a.Name, dir, describe(info))
 	}
 	if err := a.searchable(dir); err != nil {
 		return fmt.Errorf("stream %q: %w", s.Name, err)

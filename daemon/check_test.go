@@ -44,8 +44,8 @@ func TestCheckStream(t *testing.T) {
 		{"missing parent", filepath.Join(dir, "none", "orders.ss"), true, root, `stream "s": directory ` + filepath.Join(dir, "none") + " does not exist: streamd creates the stream file, not its directory; create it"},
 		{"create = false, missing", filepath.Join(dir, "none.ss"), false, root, `stream "s": stat ` + filepath.Join(dir, "none.ss") + ": no such file or directory (create = false: the file must exist)"},
 		{"empty, create = false", empty, false, root, `stream "s": ` + empty + " is empty and create = false: streamd would have to write its header"},
-		{"unwritable for the user", stream, false, nobody, `stream "s": user nobody cannot read and write ` + stream + " (root:root 0644): streamd reads the file and appends retry copies to it"},
-		{"uncreatable for the user", filepath.Join(dir, "new.ss"), true, nobody, `stream "s": user nobody cannot create ` + filepath.Join(dir, "new.ss") + ": it needs write access to " + dir + " (root:root 0755)"},
+		{"unwritable for the user", stream, false, nobody, `stream "s": open ` + stream + ": permission denied for user nobody (root:root 0644): streamd reads the file and appends retry copies to it: its user needs read and write access"},
+		{"uncreatable for the user", filepath.Join(dir, "new.ss"), true, nobody, `stream "s": create ` + filepath.Join(dir, "new.ss") + ": permission denied for user nobody: it needs write access to " + dir + " (root:root 0755)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := checkStream(conf.Stream{Name: "s", Path: tc.path, Create: tc.create}, tc.who)

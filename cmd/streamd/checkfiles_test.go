@@ -41,7 +41,7 @@ func TestCheckConfigStreamFiles(t *testing.T) {
 		{"unwritable for the user", func(dir string) string {
 			runBinaryOK(t, `{"id":1}`, "publish", "--file="+filepath.Join(dir, "orders.ss"), "--key=orders")
 			return filepath.Join(dir, "orders.ss")
-		}, true, true, "user nobody cannot read and write"},
+		}, true, true, "permission denied for user nobody"},
 		{"missing, create = false", func(dir string) string { return filepath.Join(dir, "orders.ss") }, false, false, "create = false: the file must exist"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
