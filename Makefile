@@ -6,7 +6,7 @@ LDFLAGS  := -X github.com/prometheus/common/version.Version=$(VERSION)
 FUZZTIME ?= 10s
 BENCHTIME ?= 1s
 
-.PHONY: all build test test-short bench torture fuzz style vet tidy-check ci run clean verify-unit install check-config
+.PHONY: all build test test-short bench torture fuzz style vet tidy-check ci run clean verify-unit install check-config deb deb-tool
 
 all: build
 
@@ -88,8 +88,8 @@ run: build
 
 check-config: build
 	@echo ">> checking the example configurations"
-	$(BIN) check-config --config.file=configs/streamd.toml
-	$(BIN) check-config --config.file=configs/local.toml
+	$(BIN) check-config --no-files --config.file=configs/streamd.toml
+	$(BIN) check-config --no-files --config.file=configs/local.toml
 	$(BIN) check-config --config.file=configs/pipe.toml --mode=pipe
 
 clean:
@@ -113,10 +113,48 @@ verify-unit: build
 	grep -q '^streamd:' "$$tmp/root/etc/passwd" && grep -q '^seastreamer:.*streamd' "$$tmp/root/etc/group"
 
 # install puts the binary, the unit, the sysusers file and the example
-# configuration in place (run as root; then: systemctl daemon-reload).
+# configuration in place (run as root; README's Install section lists the
+# steps after it). An existing streamd.toml is never overwritten: the example
+# goes beside it as streamd.toml.dist. The configuration is root:streamd
+# 0640, readable by the service; in a DESTDIR on a machine without the
+# streamd group it stays root's, and install says so.
+CONFDIR  ?= /etc/streamd
 install: build
 	@echo ">> installing streamd"
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/streamd
 	install -D -m 0644 deploy/systemd/streamd.service $(DESTDIR)$(UNITDIR)/streamd.service
 	install -D -m 0644 deploy/systemd/streamd.sysusers $(DESTDIR)/usr/lib/sysusers.d/streamd.conf
-	install -D -m 0640 configs/streamd.toml $(DESTDIR)/etc/streamd/streamd.toml
+	@conf=$(DESTDIR)$(CONFDIR)/streamd.toml; \
+	if [ -e "$$conf" ]; then \
+		conf="$$conf.dist"; \
+		echo ">> $(DESTDIR)$(CONFDIR)/streamd.toml exists and is kept; the example is $$conf (compare them: diff -u $$conf $(DESTDIR)$(CONFDIR)/streamd.toml)"; \
+	fi; \
+	install -D -m 0640 configs/streamd.toml "$$conf" && \
+	if getent group streamd >/dev/null; then \
+		chgrp streamd "$$conf"; \
+	else \
+		echo ">> no group streamd on this machine: $$conf stays root:root 0640; after systemd-sysusers, run: chgrp streamd $(CONFDIR)/streamd.toml"; \
+	fi
+
+# deb builds bin/streamd_$(DEB_VERSION)_amd64.deb with nfpm (fetched and
+# built through the module proxy on first use: a tool, not a dependency of
+# streamd), from deploy/deb/nfpm.yaml: the binary in /usr/bin and the unit
+# running it from there. The Debian version is the tag without its v, and
+# revision 1; a version that does not start with a digit (a commit, not a
+# tag) becomes 0~VERSION, which sorts before any release.
+NFPM        ?= github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.2
+DEB_VERSION ?= $(shell echo '$(VERSION)' | sed -E 's/^v([0-9])/\1/; /^[0-9]/!s/^/0~/; s/-/~/g; s/$$/-1/')
+deb:
+	@echo ">> building bin/streamd_$(DEB_VERSION)_amd64.deb"
+	rm -rf bin/deb bin/streamd_*_amd64.deb && mkdir -p bin/deb
+	GOOS=linux GOARCH=amd64 $(GO) build -trimpath -buildmode=pie \
+		-ldflags "$(LDFLAGS) -s -w -linkmode=external -extldflags '-Wl,-z,relro,-z,now'" -o bin/deb/streamd ./cmd/streamd
+	sed 's|/usr/local/bin/streamd|/usr/bin/streamd|g' deploy/systemd/streamd.service > bin/deb/streamd.service
+	printf -- '- semver: "%s"\n  date: %s\n  packager: streamd maintainers <streamd@users.noreply.github.com>\n  deb:\n    urgency: medium\n    distributions: [unstable]\n  changes:\n    - note: Built from %s.\n' \
+		'$(DEB_VERSION)' "$$(date -u -d @$$(git log -1 --format=%ct 2>/dev/null || date +%s) +%Y-%m-%dT%H:%M:%SZ)" '$(VERSION)' > bin/deb/changelog.yml
+	DEB_VERSION='$(DEB_VERSION)' $(GO) run $(NFPM) package --config deploy/deb/nfpm.yaml --packager deb --target bin/
+
+# deb-tool fetches and builds the package tool, so that a later make deb
+# need not wait for it.
+deb-tool:
+	$(GO) run $(NFPM) --version >/dev/null

@@ -20,6 +20,10 @@ import (
 // (spec/settlement.md §7.2); no subscription may read or write it.
 const primingKey = "ruststream-internal"
 
+// globChars are the characters of a shell pattern, which a stream path
+// must not hold: streamd would create a file literally named so.
+const globChars = "*?["
+
 // Limits.
 const (
 	maxConcurrency = 1024
@@ -81,7 +85,9 @@ func (l *loader) checkStream(p keyPath, s *Stream, streams, files map[string]key
 	l.name(p.k("name"), s.Name, "stream", streams)
 	if !l.has(p.k("path")) {
 		l.errorf(p.k("path"), "required: the stream file")
-	} else if s.Path = l.filePath(p.k("path"), s.Path); s.Path != "" {
+	} else if s.Path = l.filePath(p.k("path"), s.Path); strings.ContainsAny(s.Path, globChars) {
+		l.errorf(p.k("path"), "%q holds a glob character (%s): streamd reads one file per [[stream]], not a pattern; name the file, with one [[stream]] for each", s.Path, globChars)
+	} else if s.Path != "" {
 		if q, dup := files[s.Path]; dup {
 			l.errorf(p.k("path"), "%s is also the file of %s", s.Path, q)
 		} else {

@@ -110,6 +110,10 @@ type Stream struct {
 	// PollInterval is how often the file is checked for growth even when
 	// no file notification came. Default 1s.
 	PollInterval Duration `toml:"poll_interval"`
+	// FileMode is the permission bits of the file when streamd creates it,
+	// set whatever the umask; the group is the process's, or the
+	// directory's when it is setgid. Default 0640.
+	FileMode FileMode `toml:"file_mode"`
 }
 
 // Subscription is one [[subscription]]: a handler on a stream key.
@@ -223,6 +227,7 @@ const (
 	defaultShutdownTimeout = Duration(20 * time.Second)
 	defaultCommitInterval  = Duration(time.Second)
 	defaultPollInterval    = Duration(time.Second)
+	defaultFileMode        = FileMode(0o640)
 	defaultListen          = "127.0.0.1:9464"
 	defaultMaxDelayedMiB   = 256
 )
@@ -443,6 +448,9 @@ func (l *loader) setDefaults(cfg *Config) {
 		}
 		if !l.has(p.k("poll_interval")) {
 			s.PollInterval = defaultPollInterval
+		}
+		if !l.has(p.k("file_mode")) {
+			s.FileMode = defaultFileMode
 		}
 	}
 	for i := range cfg.Subscriptions {

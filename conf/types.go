@@ -162,6 +162,8 @@ func describeType(t reflect.Type) string {
 	switch t {
 	case reflect.TypeFor[Duration]():
 		return `a duration string such as "5s"`
+	case reflect.TypeFor[FileMode]():
+		return `an octal mode string such as "0640"`
 	case reflect.TypeFor[tail.Start]():
 		return "a position string: " + tail.StartForms
 	}

@@ -141,6 +141,9 @@ func (d *Daemon) Reload(ctx context.Context, load func() (*conf.Config, error)) 
 // handler panics, or every subscription was a replay and has finished.
 func (d *Daemon) Run(ctx context.Context) (err error) {
 	cfg := d.cfg
+	if err := checkStateDir(cfg.StateDir, self()); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(cfg.StateDir, 0o750); err != nil {
 		return fmt.Errorf("state directory: %w", err)
 	}
@@ -363,14 +366,19 @@ func (d *Daemon) stopAll() {
 }
 
 // reload applies cfg to the running daemon. What cannot change without a
-// restart is refused, and the old configuration keeps running.
+// restart is refused, and the old configuration keeps running. The outcome
+// is recorded in the state directory (ReloadName) for streamd reload.
 func (d *Daemon) reload(load func() (*conf.Config, error)) error {
+	started := time.Now()
 	d.notify.Reloading()
 	cfg, err := load()
 	if err == nil {
 		err = d.applyReload(cfg)
 	}
 	d.metrics.ObserveReload(time.Now(), err)
+	if werr := writeReloadResult(d.cfg.StateDir, started, err); werr != nil {
+		d.logger.Error("cannot record the outcome of the reload for streamd reload", "err", werr)
+	}
 	if err != nil {
 		d.notify.Send("READY=1\nSTATUS=reload failed, the previous configuration keeps running: " + strings.ReplaceAll(err.Error(), "\n", "; "))
 		d.logger.Error("reload failed; the previous configuration keeps running", "err", err)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"sync"
 	"time"
 
@@ -39,16 +38,17 @@ type stream struct {
 	wrote bool // appended to since it was opened
 }
 
+// self is the account of this process, which checkStream judges.
+var self = sync.OnceValue(CurrentAccount)
+
 // openStream opens (and, with create, makes) the stream file. A file of at
 // most 128 bytes gets the reference runtime's priming record, so that files
 // stay interchangeable with it (settlement.md §7.2, checklist 31).
 func openStream(cfg conf.Stream) (*stream, error) {
-	if !cfg.Create {
-		if _, err := os.Stat(cfg.Path); err != nil {
-			return nil, fmt.Errorf("stream %q: %w (create = false: the file must exist)", cfg.Name, err)
-		}
+	if err := checkStream(cfg, self()); err != nil {
+		return nil, err
 	}
-	a, err := streamfile.OpenAppender(cfg.Path, streamfile.AppendOptions{Create: cfg.Create, BeaconInterval: uint32(cfg.BeaconInterval)})
+	a, err := streamfile.OpenAppender(cfg.Path, streamfile.AppendOptions{Create: cfg.Create, BeaconInterval: uint32(cfg.BeaconInterval), Mode: fs.FileMode(cfg.FileMode)})
 	if errors.Is(err, fs.ErrPermission) {
 		return nil, fmt.Errorf("stream %q: %w (streamd reads the file and appends retry copies to it: its user needs read and write access)", cfg.Name, err)
 	}

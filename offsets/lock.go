@@ -98,3 +98,40 @@ func readPID(f *os.File) int {
 	}
 	return pid
 }
+
+// LockHolder returns the PID of the streamd that holds the lock of the
+// state directory dir: the PID its lock file records, checked to be a
+// process that has the lock file open, so that a PID left by a streamd
+// that died (and since reused) is never taken for it. It takes no lock and
+// writes nothing. It needs to read /proc/PID/fd: run it as the daemon's
+// user or root.
+func LockHolder(dir string) (int, error) {
+	path := filepath.Join(dir, LockName)
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, fmt.Errorf("no streamd runs on state directory %s: %w", dir, err)
+	}
+	defer f.Close()
+	pid := readPID(f)
+	if pid == 0 {
+		return 0, fmt.Errorf("no streamd runs on state directory %s: its lock file names no process", dir)
+	}
+	lock, err := f.Stat()
+	if err != nil {
+		return 0, fmt.Errorf("offsets: %w", err)
+	}
+	fds := fmt.Sprintf("/proc/%d/fd", pid)
+	entries, err := os.ReadDir(fds)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, fmt.Errorf("no streamd runs on state directory %s: process %d, which %s names, is gone", dir, pid, path)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("cannot check that process %d holds %s (run as the daemon's user or root): %w", pid, path, err)
+	}
+	for _, e := range entries {
+		if fi, err := os.Stat(filepath.Join(fds, e.Name())); err == nil && os.SameFile(fi, lock) {
+			return pid, nil
+		}
+	}
+	return 0, fmt.Errorf("no streamd runs on state directory %s: process %d, which %s names, does not hold it", dir, pid, path)
+}

@@ -3,6 +3,7 @@ package streamfile
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"path/filepath"
 	"time"
 	"unicode/utf8"
@@ -15,6 +16,9 @@ type AppendOptions struct {
 	// the time of creation and BeaconInterval.
 	Create         bool
 	BeaconInterval uint32
+	// Mode is the permission bits of a file the Appender creates, as
+	// [CreateOptions.Mode] says.
+	Mode fs.FileMode
 }
 
 // Appender appends batches to the stream file at a path, and follows the
@@ -61,6 +65,7 @@ func OpenAppender(path string, opts AppendOptions) (*Appender, error) {
 func (a *Appender) open() (*Writer, error) {
 	return OpenWriter(a.path, CreateOptions{
 		Create:         a.opts.Create,
+		Mode:           a.opts.Mode,
 		RefuseReplaced: true,
 		Header: Header{
 			FileName:       headerFileName(a.path),

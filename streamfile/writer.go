@@ -79,6 +79,9 @@ type CreateOptions struct {
 	Header Header
 	// Create allows creating the file. Without it a missing file is an error.
 	Create bool
+	// Mode is the permission bits of a file OpenWriter creates, set
+	// whatever the umask; 0 is 0644 less the umask.
+	Mode fs.FileMode
 	// RefuseReplaced makes every batch check, under the file's lock and
 	// before writing, that the path still names the open file. When another
 	// file was renamed over it, or it was deleted and created again, the
@@ -102,7 +105,7 @@ func OpenWriter(path string, opts CreateOptions) (*Writer, error) {
 		}
 		flags |= os.O_CREATE
 	}
-	f, err := os.OpenFile(path, flags, 0o644)
+	f, err := openFile(path, flags, opts.Mode)
 	if err != nil {
 		return nil, fmt.Errorf("streamfile: open for writing: %w", err)
 	}
@@ -112,6 +115,26 @@ func OpenWriter(path string, opts CreateOptions) (*Writer, error) {
 		return nil, errors.Join(err, f.Close())
 	}
 	return w, nil
+}
+
+// openFile opens path with flags. A file it creates gets mode, when set,
+// whatever the umask: it is created exclusively, so that the mode of a
+// file another writer made is left alone.
+func openFile(path string, flags int, mode fs.FileMode) (*os.File, error) {
+	if flags&os.O_CREATE == 0 || mode == 0 {
+		return os.OpenFile(path, flags, 0o644)
+	}
+	f, err := os.OpenFile(path, flags|os.O_EXCL, mode)
+	if errors.Is(err, fs.ErrExist) {
+		return os.OpenFile(path, flags&^os.O_CREATE, 0)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := f.Chmod(mode); err != nil {
+		return nil, errors.Join(err, f.Close())
+	}
+	return f, nil
 }
 
 // init reads the header of the file, or writes it into an empty file.

@@ -31,11 +31,11 @@ kind = "discard"
 	writeConfig(t, pipe, "[[subscription]]\nname = \"jobs\"\nkey = \"jobs\"\nhandler.kind = \"discard\"\n")
 
 	missing := filepath.Join(dir, "missing.toml")
-	writeConfig(t, missing, `state_dir = "/var/lib/streamd"
+	writeConfig(t, missing, `state_dir = "state"
 
 [[stream]]
 name = "orders"
-path = "/var/lib/seastreamer/orders.ss"
+path = "orders.ss"
 
 [[subscription]]
 name = "jobs"
@@ -61,7 +61,7 @@ bearer_token_file = "none.token"
 		code        int
 		out, errOut string
 	}{
-		{"valid", []string{"--config.file=../../configs/streamd.toml"}, exitOK,
+		{"valid", []string{"--config.file=../../configs/streamd.toml", "--no-files"}, exitOK,
 			"streamd: configuration file ../../configs/streamd.toml is valid\n", ""},
 		{"valid pipe", []string{"--config.file=../../configs/pipe.toml", "--mode=pipe"}, exitOK,
 			"streamd: configuration file ../../configs/pipe.toml is valid\n", ""},
@@ -89,7 +89,7 @@ bearer_token_file = "none.token"
 			"streamd: configuration file " + missing + " is valid, but its handlers cannot start here:\n" +
 				`subscription "jobs": exec handler: command: exec: "/nonexistent/run-job": stat /nonexistent/run-job: no such file or directory` + "\n" +
 				`subscription "billing": http handler: bearer_token_file: open ` + filepath.Join(dir, "none.token") + ": no such file or directory\n"},
-		{"handlers that start", []string{"--config.file=../../configs/streamd.toml", "--handlers"}, exitOK,
+		{"handlers that start", []string{"--config.file=../../configs/streamd.toml", "--handlers", "--no-files"}, exitOK,
 			"streamd: configuration file ../../configs/streamd.toml is valid\n", ""},
 		{"argument", []string{bad}, exitUsage, "",
 			"streamd check-config: unexpected " + bad + "; see 'streamd check-config --help'\n"},

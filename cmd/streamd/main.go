@@ -54,6 +54,7 @@ func run(args []string, s stdio) (code int) {
 		"run":          runCommand(app),
 		"pipe":         pipeCommand(app),
 		"check-config": checkConfigCommand(app),
+		"reload":       reloadCommand(app),
 		"decode":       decodeCommand(app),
 		"publish":      publishCommand(app),
 		"version":      versionCommand(app),

@@ -138,24 +138,52 @@ func pipeCommand(app *kingpin.Application) action {
 // invalid; 2: usage or an unreadable file.
 func checkConfigCommand(app *kingpin.Application) action {
 	cmd := app.Command("check-config", "Check a configuration file exactly as streamd run (or pipe) does at start and reload; write nothing.")
-	path := cmd.Flag("config.file", "Configuration file to check.").Default(conf.DefaultFile()).String()
-	var mode conf.Mode
-	cmd.Flag("mode", "The command the file is for: run or pipe.").Default("run").SetText(&mode)
-	handlers := cmd.Flag("handlers", "Also build each handler as streamd does at start on this machine: the exec command found, bearer_token_file and ca_file read, the proxy from the environment.").Bool()
-	return func(s stdio) int { return checkConfig(*path, mode, *handlers, s) }
+	var c checkOptions
+	cmd.Flag("config.file", "Configuration file to check.").Default(conf.DefaultFile()).StringVar(&c.path)
+	cmd.Flag("mode", "The command the file is for: run or pipe.").Default("run").SetText(&c.mode)
+	cmd.Flag("handlers", "Also build each handler as streamd does at start on this machine: the exec command found, bearer_token_file and ca_file read, the proxy from the environment.").BoolVar(&c.handlers)
+	cmd.Flag("files", "Check the state directory and each stream file as streamd run opens them (--no-files: the file alone, as on another machine).").Default("true").BoolVar(&c.files)
+	cmd.Flag("user", "Judge access to the stream files and the state directory for this user (the unit's User=) instead of the one running the check.").PlaceHolder("NAME").StringVar(&c.user)
+	return func(s stdio) int { return checkConfig(c, s) }
 }
 
-func checkConfig(path string, mode conf.Mode, handlers bool, s stdio) int {
-	cfg, err := conf.Load(path, mode)
-	if err == nil && handlers {
-		if err = handler.Check(cfg); err != nil {
-			fmt.Fprintf(s.err, "streamd: configuration file %s is valid, but its handlers cannot start here:\n%v\n", path, err)
-			return exitError
+// checkOptions are the flags of check-config.
+type checkOptions struct {
+	path            string
+	mode            conf.Mode
+	handlers, files bool
+	user            string
+}
+
+func checkConfig(c checkOptions, s stdio) int {
+	path := c.path
+	who := daemon.CurrentAccount()
+	if c.user != "" {
+		var err error
+		if who, err = daemon.LookupAccount(c.user); err != nil {
+			fmt.Fprintf(s.err, "streamd check-config: --user: %v\n", err)
+			return exitUsage
 		}
 	}
+	cfg, err := conf.Load(path, c.mode)
 	if err == nil {
-		fmt.Fprintf(s.out, "streamd: configuration file %s is valid\n", path)
-		return exitOK
+		code := exitOK
+		if c.files && c.mode == conf.ModeRun {
+			if ferr := daemon.CheckFiles(cfg, who); ferr != nil {
+				fmt.Fprintf(s.err, "streamd: configuration file %s is valid, but user %s cannot use its files:\n%v\n", path, who.Name, ferr)
+				code = exitError
+			}
+		}
+		if c.handlers {
+			if herr := handler.Check(cfg); herr != nil {
+				fmt.Fprintf(s.err, "streamd: configuration file %s is valid, but its handlers cannot start here:\n%v\n", path, herr)
+				code = exitError
+			}
+		}
+		if code == exitOK {
+			fmt.Fprintf(s.out, "streamd: configuration file %s is valid\n", path)
+		}
+		return code
 	}
 	if _, ok := errors.AsType[*fs.PathError](err); ok {
 		fmt.Fprintf(s.err, "streamd check-config: %v\n", err)

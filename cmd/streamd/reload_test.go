@@ -1,0 +1,60 @@
+package main
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestReloadCommand: streamd reload signals the daemon of the state
+// directory and reports its answer: exit 0 after a change it applies, 1
+// with the reason after one it refuses, and in both cases the daemon runs
+// the right configuration; with no daemon, exit 1 at once.
+func TestReloadCommand(t *testing.T) {
+	t.Parallel()
+	quiet := `
+[[subscription]]
+name = "quiet"
+stream = "orders"
+key = "other"
+[subscription.handler]
+kind = "discard"
+`
+	e := newEnv(t, quiet)
+	p := e.start()
+	eventually(t, 10*time.Second, "the daemon to run", func() bool { return strings.Contains(p.stderr.String(), "streamd running") })
+
+	// A subscription added: applied.
+	e.writeConfig(quiet + execSub("billing", `start_at = "beginning"`, "exit 0"))
+	r := runBinary(t, nil, "reload", "--config.file="+e.config)
+	if r.code != exitOK || !strings.Contains(r.stdout, "runs the new configuration") {
+		t.Fatalf("reload after a valid change: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	e.publish(`{"n":1}`)
+	eventually(t, 10*time.Second, "the added subscription to deliver", func() bool { return len(e.deliveries()) == 1 })
+
+	// A changed commit_interval needs a restart: refused, and the
+	// configuration applied before keeps running.
+	b, err := os.ReadFile(e.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(e.config, []byte(strings.Replace(string(b), `commit_interval = "100ms"`, `commit_interval = "200ms"`, 1)), 0o644)
+	r = runBinary(t, nil, "reload", "--config.file="+e.config)
+	want := "streamd reload: streamd (pid " // then the pid, and the daemon's reason
+	reason := "refused the new configuration; the previous one keeps running:\ncommit_interval changed from 100ms to 200ms: restart required\n"
+	if r.code != exitError || !strings.HasPrefix(r.stderr, want) || !strings.HasSuffix(r.stderr, reason) {
+		t.Fatalf("reload after a refused change: exit %d, stderr %q; want exit 1 and %q...%q", r.code, r.stderr, want, reason)
+	}
+	e.publish(`{"n":2}`)
+	eventually(t, 10*time.Second, "the subscription to deliver after the refused reload", func() bool { return len(e.deliveries()) == 2 })
+
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("daemon exit %d", code)
+	}
+	r = runBinary(t, nil, "reload", "--config.file="+e.config)
+	if r.code != exitError || !strings.Contains(r.stderr, "no streamd runs on state directory") {
+		t.Errorf("reload with no daemon: exit %d, stderr %q", r.code, r.stderr)
+	}
+}

@@ -1,0 +1,223 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/user"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"syscall"
+
+	"github.com/streamd/streamd/conf"
+	"github.com/streamd/streamd/streamfile"
+)
+
+// Account is the user whose access to the stream files and the state
+// directory a check judges: the daemon's own ([CurrentAccount]) or the
+// service user `streamd check-config --user` names ([LookupAccount]).
+// Access is judged from the permission bits, as the kernel does without
+// ACLs; root may do anything.
+type Account struct {
+	Name string
+	UID  int
+	GIDs []int // the primary group and the supplementary ones
+}
+
+// CurrentAccount returns the account of this process: its effective user
+// and groups.
+func CurrentAccount() Account {
+	uid := os.Geteuid()
+	name := strconv.Itoa(uid)
+	if u, err := user.LookupId(name); err == nil {
+		name = u.Username
+	}
+	gids, _ := os.Getgroups() // only fails on a kernel without getgroups(2)
+	return Account{Name: name, UID: uid, GIDs: append(gids, os.Getegid())}
+}
+
+// LookupAccount returns the account of the named user with the groups it
+// gets at login (systemd's SupplementaryGroups= of a unit come on top).
+func LookupAccount(name string) (Account, error) {
+	u, err := user.Lookup(name)
+	if err != nil {
+		return Account{}, fmt.Errorf("user %q: %w", name, err)
+	}
+	uid, err := strconv.Atoi(u.Uid)
+	if err != nil {
+		return Account{}, fmt.Errorf("user %q: uid %q is not a number", name, u.Uid)
+	}
+	ids, err := u.GroupIds()
+	if err != nil {
+		return Account{}, fmt.Errorf("user %q: groups: %w", name, err)
+	}
+	a := Account{Name: u.Username, UID: uid}
+	for _, id := range append(ids, u.Gid) {
+		gid, err := strconv.Atoi(id)
+		if err != nil {
+			return Account{}, fmt.Errorf("user %q: gid %q is not a number", name, id)
+		}
+		a.GIDs = append(a.GIDs, gid)
+	}
+	return a, nil
+}
+
+// Permission bits of the owner's class; shifted for the group and others.
+const (
+	permRead  = 4
+	permWrite = 2
+	permExec  = 1
+)
+
+// may reports whether a may access a file of info with every permission
+// of want (permRead, permWrite, permExec).
+func (a Account) may(info fs.FileInfo, want fs.FileMode) bool {
+	if a.UID == 0 {
+		return true
+	}
+	perm := info.Mode().Perm()
+	st, ok := info.Sys().(*syscall.Stat_t)
+	switch {
+	case !ok:
+		return perm&want == want // not a local file: judged by the others' bits
+	case int(st.Uid) == a.UID:
+		perm >>= 6
+	case slices.Contains(a.GIDs, int(st.Gid)):
+		perm >>= 3
+	}
+	return perm&want == want
+}
+
+// describe names the owner, group and mode of a file, for a message.
+func describe(info fs.FileInfo) string {
+	st, ok := info.Sys().(*syscall.Stat_t)
+	if !ok {
+		return info.Mode().String()
+	}
+	owner, group := strconv.Itoa(int(st.Uid)), strconv.Itoa(int(st.Gid))
+	if u, err := user.LookupId(owner); err == nil {
+		owner = u.Username
+	}
+	if g, err := user.LookupGroupId(group); err == nil {
+		group = g.Name
+	}
+	return fmt.Sprintf("%s:%s %04o", owner, group, info.Mode().Perm())
+}
+
+// searchable checks that a may reach the entries of dir: search access to
+// dir and to each directory above it.
+func (a Account) searchable(dir string) error {
+	for d := dir; ; d = filepath.Dir(d) {
+		info, err := os.Stat(d)
+		if err == nil && !a.may(info, permExec) {
+			return fmt.Errorf("user %s cannot search directory %s (%s): it needs the x permission there", a.Name, d, describe(info))
+		}
+		if d == filepath.Dir(d) {
+			return nil
+		}
+	}
+}
+
+// CheckFiles checks, writing nothing, what `streamd run` checks at start
+// before it uses the files of cfg: the state directory and each stream
+// file, as a may use them. `streamd check-config` and the daemon call it
+// alike, so both give the same message for each problem.
+func CheckFiles(cfg *conf.Config, a Account) error {
+	errs := []error{checkStateDir(cfg.StateDir, a)}
+	for _, s := range cfg.Streams {
+		errs = append(errs, checkStream(s, a))
+	}
+	return errors.Join(errs...)
+}
+
+// checkStateDir checks that a may use dir, or create it: run makes a
+// missing state directory with its parents.
+func checkStateDir(dir string, a Account) error {
+	d := dir
+	info, err := os.Stat(d)
+	for errors.Is(err, fs.ErrNotExist) && d != filepath.Dir(d) {
+		d = filepath.Dir(d)
+		info, err = os.Stat(d)
+	}
+	switch {
+	case err != nil:
+		return fmt.Errorf("state directory: %w", err)
+	case !info.IsDir():
+		return fmt.Errorf("state directory: %s is not a directory", d)
+	case d != dir && !a.may(info, permWrite|permExec):
+		return fmt.Errorf("state directory: %s is missing and user %s cannot create it in %s (%s); create it for that user, or let systemd's StateDirectory= make it", dir, a.Name, d, describe(info))
+	case d == dir && !a.may(info, permRead|permWrite|permExec):
+		return fmt.Errorf("state directory: user %s cannot read and write %s (%s): streamd keeps its positions and retry spool there", a.Name, dir, describe(info))
+	}
+	if err := a.searchable(filepath.Dir(d)); err != nil {
+		return fmt.Errorf("state directory: %w", err)
+	}
+	return nil
+}
+
+// checkStream checks the stream file of s as openStream will open it, for
+// a: a stream file it may read and append to, or, with create, a missing
+// file it may create in an existing directory.
+func checkStream(s conf.Stream, a Account) error {
+	info, err := os.Stat(s.Path)
+	if errors.Is(err, fs.ErrNotExist) {
+		if !s.Create {
+			return fmt.Errorf("stream %q: %w (create = false: the file must exist)", s.Name, err)
+		}
+		return checkCreate(s, a)
+	}
+	if err != nil {
+		return fmt.Errorf("stream %q: %w", s.Name, err)
+	}
+	switch {
+	case info.IsDir():
+		return fmt.Errorf("stream %q: %s is a directory: path names the stream file itself, as in %s", s.Name, s.Path, filepath.Join(s.Path, s.Name+".ss"))
+	case !info.Mode().IsRegular():
+		return fmt.Errorf("stream %q: %s is not a regular file (%s)", s.Name, s.Path, info.Mode().Type())
+	case !a.may(info, permRead|permWrite):
+		return fmt.Errorf("stream %q: open %s: %w for user %s (%s): streamd reads the file and appends retry copies to it: its user needs read and write access (see file_mode, and the README's shared files)", s.Name, s.Path, fs.ErrPermission, a.Name, describe(info))
+	}
+	if err := a.searchable(filepath.Dir(s.Path)); err != nil {
+		return fmt.Errorf("stream %q: %w", s.Name, err)
+	}
+	if info.Size() == 0 {
+		if !s.Create {
+			return fmt.Errorf("stream %q: %s is empty and create = false: streamd would have to write its header", s.Name, s.Path)
+		}
+		return nil
+	}
+	f, err := os.Open(s.Path)
+	if err != nil {
+		return fmt.Errorf("stream %q: %w", s.Name, err)
+	}
+	defer f.Close()
+	if _, err := streamfile.ReadHeader(f); err != nil {
+		if errors.Is(err, streamfile.ErrTruncated) {
+			return fmt.Errorf("stream %q: %s has an incomplete %d-byte header: a writer died while creating it; remove the file", s.Name, s.Path, info.Size())
+		}
+		return fmt.Errorf("stream %q: %s is not a stream file: %w", s.Name, s.Path, err)
+	}
+	return nil
+}
+
+// checkCreate checks that a may create the missing stream file of s.
+func checkCreate(s conf.Stream, a Account) error {
+	dir := filepath.Dir(s.Path)
+	info, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("stream %q: directory %s does not exist: streamd creates the stream file, not its directory; create it", s.Name, dir)
+	case err != nil:
+		return fmt.Errorf("stream %q: %w", s.Name, err)
+	case !info.IsDir():
+		return fmt.Errorf("stream %q: %s is not a directory", s.Name, dir)
+	case !a.may(info, permWrite|permExec):
+		return fmt.Errorf("stream %q: create %s: %w for user %s: it needs write access to %s (%s)", s.Name, s.Path, fs.ErrPermission, a.Name, dir, describe(info))
+	}
+	if err := a.searchable(dir); err != nil {
+		return fmt.Errorf("stream %q: %w", s.Name, err)
+	}
+	return nil
+}
