@@ -141,7 +141,7 @@ func checkConfigCommand(app *kingpin.Application) action {
 	path := cmd.Flag("config.file", "Configuration file to check.").Default(conf.DefaultFile()).String()
 	var mode conf.Mode
 	cmd.Flag("mode", "The command the file is for: run or pipe.").Default("run").SetText(&mode)
-	handlers := cmd.Flag("handlers", "Also build each handler as streamd does at start on this machine: the exec command found, bearer_token_file and ca_file read, the proxy from the environment.").Bool()
+	handlers := cmd.Flag("handlers", "Also build each handler as streamd does at start on this machine: the exec command found, bearer_token_file and ca_file read, the proxy from the environment, NATS reached and a JetStream stream capturing the subject.").Bool()
 	return func(s stdio) int { return checkConfig(*path, mode, *handlers, s) }
 }
 
