@@ -78,18 +78,18 @@ func TestNATSHandlerPublish(t *testing.T) {
 		"Streamd-Attempt":                       "2",
 		"Nats-Msg-Id":                           "abc-4096",
 	}
-	if m.Subject != "orders.eu" || string(m.Data) != "hello" {
-		t.Errorf("message %q %q, want orders.eu hello", m.Subject, m.Data)
+	if m.Subject() != "orders.eu" || string(m.Data()) != "hello" {
+		t.Errorf("message %q %q, want orders.eu hello", m.Subject(), m.Data())
 	}
 	for name, value := range want {
-		if got, ok := m.Header[name]; !ok || len(got) != 1 || got[0] != value {
+		if got, ok := m.Headers()[name]; !ok || len(got) != 1 || got[0] != value {
 			t.Errorf("header %s = %q, want %q", name, got, value)
 		}
 	}
-	if len(m.Header) != len(want) {
-		t.Errorf("%d headers, want %d: %v", len(m.Header), len(want), m.Header)
+	if len(m.Headers()) != len(want) {
+		t.Errorf("%d headers, want %d: %v", len(m.Headers()), len(want), m.Headers())
 	}
-	if _, ok := msgs[1].Header["Nats-Msg-Id"]; ok {
+	if _, ok := msgs[1].Headers()["Nats-Msg-Id"]; ok {
 		t.Error("a delivery without a RecordID carries Nats-Msg-Id")
 	}
 }

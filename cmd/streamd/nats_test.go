@@ -2,14 +2,24 @@ package main
 
 import (
 	"bytes"
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
+	"maps"
+	"math/rand/v2"
+	"net/url"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/streamd/streamd/envelope"
 	"github.com/streamd/streamd/internal/natstest"
+	"github.com/streamd/streamd/streamfile"
 )
 
 // natsSub is a [[subscription]] named billing on key orders, with the TOML
@@ -58,4 +68,163 @@ func TestNATSNoStream(t *testing.T) {
 	if logged := strings.ReplaceAll(p.stderr.String(), `\"`, `"`); !strings.Contains(logged, want) {
 		t.Errorf("streamd run: stderr %q does not say %q", logged, want)
 	}
+}
+
+// natsRecords writes n records of key orders to path, with a record of
+// another key every tenth: envelopes with text, binary and numbered
+// headers, a plain payload every seventh, binary payloads of varied sizes.
+func natsRecords(t *testing.T, path string, n int) {
+	t.Helper()
+	w, err := streamfile.OpenWriter(path, streamfile.CreateOptions{
+		Create: true,
+		Header: streamfile.Header{FileName: filepath.Base(path), CreatedAtMs: uint64(time.Now().UnixMilli()), BeaconInterval: 1024},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	rng := rand.New(rand.NewPCG(1, 2))
+	var frames []streamfile.Frame
+	for i := range n {
+		payload := make([]byte, rng.IntN(300))
+		for j := range payload {
+			payload[j] = byte(rng.Uint32())
+		}
+		if i%7 != 0 {
+			payload = envelope.Encode(envelope.Headers{
+				{Name: "content-type", Value: []byte("application/octet-stream")},
+				{Name: "x-n", Value: strconv.AppendInt(nil, int64(i), 10)},
+				{Name: "bin", Value: payload[:min(len(payload), 5)]},
+				{Name: "we ird", Value: []byte(" spaced ")},
+			}, payload, false)
+		}
+		frames = append(frames, streamfile.Frame{Key: "orders", Shard: uint64(i % 3), TimestampMs: uint64(1700000000000 + i), Payload: payload})
+		if i%10 == 0 {
+			frames = append(frames, streamfile.Frame{Key: "audit", TimestampMs: uint64(1700000000000 + i), Payload: []byte("other")})
+		}
+		if len(frames) >= 500 {
+			if err := w.Publish(frames); err != nil {
+				t.Fatal(err)
+			}
+			frames = frames[:0]
+		}
+	}
+	if err := w.Publish(frames); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// natsHeaders returns the record headers of a forwarded message, decoded
+// from its Streamd-Header- and Streamd-Base64-Header- headers.
+func natsHeaders(t *testing.T, h nats.Header) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for name, values := range h {
+		if len(values) != 1 {
+			t.Fatalf("header %s has %d values", name, len(values))
+		}
+		if rest, ok := strings.CutPrefix(name, "Streamd-Header-"); ok {
+			out[unescapeName(t, rest)] = values[0]
+		} else if rest, ok := strings.CutPrefix(name, "Streamd-Base64-Header-"); ok {
+			v, err := base64.StdEncoding.DecodeString(values[0])
+			if err != nil {
+				t.Fatalf("header %s: %v", name, err)
+			}
+			out[unescapeName(t, rest)] = string(v)
+		}
+	}
+	return out
+}
+
+// unescapeName undoes the %XX escapes of a header name.
+func unescapeName(t *testing.T, s string) string {
+	t.Helper()
+	v, err := url.PathUnescape(s)
+	if err != nil {
+		t.Fatalf("header name %q: %v", s, err)
+	}
+	return v
+}
+
+// decodedRecord is a line of streamd decode --format=ndjson.
+type decodedRecord struct {
+	Key         string `json:"stream_key"`
+	Shard       uint64 `json:"shard_id"`
+	Seq         uint64 `json:"seq"`
+	TimestampMs uint64 `json:"timestamp_ms"`
+	Payload     []byte `json:"payload_b64"`
+}
+
+// decodeRecords runs streamd decode --format=ndjson on path and returns the
+// records of key.
+func decodeRecords(t *testing.T, path, key string) []decodedRecord {
+	t.Helper()
+	r := runBinary(t, nil, "decode", "--format=ndjson", path)
+	if r.code != 0 {
+		t.Fatalf("decode: %s", r.stderr)
+	}
+	var out []decodedRecord
+	for line := range strings.Lines(r.stdout) {
+		var d decodedRecord
+		if err := json.Unmarshal([]byte(line), &d); err != nil {
+			t.Fatalf("decode line %q: %v", line, err)
+		}
+		if d.Key == key {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// checkForwarded checks that the stream holds each record of want exactly
+// once and in order, with its headers, metadata and payload as decode
+// shows them.
+func checkForwarded(t *testing.T, msgs []jetstream.Msg, want []decodedRecord) {
+	t.Helper()
+	if len(msgs) != len(want) {
+		t.Fatalf("the stream holds %d messages, want %d", len(msgs), len(want))
+	}
+	for i, m := range msgs {
+		w := want[i]
+		headers, payload := envelope.Decode(w.Payload)
+		headers = headers.Clone()
+		headers.SetSequence(w.Seq)
+		wantHeaders := map[string]string{}
+		for _, e := range headers {
+			wantHeaders[e.Name] = string(e.Value)
+		}
+		meta := fmt.Sprintf("%s %s %s %s", m.Headers().Get("Streamd-Stream-Key"), m.Headers().Get("Streamd-Seq"), m.Headers().Get("Streamd-Shard"), m.Headers().Get("Streamd-Timestamp-Ms"))
+		wantMeta := fmt.Sprintf("%s %s %s %s", w.Key, strconv.FormatUint(w.Seq, 10), strconv.FormatUint(w.Shard, 10), strconv.FormatUint(w.TimestampMs, 10))
+		switch got := natsHeaders(t, m.Headers()); {
+		case m.Subject() != "orders.orders":
+			t.Fatalf("message %d: subject %q, want orders.orders", i, m.Subject())
+		case meta != wantMeta:
+			t.Fatalf("message %d: key, seq, shard and timestamp %q, want %q (out of order or missing)", i, meta, wantMeta)
+		case !maps.Equal(got, wantHeaders):
+			t.Fatalf("message %d (seq %d): headers %q, want %q", i, w.Seq, got, wantHeaders)
+		case !bytes.Equal(m.Data(), payload):
+			t.Fatalf("message %d (seq %d): payload %x, want %x", i, w.Seq, m.Data(), payload)
+		}
+	}
+}
+
+// TestNATSForward forwards 10,000 records with concurrency 1: the stream
+// holds each once, in file order, with its headers and payload as streamd
+// decode shows them.
+func TestNATSForward(t *testing.T) {
+	t.Parallel()
+	const n = 10000
+	srv := natstest.Start(t)
+	st := srv.AddStream(jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}})
+	e := newEnv(t, natsSub(srv.URL(), ""))
+	natsRecords(t, e.stream, n)
+	p := e.start()
+	eventually(t, 60*time.Second, "10,000 messages in the stream", func() bool {
+		info, err := st.Info(t.Context())
+		return err == nil && info.State.Msgs >= n
+	})
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("streamd exited %d", code)
+	}
+	checkForwarded(t, srv.Messages("ORDERS"), decodeRecords(t, e.stream, "orders"))
 }

@@ -94,7 +94,7 @@ func (s *Server) AddStream(cfg jetstream.StreamConfig) jetstream.Stream {
 }
 
 // Messages returns every message of the stream, in stream order.
-func (s *Server) Messages(stream string) []*jetstream.RawStreamMsg {
+func (s *Server) Messages(stream string) []jetstream.Msg {
 	s.t.Helper()
 	_, js := s.Connect()
 	ctx := context.Background()
@@ -106,13 +106,23 @@ func (s *Server) Messages(stream string) []*jetstream.RawStreamMsg {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	var msgs []*jetstream.RawStreamMsg
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
-		m, err := st.GetMsg(ctx, seq)
+	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	msgs := make([]jetstream.Msg, 0, info.State.Msgs)
+	for uint64(len(msgs)) < info.State.Msgs {
+		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
-			s.t.Fatalf("stream %s message %d: %v", stream, seq, err)
+			s.t.Fatalf("stream %s: fetching: %v", stream, err)
 		}
-		msgs = append(msgs, m)
+		n := len(msgs)
+		for m := range batch.Messages() {
+			msgs = append(msgs, m)
+		}
+		if err := batch.Error(); err != nil || len(msgs) == n {
+			s.t.Fatalf("stream %s: fetched %d of %d messages: %v", stream, len(msgs), info.State.Msgs, err)
+		}
 	}
 	return msgs
 }
