@@ -47,7 +47,8 @@ const natsMsgIDHeader = jetstream.MsgIDHeader
 //
 // One connection serves every delivery; with a subscription's concurrency
 // above 1, that many publishes wait for their acknowledgement at once.
-// The connection reconnects without end while the daemon runs. Close
+// The connection reconnects without end while the daemon runs; a publish
+// while it is disconnected fails at once. Close
 // drains nothing: it closes the connection.
 type natsHandler struct {
 	nc      *nats.Conn
@@ -70,6 +71,9 @@ func newNATSHandler(cfg conf.Handler, logger *slog.Logger) (*natsHandler, error)
 		nats.Name("streamd"),
 		nats.Timeout(h.timeout),
 		nats.MaxReconnects(-1),
+		// A publish while disconnected fails at once (a failed delivery,
+		// held) rather than waiting in a buffer for the timeout.
+		nats.ReconnectBufSize(-1),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
 				logger.Warn("disconnected from NATS; reconnecting", "err", err)
