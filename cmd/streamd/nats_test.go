@@ -358,3 +358,35 @@ func TestNATSKill9(t *testing.T) {
 	}
 	t.Logf("%d records, %d kills, %v duplicate acknowledgements counted", prod.count, kills, duplicates)
 }
+
+// TestReadmeNATS checks the README's nats configuration against a server
+// with the stream it says to create: check-config --handlers passes.
+func TestReadmeNATS(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	srv.AddStream(jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}, Duplicates: 2 * time.Minute})
+	var block string
+	for _, b := range readmeBlocks(t, "toml") {
+		if strings.Contains(b, `kind = "nats"`) {
+			block = b
+		}
+	}
+	if block == "" {
+		t.Fatal("README.md has no toml block with a nats handler")
+	}
+	var cfg strings.Builder
+	for line := range strings.Lines(block) {
+		switch {
+		case strings.HasPrefix(line, "url = "):
+			fmt.Fprintf(&cfg, "url = %q\n", srv.URL())
+		case strings.HasPrefix(line, "creds_file = "): // the server asks for no credentials
+		default:
+			cfg.WriteString(line)
+		}
+	}
+	e := newEnv(t, cfg.String())
+	var out, errOut bytes.Buffer
+	if code := run([]string{"check-config", "--handlers", "--config.file=" + e.config}, stdio{strings.NewReader(""), &out, &errOut}); code != exitOK {
+		t.Fatalf("check-config --handlers on the README's configuration: exit code %d: %s", code, errOut.String())
+	}
+}
