@@ -1,7 +1,7 @@
 // Package handler defines what a subscription hands each record to: a
 // [Handler] receives a [Delivery] and returns an [Outcome] (ack, drop,
 // retry, retry_after, or failed when it could not decide). It holds the
-// kinds a configuration names (http, exec, stdout, discard), built by
+// kinds a configuration names (http, exec, stdout, discard, nats), built by
 // [New]; programs that embed the daemon pass a [HandlerFunc]. Handlers know
 // nothing of subscriptions or files: the daemon settles their outcomes.
 package handler

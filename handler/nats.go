@@ -21,12 +21,17 @@ import (
 // already stored within the stream's duplicate window.
 const natsMsgIDHeader = jetstream.MsgIDHeader
 
+// natsMaxPending bounds the asynchronous publishes of one handler waiting
+// for their acknowledgement; the subscription's concurrency, at most 1024,
+// stays under it.
+const natsMaxPending = 4096
+
 // natsHandler publishes each record into a NATS JetStream stream and waits
 // for the stream's acknowledgement.
 //
 // The subject is the configured one, in which Load replaced {key} by the
-// subscription's stream key. The message body is the payload; its headers are
-// the record's headers, under the names and encoding the http handler uses
+// subscription's stream key. The message body is the payload; its headers
+// are the record's headers, under the names and encoding the http handler uses
 // (Streamd-Header-<name>, or Streamd-Base64-Header-<name> for a value that
 // is not plain text), the delivery's metadata (Streamd-Subscription,
 // Streamd-Stream-Key, Streamd-Seq, Streamd-Shard, Streamd-Timestamp-Ms,
@@ -48,8 +53,8 @@ const natsMsgIDHeader = jetstream.MsgIDHeader
 // One connection serves every delivery; with a subscription's concurrency
 // above 1, that many publishes wait for their acknowledgement at once.
 // The connection reconnects without end while the daemon runs; a publish
-// while it is disconnected fails at once. Close
-// drains nothing: it closes the connection.
+// while it is disconnected fails at once. Close drains nothing: it closes
+// the connection.
 type natsHandler struct {
 	nc      *nats.Conn
 	js      jetstream.JetStream
@@ -110,7 +115,7 @@ func newNATSHandler(cfg conf.Handler, logger *slog.Logger) (*natsHandler, error)
 		return nil, fmt.Errorf("connecting to %s: %w", cfg.URL, err)
 	}
 	h.nc = nc
-	if h.js, err = jetstream.New(nc); err == nil {
+	if h.js, err = jetstream.New(nc, jetstream.WithPublishAsyncTimeout(h.timeout), jetstream.WithPublishAsyncMaxPending(natsMaxPending)); err == nil {
 		err = h.checkStream()
 	}
 	if err != nil {
@@ -143,14 +148,23 @@ func (h *natsHandler) Close() error {
 	return nil
 }
 
-// Handle publishes d and waits for JetStream's acknowledgement.
+// Handle publishes d and waits for JetStream's acknowledgement. It
+// publishes asynchronously, as JetStream's own benchmark publisher does:
+// the acknowledgements of the deliveries in flight (the subscription's
+// concurrency) come back on one reply subscription, timed out by the
+// client after the handler's timeout.
 func (h *natsHandler) Handle(ctx context.Context, d *Delivery) Outcome {
 	msg := &nats.Msg{Subject: h.subject, Data: d.Payload, Header: natsHeader(d)}
-	pctx, cancel := context.WithTimeout(ctx, h.timeout)
-	defer cancel()
-	ack, err := h.js.PublishMsg(pctx, msg)
-	if err == nil {
+	f, err := h.js.PublishMsgAsync(msg)
+	if err != nil {
+		return h.failure(ctx, d, err)
+	}
+	select {
+	case ack := <-f.Ok():
 		return Outcome{Kind: OutcomeAck, Duplicate: ack.Duplicate}
+	case err = <-f.Err():
+	case <-ctx.Done():
+		err = ctx.Err()
 	}
 	return h.failure(ctx, d, err)
 }
@@ -165,7 +179,7 @@ func (h *natsHandler) failure(ctx context.Context, d *Delivery, err error) Outco
 		h.logger.Error("dropping a record too large for NATS: raise the server's max_payload or the stream's max_msg_size to forward such records",
 			"subject", h.subject, "seq", d.Seq, "bytes", len(d.Payload), "err", err)
 		return Outcome{Kind: OutcomeDrop}
-	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
+	case errors.Is(err, jetstream.ErrAsyncPublishTimeout) || errors.Is(err, nats.ErrTimeout):
 		return Failed(FailureTimeout, fmt.Errorf("nats: no acknowledgement from JetStream within %s", h.timeout))
 	case isAPI:
 		return Failed(FailureOther, fmt.Errorf("nats: JetStream refused the message: %w", err))
