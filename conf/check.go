@@ -164,10 +164,11 @@ func (l *loader) checkSubscription(p keyPath, s *Subscription, streams, names ma
 		l.positive(q, s.MaxRetryAfter)
 	}
 	l.oneOf(p.k("log_unsupported"), s.LogUnsupported, "first", "every")
-	l.checkHandler(p.k("handler"), &s.Handler)
+	l.checkHandler(p.k("handler"), &s.Handler, s.Key)
 }
 
-func (l *loader) checkHandler(p keyPath, h *Handler) {
+// checkHandler checks the handler of the subscription that reads key.
+func (l *loader) checkHandler(p keyPath, h *Handler, key string) {
 	var kinds []string
 	var options []string
 	known := false
@@ -204,7 +205,74 @@ func (l *loader) checkHandler(p keyPath, h *Handler) {
 		l.checkExec(p, h)
 	case HandlerStdout:
 		l.oneOf(p.k("format"), h.Format, "log", "ndjson")
+	case HandlerNATS:
+		l.checkNATS(p, h, key)
 	}
+}
+
+// checkNATS checks a nats handler and replaces {key} in its subject.
+func (l *loader) checkNATS(p keyPath, h *Handler, key string) {
+	if q := p.k("url"); !l.has(q) {
+		l.errorf(q, "required: the NATS server, as in nats://127.0.0.1:4222, or several separated by commas")
+	} else {
+		for _, s := range strings.Split(h.URL, ",") {
+			s = strings.TrimSpace(s)
+			u, err := url.Parse(s)
+			switch {
+			case err != nil:
+				l.errorf(q, "not a URL: %v", errors.Unwrap(err))
+			case !slices.Contains([]string{"nats", "tls", "ws", "wss"}, u.Scheme) || u.Host == "":
+				l.errorf(q, "%q: use a nats://host:port URL (or tls://, ws://, wss://)", s)
+			case u.User != nil:
+				l.errorf(q, "%q holds credentials: the configuration holds no secrets; use creds_file, nkey_file or user and password_file", u.Redacted())
+			}
+		}
+	}
+	if q := p.k("subject"); !l.has(q) {
+		l.errorf(q, `required: the subject records are published to, in which {key} is the stream key, as in "orders.{key}"`)
+	} else if subject := strings.ReplaceAll(h.Subject, "{key}", key); !validSubject(subject) {
+		l.errorf(q, "%q makes the subject %q, which is not a NATS subject to publish to: use tokens of printable characters without spaces, * or >, separated by single dots", h.Subject, subject)
+	} else {
+		h.Subject = subject
+	}
+	l.positive(p.k("timeout"), h.Timeout)
+	var auth []string
+	for _, name := range []string{"creds_file", "nkey_file", "user"} {
+		if l.has(p.k(name)) {
+			auth = append(auth, name)
+		}
+	}
+	if len(auth) > 1 {
+		l.errorf(p.k(auth[1]), "set only one of creds_file, nkey_file and user (with password_file)")
+	}
+	if l.has(p.k("user")) != l.has(p.k("password_file")) {
+		l.errorf(p.k("password_file"), "user and password_file go together")
+	}
+	if l.has(p.k("cert_file")) != l.has(p.k("key_file")) {
+		l.errorf(p.k("key_file"), "cert_file and key_file go together: the client certificate and its key")
+	}
+	for name, path := range map[string]*string{"creds_file": &h.CredsFile, "nkey_file": &h.NkeyFile, "password_file": &h.PasswordFile, "ca_file": &h.CAFile, "cert_file": &h.CertFile, "key_file": &h.KeyFile} {
+		if q := p.k(name); l.has(q) {
+			*path = l.filePath(q, *path)
+		}
+	}
+}
+
+// validSubject reports whether s is a NATS subject a message can be
+// published to: dot-separated tokens, none empty, of printable ASCII
+// without spaces and without the wildcards * and >.
+func validSubject(s string) bool {
+	for _, token := range strings.Split(s, ".") {
+		if token == "" {
+			return false
+		}
+		for i := 0; i < len(token); i++ {
+			if c := token[i]; c <= ' ' || c >= 0x7f || c == '*' || c == '>' {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func (l *loader) checkHTTP(p keyPath, h *Handler) {

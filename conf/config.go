@@ -178,27 +178,47 @@ const (
 	HandlerExec    = "exec"    // run a command per record, payload on stdin
 	HandlerStdout  = "stdout"  // print each record (ModeRun only: a pipe's stdout carries data)
 	HandlerDiscard = "discard" // acknowledge each record and do nothing
+	HandlerNATS    = "nats"    // publish each record into a NATS JetStream stream
 )
 
 // Handler is a subscription's [subscription.handler] table. Which
 // options apply depends on Kind; setting another kind's option is an error.
 type Handler struct {
-	// Kind is http, exec, stdout or discard.
+	// Kind is http, exec, stdout, discard or nats.
 	Kind string `toml:"kind"`
 
 	// URL is where http POSTs: http:// or https://, without credentials.
+	// For nats, the server or servers to connect to, comma-separated:
+	// nats://, tls://, ws:// or wss://, without credentials.
 	URL string `toml:"url"`
-	// Timeout bounds one delivery (http and exec). Default 5s for http,
-	// 30s for exec.
+	// Timeout bounds one delivery (http, exec and nats). Default 5s for
+	// http and nats, 30s for exec.
 	Timeout Duration `toml:"timeout"`
 	// Headers are added to each http request. Authorization is not allowed
 	// here: the configuration holds no secrets.
 	Headers map[string]string `toml:"headers"`
 	// BearerTokenFile holds the token sent as Authorization: Bearer (http).
 	BearerTokenFile string `toml:"bearer_token_file"`
-	// CAFile holds the PEM certificates that verify an https server,
-	// instead of the system's.
+	// CAFile holds the PEM certificates that verify an https server (or
+	// a NATS server over TLS), instead of the system's.
 	CAFile string `toml:"ca_file"`
+
+	// Subject is where nats publishes: a NATS subject in which {key} is
+	// replaced by the stream key, as in "orders.{key}". Load replaces it
+	// (a subscription reads one key); a configuration built in Go must.
+	Subject string `toml:"subject"`
+	// CredsFile is a NATS credentials file (a user JWT and its seed).
+	CredsFile string `toml:"creds_file"`
+	// NkeyFile holds a NATS user's nkey seed.
+	NkeyFile string `toml:"nkey_file"`
+	// User and PasswordFile are a NATS user and the file holding its
+	// password.
+	User         string `toml:"user"`
+	PasswordFile string `toml:"password_file"`
+	// CertFile and KeyFile are the client certificate and its key that
+	// nats presents to a server that asks for one.
+	CertFile string `toml:"cert_file"`
+	KeyFile  string `toml:"key_file"`
 
 	// Command is the argv exec runs: a program found in $PATH, or a path.
 	Command []string `toml:"command"`
@@ -220,6 +240,7 @@ var handlerKinds = []struct {
 	{HandlerExec, []string{"command", "timeout", "env"}},
 	{HandlerStdout, []string{"format"}},
 	{HandlerDiscard, nil},
+	{HandlerNATS, []string{"url", "subject", "timeout", "creds_file", "nkey_file", "user", "password_file", "ca_file", "cert_file", "key_file"}},
 }
 
 // Defaults.
@@ -241,6 +262,7 @@ const DefaultMaxRetryAfter = Duration(24 * time.Hour)
 const (
 	DefaultHTTPTimeout = Duration(5 * time.Second)
 	DefaultExecTimeout = Duration(30 * time.Second)
+	DefaultNATSTimeout = Duration(5 * time.Second)
 )
 
 func defaultBackoff() []Duration {

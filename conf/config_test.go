@@ -38,7 +38,7 @@ F:11: subscription[0].backoff[2]: must be positive, not -1m0s`},
 		{"exec-no-command", ModeRun, `F:11: subscription[0].handler.command: required: the program and its arguments, as in ["/usr/local/bin/handle", "--json"]`},
 		{"handler-foreign-option", ModeRun, `F:14: subscription[0].handler.command: not an option of the http handler, which takes url, timeout, headers, bearer_token_file and ca_file
 F:15: subscription[0].handler.format: not an option of the http handler, which takes url, timeout, headers, bearer_token_file and ca_file`},
-		{"handler-kind", ModeRun, `F:12: subscription[0].handler.kind: unknown handler kind "kafka": use http, exec, stdout or discard`},
+		{"handler-kind", ModeRun, `F:12: subscription[0].handler.kind: unknown handler kind "kafka": use http, exec, stdout, discard or nats`},
 		{"http-no-url", ModeRun, `F:11: subscription[0].handler.url: required: the http:// or https:// URL records are POSTed to`},
 		{"http-headers", ModeRun, `F:13: subscription[0].handler.url: "http://billing.example/orders?tenant=a b": the query holds a space, a control character or a byte beyond ASCII; percent-encode it
 F:14: subscription[0].handler.headers.Content-Length: Content-Length is written by streamd's HTTP transport
@@ -48,6 +48,14 @@ F:14: subscription[0].handler.headers.user-agent: the same header as "User-Agent
 		{"http-secrets", ModeRun, `F:13: subscription[0].handler.url: "https://bob:xxxxx@billing.example/orders" holds credentials: the configuration holds no secrets; put a token in bearer_token_file
 F:15: subscription[0].handler.headers."Bad Name": "Bad Name" is not an HTTP header name
 F:15: subscription[0].handler.headers.Authorization: the configuration holds no secrets: put the token in bearer_token_file`},
+		{"nats", ModeRun, `F:11: subscription[0].handler.key_file: cert_file and key_file go together: the client certificate and its key
+F:11: subscription[0].handler.password_file: user and password_file go together
+F:13: subscription[0].handler.url: "http://b.example": use a nats://host:port URL (or tls://, ws://, wss://)
+F:13: subscription[0].handler.url: "nats://bob:xxxxx@c.example" holds credentials: the configuration holds no secrets; use creds_file, nkey_file or user and password_file
+F:14: subscription[0].handler.subject: "orders.{key}" makes the subject "orders.eu..west", which is not a NATS subject to publish to: use tokens of printable characters without spaces, * or >, separated by single dots
+F:16: subscription[0].handler.user: set only one of creds_file, nkey_file and user (with password_file)
+F:23: subscription[1].handler.url: required: the NATS server, as in nats://127.0.0.1:4222, or several separated by commas
+F:25: subscription[1].handler.subject: "ship.*" makes the subject "ship.*", which is not a NATS subject to publish to: use tokens of printable characters without spaces, * or >, separated by single dots`},
 		{"inline-array", ModeRun, `F:6: subscription[1].handler.url: not an option of the discard handler, which takes no options`},
 		{"key-chars", ModeRun, `F:10: subscription[0].key: stream key "a b" has character ' ' at byte 1; allowed are A-Z a-z 0-9 . _ -`},
 		{"key-empty", ModeRun, `F:10: subscription[0].key: stream key must be non-empty`},
@@ -111,7 +119,7 @@ F:10: subscription[0].name: required: the subscription's name
 F:11: subscription[0].stream: no [[stream]] is named "orders"
 F:15: subscription[1].key: required: the stream key to read
 F:16: subscription[1].name: subscription name "billing/eu": use 1 to 64 characters of A-Z a-z 0-9 . _ -
-F:20: subscription[2].handler.kind: required: use http, exec, stdout or discard
+F:20: subscription[2].handler.kind: required: use http, exec, stdout, discard or nats
 F:20: subscription[2].stream: required: the name of the [[stream]] to read`},
 		{"stream-path", ModeRun, `F:9: stream[1].path: /var/lib/seastreamer/orders.ss is also the file of stream[0]
 F:11: stream[2].path: required: the stream file

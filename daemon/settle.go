@@ -215,6 +215,9 @@ func (s *settler) settle(ctx context.Context, d *handler.Delivery, o handler.Out
 	switch o.Kind {
 	case handler.OutcomeAck:
 		m.HandlerRecords[metrics.OutcomeAck].Inc()
+		if o.Duplicate {
+			m.DuplicateAcks.Inc()
+		}
 		s.unsupported.report(opAck, d)
 		m.Unsupported[metrics.OperationAck].Inc()
 		return nil

@@ -3,6 +3,8 @@ package daemon
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -39,6 +41,9 @@ type subscription struct {
 
 	seqHeader [1]envelope.Header // the headers of a plain record
 	seqValue  [20]byte
+
+	idFile   streamfile.Identity // the file idPrefix is of
+	idPrefix string
 }
 
 // job is one record handed to a worker when concurrency is above 1.
@@ -151,6 +156,7 @@ func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job, errc <-c
 		*d = handler.Delivery{
 			Subscription: s.cfg.Name, Key: rec.Key, Shard: rec.Shard, Seq: rec.Seq, TimestampMs: rec.TimestampMs,
 			Headers: headers, Payload: payload, Attempt: envelope.RetryCount(headers) + 1,
+			RecordID: s.recordID(rec.Offset),
 		}
 		if s.cfg.Concurrency <= 1 {
 			if err := s.deliver(ctx, hctx, d, ticket, rec.Offset, 0); err != nil {
@@ -169,6 +175,20 @@ func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job, errc <-c
 			return nil
 		}
 	}
+}
+
+// recordID returns the identity of the record at offset in s.file: a hash
+// of the file's identity (device, inode, and the header's creation time and
+// file name), a dash, and the offset in decimal. It stays the same when the
+// record is read again after a restart; a copy of the record, written at
+// another offset, gets another.
+func (s *subscription) recordID(offset int64) string {
+	if s.idPrefix == "" || s.idFile != s.file {
+		sum := sha256.New()
+		fmt.Fprintf(sum, "%d\x00%d\x00%d\x00%s", s.file.Dev, s.file.Ino, s.file.CreatedAtMs, s.file.FileName)
+		s.idFile, s.idPrefix = s.file, hex.EncodeToString(sum.Sum(nil)[:12])+"-"
+	}
+	return s.idPrefix + strconv.FormatInt(offset, 10)
 }
 
 // foreign reports whether a record is a retry copy made by another

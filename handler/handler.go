@@ -1,7 +1,7 @@
 // Package handler defines what a subscription hands each record to: a
 // [Handler] receives a [Delivery] and returns an [Outcome] (ack, drop,
 // retry, retry_after, or failed when it could not decide). It holds the
-// kinds a configuration names (http, exec, stdout, discard), built by
+// kinds a configuration names (http, exec, stdout, discard, nats), built by
 // [New]; programs that embed the daemon pass a [HandlerFunc]. Handlers know
 // nothing of subscriptions or files: the daemon settles their outcomes.
 package handler
@@ -57,6 +57,10 @@ type Outcome struct {
 	// Failure classifies an OutcomeFailed, and Err says what failed.
 	Failure Failure
 	Err     error
+	// Duplicate marks an ack of a record the destination already held
+	// (a JetStream duplicate acknowledgement): it was forwarded before a
+	// crash or restart and is not stored twice.
+	Duplicate bool
 }
 
 // Failure is why a delivery failed: the reason label of
@@ -118,6 +122,11 @@ type Delivery struct {
 	// Attempt is 1 for the first delivery, and one more than the
 	// x-ruststream-retry-count header of a copy.
 	Attempt uint64
+	// RecordID identifies the record for good: its file's identity and its
+	// offset there, so that a record read again after a restart has the
+	// same one and a copy of it another. "" in a pipe stage, whose
+	// records have no file.
+	RecordID string
 }
 
 // deliveryMeta is the metadata of a delivery that the exec and http

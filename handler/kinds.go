@@ -12,14 +12,16 @@ import (
 )
 
 // New builds the handler a subscription's [subscription.handler]
-// table configures: http, exec, stdout (which writes to stdout) or discard.
+// table configures: http, exec, stdout (which writes to stdout), discard
+// or nats.
 // cfg is expected to have passed the configuration checks and to carry its
 // defaults; what can only fail now (reading bearer_token_file or ca_file,
-// finding the exec program) is an error that names the kind and the option.
+// finding the exec program, connecting to NATS and finding the stream that
+// captures the subject) is an error that names the kind and the option.
 // A nil logger discards.
 //
-// Construction starts no goroutines. A handler that holds resources (the
-// http handler's idle connections) implements [io.Closer]; the caller
+// Construction starts no goroutines, except the nats handler's connection. A handler that holds resources (the
+// http handler's idle connections, the nats handler's connection) implements [io.Closer]; the caller
 // closes it, once no Handle call is running, when it implements it.
 func New(cfg conf.Handler, stdout io.Writer, logger *slog.Logger) (Handler, error) {
 	if logger == nil {
@@ -39,8 +41,10 @@ func New(cfg conf.Handler, stdout io.Writer, logger *slog.Logger) (Handler, erro
 		h, err = newStdoutHandler(cfg, stdout)
 	case conf.HandlerDiscard:
 		h = discardHandler{}
+	case conf.HandlerNATS:
+		h, err = newNATSHandler(cfg, logger)
 	default:
-		return nil, fmt.Errorf("unknown handler kind %q: use %s, %s, %s or %s", cfg.Kind, conf.HandlerHTTP, conf.HandlerExec, conf.HandlerStdout, conf.HandlerDiscard)
+		return nil, fmt.Errorf("unknown handler kind %q: use %s, %s, %s, %s or %s", cfg.Kind, conf.HandlerHTTP, conf.HandlerExec, conf.HandlerStdout, conf.HandlerDiscard, conf.HandlerNATS)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s handler: %w", cfg.Kind, err)
@@ -51,7 +55,8 @@ func New(cfg conf.Handler, stdout io.Writer, logger *slog.Logger) (Handler, erro
 // Check builds the handler of each subscription of cfg, as run and
 // pipe do at start, and closes it again: the checks that depend on the
 // machine rather than the file (an exec command found and executable,
-// bearer_token_file and ca_file readable, the proxy the environment names).
+// bearer_token_file and ca_file readable, the proxy the environment names,
+// the NATS servers reachable and a JetStream stream capturing the subject).
 // It starts nothing and writes nothing.
 func Check(cfg *conf.Config) error {
 	var errs []error

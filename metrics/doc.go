@@ -86,6 +86,7 @@
 //	| streamd_rejects_total                                | counter   | subscription                 | deliveries rejected at the retry cap with no dead-letter key               |
 //	| streamd_copy_errors_total                            | counter   | subscription                 | retry or dead-letter copies that could not be written                      |
 //	| streamd_handler_failed_deliveries_total              | counter   | subscription, reason         | deliveries that failed and were tried again in place, by handler reason    |
+//	| streamd_handler_duplicate_acks_total                 | counter   | subscription                 | acks of records the destination already held (JetStream duplicates)       |
 //	| streamd_subscription_held                            | gauge     | subscription                 | 1 while a failed delivery is held and tried again in place                 |
 //	| streamd_subscription_records_in_flight               | gauge     | subscription                 | records handed to the handler and not settled yet                          |
 //	| streamd_subscription_oldest_unsettled_age_seconds    | gauge     | subscription                 | age of the oldest of them, 0 when there is none                            |

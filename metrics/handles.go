@@ -87,6 +87,8 @@ type SubscriptionMetrics struct {
 	Rejects prometheus.Counter
 	// CopyErrors is streamd_copy_errors_total.
 	CopyErrors prometheus.Counter
+	// DuplicateAcks is streamd_handler_duplicate_acks_total.
+	DuplicateAcks prometheus.Counter
 	// Held is streamd_subscription_held: 1 while a failed delivery is held.
 	Held prometheus.Gauge
 	// InFlight is streamd_subscription_records_in_flight.
@@ -147,6 +149,7 @@ func (m *Metrics) Subscription(name, stream string) *SubscriptionMetrics {
 		DeadLetters:         m.deadLetters.WithLabelValues(name),
 		Rejects:             m.rejects.WithLabelValues(name),
 		CopyErrors:          m.copyErrors.WithLabelValues(name),
+		DuplicateAcks:       m.duplicateAcks.WithLabelValues(name),
 		Held:                m.held.WithLabelValues(name),
 		InFlight:            m.inFlight.WithLabelValues(name),
 		OldestUnsettledAge:  m.oldestAge.WithLabelValues(name),

@@ -83,6 +83,7 @@ type Metrics struct {
 	deadLetters      *prometheus.CounterVec
 	rejects          *prometheus.CounterVec
 	copyErrors       *prometheus.CounterVec
+	duplicateAcks    *prometheus.CounterVec
 	failed           *prometheus.CounterVec
 	held             *prometheus.GaugeVec
 	inFlight         *prometheus.GaugeVec
@@ -184,6 +185,10 @@ func New(reg prometheus.Registerer, build BuildInfo) *Metrics {
 			Namespace: namespace, Name: "copy_errors_total",
 			Help: "Retry or dead-letter copies that could not be written.",
 		}, subLabels),
+		duplicateAcks: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "handler_duplicate_acks_total",
+			Help: "Acknowledgements of records the destination already held (JetStream duplicates), counted in the acks too.",
+		}, subLabels),
 		failed: f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "handler_failed_deliveries_total",
 			Help: "Deliveries that failed (the handler could not decide) and were tried again in place, by reason.",
@@ -246,6 +251,7 @@ func New(reg prometheus.Registerer, build BuildInfo) *Metrics {
 		m.handlerRecords.MetricVec, m.unsupported.MetricVec, m.handlerDuration.MetricVec,
 		m.retriesScheduled.MetricVec, m.retriesAppended.MetricVec,
 		m.deadLetters.MetricVec, m.rejects.MetricVec, m.copyErrors.MetricVec, m.failed.MetricVec,
+		m.duplicateAcks.MetricVec,
 		m.held.MetricVec, m.inFlight.MetricVec, m.oldestAge.MetricVec, m.up.MetricVec,
 	}
 	m.retriesPending = f.NewGaugeFunc(prometheus.GaugeOpts{

@@ -171,6 +171,7 @@ func TestPreinitialised(t *testing.T) {
 		{"streamd_dead_letters_total", 1},
 		{"streamd_rejects_total", 1},
 		{"streamd_copy_errors_total", 1},
+		{"streamd_handler_duplicate_acks_total", 1},
 		{"streamd_handler_failed_deliveries_total", 1},
 		{"streamd_subscription_held", 1},
 		{"streamd_subscription_records_in_flight", 1},
@@ -234,6 +235,7 @@ func TestHandleFields(t *testing.T) {
 		{"DeadLetters", sub.DeadLetters.Inc, m.deadLetters.WithLabelValues("billing")},
 		{"Rejects", sub.Rejects.Inc, m.rejects.WithLabelValues("billing")},
 		{"CopyErrors", sub.CopyErrors.Inc, m.copyErrors.WithLabelValues("billing")},
+		{"DuplicateAcks", sub.DuplicateAcks.Inc, m.duplicateAcks.WithLabelValues("billing")},
 		{"SetHealthy", func() { sub.SetHealthy(true, "") }, m.up.WithLabelValues("billing")},
 	}
 	for r := range numReasons {

@@ -141,7 +141,7 @@ func checkConfigCommand(app *kingpin.Application) action {
 	var c checkOptions
 	cmd.Flag("config.file", "Configuration file to check.").Default(conf.DefaultFile()).StringVar(&c.path)
 	cmd.Flag("mode", "The command the file is for: run or pipe.").Default("run").SetText(&c.mode)
-	cmd.Flag("handlers", "Also build each handler as streamd does at start on this machine: the exec command found, bearer_token_file and ca_file read, the proxy from the environment.").BoolVar(&c.handlers)
+	cmd.Flag("handlers", "Also build each handler as streamd does at start on this machine: the exec command found, bearer_token_file and ca_file read, the proxy from the environment, NATS reached and a JetStream stream capturing the subject.").BoolVar(&c.handlers)
 	cmd.Flag("files", "Check the state directory and each stream file as streamd run opens them (--no-files: the file alone, as on another machine).").Default("true").BoolVar(&c.files)
 	cmd.Flag("user", "Judge access to the stream files and the state directory for this user (the unit's User=) instead of the one running the check.").PlaceHolder("NAME").StringVar(&c.user)
 	return func(s stdio) int { return checkConfig(c, s) }

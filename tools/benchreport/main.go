@@ -206,9 +206,9 @@ func belowMB(mb float64) func(float64) bool {
 func m(bench, unit string) metric   { return metric{bench: bench, unit: unit} }
 func opm(bench, unit string) metric { return metric{bench: bench, unit: unit, optional: true} }
 
-// goals are every measurable goal of the acceptance lists of issues 2 to 8,
-// and the figures they ask to see, in the order of the issues. A goal whose
-// benchmark did not run stays in the report, marked notMeasured.
+// goals are every measurable goal of the acceptance lists of issues 2 to 8
+// and 20, and the figures they ask to see, in the order of the issues. A
+// goal whose benchmark did not run stays in the report, marked notMeasured.
 func goals() []goal {
 	const (
 		dec = "BenchmarkDecode/payload="
@@ -336,6 +336,14 @@ func goals() []goal {
 			{issue: "#6 item 5", what: "streamd pipe, same run, lines per second of the stage's own CPU time (less disturbed by other load)",
 				from:  []metric{m("BenchmarkPipeDiscard", "lines/cpu-s")},
 				value: one("%.0f lines/CPU-s")},
+			// Issue 20: forwarding into NATS JetStream (cmd/streamd/nats_bench_test.go).
+			{issue: "#20 item 5", what: "streamd run, replay 1 000 000 × 512 B into a file-storage JetStream stream (nats handler, concurrency 512, the server in the benchmark's process), vs nats bench js pub async on the same server, same size, no headers, no message id",
+				from:  []metric{m("BenchmarkRunNATS", "x-nats-bench"), m("BenchmarkRunNATS", "records/s"), m("BenchmarkRunNATS", "nats-bench-msgs/s")},
+				value: one("%.2f×", " (streamd %.0f records/s", ", nats bench %.0f msgs/s)"),
+				met:   atLeast(0.8), target: "≥ 0.8× nats bench's rate"},
+			{issue: "#20 item 5", what: "the same, with nats bench publishing messages like streamd's: a Nats-Msg-Id on each (checked against the duplicate window) and the same metadata headers",
+				from:  []metric{m("BenchmarkRunNATS", "x-nats-bench-same"), m("BenchmarkRunNATS", "nats-bench-same-msgs/s")},
+				value: one("%.2f×", " (nats bench %.0f msgs/s)")},
 		})
 }
 

@@ -1,0 +1,210 @@
+package handler
+
+import (
+	"cmp"
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/streamd/streamd/conf"
+)
+
+// natsMsgIDHeader is the header JetStream reads to drop a message it has
+// already stored within the stream's duplicate window.
+const natsMsgIDHeader = jetstream.MsgIDHeader
+
+// natsMaxPending bounds the asynchronous publishes of one handler waiting
+// for their acknowledgement; the subscription's concurrency, at most 1024,
+// stays under it.
+const natsMaxPending = 4096
+
+// natsHandler publishes each record into a NATS JetStream stream and waits
+// for the stream's acknowledgement.
+//
+// The subject is the configured one, in which Load replaced {key} by the
+// subscription's stream key. The message body is the payload; its headers
+// are the record's headers, under the names and encoding the http handler uses
+// (Streamd-Header-<name>, or Streamd-Base64-Header-<name> for a value that
+// is not plain text), the delivery's metadata (Streamd-Subscription,
+// Streamd-Stream-Key, Streamd-Seq, Streamd-Shard, Streamd-Timestamp-Ms,
+// Streamd-Attempt), and Nats-Msg-Id, the record's identity in its file
+// ([Delivery.RecordID]), which lets JetStream drop a record published again
+// after a crash. A delivery without a RecordID (a pipe stage's) is
+// published without Nats-Msg-Id: at least once.
+//
+// The outcome:
+//
+//	PubAck                                     ack
+//	PubAck with duplicate                      ack, marked Duplicate
+//	larger than the server's max_payload       drop, logged
+//	  or the stream's max_msg_size
+//	no responders, timeout, disconnected,      failed (held in place)
+//	  another refusal (the stream's limits)
+//	ctx ended (shutdown)                       failed (cancelled)
+//
+// One connection serves every delivery; with a subscription's concurrency
+// above 1, that many publishes wait for their acknowledgement at once.
+// The connection reconnects without end while the daemon runs; a publish
+// while it is disconnected fails at once. Close drains nothing: it closes
+// the connection.
+type natsHandler struct {
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	subject string
+	timeout time.Duration
+	logger  *slog.Logger
+}
+
+func newNATSHandler(cfg conf.Handler, logger *slog.Logger) (*natsHandler, error) {
+	if strings.Contains(cfg.Subject, "{key}") {
+		return nil, fmt.Errorf("subject %q: replace {key} by the subscription's stream key, as loading a configuration file does", cfg.Subject)
+	}
+	h := &natsHandler{
+		subject: cfg.Subject,
+		timeout: time.Duration(cmp.Or(cfg.Timeout, conf.DefaultNATSTimeout)),
+		logger:  logger,
+	}
+	opts := []nats.Option{
+		nats.Name("streamd"),
+		nats.Timeout(h.timeout),
+		nats.MaxReconnects(-1),
+		// A publish while disconnected fails at once (a failed delivery,
+		// held) rather than waiting in a buffer for the timeout.
+		nats.ReconnectBufSize(-1),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				logger.Warn("disconnected from NATS; reconnecting", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			logger.Info("reconnected to NATS", "server", nc.ConnectedUrlRedacted())
+		}),
+	}
+	switch {
+	case cfg.CredsFile != "":
+		opts = append(opts, nats.UserCredentials(cfg.CredsFile))
+	case cfg.NkeyFile != "":
+		o, err := nats.NkeyOptionFromSeed(cfg.NkeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("nkey_file: %w", err)
+		}
+		opts = append(opts, o)
+	case cfg.User != "":
+		password, err := os.ReadFile(cfg.PasswordFile)
+		if err != nil {
+			return nil, fmt.Errorf("password_file: %w", err)
+		}
+		opts = append(opts, nats.UserInfo(cfg.User, strings.TrimRight(string(password), "\r\n")))
+	}
+	if cfg.CAFile != "" {
+		opts = append(opts, nats.RootCAs(cfg.CAFile))
+	}
+	if cfg.CertFile != "" {
+		opts = append(opts, nats.ClientCert(cfg.CertFile, cfg.KeyFile))
+	}
+	nc, err := nats.Connect(cfg.URL, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to %s: %w", cfg.URL, err)
+	}
+	h.nc = nc
+	if h.js, err = jetstream.New(nc, jetstream.WithPublishAsyncTimeout(h.timeout), jetstream.WithPublishAsyncMaxPending(natsMaxPending)); err == nil {
+		err = h.checkStream()
+	}
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return h, nil
+}
+
+// checkStream checks that a JetStream stream captures the subject, and
+// logs which.
+func (h *natsHandler) checkStream() error {
+	subject := h.subject
+	ctx, cancel := context.WithTimeout(context.Background(), h.timeout)
+	defer cancel()
+	name, err := h.js.StreamNameBySubject(ctx, subject)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return fmt.Errorf("subject %q: no JetStream stream captures it; create one whose subjects match it (nats stream add --subjects %q), or change subject", subject, subject)
+	case err != nil:
+		return fmt.Errorf("subject %q: looking up the JetStream stream that captures it: %w", subject, err)
+	}
+	h.logger.Info("forwarding into JetStream", "subject", subject, "stream", name, "server", h.nc.ConnectedUrlRedacted())
+	return nil
+}
+
+// Close closes the connection.
+func (h *natsHandler) Close() error {
+	h.nc.Close()
+	return nil
+}
+
+// Handle publishes d and waits for JetStream's acknowledgement. It
+// publishes asynchronously, as JetStream's own benchmark publisher does:
+// the acknowledgements of the deliveries in flight (the subscription's
+// concurrency) come back on one reply subscription, timed out by the
+// client after the handler's timeout.
+func (h *natsHandler) Handle(ctx context.Context, d *Delivery) Outcome {
+	msg := &nats.Msg{Subject: h.subject, Data: d.Payload, Header: natsHeader(d)}
+	f, err := h.js.PublishMsgAsync(msg)
+	if err != nil {
+		return h.failure(ctx, d, err)
+	}
+	select {
+	case ack := <-f.Ok():
+		return Outcome{Kind: OutcomeAck, Duplicate: ack.Duplicate}
+	case err = <-f.Err():
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	return h.failure(ctx, d, err)
+}
+
+// failure maps a publish error to an outcome.
+func (h *natsHandler) failure(ctx context.Context, d *Delivery, err error) Outcome {
+	apiErr, isAPI := errors.AsType[*jetstream.APIError](err)
+	switch {
+	case ctx.Err() != nil:
+		return Failed(FailureCanceled, fmt.Errorf("nats: cancelled: %w", context.Cause(ctx)))
+	case errors.Is(err, nats.ErrMaxPayload) || isAPI && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum:
+		h.logger.Error("dropping a record too large for NATS: raise the server's max_payload or the stream's max_msg_size to forward such records",
+			"subject", h.subject, "seq", d.Seq, "bytes", len(d.Payload), "err", err)
+		return Outcome{Kind: OutcomeDrop}
+	case errors.Is(err, jetstream.ErrAsyncPublishTimeout) || errors.Is(err, nats.ErrTimeout):
+		return Failed(FailureTimeout, fmt.Errorf("nats: no acknowledgement from JetStream within %s", h.timeout))
+	case isAPI:
+		return Failed(FailureOther, fmt.Errorf("nats: JetStream refused the message: %w", err))
+	}
+	return Failed(FailureUnreachable, fmt.Errorf("nats: %w", err))
+}
+
+// natsHeader returns the NATS headers of d.
+func natsHeader(d *Delivery) nats.Header {
+	h := make(nats.Header, len(d.Headers)+len(deliveryMeta)+1)
+	var b []byte
+	for _, e := range d.Headers {
+		name := escapeHeaderName(e.Name)
+		if httpTextValue(e.Value) {
+			h[httpRecordHeaderPrefix+name] = []string{string(e.Value)}
+		} else {
+			h[httpBase64RecordHeaderPrefix+name] = []string{base64.StdEncoding.EncodeToString(e.Value)}
+		}
+	}
+	for _, m := range deliveryMeta {
+		b = m.appendValue(b[:0], d)
+		h[m.header] = []string{string(b)}
+	}
+	if d.RecordID != "" {
+		h[natsMsgIDHeader] = []string{d.RecordID}
+	}
+	return h
+}

@@ -1,0 +1,128 @@
+// Package natstest runs a real NATS server with JetStream inside a test
+// process, on file storage in a directory of the test, for the tests of
+// the nats handler. Only tests import it.
+package natstest
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Server is a NATS server with JetStream that a test started. It can be
+// stopped and started again on the same port with the same store.
+type Server struct {
+	t    testing.TB
+	opts server.Options
+	srv  *server.Server
+}
+
+// Start starts a server on a free port of 127.0.0.1, storing JetStream
+// in a new temporary directory; the test's cleanup stops it.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	s := &Server{t: t, opts: server.Options{
+		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
+		NoLog: true, NoSigs: true,
+	}}
+	s.Restart()
+	s.opts.Port = s.srv.Addr().(*net.TCPAddr).Port
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// URL is the server's client URL.
+func (s *Server) URL() string { return s.srv.ClientURL() }
+
+// Stop shuts the server down and waits until it has; it does nothing when
+// the server is stopped.
+func (s *Server) Stop() {
+	if s.srv == nil {
+		return
+	}
+	s.srv.Shutdown()
+	s.srv.WaitForShutdown()
+	s.srv = nil
+}
+
+// Restart starts the server again on its port with its store.
+func (s *Server) Restart() {
+	s.t.Helper()
+	srv, err := server.NewServer(&s.opts)
+	if err != nil {
+		s.t.Fatalf("nats server: %v", err)
+	}
+	srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		srv.Shutdown()
+		s.t.Fatal("nats server: not ready for connections after 10s")
+	}
+	s.srv = srv
+}
+
+// Connect connects a client to the server; the test's cleanup closes it.
+func (s *Server) Connect() (*nats.Conn, jetstream.JetStream) {
+	s.t.Helper()
+	nc, err := nats.Connect(s.URL(), nats.MaxReconnects(-1))
+	if err != nil {
+		s.t.Fatalf("connecting to the nats server: %v", err)
+	}
+	s.t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return nc, js
+}
+
+// AddStream creates a file-storage stream capturing subjects, and returns
+// it.
+func (s *Server) AddStream(cfg jetstream.StreamConfig) jetstream.Stream {
+	s.t.Helper()
+	_, js := s.Connect()
+	cfg.Storage = jetstream.FileStorage
+	st, err := js.CreateStream(context.Background(), cfg)
+	if err != nil {
+		s.t.Fatalf("creating stream %s: %v", cfg.Name, err)
+	}
+	return st
+}
+
+// Messages returns every message of the stream, in stream order.
+func (s *Server) Messages(stream string) []jetstream.Msg {
+	s.t.Helper()
+	_, js := s.Connect()
+	ctx := context.Background()
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	msgs := make([]jetstream.Msg, 0, info.State.Msgs)
+	for uint64(len(msgs)) < info.State.Msgs {
+		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			s.t.Fatalf("stream %s: fetching: %v", stream, err)
+		}
+		n := len(msgs)
+		for m := range batch.Messages() {
+			msgs = append(msgs, m)
+		}
+		if err := batch.Error(); err != nil || len(msgs) == n {
+			s.t.Fatalf("stream %s: fetched %d of %d messages: %v", stream, len(msgs), info.State.Msgs, err)
+		}
+	}
+	return msgs
+}
