@@ -92,6 +92,10 @@ type Metrics struct {
 	// Listen is the host:port of the /metrics listener, "" for none.
 	// Default 127.0.0.1:9464 for ModeRun, none for ModePipe.
 	Listen string `toml:"listen"`
+	// WebConfigFile is the path of a web configuration file that puts TLS
+	// and basic auth on the listener (the format of node_exporter's
+	// --web.config.file), "" for plain HTTP.
+	WebConfigFile string `toml:"web_config_file"`
 }
 
 // Stream is one [[stream]]: a stream file (ModeRun only).

@@ -53,6 +53,7 @@ F:15: subscription[0].handler.headers.Authorization: the configuration holds no 
 		{"key-empty", ModeRun, `F:10: subscription[0].key: stream key must be non-empty`},
 		{"key-reserved", ModeRun, `F:10: subscription[0].key: stream key "ruststream-internal" is reserved for the record that primes a new file`},
 		{"key-too-long", ModeRun, `F:10: subscription[0].key: stream key is 250 bytes long, the limit is 249`},
+		{"web-config", ModeRun, `F:5: metrics.web_config_file: set, but [metrics] listen is empty: there is no listener to secure`},
 		{"log-metrics", ModeRun, `F:4: log.level: unknown value "verbose": use debug, info, warn or error
 F:5: log.format: unknown value "logfmt": use auto, text or json
 F:8: metrics.listen: "9464" is not host:port, as in 127.0.0.1:9464`},
@@ -456,6 +457,35 @@ format = "ndjson"
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestWebConfigFile checks that a relative web_config_file is taken from
+// the configuration file's directory, and an absolute one as it is.
+func TestWebConfigFile(t *testing.T) {
+	const rest = `
+state_dir = "/var/lib/streamd"
+[[stream]]
+name = "s"
+path = "/srv/s.ss"
+[[subscription]]
+name = "a"
+stream = "s"
+key = "k"
+handler.kind = "discard"
+`
+	for file, want := range map[string]string{
+		"web.yml":                 "/etc/streamd/web.yml",
+		"tls/../web.yml":          "/etc/streamd/web.yml",
+		"/etc/prometheus/web.yml": "/etc/prometheus/web.yml",
+	} {
+		cfg, err := parse("test.toml", "/etc/streamd", "metrics.web_config_file = \""+file+"\"\n"+rest, ModeRun)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Metrics.WebConfigFile != want {
+			t.Errorf("web_config_file %q loads as %q, want %q", file, cfg.Metrics.WebConfigFile, want)
+		}
+	}
+}
 
 func TestStateDirectory(t *testing.T) {
 	const streams = `

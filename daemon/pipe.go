@@ -71,7 +71,7 @@ func RunPipe(ctx context.Context, cfg *conf.Config, opts PipeOptions) (err error
 	defer server.Wait()
 	sctx, stopServer := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopServer()
-	if err := st.serveMetrics(sctx, &server, cfg.Metrics.Listen); err != nil {
+	if err := st.serveMetrics(sctx, &server, cfg.Metrics); err != nil {
 		return err
 	}
 

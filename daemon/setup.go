@@ -115,14 +115,14 @@ func (s *setup) countFired(c retrytimer.Copy) {
 	}
 }
 
-// serveMetrics listens on listen, when it is set, and serves /metrics until
-// ctx ends; wg waits for the server to stop. A failure to listen is an
-// error at once.
-func (s *setup) serveMetrics(ctx context.Context, wg *sync.WaitGroup, listen string) error {
-	if listen == "" {
+// serveMetrics listens on the [metrics] listen address, when it is set, and
+// serves /metrics until ctx ends; wg waits for the server to stop. A failure
+// to listen, or a bad web configuration file, is an error at once.
+func (s *setup) serveMetrics(ctx context.Context, wg *sync.WaitGroup, mc conf.Metrics) error {
+	if mc.Listen == "" {
 		return nil
 	}
-	server := metrics.NewServer(listen, s.reg, s.metrics.Health(), s.logger)
+	server := metrics.NewServer(mc.Listen, mc.WebConfigFile, s.reg, s.metrics.Health(), s.logger)
 	if err := server.Listen(); err != nil {
 		return err
 	}

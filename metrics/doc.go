@@ -11,7 +11,7 @@
 //	sub := m.Subscription("billing", "orders")   // per configured subscription
 //	sub.SetHealthy(true, "")                     // once it runs; SetHealthy(false, err.Error()) when it stops
 //
-//	srv := metrics.NewServer(cfg.Metrics.Listen, reg, m.Health(), logger)
+//	srv := metrics.NewServer(cfg.Metrics.Listen, cfg.Metrics.WebConfigFile, reg, m.Health(), logger)
 //	if err := srv.Listen(); err != nil {         // before READY=1: a bad address fails the start
 //		return err
 //	}
