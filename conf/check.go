@@ -163,7 +163,7 @@ func (l *loader) checkSubscription(p keyPath, s *Subscription, streams, names ma
 	if q := p.k("max_retry_after"); l.has(q) {
 		l.positive(q, s.MaxRetryAfter)
 	}
-	l.oneOf(p.k("log_unsupported"), s.LogUnsupported, "first", "every")
+	l.oneOf(p.k("log_unsupported"), s.LogUnsupported, "first", "every", "off")
 	l.checkHandler(p.k("handler"), &s.Handler)
 }
 

@@ -43,7 +43,7 @@ func NewLogger(w *os.File, level, format string) (*slog.Logger, error) {
 	if err := lvl.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("log level %q: use debug, info, warn or error", level)
 	}
-	opts := &slog.HandlerOptions{Level: lvl}
+	opts := &slog.HandlerOptions{Level: lvl, ReplaceAttr: durationString}
 	switch {
 	case format == "json":
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
@@ -53,6 +53,15 @@ func NewLogger(w *os.File, level, format string) (*slog.Logger, error) {
 		return slog.New(systemd.NewJournalHandler(w, opts)), nil
 	}
 	return slog.New(slog.NewTextHandler(w, opts)), nil
+}
+
+// durationString writes a duration as Go writes it, "20s", in every log
+// format: the JSON handler would write the nanoseconds.
+func durationString(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		return slog.String(a.Key, a.Value.Duration().String())
+	}
+	return a
 }
 
 // setup is what `streamd run` and `streamd pipe` build alike: the logger,

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"strconv"
 	"sync"
@@ -95,7 +94,7 @@ func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job, errc <-c
 		case ctx.Err() != nil:
 			return nil
 		case err != nil:
-			return fmt.Errorf("subscription %q: %w", s.cfg.Name, err)
+			return err // the log and /healthz name the subscription
 		}
 		select {
 		case err := <-errc:
