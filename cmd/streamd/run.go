@@ -33,13 +33,24 @@ func configFlag(cmd *kingpin.CmdClause, mode conf.Mode, name string) configFile 
 	return configFile{cmd.Flag("config.file", "Configuration file.").Default(conf.DefaultFile()).String(), mode, name}
 }
 
-// load loads the file, or says why it cannot on s.err and returns nil.
-func (c configFile) load(s stdio) *conf.Config {
+// load loads the file, or says why it cannot on s.err and returns nil and
+// the exit code: 2 for a file that cannot be read, 1 for an invalid one.
+func (c configFile) load(s stdio) (*conf.Config, int) {
 	cfg, err := conf.Load(*c.path, c.mode)
 	if err != nil {
 		fmt.Fprintf(s.err, "%s: couldn't load configuration (--config.file=%q):\n%v\n", c.name, *c.path, err)
+		return nil, configExit(err)
 	}
-	return cfg
+	return cfg, exitOK
+}
+
+// configExit is the exit code of a configuration that could not be
+// loaded: 2 when the file cannot be read, 1 when it is invalid.
+func configExit(err error) int {
+	if _, unreadable := errors.AsType[*fs.PathError](err); unreadable {
+		return exitUsage
+	}
+	return exitError
 }
 
 // stage is what `streamd run` and `streamd pipe` parse and load alike: the
@@ -64,8 +75,9 @@ func stageFlags(cmd *kingpin.CmdClause, mode conf.Mode, name string) *stage {
 // load loads the configuration and makes the logger. It returns an exit
 // code when it failed, having said why on s.err.
 func (st *stage) load(s stdio) int {
-	if st.cfg = st.configFile.load(s); st.cfg == nil {
-		return exitError
+	var code int
+	if st.cfg, code = st.configFile.load(s); st.cfg == nil {
+		return code
 	}
 	var err error
 	st.logger, err = daemon.NewLogger(os.Stderr, cmp.Or(*st.level, st.cfg.Log.Level), cmp.Or(*st.format, st.cfg.Log.Format))
@@ -157,9 +169,9 @@ func checkConfig(path string, mode conf.Mode, handlers bool, s stdio) int {
 		fmt.Fprintf(s.out, "streamd: configuration file %s is valid\n", path)
 		return exitOK
 	}
-	if _, ok := errors.AsType[*fs.PathError](err); ok {
+	if code := configExit(err); code == exitUsage {
 		fmt.Fprintf(s.err, "streamd check-config: %v\n", err)
-		return exitUsage
+		return code
 	}
 	fmt.Fprintf(s.err, "streamd: configuration file %s is invalid:\n", path)
 	if pe, ok := errors.AsType[toml.ParseError](err); ok {
