@@ -96,14 +96,8 @@ func (s *Server) Listen() error {
 	if s.ln != nil {
 		return fmt.Errorf("metrics: listen on %s: already listening", s.listen)
 	}
-	if s.webConfig != "" {
-		if err := web.Validate(s.webConfig); err != nil {
-			var pathErr *os.PathError
-			if errors.As(err, &pathErr) && pathErr.Path == s.webConfig {
-				err = pathErr.Err
-			}
-			return fmt.Errorf("metrics: web config file %s: %w", s.webConfig, err)
-		}
+	if err := CheckWebConfig(s.webConfig); err != nil {
+		return err
 	}
 	ln, err := net.Listen("tcp", s.listen)
 	if err != nil {
@@ -164,6 +158,23 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	<-served // http.ErrServerClosed
 	return err
+}
+
+// CheckWebConfig reads the web configuration file at path, its
+// certificates and keys, as [Server.Listen] does; "" is none and always
+// valid. The error names the file.
+func CheckWebConfig(path string) error {
+	if path == "" {
+		return nil
+	}
+	if err := web.Validate(path); err != nil {
+		var pathErr *os.PathError
+		if errors.As(err, &pathErr) && pathErr.Path == path {
+			err = pathErr.Err
+		}
+		return fmt.Errorf("metrics: web config file %s: %w", path, err)
+	}
+	return nil
 }
 
 // serve serves srv on the listener: through the exporter toolkit, which

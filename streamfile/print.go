@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"strconv"
 	"time"
@@ -364,6 +365,9 @@ func (e *HeaderError) Error() string {
 	if errors.Is(e.Err, ErrTruncated) {
 		return e.Path + ": shorter than the 128-byte header"
 	}
+	if _, named := errors.AsType[*fs.PathError](e.Err); named {
+		return e.Err.Error() // it names the path already
+	}
 	return e.Path + ": " + e.Err.Error()
 }
 
@@ -401,8 +405,8 @@ func (p Format) PrintFile(w io.Writer, path string) (pos, size int64, err error)
 	if ferr := bw.Flush(); ferr != nil && err == nil {
 		err = &WriteError{ferr}
 	}
-	if err != nil {
-		err = fmt.Errorf("%s: %w", path, err)
+	if _, named := errors.AsType[*fs.PathError](err); err != nil && !named {
+		err = fmt.Errorf("%s: %w", path, err) // a *fs.PathError names the path already
 	}
 	return pos, fi.Size(), err
 }

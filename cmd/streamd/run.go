@@ -153,15 +153,15 @@ func checkConfigCommand(app *kingpin.Application) action {
 	path := cmd.Flag("config.file", "Configuration file to check.").Default(conf.DefaultFile()).String()
 	var mode conf.Mode
 	cmd.Flag("mode", "The command the file is for: run or pipe.").Default("run").SetText(&mode)
-	handlers := cmd.Flag("handlers", "Also build each handler as streamd does at start on this machine: the exec command found, bearer_token_file and ca_file read, the proxy from the environment.").Bool()
+	handlers := cmd.Flag("handlers", "Also build each handler as streamd does at start on this machine: the exec command found, bearer_token_file and ca_file read, the proxy from the environment; and read the metrics web_config_file with its certificates.").Bool()
 	return func(s stdio) int { return checkConfig(*path, mode, *handlers, s) }
 }
 
 func checkConfig(path string, mode conf.Mode, handlers bool, s stdio) int {
 	cfg, err := conf.Load(path, mode)
 	if err == nil && handlers {
-		if err = handler.Check(cfg); err != nil {
-			fmt.Fprintf(s.err, "streamd: configuration file %s is valid, but its handlers cannot start here:\n%v\n", path, err)
+		if err = errors.Join(handler.Check(cfg), metrics.CheckWebConfig(cfg.Metrics.WebConfigFile)); err != nil {
+			fmt.Fprintf(s.err, "streamd: configuration file %s is valid, but it cannot start here:\n%v\n", path, err)
 			return exitError
 		}
 	}
