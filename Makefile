@@ -76,7 +76,8 @@ tidy-check:
 ci: style vet tidy-check test check-config verify-unit
 
 # run builds streamd, publishes demo records into var/demo.ss (once) and runs
-# the daemon on configs/local.toml until Ctrl-C.
+# the daemon on configs/local.toml until Ctrl-C. The shell prints its PID and
+# execs the daemon, which keeps it, for kill -HUP.
 run: build
 	@mkdir -p var
 	@if [ ! -f var/demo.ss ]; then \
@@ -84,8 +85,8 @@ run: build
 		printf '%s\n' '{"id":1,"item":"tea"}' '{"id":2,"item":"coffee"}' \
 			| $(BIN) publish --file=var/demo.ss --key=orders --header=source=make-run; \
 	fi
-	@echo ">> running streamd on configs/local.toml (metrics on http://127.0.0.1:9464/metrics; Ctrl-C stops)"
-	$(BIN) run --config.file=configs/local.toml
+	@echo ">> running streamd on configs/local.toml as PID $$$$ (reload: kill -HUP $$$$; metrics on http://127.0.0.1:9464/metrics; Ctrl-C stops)"; \
+	exec $(BIN) run --config.file=configs/local.toml
 
 check-config: build
 	@echo ">> checking the example configurations"
@@ -113,16 +114,21 @@ verify-unit: build
 	mkdir -p "$$tmp/root/etc" && systemd-sysusers --root="$$tmp/root" $(abspath deploy/systemd/streamd.sysusers) && \
 	grep -q '^streamd:' "$$tmp/root/etc/passwd" && grep -q '^seastreamer:.*streamd' "$$tmp/root/etc/group"
 
-# install puts the binary, the unit, the sysusers file and the example
-# configuration in place (run as root; README's Install section lists the
-# steps after it). An existing streamd.toml is never overwritten: the example
-# goes beside it as streamd.toml.dist. The configuration is root:streamd
-# 0640, readable by the service; in a DESTDIR on a machine without the
-# streamd group it stays root's, and install says so.
+# install puts the binary, its man page, its bash and zsh completions, the
+# unit, the sysusers file and the example configuration in place (run as
+# root; README's Install section lists the steps after it). An existing
+# streamd.toml is never overwritten: the example goes beside it as
+# streamd.toml.dist. The configuration is root:streamd 0640, readable by the
+# service; in a DESTDIR on a machine without the streamd group it stays
+# root's, and install says so.
 CONFDIR  ?= /etc/streamd
 install: build
 	@echo ">> installing streamd"
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/streamd
+	install -d $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/bash-completion/completions $(DESTDIR)$(PREFIX)/share/zsh/site-functions
+	$(BIN) --help-man > $(DESTDIR)$(PREFIX)/share/man/man1/streamd.1
+	$(BIN) --completion-script-bash > $(DESTDIR)$(PREFIX)/share/bash-completion/completions/streamd
+	$(BIN) --completion-script-zsh > $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_streamd
 	install -D -m 0644 deploy/systemd/streamd.service $(DESTDIR)$(UNITDIR)/streamd.service
 	install -D -m 0644 deploy/systemd/streamd.sysusers $(DESTDIR)/usr/lib/sysusers.d/streamd.conf
 	@conf=$(DESTDIR)$(CONFDIR)/streamd.toml; \

@@ -64,6 +64,12 @@ func (l *loader) validate(cfg *Config) {
 	if p := root.k("metrics").k("listen"); cfg.Metrics.Listen != "" {
 		l.hostPort(p, cfg.Metrics.Listen)
 	}
+	if p := root.k("metrics").k("web_config_file"); l.has(p) {
+		cfg.Metrics.WebConfigFile = l.filePath(p, cfg.Metrics.WebConfigFile)
+		if cfg.Metrics.Listen == "" && (l.mode == ModePipe || l.has(root.k("metrics").k("listen"))) {
+			l.errorf(p, "set, but [metrics] listen is empty: there is no listener to secure")
+		}
+	}
 
 	streams := map[string]keyPath{}
 	if l.mode == ModeRun {
@@ -163,7 +169,7 @@ func (l *loader) checkSubscription(p keyPath, s *Subscription, streams, names ma
 	if q := p.k("max_retry_after"); l.has(q) {
 		l.positive(q, s.MaxRetryAfter)
 	}
-	l.oneOf(p.k("log_unsupported"), s.LogUnsupported, "first", "every")
+	l.oneOf(p.k("log_unsupported"), s.LogUnsupported, "first", "every", "off")
 	l.checkHandler(p.k("handler"), &s.Handler, s.Key)
 }
 

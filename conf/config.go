@@ -92,6 +92,10 @@ type Metrics struct {
 	// Listen is the host:port of the /metrics listener, "" for none.
 	// Default 127.0.0.1:9464 for ModeRun, none for ModePipe.
 	Listen string `toml:"listen"`
+	// WebConfigFile is the path of a web configuration file that puts TLS
+	// and basic auth on the listener (the format of node_exporter's
+	// --web.config.file), "" for plain HTTP.
+	WebConfigFile string `toml:"web_config_file"`
 }
 
 // Stream is one [[stream]]: a stream file (ModeRun only).
@@ -159,8 +163,8 @@ type Subscription struct {
 	// to it, and logged. Default 24h.
 	MaxRetryAfter Duration `toml:"max_retry_after"`
 	// LogUnsupported is "first" (default: log an unsupported
-	// acknowledgement once per outcome, then count it) or "every" (log each,
-	// as the reference does).
+	// acknowledgement once per outcome, then count it), "every" (log each,
+	// as the reference does) or "off" (log none, count each).
 	LogUnsupported string `toml:"log_unsupported"`
 	// OnCorrupt is what a checksum error does (ModeRun only): "skip"
 	// (default: skip the frame) or "stop" (stop the subscription).
@@ -321,6 +325,7 @@ func parse(file, dir, src string, mode Mode) (*Config, error) {
 	md, err := toml.Decode(src, &tree)
 	if err != nil {
 		if pe, ok := errors.AsType[toml.ParseError](err); ok {
+			pe.Position.Line, pe.Position.Col = lineCol(src, pe.Position.Start)
 			return nil, &syntaxError{file: file, err: pe}
 		}
 		return nil, fmt.Errorf("%s: %w", file, err)
@@ -354,6 +359,16 @@ type syntaxError struct {
 func (e *syntaxError) Error() string {
 	p := e.err.Position
 	return fmt.Sprintf("%s:%d:%d: %s", e.file, p.Line, p.Col, oneLine.Replace(e.err.Message))
+}
+
+// lineCol returns the line and column, from 1, of the byte at offset in
+// src. The TOML decoder's own line is one too far when the error is at a
+// line's newline, and its column is wrong at a line's start; its byte
+// offset is right.
+func lineCol(src string, offset int) (line, col int) {
+	offset = min(max(offset, 0), len(src))
+	before := src[:offset]
+	return 1 + strings.Count(before, "\n"), offset - strings.LastIndexByte(before, '\n')
 }
 
 // oneLine escapes line breaks that a message quotes from the file, so that

@@ -2,6 +2,7 @@ package conf
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -61,6 +62,7 @@ F:25: subscription[1].handler.subject: "ship.*" makes the subject "ship.*", whic
 		{"key-empty", ModeRun, `F:10: subscription[0].key: stream key must be non-empty`},
 		{"key-reserved", ModeRun, `F:10: subscription[0].key: stream key "ruststream-internal" is reserved for the record that primes a new file`},
 		{"key-too-long", ModeRun, `F:10: subscription[0].key: stream key is 250 bytes long, the limit is 249`},
+		{"web-config", ModeRun, `F:5: metrics.web_config_file: set, but [metrics] listen is empty: there is no listener to secure`},
 		{"log-metrics", ModeRun, `F:4: log.level: unknown value "verbose": use debug, info, warn or error
 F:5: log.format: unknown value "logfmt": use auto, text or json
 F:8: metrics.listen: "9464" is not host:port, as in 127.0.0.1:9464`},
@@ -130,7 +132,7 @@ F:3: commit_interval: must be positive, not -1s
 F:13: subscription[0].concurrency: must be from 1 to 1024, not 0
 F:14: subscription[0].out_retry: stream key "SEA_STREAMER_INTERNAL" is reserved for the end-of-stream mark
 F:15: subscription[0].dead_letter: stream key "orders dead" has character ' ' at byte 6; allowed are A-Z a-z 0-9 . _ -
-F:16: subscription[0].log_unsupported: unknown value "all": use first or every
+F:16: subscription[0].log_unsupported: unknown value "all": use first, every or off
 F:17: subscription[0].on_corrupt: unknown value "ignore": use skip or stop
 F:18: subscription[0].max_failed_deliveries: must be 1 or more, not -1; leave it out to hold a record until the handler answers
 F:19: subscription[0].max_retry_after: must be positive, not 0s`},
@@ -161,6 +163,30 @@ F:19: subscription[0].max_retry_after: must be positive, not 0s`},
 				t.Errorf("Load(%s, %s) error:\n%s\nwant:\n%s", file, tc.mode, err, want)
 			}
 		})
+	}
+}
+
+// TestSyntaxErrorPosition checks the line and column of syntax errors
+// where the TOML decoder's own are wrong: at the newline that ends a line,
+// and at the start of a line.
+func TestSyntaxErrorPosition(t *testing.T) {
+	for _, tc := range []struct{ src, want string }{
+		{"state_dir = \"/x\"\n[metrics\nlisten = \"\"\n", "f.toml:2:9: expected '.' or ']' to end table name, but got '\\n' instead"},
+		{"a = 1\nb = {x = 1\nc = 2\n", "f.toml:3:1: expected a comma or an inline table terminator '}', but got 'c' instead"},
+		{"a = [1,\n\nbar = 1\n", "f.toml:3:1: expected value but found \"bar\" instead"},
+		{"a = 1\nshutdown_timeout = \"5s\n", "f.toml:2:23: strings cannot contain newlines"},
+		{"a = 1\nb = 1 2\n", "f.toml:2:6: expected a top-level item to end with a newline, comment, or EOF, but got '2' instead"},
+	} {
+		_, err := parse("f.toml", "/etc/streamd", tc.src, ModeRun)
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("%q: %v, want %s", tc.src, err, tc.want)
+			continue
+		}
+		pe, _ := errors.AsType[toml.ParseError](err)
+		line := strings.Split(tc.src, "\n")[pe.Position.Line-1]
+		if excerpt := pe.ErrorWithPosition(); !strings.Contains(excerpt, fmt.Sprintf("%7d | %s\n", pe.Position.Line, line)) {
+			t.Errorf("%q: the excerpt does not show line %d:\n%s", tc.src, pe.Position.Line, excerpt)
+		}
 	}
 }
 
@@ -465,6 +491,35 @@ format = "ndjson"
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestWebConfigFile checks that a relative web_config_file is taken from
+// the configuration file's directory, and an absolute one as it is.
+func TestWebConfigFile(t *testing.T) {
+	const rest = `
+state_dir = "/var/lib/streamd"
+[[stream]]
+name = "s"
+path = "/srv/s.ss"
+[[subscription]]
+name = "a"
+stream = "s"
+key = "k"
+handler.kind = "discard"
+`
+	for file, want := range map[string]string{
+		"web.yml":                 "/etc/streamd/web.yml",
+		"tls/../web.yml":          "/etc/streamd/web.yml",
+		"/etc/prometheus/web.yml": "/etc/prometheus/web.yml",
+	} {
+		cfg, err := parse("test.toml", "/etc/streamd", "metrics.web_config_file = \""+file+"\"\n"+rest, ModeRun)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Metrics.WebConfigFile != want {
+			t.Errorf("web_config_file %q loads as %q, want %q", file, cfg.Metrics.WebConfigFile, want)
+		}
+	}
+}
 
 func TestStateDirectory(t *testing.T) {
 	const streams = `

@@ -195,7 +195,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		}
 	})
 	wg.Go(func() { d.updateSizes(bg, time.Duration(cfg.CommitInterval)) })
-	if err := d.serveMetrics(bg, &wg, cfg.Metrics.Listen); err != nil {
+	if err := d.serveMetrics(bg, &wg, cfg.Metrics); err != nil {
 		return err
 	}
 
@@ -396,6 +396,8 @@ func (d *Daemon) applyReload(cfg *conf.Config) error {
 		return fmt.Errorf("state_dir changed from %q to %q: restart required", old.StateDir, cfg.StateDir)
 	case cfg.Metrics.Listen != old.Metrics.Listen:
 		return fmt.Errorf("metrics listen changed from %q to %q: restart required", old.Metrics.Listen, cfg.Metrics.Listen)
+	case cfg.Metrics.WebConfigFile != old.Metrics.WebConfigFile:
+		return fmt.Errorf("metrics web_config_file changed from %q to %q: restart required (a change of the file's content needs none)", old.Metrics.WebConfigFile, cfg.Metrics.WebConfigFile)
 	case cfg.CommitInterval != old.CommitInterval:
 		return fmt.Errorf("commit_interval changed from %s to %s: restart required", old.CommitInterval, cfg.CommitInterval)
 	}

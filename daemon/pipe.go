@@ -71,7 +71,7 @@ func RunPipe(ctx context.Context, cfg *conf.Config, opts PipeOptions) (err error
 	defer server.Wait()
 	sctx, stopServer := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopServer()
-	if err := st.serveMetrics(sctx, &server, cfg.Metrics.Listen); err != nil {
+	if err := st.serveMetrics(sctx, &server, cfg.Metrics); err != nil {
 		return err
 	}
 
@@ -83,7 +83,7 @@ func RunPipe(ctx context.Context, cfg *conf.Config, opts PipeOptions) (err error
 		}
 	})
 	wg.Go(func() { observeEach(qctx, subs) })
-	readErr := readLines(readCtx, hctx, opts.In, subs, logger)
+	readErr := readLines(readCtx, hctx, opts.In, subs, st.metrics, logger)
 	stopQueue()
 	wg.Wait()
 
@@ -148,9 +148,14 @@ func (st *setup) closePipeHandlers(subs []*deliverer) {
 	}
 }
 
+// msgUnsubscribedLine is logged at the first stdin line of a key no
+// subscription reads.
+const msgUnsubscribedLine = "stdin line of a key no subscription reads dropped; the others are counted in streamd_pipe_unsubscribed_lines_total, not logged"
+
 // readLines reads stdin to its end (or until ctx ends) and hands each line
-// to the subscriptions of its key, one line at a time.
-func readLines(ctx, hctx context.Context, in io.Reader, subs []*deliverer, logger *slog.Logger) error {
+// to the subscriptions of its key, one line at a time. A line of a key no
+// subscription reads is counted in m and dropped; the first is logged.
+func readLines(ctx, hctx context.Context, in io.Reader, subs []*deliverer, m *metrics.Metrics, logger *slog.Logger) error {
 	failOnInvalid := false
 	for _, s := range subs {
 		failOnInvalid = failOnInvalid || s.cfg.OnInvalid == "fail"
@@ -180,6 +185,11 @@ func readLines(ctx, hctx context.Context, in io.Reader, subs []*deliverer, logge
 			}
 		}
 	}()
+	subscribed := map[string]bool{}
+	for _, s := range subs {
+		subscribed[s.cfg.Key] = true
+	}
+	unsubscribedSeen := false
 	var seqs pipe.Sequencer
 	var d handler.Delivery
 	for lineNo := 1; ; lineNo++ {
@@ -208,6 +218,14 @@ func readLines(ctx, hctx context.Context, in io.Reader, subs []*deliverer, logge
 			continue
 		}
 		key, shard, seq := seqs.Assign(&l)
+		if l.HasStreamKey && !subscribed[key] {
+			m.CountUnsubscribedLine()
+			if !unsubscribedSeen {
+				unsubscribedSeen = true
+				logger.Warn(msgUnsubscribedLine, "line", lineNo, "key", key)
+			}
+			continue
+		}
 		payload := bytes.TrimSpace(l.Payload)
 		for _, s := range subs {
 			if l.HasStreamKey && s.cfg.Key != key {

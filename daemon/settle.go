@@ -190,7 +190,7 @@ func newSettler(sc conf.Subscription, t transport, copies copyWriter, m *metrics
 	return &settler{
 		name: sc.Name, maxAttempts: maxAttempts, deadLetter: sc.DeadLetter, retryKey: retryKey,
 		backoff: backoff, maxRetryAfter: time.Duration(cmp.Or(sc.MaxRetryAfter, conf.DefaultMaxRetryAfter)), transport: t, copies: copies, metrics: m, logger: logger, now: time.Now,
-		unsupported: newUnsupportedLog(sc.LogUnsupported == "every", logger, monoNow),
+		unsupported: newUnsupportedLog(sc.LogUnsupported, logger, monoNow),
 	}
 }
 
@@ -334,12 +334,25 @@ const (
 
 var opNames = [numOps]string{"ack", "drop", "retry", "reject"}
 
-// unsupportedLog reports settlements the transport cannot perform: every
-// one (L1 of settlement.md §6) with "every", otherwise the first per
-// outcome and then a summary at most once a minute. The common case, an
-// outcome seen before, is a few atomic operations.
+// msgUnsupportedFirst is the record of the first settlement of each kind
+// the transport cannot perform, under log_unsupported = "first". An ack or
+// a drop is no problem: positions are streamd's job, and the record is
+// logged at INFO; a retry that writes nothing or a reject drops the record,
+// and is logged at WARN.
+const msgUnsupportedFirst = "stream files keep no acknowledgements: streamd's stored position settles the record"
+
+// msgUnsupportedSummary is the summary, once a minute at most, of the
+// settlements counted since the first of each outcome was logged.
+const msgUnsupportedSummary = "settlements stream files keep no record of, since the last summary"
+
+// unsupportedLog reports settlements the transport cannot perform (each is
+// also counted in streamd_handler_unsupported_total): with "every", each
+// one as the reference runtime does (L1 of settlement.md §6); with "off",
+// none; otherwise ("first") the first per outcome and then a summary at
+// most once a minute. The common case, an outcome seen before, is a few
+// atomic operations.
 type unsupportedLog struct {
-	every  bool
+	mode   string // log_unsupported
 	logger *slog.Logger
 	now    func() int64 // nanoseconds on a monotonic clock
 
@@ -349,20 +362,27 @@ type unsupportedLog struct {
 	interval time.Duration
 }
 
-func newUnsupportedLog(every bool, logger *slog.Logger, now func() int64) *unsupportedLog {
-	u := &unsupportedLog{every: every, logger: logger, now: now, interval: time.Minute}
+func newUnsupportedLog(mode string, logger *slog.Logger, now func() int64) *unsupportedLog {
+	u := &unsupportedLog{mode: mode, logger: logger, now: now, interval: time.Minute}
 	u.lastSum.Store(now())
 	return u
 }
 
 func (u *unsupportedLog) report(op int, d *handler.Delivery) {
-	if u.every {
+	switch u.mode {
+	case "every":
 		u.logger.Warn("ack / nack failed", "error", unsupportedError, "seq", d.Seq)
+		return
+	case "off":
 		return
 	}
 	if !u.seen[op].Load() && u.seen[op].CompareAndSwap(false, true) {
-		u.logger.Warn("ack / nack failed", "error", unsupportedError, "outcome", opNames[op],
-			"seq", d.Seq, "note", "logged once per outcome; counted in streamd_handler_unsupported_total")
+		level := slog.LevelInfo
+		if op == opRetry || op == opReject {
+			level = slog.LevelWarn
+		}
+		u.logger.Log(context.Background(), level, msgUnsupportedFirst, "outcome", opNames[op], "seq", d.Seq,
+			"note", "logged once per outcome; counted in streamd_handler_unsupported_total")
 		return
 	}
 	u.pending[op].Add(1)
@@ -374,11 +394,11 @@ func (u *unsupportedLog) report(op int, d *handler.Delivery) {
 
 // summary logs and resets the counts since the last summary.
 func (u *unsupportedLog) summary() {
-	attrs := []any{"error", unsupportedError}
+	var attrs []any
 	for op := range numOps {
 		if n := u.pending[op].Swap(0); n > 0 {
 			attrs = append(attrs, opNames[op], n)
 		}
 	}
-	u.logger.Info("unsupported settlements since the last summary", attrs...)
+	u.logger.Info(msgUnsupportedSummary, attrs...)
 }

@@ -37,7 +37,7 @@ const (
 	msgL5          = "graceful shutdown timed out; abandoning in-flight continuations"
 	msgL6          = "retry declaration; a cap applies to the copies this process publishes"
 	msgL7          = "handler panicked"
-	msgSummary     = "unsupported settlements since the last summary"
+	msgSummary     = msgUnsupportedSummary
 	msgInvalidLine = "invalid stdin line skipped"
 )
 
@@ -235,6 +235,7 @@ type settleSub struct {
 	deadLetter  string
 	outRetry    string
 	every       bool // log_unsupported = "every"
+	off         bool // log_unsupported = "off"
 	backoff     []time.Duration
 }
 
@@ -245,6 +246,9 @@ func (s settleSub) config() conf.Subscription {
 	}
 	if s.every {
 		sc.LogUnsupported = "every"
+	}
+	if s.off {
+		sc.LogUnsupported = "off"
 	}
 	backoff := s.backoff
 	if backoff == nil {
@@ -357,7 +361,7 @@ func TestSettle(t *testing.T) {
 		name: "02 drop writes nothing, not even to the dead letter", sub: capped, outcomes: []handler.Outcome{drop},
 		seen: []string{"-"},
 		logs: []wantLog{l6(map[string]string{"max_attempts": "3", "dead_letter": "orders.dead"}),
-			{slog.LevelWarn, msgL1, map[string]string{"subscription": "billing", "outcome": "drop"}}},
+			{slog.LevelInfo, msgUnsupportedFirst, map[string]string{"subscription": "billing", "outcome": "drop"}}},
 		metrics: map[string]float64{"drop": 1, "unsupported/drop": 1},
 	}, {
 		name: "02 drop with a dead letter and no cap", sub: settleSub{deadLetter: "orders.dead", every: true}, outcomes: []handler.Outcome{drop},
@@ -452,7 +456,7 @@ func TestSettle(t *testing.T) {
 		name: "origin marks retry copies", origin: true, outcomes: []handler.Outcome{retry, retryAfter(d), ack}, sub: settleSub{maxAttempts: 5},
 		seen:    []string{"-", "1", "2"},
 		copies:  []wantCopy{{"orders", "1", 0, "billing"}, {"orders", "2", d, "billing"}},
-		logs:    []wantLog{l6(map[string]string{"max_attempts": "5"}), {slog.LevelWarn, msgL1, map[string]string{"outcome": "ack"}}},
+		logs:    []wantLog{l6(map[string]string{"max_attempts": "5"}), {slog.LevelInfo, msgUnsupportedFirst, map[string]string{"outcome": "ack"}}},
 		metrics: map[string]float64{"retry": 1, "retry_after": 1, "ack": 1, "appended": 1, "scheduled": 1, "unsupported/ack": 1},
 	}, {
 		name: "no origin on retry copies under out_retry: they are for whoever reads that key", origin: true, sub: settleSub{outRetry: "orders.retry"},
@@ -617,11 +621,15 @@ func TestSettleUnsupportedSummary(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newSettleEnv(settleSub{maxAttempts: 1}, false)
 		first := func(outcome string) wantLog {
-			return wantLog{slog.LevelWarn, msgL1, map[string]string{"subscription": "billing", "outcome": outcome,
-				"error": unsupportedError, "note": "logged once per outcome; counted in streamd_handler_unsupported_total"}}
+			level := slog.LevelInfo
+			if outcome == "reject" {
+				level = slog.LevelWarn
+			}
+			return wantLog{level, msgUnsupportedFirst, map[string]string{"subscription": "billing", "outcome": outcome,
+				"note": "logged once per outcome; counted in streamd_handler_unsupported_total"}}
 		}
 		summary := func(counts map[string]string) wantLog {
-			counts["subscription"], counts["error"] = "billing", unsupportedError
+			counts["subscription"] = "billing"
 			return wantLog{slog.LevelInfo, msgSummary, counts}
 		}
 		l6 := wantLog{slog.LevelInfo, msgL6, map[string]string{"max_attempts": "1"}}
@@ -660,6 +668,23 @@ func TestSettleUnsupportedSummary(t *testing.T) {
 		checkLogs(t, e.logs.all(), append(want, summary(map[string]string{"ack": "6"})))
 		checkMetrics(t, e.m, map[string]float64{"ack": 107, "drop": 3, "retry": 2, "rejects": 2,
 			"unsupported/ack": 107, "unsupported/drop": 3, "unsupported/reject": 2})
+	})
+}
+
+// TestSettleUnsupportedOff: log_unsupported = "off" logs no settlement the
+// transport cannot perform, first or summary, and still counts each.
+func TestSettleUnsupportedOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newSettleEnv(settleSub{off: true}, false)
+		for _, o := range []handler.Outcome{ack, drop, retry, ack} {
+			if err := e.s.settle(t.Context(), settleDelivery(1, nil, []byte("x")), o); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Minute)
+		}
+		checkLogs(t, e.logs.all(), nil)
+		checkMetrics(t, e.m, map[string]float64{"ack": 2, "drop": 1, "retry": 1,
+			"unsupported/ack": 2, "unsupported/drop": 1, "unsupported/retry": 1})
 	})
 }
 

@@ -43,7 +43,7 @@ func NewLogger(w *os.File, level, format string) (*slog.Logger, error) {
 	if err := lvl.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("log level %q: use debug, info, warn or error", level)
 	}
-	opts := &slog.HandlerOptions{Level: lvl}
+	opts := &slog.HandlerOptions{Level: lvl, ReplaceAttr: durationString}
 	switch {
 	case format == "json":
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
@@ -53,6 +53,15 @@ func NewLogger(w *os.File, level, format string) (*slog.Logger, error) {
 		return slog.New(systemd.NewJournalHandler(w, opts)), nil
 	}
 	return slog.New(slog.NewTextHandler(w, opts)), nil
+}
+
+// durationString writes a duration as Go writes it, "20s", in every log
+// format: the JSON handler would write the nanoseconds.
+func durationString(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		return slog.String(a.Key, a.Value.Duration().String())
+	}
+	return a
 }
 
 // setup is what `streamd run` and `streamd pipe` build alike: the logger,
@@ -115,14 +124,14 @@ func (s *setup) countFired(c retrytimer.Copy) {
 	}
 }
 
-// serveMetrics listens on listen, when it is set, and serves /metrics until
-// ctx ends; wg waits for the server to stop. A failure to listen is an
-// error at once.
-func (s *setup) serveMetrics(ctx context.Context, wg *sync.WaitGroup, listen string) error {
-	if listen == "" {
+// serveMetrics listens on the [metrics] listen address, when it is set, and
+// serves /metrics until ctx ends; wg waits for the server to stop. A failure
+// to listen, or a bad web configuration file, is an error at once.
+func (s *setup) serveMetrics(ctx context.Context, wg *sync.WaitGroup, mc conf.Metrics) error {
+	if mc.Listen == "" {
 		return nil
 	}
-	server := metrics.NewServer(listen, s.reg, s.metrics.Health(), s.logger)
+	server := metrics.NewServer(mc.Listen, mc.WebConfigFile, s.reg, s.metrics.Health(), s.logger)
 	if err := server.Listen(); err != nil {
 		return err
 	}

@@ -492,3 +492,26 @@ func gatheredValue(t *testing.T, reg *prometheus.Registry, name string, labels m
 	t.Fatalf("no series %s%v", name, labels)
 	return 0
 }
+
+// TestStageUnsubscribedKeys: lines of keys no subscription reads are
+// dropped, counted in streamd_pipe_unsubscribed_lines_total and logged
+// once; lines without a key go to every subscription, as before.
+func TestStageUnsubscribedKeys(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg, err := loadTestConfig(t, stageSub("jobs", "jobs", `out_retry = "jobs.retry"`), conf.ModePipe)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := runStage(t, cfg, "[audit] a\n[jobs] j\n[audit] b\n[mail] m\nno key\n", 0, stageHandlers{"jobs": func(*handler.Delivery) handler.Outcome { return ack }})
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if got := r.seenLines(); !slices.Equal(got, []string{`jobs 0 1 "j"`, `jobs 0 1 "no key"`}) {
+			t.Errorf("handled %q, want j and the line without a key", got)
+		}
+		if v := gatheredValue(t, r.reg, "streamd_pipe_unsubscribed_lines_total", nil); v != 3 {
+			t.Errorf("%v unsubscribed lines counted, want 3", v)
+		}
+		checkLogs(t, r.logs.with(msgUnsubscribedLine), []wantLog{{slog.LevelWarn, msgUnsubscribedLine, map[string]string{"line": "1", "key": "audit"}}})
+	})
+}

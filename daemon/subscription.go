@@ -100,7 +100,7 @@ func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job, errc <-c
 		case ctx.Err() != nil:
 			return nil
 		case err != nil:
-			return fmt.Errorf("subscription %q: %w", s.cfg.Name, err)
+			return err // the log and /healthz name the subscription
 		}
 		select {
 		case err := <-errc:

@@ -11,7 +11,7 @@
 //	sub := m.Subscription("billing", "orders")   // per configured subscription
 //	sub.SetHealthy(true, "")                     // once it runs; SetHealthy(false, err.Error()) when it stops
 //
-//	srv := metrics.NewServer(cfg.Metrics.Listen, reg, m.Health(), logger)
+//	srv := metrics.NewServer(cfg.Metrics.Listen, cfg.Metrics.WebConfigFile, reg, m.Health(), logger)
 //	if err := srv.Listen(); err != nil {         // before READY=1: a bad address fails the start
 //		return err
 //	}
@@ -94,6 +94,7 @@
 //	| streamd_watch_overflows_total                        | counter   | stream                       | overflows of the file notification queue                                   |
 //	| streamd_poll_reads_total                             | counter   | stream                       | changes of the file found by the poll rather than a notification           |
 //	| streamd_offset_commits_total                         | counter   | result                       | commits of the positions to the sidecar; result is success or failure      |
+//	| streamd_pipe_unsubscribed_lines_total                | counter   |                              | streamd pipe: stdin lines of a key no subscription reads, dropped          |
 //	| streamd_offset_commit_duration_seconds               | histogram |                              | time a commit took, fsyncs included (etcd's fsync buckets, 1 ms to 8.2 s)  |
 //	| streamd_config_last_reload_successful                | gauge     |                              | 1 if the last configuration load or reload succeeded, else 0               |
 //	| streamd_config_last_reload_success_timestamp_seconds | gauge     |                              | timestamp of the last successful load or reload                            |

@@ -98,6 +98,8 @@ type Metrics struct {
 	reloadSuccessful prometheus.Gauge
 	reloadTimestamp  prometheus.Gauge
 
+	unsubscribedLines prometheus.Counter
+
 	mu            sync.Mutex
 	streams       map[string]*StreamMetrics
 	subscriptions map[string]*SubscriptionMetrics
@@ -224,6 +226,11 @@ func New(reg prometheus.Registerer, build BuildInfo) *Metrics {
 			Help: "Timestamp of the last successful configuration load or reload.",
 		}),
 
+		unsubscribedLines: f.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "pipe_unsubscribed_lines_total",
+			Help: "Lines of streamd pipe's stdin with a key no subscription reads, dropped.",
+		}),
+
 		streams:       make(map[string]*StreamMetrics),
 		subscriptions: make(map[string]*SubscriptionMetrics),
 	}
@@ -265,6 +272,10 @@ func New(reg prometheus.Registerer, build BuildInfo) *Metrics {
 	})
 	return m
 }
+
+// CountUnsubscribedLine counts a line of streamd pipe's stdin whose key no
+// subscription reads.
+func (m *Metrics) CountUnsubscribedLine() { m.unsubscribedLines.Inc() }
 
 // Health returns the health of the subscriptions that have handles, for
 // [NewServer].

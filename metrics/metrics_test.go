@@ -181,6 +181,7 @@ func TestPreinitialised(t *testing.T) {
 		{"streamd_poll_reads_total", 1},
 		{"streamd_offset_commits_total", 2},
 		{"streamd_offset_commit_duration_seconds", 1},
+		{"streamd_pipe_unsubscribed_lines_total", 1},
 		{"streamd_config_last_reload_successful", 1},
 		{"streamd_config_last_reload_success_timestamp_seconds", 1},
 		{"streamd_build_info", 1},

@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/exporter-toolkit/web"
 )
 
 const (
@@ -30,20 +31,29 @@ const (
 //	GET /healthz   200 "ok" while the daemon has no problem and every subscription is healthy, else 503
 //	               with one line per unhealthy subscription ([Health.Err])
 //
-// [Server.Listen] binds the address, so that a bad address fails before
-// the daemon reports that it is ready; [Server.Run] serves until its
-// context is done. Listen, Run and Close are called from one goroutine.
+// With a web configuration file (the format of Prometheus' exporter
+// toolkit, as node_exporter's --web.config.file: tls_server_config,
+// basic_auth_users with bcrypt hashes, http_server_config), both paths are
+// served over TLS and behind basic auth as the file says; the file is read
+// again for each connection, so a new certificate or user needs no restart.
+//
+// [Server.Listen] binds the address and checks the web configuration, so
+// that a bad address or file fails before the daemon reports that it is
+// ready; [Server.Run] serves until its context is done. Listen, Run and
+// Close are called from one goroutine.
 type Server struct {
-	listen  string
-	handler http.Handler
-	logger  *slog.Logger
-	ln      net.Listener
+	listen    string
+	webConfig string
+	handler   http.Handler
+	logger    *slog.Logger
+	ln        net.Listener
 }
 
 // NewServer returns a server for the host:port listen that serves reg and
-// health; it starts nothing. A nil health is always healthy, a nil logger
-// discards.
-func NewServer(listen string, reg prometheus.Gatherer, health *Health, logger *slog.Logger) *Server {
+// health, secured as the web configuration file webConfig says ("" for
+// plain HTTP without authentication); it starts nothing. A nil health is
+// always healthy, a nil logger discards.
+func NewServer(listen, webConfig string, reg prometheus.Gatherer, health *Health, logger *slog.Logger) *Server {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -54,7 +64,7 @@ func NewServer(listen string, reg prometheus.Gatherer, health *Health, logger *s
 		ErrorHandling: promhttp.ContinueOnError,
 	}))
 	mux.Handle("GET /healthz", healthHandler(health))
-	return &Server{listen: listen, handler: mux, logger: logger}
+	return &Server{listen: listen, webConfig: webConfig, handler: mux, logger: logger}
 }
 
 // healthHandler serves /healthz.
@@ -78,12 +88,16 @@ func (l errorLog) Println(v ...any) {
 	l.logger.Error("serving metrics failed", "err", fmt.Sprint(v...))
 }
 
-// Listen binds the listen address. The error names the address, such as
-// "metrics: listen on 127.0.0.1:9464: address already in use", and
-// matches the system error with [errors.Is].
+// Listen checks the web configuration file and binds the listen address.
+// The error names the file or the address, such as "metrics: listen on
+// 127.0.0.1:9464: address already in use", and matches the system error
+// with [errors.Is].
 func (s *Server) Listen() error {
 	if s.ln != nil {
 		return fmt.Errorf("metrics: listen on %s: already listening", s.listen)
+	}
+	if err := CheckWebConfig(s.webConfig); err != nil {
+		return err
 	}
 	ln, err := net.Listen("tcp", s.listen)
 	if err != nil {
@@ -129,8 +143,7 @@ func (s *Server) Run(ctx context.Context) error {
 		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
 	}
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(s.ln) }()
-	s.logger.Info("listening", "address", addr)
+	go func() { served <- s.serve(srv) }()
 
 	select {
 	case err := <-served:
@@ -145,6 +158,34 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	<-served // http.ErrServerClosed
 	return err
+}
+
+// CheckWebConfig reads the web configuration file at path, its
+// certificates and keys, as [Server.Listen] does; "" is none and always
+// valid. The error names the file.
+func CheckWebConfig(path string) error {
+	if path == "" {
+		return nil
+	}
+	if err := web.Validate(path); err != nil {
+		var pathErr *os.PathError
+		if errors.As(err, &pathErr) && pathErr.Path == path {
+			err = pathErr.Err
+		}
+		return fmt.Errorf("metrics: web config file %s: %w", path, err)
+	}
+	return nil
+}
+
+// serve serves srv on the listener: through the exporter toolkit, which
+// logs the address and whether TLS is on, with a web configuration file;
+// else plainly.
+func (s *Server) serve(srv *http.Server) error {
+	if s.webConfig == "" {
+		s.logger.Info("listening", "address", s.Addr(), "tls", false)
+		return srv.Serve(s.ln)
+	}
+	return web.Serve(s.ln, srv, &web.FlagConfig{WebConfigFile: &s.webConfig}, s.logger)
 }
 
 // Close closes the listener of a server that [Server.Listen] bound but

@@ -21,7 +21,14 @@ import (
 // returns its base URL.
 func startServer(t *testing.T, reg prometheus.Gatherer, h *Health) string {
 	t.Helper()
-	srv := NewServer("127.0.0.1:0", reg, h, slog.New(slog.NewTextHandler(t.Output(), nil)))
+	return "http://" + startServerWith(t, "", reg, h)
+}
+
+// startServerWith runs a server on 127.0.0.1:0 with the web configuration
+// file webConfig until the test ends, and returns its address.
+func startServerWith(t *testing.T, webConfig string, reg prometheus.Gatherer, h *Health) string {
+	t.Helper()
+	srv := NewServer("127.0.0.1:0", webConfig, reg, h, slog.New(slog.NewTextHandler(t.Output(), nil)))
 	if err := srv.Listen(); err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +41,7 @@ func startServer(t *testing.T, reg prometheus.Gatherer, h *Health) string {
 			t.Errorf("Run: %v", err)
 		}
 	})
-	return "http://" + srv.Addr()
+	return srv.Addr()
 }
 
 // get requests url over a connection of its own.
@@ -168,7 +175,7 @@ func TestListenError(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			srv := NewServer(tt.listen, prometheus.NewRegistry(), nil, nil)
+			srv := NewServer(tt.listen, "", prometheus.NewRegistry(), nil, nil)
 			var err error
 			if tt.run {
 				err = srv.Run(t.Context())
@@ -221,7 +228,7 @@ func TestServerStop(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			srv := NewServer("127.0.0.1:0", prometheus.NewRegistry(), nil, nil)
+			srv := NewServer("127.0.0.1:0", "", prometheus.NewRegistry(), nil, nil)
 			if err := srv.Listen(); err != nil {
 				t.Fatal(err)
 			}

@@ -109,7 +109,8 @@ func (e *FormatError) Error() string {
 }
 
 // ChecksumError reports a frame whose stored checksum does not match its
-// payload. The framing is intact: decoding can continue after it.
+// payload. The framing is intact: decoding can continue after it. Its text
+// writes the checksums in decimal, as streamd decode prints them.
 type ChecksumError struct {
 	Offset   int64 // start of the frame
 	End      int64 // offset after the frame
@@ -120,7 +121,7 @@ type ChecksumError struct {
 }
 
 func (e *ChecksumError) Error() string {
-	return fmt.Sprintf("streamfile: checksum mismatch in frame at offset %d (key %q, seq %d): stored %#04x, computed %#04x",
+	return fmt.Sprintf("streamfile: checksum mismatch in frame at offset %d (key %q, seq %d): stored %d, computed %d",
 		e.Offset, e.Key, e.Seq, e.Received, e.Computed)
 }
 

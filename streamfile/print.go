@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"strconv"
 	"time"
@@ -33,6 +34,19 @@ const (
 	FormatNDJSON
 )
 
+// withHeaders is the bit of a [Format] that [Format.WithHeaders] sets.
+const withHeaders Format = 1 << 7
+
+// WithHeaders returns p that also decodes the header envelope (rs1:, rs2:)
+// of each message of a file: [Format.AppendRecord] then prints the headers
+// ([FrameContext.ShowHeaders]) and the payload inside the envelope, in
+// place of the envelope's text. A message without an envelope prints with
+// no headers and its payload as it is.
+func (p Format) WithHeaders() Format { return p | withHeaders }
+
+// text returns the text format of p, without the WithHeaders bit.
+func (p Format) text() Format { return p &^ withHeaders }
+
 // ParseFormat returns the format called name: "log" or "ndjson".
 func ParseFormat(name string) (Format, error) {
 	switch name {
@@ -45,7 +59,8 @@ func ParseFormat(name string) (Format, error) {
 }
 
 // FrameContext is what a message line says of its frame beyond the
-// frame's own fields. Only [FormatNDJSON] prints it.
+// frame's own fields. [FormatLog] prints only the headers (ShowHeaders);
+// [FormatNDJSON] prints all of it.
 type FrameContext struct {
 	// InFile adds where the frame is in its file, as streamd decode prints
 	// it: "offset" (the frame's first byte) first, and "checksum" (the
@@ -65,17 +80,28 @@ type FrameContext struct {
 	Subscription string
 	Attempt      uint64
 	Headers      envelope.Headers
+
+	// ShowHeaders adds the Headers without the rest of Delivered, as
+	// streamd decode --headers prints them: in ndjson "headers" and
+	// "headers_b64" as above, before "payload_b64"; in the log format one
+	// line "#   name: value" per header after the message line, the value
+	// quoted as a Go string when it is not printable UTF-8.
+	ShowHeaders bool
 }
 
 // AppendFrame appends the line of the message f, with what c adds (nil:
 // nothing). The ndjson fields of the frame are "stream_key", "shard_id",
 // "seq", "timestamp_ms" and "payload_b64", in this order.
 func (p Format) AppendFrame(b []byte, f *Frame, c *FrameContext) []byte {
-	if p == FormatLog {
-		return pipe.AppendLogLine(b, time.UnixMilli(int64(f.TimestampMs)), f.Key, f.Seq, f.Shard, f.Payload)
-	}
 	if c == nil {
 		c = &FrameContext{}
+	}
+	if p.text() == FormatLog {
+		b = pipe.AppendLogLine(b, time.UnixMilli(int64(f.TimestampMs)), f.Key, f.Seq, f.Shard, f.Payload)
+		if c.ShowHeaders {
+			b = appendHeaderLines(b, c.Headers)
+		}
+		return b
 	}
 	b = append(b, '{')
 	if c.InFile {
@@ -92,6 +118,8 @@ func (p Format) AppendFrame(b []byte, f *Frame, c *FrameContext) []byte {
 	if c.Delivered {
 		b = append(b, `,"attempt":`...)
 		b = strconv.AppendUint(b, c.Attempt, 10)
+	}
+	if c.Delivered || c.ShowHeaders {
 		b = appendHeadersJSON(b, c.Headers)
 	}
 	b = append(b, `,"payload_b64":"`...)
@@ -159,15 +187,51 @@ func appendHeadersJSON(b []byte, h envelope.Headers) []byte {
 	return append(b, '}')
 }
 
+// appendHeaderLines appends the log format's line of each header of h, as
+// [FrameContext.ShowHeaders] describes them.
+func appendHeaderLines(b []byte, h envelope.Headers) []byte {
+	for _, e := range h {
+		b = append(b, "#   "...)
+		b = append(b, e.Name...)
+		b = append(b, ": "...)
+		if printable(e.Value) {
+			b = append(b, e.Value...)
+		} else {
+			b = strconv.AppendQuote(b, string(e.Value))
+		}
+		b = append(b, '\n')
+	}
+	return b
+}
+
+// printable reports whether v is valid UTF-8 of printable characters and
+// spaces only, so that it reads as it is on one line.
+func printable(v []byte) bool {
+	for _, r := range string(v) {
+		if r == utf8.RuneError || (!strconv.IsPrint(r) && r != ' ') {
+			return false
+		}
+	}
+	return true
+}
+
 // AppendRecord appends the line of r, a message read from a file, as
-// streamd decode prints it.
+// streamd decode prints it; with [Format.WithHeaders], its envelope
+// decoded.
 func (p Format) AppendRecord(b []byte, r *Record) []byte {
-	return p.AppendFrame(b, &r.Frame, &FrameContext{InFile: true, Offset: r.Offset, Checksum: r.Checksum})
+	c := &FrameContext{InFile: true, Offset: r.Offset, Checksum: r.Checksum}
+	f := &r.Frame
+	if p&withHeaders != 0 {
+		inner := r.Frame
+		c.Headers, inner.Payload = envelope.Decode(r.Frame.Payload)
+		c.ShowHeaders, f = true, &inner
+	}
+	return p.AppendFrame(b, f, c)
 }
 
 // AppendHeader appends the line of a file's header.
 func (p Format) AppendHeader(b []byte, h *Header) []byte {
-	if p == FormatLog {
+	if p.text() == FormatLog {
 		return fmt.Appendf(b, "# header: file_name=%q created_at=%s beacon_interval=%d\n",
 			h.FileName, time.UnixMilli(int64(h.CreatedAtMs)).UTC().Format(time.RFC3339Nano), h.BeaconInterval)
 	}
@@ -182,7 +246,7 @@ func (p Format) AppendHeader(b []byte, h *Header) []byte {
 
 // AppendBeacon appends the line of the beacon bc at offset at.
 func (p Format) AppendBeacon(b []byte, at int64, bc *Beacon) []byte {
-	if p == FormatLog {
+	if p.text() == FormatLog {
 		b = fmt.Appendf(b, "# beacon at %d: remaining=%d markers=%d", at, bc.Remaining, len(bc.Markers))
 		for _, m := range bc.Markers {
 			b = fmt.Appendf(b, " [%s | %d | %d | %d | %d]", m.Key, m.Seq, m.Shard, m.TimestampMs, m.RunningChecksum)
@@ -214,16 +278,16 @@ func (p Format) AppendError(b []byte, err error, pos, size int64) []byte {
 	var ce *ChecksumError
 	var fe *FormatError
 	switch {
-	case errors.As(err, &ce) && p == FormatLog:
+	case errors.As(err, &ce) && p.text() == FormatLog:
 		return fmt.Appendf(b, "# error: checksum mismatch in the frame at offset %d: stored %d, computed %d\n", ce.Offset, ce.Received, ce.Computed)
 	case errors.As(err, &ce):
 		return fmt.Appendf(b, `{"error":"checksum","offset":%d,"received":%d,"computed":%d}`+"\n", ce.Offset, ce.Received, ce.Computed)
-	case errors.As(err, &fe) && p == FormatLog:
+	case errors.As(err, &fe) && p.text() == FormatLog:
 		return fmt.Appendf(b, "# error: format error at offset %d: %s\n", fe.Offset, fe.Reason)
 	case errors.As(err, &fe):
 		b = fmt.Appendf(b, `{"error":"format","offset":%d,"reason":`, fe.Offset)
 		return append(appendJSONString(b, fe.Reason), "}\n"...)
-	case errors.Is(err, ErrTruncated) && p == FormatLog:
+	case errors.Is(err, ErrTruncated) && p.text() == FormatLog:
 		return fmt.Appendf(b, "# error: truncated: the frame at offset %d is incomplete (file size %d)\n", pos, size)
 	case errors.Is(err, ErrTruncated):
 		return fmt.Appendf(b, `{"error":"truncated","offset":%d,"file_size":%d}`+"\n", pos, size)
@@ -301,6 +365,9 @@ func (e *HeaderError) Error() string {
 	if errors.Is(e.Err, ErrTruncated) {
 		return e.Path + ": shorter than the 128-byte header"
 	}
+	if _, named := errors.AsType[*fs.PathError](e.Err); named {
+		return e.Err.Error() // it names the path already
+	}
 	return e.Path + ": " + e.Err.Error()
 }
 
@@ -338,8 +405,8 @@ func (p Format) PrintFile(w io.Writer, path string) (pos, size int64, err error)
 	if ferr := bw.Flush(); ferr != nil && err == nil {
 		err = &WriteError{ferr}
 	}
-	if err != nil {
-		err = fmt.Errorf("%s: %w", path, err)
+	if _, named := errors.AsType[*fs.PathError](err); err != nil && !named {
+		err = fmt.Errorf("%s: %w", path, err) // a *fs.PathError names the path already
 	}
 	return pos, fi.Size(), err
 }

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/streamd/streamd/envelope"
 )
 
 // TestPrintVectors prints every vector as ndjson: the output equals its
@@ -154,5 +156,33 @@ func TestPrintFile(t *testing.T) {
 	}
 	if _, _, err := FormatLog.PrintFile(&failingWriter{}, filepath.Join(vectorDir, "consumer.ss")); !errors.Is(err, errWrite) {
 		t.Errorf("a failing writer: %v, want its error", err)
+	}
+}
+
+// TestAppendRecordWithHeaders checks the lines of records with and without
+// an envelope under WithHeaders: headers shown, the payload inside the
+// envelope in place of its text, and the plain formats unchanged.
+func TestAppendRecordWithHeaders(t *testing.T) {
+	h := envelope.Headers{{Name: "source", Value: []byte("make-run")}, {Name: "note", Value: []byte("a\tb")}, {Name: "blob", Value: []byte{0, 0xff}}}
+	enveloped := &Record{Frame: Frame{Key: "orders", Seq: 7, TimestampMs: 1700000000500, Payload: envelope.Encode(h, []byte("hi"), true)}, Offset: 128, Checksum: 4660}
+	plain := &Record{Frame: Frame{Key: "orders", Seq: 8, TimestampMs: 1700000000500, Payload: []byte("plain")}, Offset: 256, Checksum: 17}
+	for _, tc := range []struct {
+		p    Format
+		r    *Record
+		want string
+	}{
+		{FormatLog.WithHeaders(), enveloped, "[2023-11-14T22:13:20.5 | orders | 7 | 0] hi\n#   source: make-run\n#   note: \"a\\tb\"\n#   blob: \"\\x00\\xff\"\n"},
+		{FormatNDJSON.WithHeaders(), enveloped, `{"offset":128,"stream_key":"orders","shard_id":0,"seq":7,"timestamp_ms":1700000000500,` +
+			`"headers":{"source":"make-run","note":"a\tb"},"headers_b64":{"blob":"AP8="},"payload_b64":"aGk=","checksum":4660}` + "\n"},
+		{FormatLog.WithHeaders(), plain, "[2023-11-14T22:13:20.5 | orders | 8 | 0] plain\n"},
+		{FormatNDJSON.WithHeaders(), plain, `{"offset":256,"stream_key":"orders","shard_id":0,"seq":8,"timestamp_ms":1700000000500,"headers":{},"payload_b64":"cGxhaW4=","checksum":17}` + "\n"},
+		{FormatNDJSON, plain, `{"offset":256,"stream_key":"orders","shard_id":0,"seq":8,"timestamp_ms":1700000000500,"payload_b64":"cGxhaW4=","checksum":17}` + "\n"},
+	} {
+		if got := string(tc.p.AppendRecord(nil, tc.r)); got != tc.want {
+			t.Errorf("format %d, seq %d:\n got  %q\n want %q", tc.p, tc.r.Seq, got, tc.want)
+		}
+	}
+	if got := string(FormatLog.AppendRecord(nil, enveloped)); !strings.HasSuffix(got, "] "+string(enveloped.Payload)+"\n") {
+		t.Errorf("the log format without headers changed the envelope: %q", got)
 	}
 }

@@ -32,6 +32,7 @@ kind = "discard"
 
 	missing := filepath.Join(dir, "missing.toml")
 	writeConfig(t, missing, `state_dir = "state"
+metrics.web_config_file = "web.yml"
 
 [[stream]]
 name = "orders"
@@ -86,9 +87,10 @@ bearer_token_file = "none.token"
 		{"handlers not checked", []string{"--config.file=" + missing}, exitOK,
 			"streamd: configuration file " + missing + " is valid\n", ""},
 		{"handlers checked", []string{"--config.file=" + missing, "--handlers"}, exitError, "",
-			"streamd: configuration file " + missing + " is valid, but its handlers cannot start here:\n" +
+			"streamd: configuration file " + missing + " is valid, but it cannot start here:\n" +
 				`subscription "jobs": exec handler: command: exec: "/nonexistent/run-job": stat /nonexistent/run-job: no such file or directory` + "\n" +
-				`subscription "billing": http handler: bearer_token_file: open ` + filepath.Join(dir, "none.token") + ": no such file or directory\n"},
+				`subscription "billing": http handler: bearer_token_file: open ` + filepath.Join(dir, "none.token") + ": no such file or directory\n" +
+				"metrics: web config file " + filepath.Join(dir, "web.yml") + ": no such file or directory\n"},
 		{"handlers that start", []string{"--config.file=../../configs/streamd.toml", "--handlers", "--no-files"}, exitOK,
 			"streamd: configuration file ../../configs/streamd.toml is valid\n", ""},
 		{"argument", []string{bad}, exitUsage, "",

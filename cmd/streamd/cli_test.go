@@ -19,7 +19,7 @@ func TestCommandLine(t *testing.T) {
 		{args: []string{"--help"}, out: []string{"usage: streamd", "check-config", "offsets show", "publish"}},
 		{args: []string{"help", "run"}, out: []string{"usage: streamd run", "--config.file", "--log.level"}, notOut: []string{"--format"}},
 		{args: []string{"offsets", "show", "--help"}, out: []string{"usage: streamd offsets show", "--config.file"}, notOut: []string{"--subscription", "--to"}},
-		{args: []string{"decode", "-h"}, out: []string{"usage: streamd decode", "<FILE>", "follow"}},
+		{args: []string{"decode", "-h"}, out: []string{"usage: streamd decode", "<FILE>", "follow", "--[no-]headers"}},
 		{args: []string{"frobnicate"}, code: exitUsage, errs: []string{`streamd: unknown command "frobnicate"; see 'streamd --help'`}},
 		{args: []string{"run", "--nope"}, code: exitUsage, errs: []string{"streamd run: unknown long flag '--nope'; see 'streamd run --help'"}},
 		{args: []string{"offsets", "set", "--to=end"}, code: exitUsage, errs: []string{"streamd offsets set: required flag(s) '--subscription' not provided"}},
@@ -45,5 +45,30 @@ func TestCommandLine(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestManPageAndCompletions runs the binary (kingpin writes these to the
+// process's stdout) for the man page and the completion scripts that make
+// install installs: a title line roff reads, and each shell's script.
+func TestManPageAndCompletions(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		flag string
+		want []string
+	}{
+		{"--help-man", []string{".TH STREAMD 1 \"\" \"streamd devel\" \"User Commands\"\n.SH \"NAME\"\nstreamd \\- Tails", ".SH \"COMMANDS\"", "offsets show"}},
+		{"--completion-script-bash", []string{"complete -F _streamd_bash_autocomplete"}},
+		{"--completion-script-zsh", []string{"#compdef streamd"}},
+	} {
+		r := runBinary(t, nil, tc.flag)
+		if r.code != exitOK {
+			t.Errorf("streamd %s: exit %d: %s", tc.flag, r.code, r.stderr)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(r.stdout, w) {
+				t.Errorf("streamd %s lacks %q:\n%.300s", tc.flag, w, r.stdout)
+			}
+		}
 	}
 }

@@ -265,7 +265,7 @@ func TestRunRetryAfterCopy(t *testing.T) {
 	if code := p.stop(t); code != 0 {
 		t.Fatalf("exit code %d", code)
 	}
-	if strings.Contains(p.stderr.String(), "ack / nack failed") != true {
+	if !strings.Contains(p.stderr.String(), settleMsgFirstAck) {
 		t.Errorf("the ack of the copy was not reported as unsupported:\n%s", p.stderr.String())
 	}
 }

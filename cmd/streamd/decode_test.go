@@ -1,11 +1,13 @@
 package main
 
 import (
+	"encoding/base64"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 const vectorDir = "../../testdata/streamfile"
@@ -106,6 +108,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"wrong version", []string{"decode", v2}, exitError, "unsupported format version 2, want 1"},
 		{"short header", []string{"decode", short}, exitError, "shorter than the 128-byte header"},
 		{"missing file", []string{"decode", filepath.Join(dir, "nope.ss")}, exitUsage, "no such file or directory"},
+		{"a directory, named once", []string{"decode", dir}, exitUsage, "streamd decode: read " + dir + ": is a directory\n"},
 		{"no file", []string{"decode"}, exitUsage, "streamd decode: required argument 'FILE' not provided; see 'streamd decode --help'"},
 		{"bad format", []string{"decode", "--format=xml", notSS}, exitUsage, "streamd decode: enum value must be one of log,ndjson, got 'xml'"},
 		{"unknown command", []string{"frobnicate"}, exitUsage, `unknown command "frobnicate"`},
@@ -125,5 +128,50 @@ func TestVersion(t *testing.T) {
 	r := runBinary(t, nil, "version")
 	if r.code != 0 || !strings.HasPrefix(r.stdout, "streamd, version ") || !strings.Contains(r.stdout, "go1.") {
 		t.Fatalf("version: exit %d, stdout %q", r.code, r.stdout)
+	}
+}
+
+// TestDecodeHeaders publishes a record with a header, lets a handler ask
+// for a retry once, and decodes the file with --headers: the demo record
+// shows its source header, the retry copy its x-ruststream-retry-count,
+// each with the payload inside the envelope, in both formats.
+func TestDecodeHeaders(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, execSub("billing", "max_attempts = 3", `if [ "$STREAMD_ATTEMPT" = 1 ]; then echo outcome=retry; fi`))
+	if r := runBinary(t, []byte(`{"id":1,"item":"tea"}`+"\n"), "publish", "--file="+e.stream, "--key=orders", "--header=source=make-run"); r.code != 0 {
+		t.Fatalf("publish: exit %d: %s", r.code, r.stderr)
+	}
+	p := e.start()
+	eventually(t, 10*time.Second, "the retry copy delivered", func() bool { return len(e.deliveries()) == 2 })
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+
+	r := runBinary(t, nil, "decode", "--headers", e.stream)
+	if r.code != exitOK {
+		t.Fatalf("decode --headers: exit %d: %s", r.code, r.stderr)
+	}
+	for _, want := range []string{
+		" | orders | 1 | 0] {\"id\":1,\"item\":\"tea\"}\n#   source: make-run\n",
+		" | orders | 2 | 0] {\"id\":1,\"item\":\"tea\"}\n#   source: make-run\n#   stream-sequence: 1\n#   x-ruststream-retry-count: 1\n",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("decode --headers has no %q:\n%s", want, r.stdout)
+		}
+	}
+	// The flag after the argument, as any flag may be.
+	r = runBinary(t, nil, "decode", e.stream, "--format=ndjson", "--headers")
+	if r.code != exitOK {
+		t.Fatalf("decode --format=ndjson --headers: exit %d: %s", r.code, r.stderr)
+	}
+	payload := base64.StdEncoding.EncodeToString([]byte(`{"id":1,"item":"tea"}`))
+	for _, want := range []string{
+		`"seq":1,"timestamp_ms":`,
+		`"headers":{"source":"make-run"},"payload_b64":"` + payload + `"`,
+		`"headers":{"source":"make-run","stream-sequence":"1","x-ruststream-retry-count":"1","x-streamd-origin":"billing"},"payload_b64":"` + payload + `"`,
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("decode --format=ndjson --headers has no %q:\n%s", want, r.stdout)
+		}
 	}
 }

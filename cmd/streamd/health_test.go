@@ -59,8 +59,8 @@ kind = "discard"
 		code, body = health()
 		return code == http.StatusServiceUnavailable && strings.Contains(body, "checksum")
 	})
-	if !strings.Contains(body, `subscription "alpha"`) || !strings.Contains(body, "checksum") {
-		t.Errorf("503 body %q does not name the subscription and the checksum error", body)
+	if strings.Count(body, `subscription "alpha"`) != 1 || !strings.Contains(body, "checksum") {
+		t.Errorf("503 body %q does not name the subscription once and the checksum error", body)
 	}
 	config("skip")
 	p.cmd.Process.Signal(syscall.SIGHUP)

@@ -178,12 +178,11 @@ func (e *env) offsetsShowRow(sub string) []string {
 }
 
 // problemLines returns the lines of the daemon's log at level WARN or
-// ERROR, but for the note that acknowledgements are not supported (L1,
-// logged once per outcome, a matter of the file transport).
+// ERROR.
 func problemLines(stderr string) []string {
 	var out []string
 	for line := range strings.Lines(stderr) {
-		if (strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR")) && !strings.Contains(line, settleMsgL1) {
+		if strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR") {
 			out = append(out, strings.TrimSuffix(line, "\n"))
 		}
 	}

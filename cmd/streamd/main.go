@@ -91,6 +91,24 @@ func init() {
 	if version.Version == "" {
 		version.Version = "devel"
 	}
+	kingpin.ManPageTemplate = manPage(kingpin.ManPageTemplate)
+}
+
+// manPage returns kingpin's man page template with a title line that roff
+// reads (kingpin's writes the version unquoted, and --version's text is
+// several lines) and a NAME section that says what streamd is. It panics
+// if kingpin's template changed so that either is not found.
+func manPage(tmpl string) string {
+	for _, r := range [][2]string{
+		{`.TH {{.App.Name}} 1 {{.App.Version}} "{{.App.Author}}"`, `.TH STREAMD 1 "" "streamd ` + version.Version + `" "User Commands"`},
+		{".SH \"NAME\"\n{{.App.Name}}\n", ".SH \"NAME\"\n{{.App.Name}} \\- {{.App.Help}}\n"},
+	} {
+		if !strings.Contains(tmpl, r[0]) {
+			panic("kingpin's man page template has no " + r[0])
+		}
+		tmpl = strings.Replace(tmpl, r[0], r[1], 1)
+	}
+	return tmpl
 }
 
 func versionCommand(app *kingpin.Application) action {

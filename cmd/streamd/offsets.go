@@ -28,9 +28,9 @@ func addOffsetsCommands(app *kingpin.Application, actions map[string]action) {
 	var to tail.Start
 	set.Flag("to", "The new position: beginning, end, seq:N, time:RFC3339 or offset:N.").Required().SetText(&to)
 	actions[show.FullCommand()] = func(s stdio) int {
-		cfg := showConfig.load(s)
+		cfg, code := showConfig.load(s)
 		if cfg == nil {
-			return exitError
+			return code
 		}
 		reports, err := daemon.Positions(cfg)
 		if err != nil {
@@ -53,9 +53,9 @@ func addOffsetsCommands(app *kingpin.Application, actions map[string]action) {
 		return exitOK
 	}
 	actions[set.FullCommand()] = func(s stdio) int {
-		cfg := setConfig.load(s)
+		cfg, code := setConfig.load(s)
 		if cfg == nil {
-			return exitError
+			return code
 		}
 		if !slices.ContainsFunc(cfg.Subscriptions, func(sc conf.Subscription) bool { return sc.Name == *name }) {
 			fmt.Fprintf(s.err, "streamd offsets set: no subscription %q in the configuration\n", *name)

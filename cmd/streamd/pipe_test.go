@@ -1368,3 +1368,33 @@ func TestPipeStopAtTheBound(t *testing.T) {
 		t.Errorf("L5 records %v, want one with abandoned=%d (every line handled); stderr:\n%s", l5, handled, p.stderr.String())
 	}
 }
+
+// TestPipeShippedConfig runs configs/pipe.toml as shipped between a
+// producer and a consumer: the handler gets the lines of key jobs (its
+// command inherits the environment: TMPDIR says where it writes), a line
+// of another key is dropped and said once, and the stage ends cleanly at
+// the end of stdin with nothing on stdout.
+func TestPipeShippedConfig(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	config, err := filepath.Abs("../../configs/pipe.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := runStageShell(t, dir, nil, 30*time.Second, `
+printf '%s\n' '[jobs] {"id":1}' '[mail] not for this stage' '[jobs] {"id":2}' '[mail] nor this' |
+TMPDIR="$DIR" "$STREAMD" pipe --config.file=`+config+` --log.format=json 2>"$DIR/stage.err" |
+cat > "$DIR/out"`)
+	if r.code != 0 || r.stderr != "" {
+		t.Fatalf("pipeline exit status %d, stderr %q; stage stderr:\n%s", r.code, r.stderr, stageFile(dir, "stage.err"))
+	}
+	if got, want := stageFileLines(dir, "streamd-jobs.log"), []string{`jobs 0: {"id":1}`, `jobs 1: {"id":2}`}; !slices.Equal(got, want) {
+		t.Errorf("the handler wrote %q, want %q", got, want)
+	}
+	if out := stageFile(dir, "out"); out != "" {
+		t.Errorf("stdout %q, want nothing: every job was acked", out)
+	}
+	if stderr := stageFile(dir, "stage.err"); strings.Count(stderr, `"key":"mail"`) != 1 || !strings.Contains(stderr, "streamd_pipe_unsubscribed_lines_total") {
+		t.Errorf("the dropped lines of key mail are not said once:\n%s", stderr)
+	}
+}

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -102,6 +105,66 @@ scrape_configs:
 			v, ok := query(c.query)
 			return ok && v == c.want
 		})
+	}
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+}
+
+// TestMetricsWebConfig runs the daemon with a web_config_file relative to
+// its configuration file (TLS with a self-signed certificate, one bcrypt
+// basic-auth user): the user gets the metrics over TLS, a request without
+// the user gets 401, plain HTTP gets no metrics.
+func TestMetricsWebConfig(t *testing.T) {
+	t.Parallel()
+	metricsAddr := freePort(t)
+	e := newEnv(t, execSub("billing", "", ""))
+	for _, name := range []string{"web.yml", "cert.pem", "key.pem"} {
+		b, err := os.ReadFile(filepath.Join("..", "..", "metrics", "testdata", "web", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(e.dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg, _ := os.ReadFile(e.config)
+	cfg = []byte(strings.Replace(string(cfg), `listen = ""`, fmt.Sprintf("listen = %q\nweb_config_file = \"web.yml\"", metricsAddr), 1))
+	os.WriteFile(e.config, cfg, 0o644)
+	pem, _ := os.ReadFile(filepath.Join(e.dir, "cert.pem"))
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, DisableKeepAlives: true}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	get := func(url string, auth bool) (int, string, error) {
+		req, err := http.NewRequest("GET", url, nil)
+		if err != nil {
+			return 0, "", err
+		}
+		if auth {
+			req.SetBasicAuth("prometheus", "s3cret")
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b), err
+	}
+
+	p := e.start()
+	url := "https://" + metricsAddr + "/metrics"
+	eventually(t, 10*time.Second, "the metrics over TLS with the user", func() bool {
+		code, body, err := get(url, true)
+		return err == nil && code == 200 && strings.Contains(body, `streamd_subscription_up{subscription="billing"} 1`)
+	})
+	if code, _, err := get(url, false); err != nil || code != http.StatusUnauthorized {
+		t.Errorf("GET %s without the user: %d %v, want 401", url, code, err)
+	}
+	if code, body, err := get("http://"+metricsAddr+"/metrics", true); err == nil && code == 200 {
+		t.Errorf("GET over plain http: 200 %.100q", body)
 	}
 	if code := p.stop(t); code != 0 {
 		t.Fatalf("exit code %d", code)

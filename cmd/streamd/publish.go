@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"strconv"
 	"strings"
 
@@ -67,6 +68,9 @@ func publish(s stdio, path, key string, headers envelope.Headers, interval uint3
 	}
 	if err != nil {
 		fmt.Fprintf(s.err, "streamd publish: %v (%d records were published before it)\n", err, n)
+		if pe, ok := errors.AsType[*fs.PathError](err); ok && pe.Op == "open" {
+			return exitUsage // the file cannot be opened
+		}
 		return exitError
 	}
 	return exitOK

@@ -76,6 +76,10 @@ func TestReadmeTryingIt(t *testing.T) {
 	eventually(t, 10*time.Second, "the demo records to be printed", func() bool {
 		return strings.Contains(stdout.String(), `{"id":2,"item":"coffee"}`)
 	})
+	eventually(t, 10*time.Second, "the daemon to say it runs", func() bool { return strings.Contains(stderr.String(), "streamd running") })
+	if lines := problemLines(stderr.String()); len(lines) != 0 {
+		t.Errorf("the first screen of make run has warnings or errors:\n%s", strings.Join(lines, "\n"))
+	}
 
 	trying := readmeBlocks(t, "sh")[1]
 	for _, line := range strings.Split(trying, "\n") {

@@ -26,9 +26,9 @@ func reloadCommand(app *kingpin.Application) action {
 	cf := configFlag(cmd, conf.ModeRun, "streamd reload")
 	timeout := cmd.Flag("timeout", "How long to wait for the daemon's answer.").Default("90s").Duration()
 	return func(s stdio) int {
-		cfg := cf.load(s)
+		cfg, code := cf.load(s)
 		if cfg == nil {
-			return exitError
+			return code
 		}
 		pid, err := offsets.LockHolder(cfg.StateDir)
 		if err != nil {

@@ -33,13 +33,24 @@ func configFlag(cmd *kingpin.CmdClause, mode conf.Mode, name string) configFile 
 	return configFile{cmd.Flag("config.file", "Configuration file.").Default(conf.DefaultFile()).String(), mode, name}
 }
 
-// load loads the file, or says why it cannot on s.err and returns nil.
-func (c configFile) load(s stdio) *conf.Config {
+// load loads the file, or says why it cannot on s.err and returns nil and
+// the exit code: 2 for a file that cannot be read, 1 for an invalid one.
+func (c configFile) load(s stdio) (*conf.Config, int) {
 	cfg, err := conf.Load(*c.path, c.mode)
 	if err != nil {
 		fmt.Fprintf(s.err, "%s: couldn't load configuration (--config.file=%q):\n%v\n", c.name, *c.path, err)
+		return nil, configExit(err)
 	}
-	return cfg
+	return cfg, exitOK
+}
+
+// configExit is the exit code of a configuration that could not be
+// loaded: 2 when the file cannot be read, 1 when it is invalid.
+func configExit(err error) int {
+	if _, unreadable := errors.AsType[*fs.PathError](err); unreadable {
+		return exitUsage
+	}
+	return exitError
 }
 
 // stage is what `streamd run` and `streamd pipe` parse and load alike: the
@@ -64,8 +75,9 @@ func stageFlags(cmd *kingpin.CmdClause, mode conf.Mode, name string) *stage {
 // load loads the configuration and makes the logger. It returns an exit
 // code when it failed, having said why on s.err.
 func (st *stage) load(s stdio) int {
-	if st.cfg = st.configFile.load(s); st.cfg == nil {
-		return exitError
+	var code int
+	if st.cfg, code = st.configFile.load(s); st.cfg == nil {
+		return code
 	}
 	var err error
 	st.logger, err = daemon.NewLogger(os.Stderr, cmp.Or(*st.level, st.cfg.Log.Level), cmp.Or(*st.format, st.cfg.Log.Format))
@@ -141,7 +153,7 @@ func checkConfigCommand(app *kingpin.Application) action {
 	var c checkOptions
 	cmd.Flag("config.file", "Configuration file to check.").Default(conf.DefaultFile()).StringVar(&c.path)
 	cmd.Flag("mode", "The command the file is for: run or pipe.").Default("run").SetText(&c.mode)
-	cmd.Flag("handlers", "Also build each handler as streamd does at start on this machine: the exec command found, bearer_token_file and ca_file read, the proxy from the environment, NATS reached and a JetStream stream capturing the subject.").BoolVar(&c.handlers)
+	cmd.Flag("handlers", "Also build each handler as streamd does at start on this machine: the exec command found, bearer_token_file and ca_file read, the proxy from the environment, NATS reached and a JetStream stream capturing the subject; and read the metrics web_config_file with its certificates.").BoolVar(&c.handlers)
 	cmd.Flag("files", "Check the state directory and each stream file as streamd run opens them (--no-files: the file alone, as on another machine).").Default("true").BoolVar(&c.files)
 	cmd.Flag("user", "Judge access to the stream files and the state directory for this user (the unit's User=) instead of the one running the check.").PlaceHolder("NAME").StringVar(&c.user)
 	return func(s stdio) int { return checkConfig(c, s) }
@@ -175,8 +187,8 @@ func checkConfig(c checkOptions, s stdio) int {
 			}
 		}
 		if c.handlers {
-			if herr := handler.Check(cfg); herr != nil {
-				fmt.Fprintf(s.err, "streamd: configuration file %s is valid, but its handlers cannot start here:\n%v\n", path, herr)
+			if herr := errors.Join(handler.Check(cfg), metrics.CheckWebConfig(cfg.Metrics.WebConfigFile)); herr != nil {
+				fmt.Fprintf(s.err, "streamd: configuration file %s is valid, but it cannot start here:\n%v\n", path, herr)
 				code = exitError
 			}
 		}
@@ -185,9 +197,9 @@ func checkConfig(c checkOptions, s stdio) int {
 		}
 		return code
 	}
-	if _, ok := errors.AsType[*fs.PathError](err); ok {
+	if code := configExit(err); code == exitUsage {
 		fmt.Fprintf(s.err, "streamd check-config: %v\n", err)
-		return exitUsage
+		return code
 	}
 	fmt.Fprintf(s.err, "streamd: configuration file %s is invalid:\n", path)
 	if pe, ok := errors.AsType[toml.ParseError](err); ok {

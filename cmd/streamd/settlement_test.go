@@ -33,8 +33,11 @@ import (
 // Log messages of settlement.md §6.
 const (
 	settleMsgL1 = "ack / nack failed"
-	settleMsgL2 = "retry attempts exhausted; publishing the delivery to the dead-letter destination"
-	settleMsgL6 = "retry declaration; a cap applies to the copies this process publishes"
+	// settleMsgFirstAck is the INFO record of the first ack or drop under
+	// log_unsupported = "first", the default.
+	settleMsgFirstAck = "stream files keep no acknowledgements: streamd's stored position settles the record"
+	settleMsgL2       = "retry attempts exhausted; publishing the delivery to the dead-letter destination"
+	settleMsgL6       = "retry declaration; a cap applies to the copies this process publishes"
 )
 
 // xsub is an exec subscription on stream "orders" reading key. Its handler

@@ -13,14 +13,18 @@ import (
 )
 
 // NewJournalHandler returns a handler that writes text records to w, the
-// journal's stream, without the time (journald stamps each line) and with
-// a "<N>" priority prefix that journald turns into PRIORITY: error 3,
-// warning 4, info 6, debug 7.
+// journal's stream, without the time (journald stamps each line) and
+// without the level: a "<N>" priority prefix, which journald turns into
+// PRIORITY, says it (error 3, warning 4, info 6, debug 7). The ReplaceAttr
+// of opts, if any, sees every other attribute.
 func NewJournalHandler(w io.Writer, opts *slog.HandlerOptions) slog.Handler {
 	o := *opts
 	o.ReplaceAttr = func(groups []string, a slog.Attr) slog.Attr {
-		if len(groups) == 0 && a.Key == slog.TimeKey {
+		if len(groups) == 0 && (a.Key == slog.TimeKey || a.Key == slog.LevelKey) {
 			return slog.Attr{}
+		}
+		if opts.ReplaceAttr != nil {
+			return opts.ReplaceAttr(groups, a)
 		}
 		return a
 	}

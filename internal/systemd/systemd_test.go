@@ -82,7 +82,7 @@ func TestJournalHandler(t *testing.T) {
 	logger.Info("i", "k", 1)
 	logger.Warn("w")
 	logger.Error("e")
-	want := "<7>level=DEBUG msg=d component=x\n<6>level=INFO msg=i component=x k=1\n<4>level=WARN msg=w component=x\n<3>level=ERROR msg=e component=x\n"
+	want := "<7>msg=d component=x\n<6>msg=i component=x k=1\n<4>msg=w component=x\n<3>msg=e component=x\n"
 	if b.String() != want {
 		t.Errorf("got\n%s\nwant\n%s", b.String(), want)
 	}

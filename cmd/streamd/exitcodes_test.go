@@ -1,0 +1,131 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// readmeExitCodes returns the README's table of exit codes: the code of
+// each meaning's first words ("done", "invalid or failed", "usage or
+// unreadable").
+func readmeExitCodes(t *testing.T) map[string]int {
+	t.Helper()
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	codes := map[string]int{}
+	for _, m := range regexp.MustCompile(`(?m)^\| (\d) \| ([a-z ]+?)[:,|]`).FindAllStringSubmatch(string(b), -1) {
+		n, _ := strconv.Atoi(m[1])
+		codes[strings.TrimSpace(m[2])] = n
+	}
+	if len(codes) != 3 {
+		t.Fatalf("README.md: exit code table %v, want the rows of 0, 1 and 2", codes)
+	}
+	return codes
+}
+
+// TestExitCodes runs every subcommand into each of the README's exit codes
+// it can end with: done, invalid or failed, usage or unreadable.
+func TestExitCodes(t *testing.T) {
+	t.Parallel()
+	codes := readmeExitCodes(t)
+	dir := t.TempDir()
+	stream := filepath.Join(dir, "orders.ss")
+	if r := runBinary(t, []byte("a\nb\n"), "publish", "--file="+stream, "--key=orders"); r.code != 0 {
+		t.Fatalf("publish: exit %d: %s", r.code, r.stderr)
+	}
+	write := func(name, text string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	// A daemon that reads the file once and finishes.
+	replay := write("replay.toml", fmt.Sprintf(`state_dir = %q
+[metrics]
+listen = ""
+[[stream]]
+name = "orders"
+path = %q
+[[subscription]]
+name = "billing"
+stream = "orders"
+key = "orders"
+replay = true
+handler.kind = "discard"
+`, filepath.Join(dir, "state"), stream))
+	stage := write("pipe.toml", "[[subscription]]\nname = \"jobs\"\nkey = \"jobs\"\nout_retry = \"jobs.retry\"\non_invalid = \"fail\"\nhandler.kind = \"discard\"\n")
+	invalid := write("invalid.toml", "shutdown_timeout = 20\n")
+	missing := filepath.Join(dir, "missing.toml")
+	badcrc := filepath.Join(vectorDir, "edge-c-badcrc.ss")
+
+	for _, tc := range []struct {
+		kind  string // the README's meaning
+		stdin string
+		args  []string
+	}{
+		{"done", "", []string{"run", "--config.file=" + replay}},
+		{"invalid or failed", "", []string{"run", "--config.file=" + invalid}},
+		{"usage or unreadable", "", []string{"run", "--config.file=" + missing}},
+		{"usage or unreadable", "", []string{"run", "--config.file=" + replay, "--log.level=loud"}},
+
+		{"done", "[jobs] x\n", []string{"pipe", "--config.file=" + stage}},
+		{"invalid or failed", "[jobs | abc] x\n", []string{"pipe", "--config.file=" + stage}},
+		{"invalid or failed", "", []string{"pipe", "--config.file=" + invalid}},
+		{"usage or unreadable", "", []string{"pipe", "--config.file=" + missing}},
+		{"usage or unreadable", "", []string{"pipe", "extra"}},
+
+		{"done", "", []string{"check-config", "--config.file=" + replay}},
+		{"invalid or failed", "", []string{"check-config", "--config.file=" + invalid}},
+		{"invalid or failed", "", []string{"check-config", "--config.file=" + replay, "--mode=pipe"}},
+		{"usage or unreadable", "", []string{"check-config", "--config.file=" + missing}},
+		{"usage or unreadable", "", []string{"check-config", "--config.file=" + dir}},
+		{"usage or unreadable", "", []string{"check-config", "--mode=stage"}},
+
+		{"done", "", []string{"decode", stream}},
+		{"done", "", []string{"decode", stream, "--format=ndjson"}}, // a flag after the argument
+		{"invalid or failed", "", []string{"decode", badcrc}},
+		{"invalid or failed", "", []string{"decode", replay}},
+		{"usage or unreadable", "", []string{"decode", filepath.Join(dir, "nope.ss")}},
+		{"usage or unreadable", "", []string{"decode", dir}},
+		{"usage or unreadable", "", []string{"decode"}},
+
+		{"done", "c\n", []string{"publish", "--file=" + filepath.Join(dir, "other.ss"), "--key=k"}},
+		{"invalid or failed", "no key\n", []string{"publish", "--file=" + filepath.Join(dir, "other.ss")}},
+		{"usage or unreadable", "c\n", []string{"publish", "--file=" + dir, "--key=k"}},
+		{"usage or unreadable", "c\n", []string{"publish", "--file=" + filepath.Join(dir, "other.ss"), "--key=bad key"}},
+		{"usage or unreadable", "c\n", []string{"publish"}},
+
+		{"done", "", []string{"offsets", "show", "--config.file=" + replay}},
+		{"invalid or failed", "", []string{"offsets", "show", "--config.file=" + invalid}},
+		{"usage or unreadable", "", []string{"offsets", "show", "--config.file=" + missing}},
+
+		{"done", "", []string{"offsets", "set", "--config.file=" + replay, "--subscription=billing", "--to=beginning"}},
+		{"invalid or failed", "", []string{"offsets", "set", "--config.file=" + invalid, "--subscription=billing", "--to=end"}},
+		{"invalid or failed", "", []string{"offsets", "set", "--config.file=" + replay, "--subscription=billing", "--to=seq:99"}},
+		{"usage or unreadable", "", []string{"offsets", "set", "--config.file=" + replay, "--subscription=nobody", "--to=end"}},
+		{"usage or unreadable", "", []string{"offsets", "set", "--config.file=" + missing, "--subscription=billing", "--to=end"}},
+		{"usage or unreadable", "", []string{"offsets", "set", "--config.file=" + replay, "--to=someday"}},
+
+		{"done", "", []string{"version"}},
+		{"done", "", []string{"--version"}},
+		{"usage or unreadable", "", []string{"version", "--short"}},
+		{"done", "", []string{"help", "offsets", "show"}},
+		{"done", "", []string{"offsets", "show", "--help"}},
+		{"usage or unreadable", "", []string{"help", "nothing"}},
+		{"usage or unreadable", "", []string{"nothing"}},
+	} {
+		want := codes[tc.kind]
+		r := runBinary(t, []byte(tc.stdin), tc.args...)
+		if r.code != want {
+			t.Errorf("streamd %s: exit %d, want %d (%s); stderr:\n%s", strings.Join(tc.args, " "), r.code, want, tc.kind, r.stderr)
+		}
+	}
+}

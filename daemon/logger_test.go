@@ -1,0 +1,54 @@
+package daemon
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestNewLoggerDurations checks that every log format writes a duration as
+// Go writes it, and that the journal's form carries the level only in its
+// priority prefix.
+func TestNewLoggerDurations(t *testing.T) {
+	for _, tc := range []struct {
+		format  string
+		journal bool
+		want    string
+	}{
+		{"json", false, `"msg":"stopping","shutdown_timeout":"20s","wait":"1.5ms"}`},
+		{"text", false, ` level=INFO msg=stopping shutdown_timeout=20s wait=1.5ms` + "\n"},
+		{"auto", true, "<6>msg=stopping shutdown_timeout=20s wait=1.5ms\n"},
+	} {
+		t.Run(tc.format, func(t *testing.T) {
+			f, err := os.Create(filepath.Join(t.TempDir(), "log"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			t.Setenv("JOURNAL_STREAM", "")
+			if tc.journal {
+				var st syscall.Stat_t
+				if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+					t.Fatal(err)
+				}
+				t.Setenv("JOURNAL_STREAM", fmt.Sprintf("%d:%d", st.Dev, st.Ino))
+			}
+			logger, err := NewLogger(f, "info", tc.format)
+			if err != nil {
+				t.Fatal(err)
+			}
+			logger.Info("stopping", "shutdown_timeout", 20*time.Second, "wait", 1500*time.Microsecond)
+			b, err := os.ReadFile(f.Name())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := string(b); !strings.Contains(got, tc.want) || tc.journal && got != tc.want {
+				t.Errorf("format %s wrote %q, want %q in it", tc.format, got, tc.want)
+			}
+		})
+	}
+}
