@@ -2,12 +2,16 @@ package daemon
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/streamd/streamd/internal/durable"
+	"github.com/streamd/streamd/offsets"
 )
 
 // ReloadName is the file in the state directory where the daemon answers
@@ -56,4 +60,49 @@ func ReadReloadResult(dir string) (ReloadResult, error) {
 		return r, fmt.Errorf("%s: %w", filepath.Join(dir, ReloadName), err)
 	}
 	return r, nil
+}
+
+// reloadPoll is how often RequestReload looks for the daemon's answer.
+const reloadPoll = 20 * time.Millisecond
+
+// RequestReload asks the daemon that holds the lock of the state directory
+// dir to reload its configuration (SIGHUP), and waits up to timeout for
+// its answer: `streamd reload`, which systemd's ExecReload runs. It returns
+// the daemon's pid and its answer; an error when no daemon holds the lock,
+// or none answered.
+func RequestReload(dir string, timeout time.Duration) (int, ReloadResult, error) {
+	pid, err := offsets.LockHolder(dir)
+	if err != nil {
+		return 0, ReloadResult{}, err
+	}
+	r, err := signalReload(dir, pid, timeout)
+	return pid, r, err
+}
+
+// signalReload sends SIGHUP to the daemon pid and returns its answer: the
+// first reload it records in dir that started after the signal.
+func signalReload(dir string, pid int, timeout time.Duration) (ReloadResult, error) {
+	sent := time.Now()
+	if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
+		return ReloadResult{}, fmt.Errorf("signal streamd (pid %d): %w", pid, err)
+	}
+	deadline := time.After(timeout)
+	tick := time.NewTicker(reloadPoll)
+	defer tick.Stop()
+	for {
+		r, err := ReadReloadResult(dir)
+		switch {
+		case err == nil && r.PID == pid && !r.Started.Before(sent):
+			return r, nil
+		case err != nil && !errors.Is(err, fs.ErrNotExist):
+			return r, err
+		case errors.Is(syscall.Kill(pid, 0), syscall.ESRCH):
+			return r, fmt.Errorf("streamd (pid %d) stopped before it answered the reload", pid)
+		}
+		select {
+		case <-tick.C:
+		case <-deadline:
+			return r, fmt.Errorf("streamd (pid %d) did not answer the reload within %s; see its log", pid, timeout)
+		}
+	}
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -181,7 +180,7 @@ func (h *execHandler) environ(d *Delivery) []string {
 		if utf8.Valid(e.Value) && bytes.IndexByte(e.Value, 0) < 0 {
 			env = append(env, execHeaderEnvPrefix+envName(e.Name)+"="+string(e.Value))
 		} else {
-			env = append(env, execBase64HeaderEnvPrefix+envName(e.Name)+"="+base64.StdEncoding.EncodeToString(e.Value))
+			env = append(env, execBase64HeaderEnvPrefix+envName(e.Name)+"="+base64Value(e.Value))
 		}
 	}
 	for _, m := range deliveryMeta {

@@ -3,7 +3,6 @@ package handler
 import (
 	"cmp"
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -196,7 +195,7 @@ func natsHeader(d *Delivery) nats.Header {
 		if httpTextValue(e.Value) {
 			h[httpRecordHeaderPrefix+name] = []string{string(e.Value)}
 		} else {
-			h[httpBase64RecordHeaderPrefix+name] = []string{base64.StdEncoding.EncodeToString(e.Value)}
+			h[httpBase64RecordHeaderPrefix+name] = []string{base64Value(e.Value)}
 		}
 	}
 	for _, m := range deliveryMeta {

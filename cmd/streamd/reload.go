@@ -1,20 +1,12 @@
 package main
 
 import (
-	"errors"
 	"fmt"
-	"io/fs"
-	"syscall"
-	"time"
 
 	"github.com/alecthomas/kingpin/v2"
 	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/daemon"
-	"github.com/streamd/streamd/offsets"
 )
-
-// reloadPoll is how often streamd reload looks for the daemon's answer.
-const reloadPoll = 20 * time.Millisecond
 
 // reloadCommand is `streamd reload`: it signals the daemon that holds the
 // lock of the configuration's state directory and waits for its answer, so
@@ -30,12 +22,7 @@ func reloadCommand(app *kingpin.Application) action {
 		if cfg == nil {
 			return code
 		}
-		pid, err := offsets.LockHolder(cfg.StateDir)
-		if err != nil {
-			fmt.Fprintf(s.err, "streamd reload: %v\n", err)
-			return exitError
-		}
-		r, err := signalReload(cfg.StateDir, pid, *timeout)
+		pid, r, err := daemon.RequestReload(cfg.StateDir, *timeout)
 		switch {
 		case err != nil:
 			fmt.Fprintf(s.err, "streamd reload: %v\n", err)
@@ -46,33 +33,5 @@ func reloadCommand(app *kingpin.Application) action {
 		}
 		fmt.Fprintf(s.out, "streamd reload: streamd (pid %d) runs the new configuration\n", pid)
 		return exitOK
-	}
-}
-
-// signalReload sends SIGHUP to the daemon pid and returns its answer: the
-// first reload it records in dir that started after the signal.
-func signalReload(dir string, pid int, timeout time.Duration) (daemon.ReloadResult, error) {
-	sent := time.Now()
-	if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
-		return daemon.ReloadResult{}, fmt.Errorf("signal streamd (pid %d): %w", pid, err)
-	}
-	deadline := time.After(timeout)
-	tick := time.NewTicker(reloadPoll)
-	defer tick.Stop()
-	for {
-		r, err := daemon.ReadReloadResult(dir)
-		switch {
-		case err == nil && r.PID == pid && !r.Started.Before(sent):
-			return r, nil
-		case err != nil && !errors.Is(err, fs.ErrNotExist):
-			return r, err
-		case errors.Is(syscall.Kill(pid, 0), syscall.ESRCH):
-			return r, fmt.Errorf("streamd (pid %d) stopped before it answered the reload", pid)
-		}
-		select {
-		case <-tick.C:
-		case <-deadline:
-			return r, fmt.Errorf("streamd (pid %d) did not answer the reload within %s; see its log", pid, timeout)
-		}
 	}
 }
