@@ -42,8 +42,8 @@ type subscription struct {
 	seqHeader [1]envelope.Header // the headers of a plain record
 	seqValue  [20]byte
 
-	idFile   streamfile.Identity // the file idPrefix is of
-	idPrefix string
+	idFile streamfile.Identity // the file idHash is of
+	idHash string
 }
 
 // job is one record handed to a worker when concurrency is above 1.
@@ -156,7 +156,7 @@ func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job, errc <-c
 		*d = handler.Delivery{
 			Subscription: s.cfg.Name, Key: rec.Key, Shard: rec.Shard, Seq: rec.Seq, TimestampMs: rec.TimestampMs,
 			Headers: headers, Payload: payload, Attempt: envelope.RetryCount(headers) + 1,
-			RecordID: s.recordID(rec.Offset),
+			File: s.fileID(), Offset: rec.Offset,
 		}
 		if s.cfg.Concurrency <= 1 {
 			if err := s.deliver(ctx, hctx, d, ticket, rec.Offset, 0); err != nil {
@@ -177,18 +177,18 @@ func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job, errc <-c
 	}
 }
 
-// recordID returns the identity of the record at offset in s.file: a hash
-// of the file's identity (device, inode, and the header's creation time and
-// file name), a dash, and the offset in decimal. It stays the same when the
-// record is read again after a restart; a copy of the record, written at
-// another offset, gets another.
-func (s *subscription) recordID(offset int64) string {
-	if s.idPrefix == "" || s.idFile != s.file {
+// fileID returns the identity of s.file as deliveries carry it
+// ([handler.Delivery.File]): a hash of the device, the inode, and the
+// header's creation time and file name, computed once per file. With the
+// record's offset it identifies the record for good: the same when it is
+// read again after a restart, another for a copy written elsewhere.
+func (s *subscription) fileID() string {
+	if s.idFile != s.file || s.idHash == "" {
 		sum := sha256.New()
 		fmt.Fprintf(sum, "%d\x00%d\x00%d\x00%s", s.file.Dev, s.file.Ino, s.file.CreatedAtMs, s.file.FileName)
-		s.idFile, s.idPrefix = s.file, hex.EncodeToString(sum.Sum(nil)[:12])+"-"
+		s.idFile, s.idHash = s.file, hex.EncodeToString(sum.Sum(nil)[:12])
 	}
-	return s.idPrefix + strconv.FormatInt(offset, 10)
+	return s.idHash
 }
 
 // foreign reports whether a record is a retry copy made by another

@@ -123,11 +123,22 @@ type Delivery struct {
 	// Attempt is 1 for the first delivery, and one more than the
 	// x-ruststream-retry-count header of a copy.
 	Attempt uint64
-	// RecordID identifies the record for good: its file's identity and its
-	// offset there, so that a record read again after a restart has the
-	// same one and a copy of it another. "" in a pipe stage, whose
-	// records have no file.
-	RecordID string
+	// File identifies the stream file the record was read from (a hash of
+	// its identity), and Offset is where the record is in it; File is ""
+	// in a pipe stage, whose records have no file. See [Delivery.RecordID].
+	File   string
+	Offset int64
+}
+
+// RecordID identifies the record for good: its file's identity and its
+// offset there, so that a record read again after a restart has the same
+// one and a copy of it another. It is "" in a pipe stage. It is built on
+// demand, so that deliveries that do not need it cost nothing.
+func (d *Delivery) RecordID() string {
+	if d.File == "" {
+		return ""
+	}
+	return d.File + "-" + strconv.FormatInt(d.Offset, 10)
 }
 
 // deliveryMeta is the metadata of a delivery that the exec and http

@@ -202,8 +202,8 @@ func natsHeader(d *Delivery) nats.Header {
 		b = m.appendValue(b[:0], d)
 		h[m.header] = []string{string(b)}
 	}
-	if d.RecordID != "" {
-		h[natsMsgIDHeader] = []string{d.RecordID}
+	if id := d.RecordID(); id != "" {
+		h[natsMsgIDHeader] = []string{id}
 	}
 	return h
 }

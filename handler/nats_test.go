@@ -43,19 +43,19 @@ func TestNATSHandlerPublish(t *testing.T) {
 	h := mustNewHandler(t, natsConfig(srv))
 
 	d := testDelivery()
-	d.RecordID = "abc-4096"
+	d.File, d.Offset = "abc", 4096
 	checkOutcome(t, h.Handle(t.Context(), d), OutcomeAck, 0, 0, "")
 	o := h.Handle(t.Context(), d)
 	checkOutcome(t, o, OutcomeAck, 0, 0, "")
 	if !o.Duplicate {
 		t.Error("the second publish of one RecordID is not marked Duplicate")
 	}
-	d.RecordID = ""
+	d.File = ""
 	if o := h.Handle(t.Context(), d); o.Kind != OutcomeAck || o.Duplicate {
 		t.Errorf("without a RecordID: %+v, want a plain ack", o)
 	}
 	big := testDelivery()
-	big.RecordID, big.Payload = "abc-8192", make([]byte, 2048)
+	big.File, big.Offset, big.Payload = "abc", 8192, make([]byte, 2048)
 	checkOutcome(t, h.Handle(t.Context(), big), OutcomeDrop, 0, 0, "")
 
 	msgs := srv.Messages("ORDERS")
@@ -101,9 +101,9 @@ func TestNATSHandlerFailures(t *testing.T) {
 	cfg.Timeout = conf.Duration(300 * time.Millisecond)
 	h := mustNewHandler(t, cfg)
 	d := testDelivery()
-	d.RecordID = "a-1"
+	d.File, d.Offset = "a", 1
 	checkOutcome(t, h.Handle(t.Context(), d), OutcomeAck, 0, 0, "")
-	d.RecordID = "a-2"
+	d.File, d.Offset = "a", 2
 	if o := h.Handle(t.Context(), d); o.Kind != OutcomeFailed || o.Failure != FailureOther || !strings.Contains(o.Err.Error(), "refused") {
 		t.Errorf("past the stream's limits: %+v, want failed (other), refused", o)
 	}
