@@ -157,6 +157,9 @@ deb:
 	GOOS=linux GOARCH=amd64 $(GO) build -trimpath -buildmode=pie \
 		-ldflags "$(LDFLAGS) -s -w -linkmode=external -extldflags '-Wl,-z,relro,-z,now'" -o bin/deb/streamd ./cmd/streamd
 	sed 's|/usr/local/bin/streamd|/usr/bin/streamd|g' deploy/systemd/streamd.service > bin/deb/streamd.service
+	bin/deb/streamd --help-man | gzip -9n > bin/deb/streamd.1.gz
+	bin/deb/streamd --completion-script-bash > bin/deb/streamd.bash
+	bin/deb/streamd --completion-script-zsh > bin/deb/streamd.zsh
 	printf -- '- semver: "%s"\n  date: %s\n  packager: streamd maintainers <streamd@users.noreply.github.com>\n  deb:\n    urgency: medium\n    distributions: [unstable]\n  changes:\n    - note: Built from %s.\n' \
 		'$(DEB_VERSION)' "$$(date -u -d @$$(git log -1 --format=%ct 2>/dev/null || date +%s) +%Y-%m-%dT%H:%M:%SZ)" '$(VERSION)' > bin/deb/changelog.yml
 	DEB_VERSION='$(DEB_VERSION)' $(GO) run $(NFPM) package --config deploy/deb/nfpm.yaml --packager deb --target bin/

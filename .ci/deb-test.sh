@@ -30,6 +30,9 @@ setpriv --reuid=streamd --regid=streamd --init-groups /usr/bin/streamd check-con
 out=$(systemd-analyze verify --man=no "$unit" 2>&1) || fail "systemd-analyze verify $unit: $out"
 [ -z "$out" ] || fail "systemd-analyze verify $unit printed: $out"
 grep -q '^ExecStart=/usr/bin/streamd run ' "$unit" || fail "$unit does not run /usr/bin/streamd"
+zcat /usr/share/man/man1/streamd.1.gz | grep -q '^\.TH STREAMD 1' || fail "the package has no man page streamd(1)"
+grep -q streamd /usr/share/bash-completion/completions/streamd || fail "the package has no bash completion"
+[ -s /usr/share/zsh/vendor-completions/_streamd ] || fail "the package has no zsh completion"
 
 echo '# edited by the operator' >>"$conf"
 edited=$(sha256sum <"$conf")
@@ -39,7 +42,8 @@ dpkg -i "$deb" >/dev/null
 
 dpkg --purge streamd >/dev/null
 trap - EXIT
-for f in /usr/bin/streamd "$unit" /usr/lib/sysusers.d/streamd.conf /etc/streamd /var/lib/streamd /var/lib/seastreamer /usr/share/doc/streamd; do
+for f in /usr/bin/streamd "$unit" /usr/lib/sysusers.d/streamd.conf /etc/streamd /var/lib/streamd /var/lib/seastreamer /usr/share/doc/streamd \
+	/usr/share/man/man1/streamd.1.gz /usr/share/bash-completion/completions/streamd /usr/share/zsh/vendor-completions/_streamd; do
 	[ ! -e "$f" ] || fail "dpkg --purge left $f behind"
 done
 echo ">> the package installs, keeps an edited configuration and purges cleanly"
