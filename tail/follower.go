@@ -135,9 +135,9 @@ type Follower struct {
 	watchLog ratelog.Limiter
 	timer    *time.Timer
 
-	// working is when the current Next call began its work, or last woke
-	// from a wait; 0 outside Next and while it waits (Stalled).
-	working atomic.Int64
+	// reading is when the read or stat of the open file under way began;
+	// 0 when none is (timedFile, Stalled).
+	reading atomic.Int64
 }
 
 // New opens the file at opts.Path and finds where reading starts. It starts
@@ -194,7 +194,7 @@ func newFollower(opts Options, hooks testHooks) (*Follower, error) {
 	if fl.obs == nil {
 		fl.obs = nopObserver{}
 	}
-	fl.f, err = hooks.open(abs)
+	fl.f, err = fl.open(abs)
 	if err != nil {
 		return nil, fmt.Errorf("tail: %w", err)
 	}
@@ -243,8 +243,6 @@ func (fl *Follower) Next(ctx context.Context) (*Record, error) {
 	if fl.err != nil {
 		return nil, fl.err
 	}
-	fl.working.Store(time.Now().UnixNano())
-	defer fl.working.Store(0)
 	for {
 		if fl.dec == nil {
 			if err := ctx.Err(); err != nil {
@@ -329,16 +327,45 @@ func (fl *Follower) Next(ctx context.Context) (*Record, error) {
 	}
 }
 
-// Stalled returns how long the current [Follower.Next] call has been
-// working without returning a record or waiting for the file to change: a
-// read that hangs (a stuck disk or network file system) grows it, which
-// the systemd watchdog must learn. It is 0 outside Next and while Next
-// waits. Unlike the other methods, it may be called from any goroutine.
+// Stalled returns how long the read or stat of the followed file under
+// way has been running, 0 when none is: a read that hangs (a stuck disk or
+// network file system) grows it, which the systemd watchdog must learn.
+// Waiting for the file to change is not a stall. Unlike the other methods,
+// it may be called from any goroutine.
 func (fl *Follower) Stalled() time.Duration {
-	if since := fl.working.Load(); since != 0 {
+	if since := fl.reading.Load(); since != 0 {
 		return time.Since(time.Unix(0, since))
 	}
 	return 0
+}
+
+// open opens the file at path to follow it, timed (timedFile).
+func (fl *Follower) open(path string) (file, error) {
+	f, err := fl.hooks.open(path)
+	if err != nil {
+		return nil, err
+	}
+	return timedFile{f, &fl.reading}, nil
+}
+
+// timedFile is a followed file whose reads and stats record when they
+// began, for Stalled. A read fills the decoder's buffer, so this costs
+// nothing per record.
+type timedFile struct {
+	file
+	since *atomic.Int64
+}
+
+func (f timedFile) ReadAt(p []byte, off int64) (int, error) {
+	f.since.Store(time.Now().UnixNano())
+	defer f.since.Store(0)
+	return f.file.ReadAt(p, off)
+}
+
+func (f timedFile) Stat() (os.FileInfo, error) {
+	f.since.Store(time.Now().UnixNano())
+	defer f.since.Store(0)
+	return f.file.Stat()
 }
 
 // readError is a failure to read the open file (an I/O error), as opposed

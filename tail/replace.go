@@ -216,7 +216,7 @@ func (fl *Follower) openReplacement() (file, error) {
 	if !st.Mode().IsRegular() {
 		return nil, notRegular(fl.path, st)
 	}
-	f, err := fl.hooks.open(fl.path)
+	f, err := fl.open(fl.path)
 	if err != nil {
 		return nil, err
 	}

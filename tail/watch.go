@@ -125,7 +125,6 @@ func (fl *Follower) wait(ctx context.Context) error {
 		wake = fl.watch.wake
 	}
 	polled := false
-	fl.working.Store(0)
 	select {
 	case <-ctx.Done():
 		fl.timer.Stop()
@@ -135,7 +134,7 @@ func (fl *Follower) wait(ctx context.Context) error {
 	case <-fl.timer.C:
 		polled = true
 	}
-	fl.working.Store(time.Now().UnixNano())
+
 	if fl.watch != nil {
 		if n := fl.watch.overflow.Swap(0); n > 0 {
 			for range n {
