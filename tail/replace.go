@@ -130,7 +130,11 @@ func (fl *Follower) checkInPlace(size int64) bool {
 // size loses none of its copies. The lock is not held while reading, so no
 // writer waits on a subscription's handler.
 func (fl *Follower) grewUnderLock() bool {
-	f, ok := fl.f.(interface{ Fd() uintptr })
+	var inner any = fl.f
+	if t, ok := fl.f.(timedFile); ok {
+		inner = t.file
+	}
+	f, ok := inner.(interface{ Fd() uintptr })
 	if !ok {
 		return false
 	}
