@@ -158,6 +158,25 @@ var deliveryMeta = [...]struct {
 	{"STREAMD_ATTEMPT", "Streamd-Attempt", func(b []byte, d *Delivery) []byte { return strconv.AppendUint(b, d.Attempt, 10) }},
 }
 
+// putRecordFields puts d's record headers (see httpRecordHeaderPrefix) and
+// its metadata into the header fields h of an HTTP request or a NATS
+// message.
+func putRecordFields(h map[string][]string, d *Delivery) {
+	for _, e := range d.Headers {
+		name := escapeHeaderName(e.Name)
+		if httpTextValue(e.Value) {
+			h[httpRecordHeaderPrefix+name] = []string{string(e.Value)}
+		} else {
+			h[httpBase64RecordHeaderPrefix+name] = []string{base64Value(e.Value)}
+		}
+	}
+	var b []byte
+	for _, m := range deliveryMeta {
+		b = m.appendValue(b[:0], d)
+		h[m.header] = []string{string(b)}
+	}
+}
+
 // Handler handles deliveries. Handle may be called from several goroutines
 // at once when a subscription's concurrency is above 1. It must return when
 // ctx ends; what it returns then is settled like any outcome.

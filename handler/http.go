@@ -1,11 +1,11 @@
 package handler
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/streamd/streamd/conf"
-	"github.com/streamd/streamd/internal/h1"
 	"github.com/streamd/streamd/internal/httpfield"
 )
 
@@ -48,6 +47,9 @@ const (
 	// httpMaxIdleConns keeps one idle connection per handler goroutine for
 	// a subscription's concurrency up to this many.
 	httpMaxIdleConns = 128
+	// httpDrainLimit bounds what is read of a response body after the
+	// outcome so its connection can be kept; a longer body closes it.
+	httpDrainLimit = 64 << 10
 	// httpExcerptLimit bounds the body excerpt in a failure's error.
 	httpExcerptLimit = 256
 	// httpUserAgent is the User-Agent unless the headers set one.
@@ -86,17 +88,18 @@ const (
 // Failed carries the status with an excerpt of the body, or the transport
 // error: the delivery failed, and the record is delivered again in place.
 //
-// All deliveries share one [h1.Client]: HTTP/1.1 on kept-alive connections,
-// one per delivery in flight, up to 128 kept idle, each exchange done by
-// the delivering goroutine. An http:// proxy named by $HTTP_PROXY,
-// $HTTPS_PROXY and $NO_PROXY is used as net/http would; another kind of
-// proxy is a configuration error. Close closes the idle connections.
+// All deliveries share one net/http client: HTTP/1.1 on kept-alive
+// connections, up to 128 kept idle, redirects not followed, proxies from
+// $HTTP_PROXY, $HTTPS_PROXY and $NO_PROXY. Close closes the idle
+// connections.
 type httpHandler struct {
-	host        string // a configured Host header, or ""
-	fixed       []byte // the configured header fields, Authorization and User-Agent, as written
-	contentType []byte // the Content-Type unless the record has one
+	url         string
+	host        string      // a configured Host header, or ""
+	fixed       http.Header // the configured header fields, Authorization and User-Agent
+	contentType string      // the Content-Type unless the record has one
 	timeout     time.Duration
-	client      *h1.Client
+	transport   *http.Transport
+	client      *http.Client
 }
 
 func newHTTPHandler(cfg conf.Handler) (*httpHandler, error) {
@@ -111,7 +114,9 @@ func newHTTPHandler(cfg conf.Handler) (*httpHandler, error) {
 		return nil, errors.New("url: the query holds a space, a control character or a byte beyond ASCII; percent-encode it")
 	}
 	h := &httpHandler{
-		contentType: []byte("application/octet-stream"),
+		url:         u.String(),
+		fixed:       make(http.Header),
+		contentType: "application/octet-stream",
 		timeout:     time.Duration(cmp.Or(cfg.Timeout, conf.DefaultHTTPTimeout)),
 	}
 	userAgent := httpUserAgent
@@ -130,22 +135,29 @@ func newHTTPHandler(cfg conf.Handler) (*httpHandler, error) {
 			}
 			h.host = value
 		case "Content-Type":
-			h.contentType = []byte(value)
+			h.contentType = value
 		case "User-Agent":
 			userAgent = value
 		default:
-			h.fixed = appendHTTPField(h.fixed, http.CanonicalHeaderKey(name), "", value)
+			h.fixed.Set(name, value)
 		}
 	}
-	h.fixed = appendHTTPField(h.fixed, "User-Agent", "", userAgent)
+	h.fixed.Set("User-Agent", userAgent)
 	if cfg.BearerTokenFile != "" {
 		token, err := readBearerToken(cfg.BearerTokenFile)
 		if err != nil {
 			return nil, fmt.Errorf("bearer_token_file: %w", err)
 		}
-		h.fixed = appendHTTPField(h.fixed, "Authorization", "", "Bearer "+token)
+		h.fixed.Set("Authorization", "Bearer "+token)
 	}
-	opts := h1.Options{URL: u, MaxIdle: httpMaxIdleConns}
+	h.transport = &http.Transport{
+		Proxy:               http.ProxyFromEnvironment,
+		DialContext:         (&net.Dialer{Timeout: h.timeout, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        httpMaxIdleConns,
+		MaxIdleConnsPerHost: httpMaxIdleConns,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true, // the excerpt of a failure's body is shown as sent
+	}
 	if cfg.CAFile != "" {
 		pem, err := os.ReadFile(cfg.CAFile)
 		if err != nil {
@@ -155,13 +167,17 @@ func newHTTPHandler(cfg conf.Handler) (*httpHandler, error) {
 		if !pool.AppendCertsFromPEM(pem) {
 			return nil, fmt.Errorf("ca_file: %s holds no PEM certificate", cfg.CAFile)
 		}
-		opts.TLS = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+		h.transport.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}
-	if opts.Proxy, err = http.ProxyFromEnvironment(&http.Request{URL: u}); err != nil {
+	if _, err := http.ProxyFromEnvironment(&http.Request{URL: u}); err != nil {
 		return nil, fmt.Errorf("the proxy of $HTTP_PROXY or $HTTPS_PROXY: %w", err)
 	}
-	if h.client, err = h1.New(opts); err != nil {
-		return nil, fmt.Errorf("url: %w (a proxy from $HTTP_PROXY or $HTTPS_PROXY; $NO_PROXY can exempt the host)", err)
+	h.client = &http.Client{
+		Transport: h.transport,
+		Timeout:   h.timeout,
+		CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse // a redirect fails the delivery, see outcome
+		},
 	}
 	return h, nil
 }
@@ -186,60 +202,47 @@ func readBearerToken(path string) (string, error) {
 }
 
 // Close closes the idle connections.
-func (h *httpHandler) Close() error { return h.client.Close() }
+func (h *httpHandler) Close() error {
+	h.transport.CloseIdleConnections()
+	return nil
+}
 
 // Handle POSTs d and maps the response to an outcome.
 func (h *httpHandler) Handle(ctx context.Context, d *Delivery) Outcome {
-	resp, err := h.client.Post(ctx, h.timeout, &h1.Request{
-		Host:         h.host,
-		AppendHeader: func(b []byte) []byte { return h.appendHeader(b, d) },
-		Body:         d.Payload,
-	})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url, bytes.NewReader(d.Payload))
+	if err != nil {
+		return Failed(FailureOther, fmt.Errorf("http: %w", err))
+	}
+	req.Host = h.host
+	req.Header = h.header(d)
+	resp, err := h.client.Do(req)
 	if err != nil {
 		return h.transportFailure(ctx, err)
 	}
-	defer resp.Body.Close()
+	defer func() {
+		// Drain what is left, up to a bound, so the connection is kept.
+		io.Copy(io.Discard, io.LimitReader(resp.Body, httpDrainLimit))
+		resp.Body.Close()
+	}()
 	return h.outcome(resp)
 }
 
-// appendHeader appends the header fields of d's request: the configured
-// ones, the record's headers, Content-Type, and the metadata.
-func (h *httpHandler) appendHeader(b []byte, d *Delivery) []byte {
-	b = append(b, h.fixed...)
+// header returns the header fields of d's request: the configured ones,
+// the record's headers, Content-Type, and the metadata.
+func (h *httpHandler) header(d *Delivery) http.Header {
+	header := make(http.Header, len(h.fixed)+len(d.Headers)+len(deliveryMeta)+1)
+	for name, values := range h.fixed {
+		header[name] = values
+	}
+	putRecordFields(header, d)
 	contentType := h.contentType
 	for _, e := range d.Headers {
-		name := escapeHeaderName(e.Name)
-		if !httpTextValue(e.Value) {
-			b = append(b, httpBase64RecordHeaderPrefix...)
-			b = append(b, name...)
-			b = append(b, ": "...)
-			b = base64.StdEncoding.AppendEncode(b, e.Value)
-			b = append(b, "\r\n"...)
-			continue
-		}
-		b = appendHTTPField(b, httpRecordHeaderPrefix, name, e.Value)
-		if e.Name == "content-type" && len(e.Value) > 0 {
-			contentType = e.Value
+		if e.Name == "content-type" && len(e.Value) > 0 && httpTextValue(e.Value) {
+			contentType = string(e.Value)
 		}
 	}
-	b = appendHTTPField(b, "Content-Type", "", contentType)
-	for _, m := range deliveryMeta {
-		b = append(b, m.header...)
-		b = append(b, ": "...)
-		b = m.appendValue(b, d)
-		b = append(b, "\r\n"...)
-	}
-	return b
-}
-
-// appendHTTPField appends the field "prefix+name: value\r\n"; both are
-// valid already.
-func appendHTTPField[V string | []byte](b []byte, prefix, name string, value V) []byte {
-	b = append(b, prefix...)
-	b = append(b, name...)
-	b = append(b, ": "...)
-	b = append(b, value...)
-	return append(b, "\r\n"...)
+	header["Content-Type"] = []string{contentType}
+	return header
 }
 
 // outcome maps a response to an outcome, as the httpHandler documentation
@@ -329,6 +332,9 @@ func (h *httpHandler) transportFailure(ctx context.Context, err error) Outcome {
 		return Failed(FailureCanceled, fmt.Errorf("http: cancelled: %w", context.Cause(ctx)))
 	case isTimeout(err):
 		return Failed(FailureTimeout, fmt.Errorf("http: timed out after %s", h.timeout))
+	}
+	if ue, ok := errors.AsType[*url.Error](err); ok {
+		err = ue.Err // without the URL, which may hold a secret
 	}
 	return Failed(FailureUnreachable, fmt.Errorf("http: %w", err))
 }

@@ -189,19 +189,7 @@ func (h *natsHandler) failure(ctx context.Context, d *Delivery, err error) Outco
 // natsHeader returns the NATS headers of d.
 func natsHeader(d *Delivery) nats.Header {
 	h := make(nats.Header, len(d.Headers)+len(deliveryMeta)+1)
-	var b []byte
-	for _, e := range d.Headers {
-		name := escapeHeaderName(e.Name)
-		if httpTextValue(e.Value) {
-			h[httpRecordHeaderPrefix+name] = []string{string(e.Value)}
-		} else {
-			h[httpBase64RecordHeaderPrefix+name] = []string{base64Value(e.Value)}
-		}
-	}
-	for _, m := range deliveryMeta {
-		b = m.appendValue(b[:0], d)
-		h[m.header] = []string{string(b)}
-	}
+	putRecordFields(h, d)
 	if id := d.RecordID(); id != "" {
 		h[natsMsgIDHeader] = []string{id}
 	}

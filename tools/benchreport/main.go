@@ -320,12 +320,6 @@ func goals() []goal {
 				met: atLeast(20000), target: "≥ 20 000 records/s"},
 			{issue: "#5 item 10", what: "the floor under the line above: net/http alone, in a process of its own, posting 100 B bodies from 32 goroutines to the same kind of local server, no daemon",
 				from: []metric{m("BenchmarkHTTPClientFloor", "requests/s")}, value: one("%.0f requests/s")},
-			{issue: "#5 item 10", what: "the http handler's transport (internal/h1) beside net/http's, per request of 100 B from 32 goroutines, client and local server in one process",
-				from: []metric{m("BenchmarkPost/client=h1", "ns/op"), m("BenchmarkPost/client=h1", "allocs/op"),
-					m("BenchmarkPost/client=net-http", "ns/op"), m("BenchmarkPost/client=net-http", "allocs/op")},
-				value: func(v []float64) (float64, string) {
-					return v[0], fmt.Sprintf("h1 %.1f µs, %.0f allocs; net/http %.1f µs, %.0f allocs", v[0]/1e3, v[1], v[2]/1e3, v[3])
-				}},
 			{issue: "#5 item 10, #8", what: "streamd run, peak RSS with 100 000 retries of 1 KiB pending",
 				from:  []metric{m("BenchmarkRunPendingRetries", "peak-RSS-MiB")},
 				value: one("%.1f MiB")},
