@@ -183,8 +183,10 @@ func (h *execHandler) environ(d *Delivery) []string {
 			env = append(env, execBase64HeaderEnvPrefix+envName(e.Name)+"="+base64Value(e.Value))
 		}
 	}
+	var b []byte
 	for _, m := range deliveryMeta {
-		env = append(env, string(m.appendValue([]byte(m.env+"="), d)))
+		b = append(append(b[:0], m.env...), '=')
+		env = append(env, string(m.appendValue(b, d)))
 	}
 	return env
 }

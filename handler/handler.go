@@ -191,7 +191,6 @@ type HandlerFunc func(ctx context.Context, d *Delivery) Outcome
 // Handle calls f.
 func (f HandlerFunc) Handle(ctx context.Context, d *Delivery) Outcome { return f(ctx, d) }
 
-// base64Value is a record header value that is not text as the exec and
-// nats kinds send it (the http kind appends the same to its buffer):
-// standard base64 with padding.
+// base64Value is a record header value that is not text as the exec,
+// http and nats kinds send it: standard base64 with padding.
 func base64Value(v []byte) string { return base64.StdEncoding.EncodeToString(v) }

@@ -11,7 +11,7 @@ import (
 )
 
 // Print writes the messages of the file at path to out in format p as a
-// [Follower] delivers them, buffered and flushed whenever it has to wait,
+// [Follower] delivers them, each written out as soon as it is read,
 // until the end of stream or until ctx ends (both nil). A file's header
 // line comes before its messages, again after another file took the path;
 // beacons are not printed. Damage stops it (StopOnCorrupt) after its error
