@@ -39,6 +39,10 @@ const (
 	// EOSKey and EOSPayload mark the end of a stream (spec §7).
 	EOSKey     = "SEA_STREAMER_INTERNAL"
 	EOSPayload = "EOS"
+
+	// WildcardKey is the key upstream subscribes with to read every
+	// stream (spec §7); a record under it is read by no one.
+	WildcardKey = "SEA_STREAMER_WILDCARD"
 )
 
 var (
@@ -138,6 +142,19 @@ func ValidKey(key string) error {
 		if !keyByte(key[i]) {
 			return fmt.Errorf("stream key %q has character %q at byte %d; allowed are A-Z a-z 0-9 . _ -", key, key[i], i)
 		}
+	}
+	return nil
+}
+
+// ReservedKey returns an error naming key when the format reserves it (spec
+// §8): a record under [EOSKey] with payload [EOSPayload] ends every reader
+// there, and [WildcardKey] is no stream. Writers of records refuse both.
+func ReservedKey(key string) error {
+	switch key {
+	case EOSKey:
+		return fmt.Errorf("stream key %q is reserved for the end-of-stream mark, which would stop every reader there; use another key", key)
+	case WildcardKey:
+		return fmt.Errorf("stream key %q is reserved for subscribing to every stream; use another key", key)
 	}
 	return nil
 }

@@ -94,6 +94,9 @@ func lineFrame(line []byte, n int, o *LineOptions, arena *[]byte) (Frame, error)
 	if key == "" {
 		return Frame{}, &NoKeyError{Line: n}
 	}
+	if err := ReservedKey(key); err != nil {
+		return Frame{}, fmt.Errorf("stdin line %d: %w", n, err)
+	}
 	start := len(*arena)
 	*arena = envelope.AppendEncode(*arena, o.Headers, l.Payload, false)
 	return Frame{

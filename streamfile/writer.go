@@ -196,14 +196,15 @@ func (w *Writer) Sync() error {
 // Close closes the file.
 func (w *Writer) Close() error { return w.f.Close() }
 
-// Append writes frames as given, in one batch.
+// Append writes frames as given, in one batch, an end-of-stream frame too.
 func (w *Writer) Append(frames ...Frame) error {
 	return w.batch(frames, false)
 }
 
 // Publish writes frames in one batch, giving each the next sequence number of
 // its stream key and shard in the file (the first is 1). The assigned numbers
-// are stored into frames[i].Seq.
+// are stored into frames[i].Seq. A batch with a key the format reserves
+// ([ReservedKey]) writes nothing.
 func (w *Writer) Publish(frames []Frame) error {
 	return w.batch(frames, true)
 }
@@ -211,7 +212,11 @@ func (w *Writer) Publish(frames []Frame) error {
 func (w *Writer) batch(frames []Frame, assignSeq bool) error {
 	for i := range frames {
 		if i == 0 || frames[i].Key != frames[i-1].Key {
-			if err := ValidKey(frames[i].Key); err != nil {
+			err := ValidKey(frames[i].Key)
+			if err == nil && assignSeq {
+				err = ReservedKey(frames[i].Key)
+			}
+			if err != nil {
 				return fmt.Errorf("streamfile: frame %d: %w", i, err)
 			}
 		}

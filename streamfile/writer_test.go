@@ -347,3 +347,23 @@ func TestWriterRefuseReplaced(t *testing.T) {
 		t.Errorf("the old file has %d frames, want the 2 written before the replacement", len(frames))
 	}
 }
+
+// TestPublishRefusesReservedKeys: a batch with a reserved key writes
+// nothing, and names the key.
+func TestPublishRefusesReservedKeys(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "r.ss")
+	w, err := OpenWriter(path, CreateOptions{Create: true, Header: Header{FileName: "r.ss", BeaconInterval: 1024}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	for _, key := range []string{EOSKey, WildcardKey} {
+		err := w.Publish([]Frame{{Key: "a", Payload: []byte("x")}, {Key: key, Payload: []byte(EOSPayload)}})
+		if err == nil || !strings.Contains(err.Error(), key) {
+			t.Errorf("Publish under %s: %v, want an error naming it", key, err)
+		}
+	}
+	if fi, _ := os.Stat(path); fi.Size() != HeaderSize {
+		t.Errorf("file is %d bytes, want the header only", fi.Size())
+	}
+}

@@ -49,7 +49,7 @@ func publishCommand(app *kingpin.Application) action {
 			return exitUsage
 		}
 		if *key != "" {
-			if err := streamfile.ValidKey(*key); err != nil {
+			if err := errors.Join(streamfile.ValidKey(*key), streamfile.ReservedKey(*key)); err != nil {
 				fmt.Fprintf(s.err, "streamd publish: --key: %v\n", err)
 				return exitUsage
 			}
