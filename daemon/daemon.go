@@ -499,7 +499,7 @@ func (d *Daemon) ensureStream(cfg conf.Stream) error {
 	if _, ok := d.streams[cfg.Name]; ok {
 		return nil
 	}
-	st, err := openStream(cfg)
+	st, err := openStream(cfg, d.logger)
 	if err != nil {
 		return err
 	}

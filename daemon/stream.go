@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -44,11 +45,11 @@ var self = sync.OnceValue(CurrentAccount)
 // openStream opens (and, with create, makes) the stream file. A file of at
 // most 128 bytes gets the reference runtime's priming record, so that files
 // stay interchangeable with it (settlement.md §7.2, checklist 31).
-func openStream(cfg conf.Stream) (*stream, error) {
+func openStream(cfg conf.Stream, logger *slog.Logger) (*stream, error) {
 	if err := checkStream(cfg, self()); err != nil {
 		return nil, err
 	}
-	a, err := streamfile.OpenAppender(cfg.Path, streamfile.AppendOptions{Create: cfg.Create, BeaconInterval: uint32(cfg.BeaconInterval), Mode: fs.FileMode(cfg.FileMode)})
+	a, err := streamfile.OpenAppender(cfg.Path, streamfile.AppendOptions{Create: cfg.Create, BeaconInterval: uint32(cfg.BeaconInterval), Mode: fs.FileMode(cfg.FileMode), Log: logger})
 	if errors.Is(err, fs.ErrPermission) {
 		return nil, fmt.Errorf("stream %q: %w (streamd reads the file and appends retry copies to it: its user needs read and write access)", cfg.Name, err)
 	}

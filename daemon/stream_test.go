@@ -21,7 +21,7 @@ func TestOpenStreamLongFileName(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := openStream(cfg.Streams[0])
+	s, err := openStream(cfg.Streams[0], nil)
 	if err != nil {
 		t.Fatal(err)
 	}

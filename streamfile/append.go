@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"path/filepath"
 	"time"
 	"unicode/utf8"
@@ -19,6 +20,8 @@ type AppendOptions struct {
 	// Mode is the permission bits of a file the Appender creates, as
 	// [CreateOptions.Mode] says.
 	Mode fs.FileMode
+	// Log receives what the writer repairs on its own; nil discards it.
+	Log *slog.Logger
 }
 
 // Appender appends batches to the stream file at a path, and follows the
@@ -67,6 +70,7 @@ func (a *Appender) open() (*Writer, error) {
 		Create:         a.opts.Create,
 		Mode:           a.opts.Mode,
 		RefuseReplaced: true,
+		Log:            a.opts.Log,
 		Header: Header{
 			FileName:       headerFileName(a.path),
 			CreatedAtMs:    uint64(time.Now().UnixMilli()),

@@ -2,10 +2,12 @@ package streamfile
 
 import (
 	"cmp"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"slices"
 
@@ -27,9 +29,13 @@ import (
 //   - a trailing end-of-stream frame is always overwritten, also in a file
 //     shorter than one beacon interval (upstream leaves it in place there,
 //     which ends every reader before the new frames);
-//   - bytes after the last complete frame (a torn write, or the rest of an
-//     overwritten end-of-stream frame) are truncated before writing, so the
-//     file is never momentarily inconsistent;
+//   - bytes after the last complete frame that are a torn frame, or zeros
+//     to the end (a crash can leave them; logged), are truncated before
+//     writing, so the file is never momentarily inconsistent;
+//   - a file whose readable records stop before its end, at an
+//     end-of-stream frame followed by frames or at other bytes after the
+//     last good frame, is refused ([*DamageError]), since no reader would
+//     reach the new frames; [Repair] truncates it;
 //   - a file that ends on a boundary without its beacon gets the beacon
 //     written, instead of being overwritten from offset 0;
 //   - a complete beacon that follows the last frame is kept, not replaced by
@@ -54,6 +60,7 @@ type Writer struct {
 
 	buf    []byte
 	beacon Beacon
+	log    *slog.Logger
 }
 
 type streamShard struct {
@@ -89,6 +96,9 @@ type CreateOptions struct {
 	// on to the new file, after a last read of the old one under a shared
 	// lock, would never see it. A path that is gone is no replacement.
 	RefuseReplaced bool
+	// Log receives what the writer repairs on its own (zeros after the last
+	// frame); nil discards it.
+	Log *slog.Logger
 }
 
 // ErrReplaced is returned by a batch of a Writer opened with
@@ -109,7 +119,10 @@ func OpenWriter(path string, opts CreateOptions) (*Writer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("streamfile: open for writing: %w", err)
 	}
-	w := &Writer{f: f, path: path, refuseReplaced: opts.RefuseReplaced, end: -1}
+	w := &Writer{f: f, path: path, refuseReplaced: opts.RefuseReplaced, end: -1, log: opts.Log}
+	if w.log == nil {
+		w.log = slog.New(slog.DiscardHandler)
+	}
 	err = w.locked(func() error { return w.init(opts) })
 	if err != nil {
 		return nil, errors.Join(err, f.Close())
@@ -230,13 +243,16 @@ func (w *Writer) batch(frames []Frame, assignSeq bool) error {
 				return err
 			}
 		}
-		if err := w.catchUp(); err != nil {
-			return err
-		}
 		if assignSeq {
+			// Before catching up, which may truncate a torn tail: the whole
+			// file is read, and damage anywhere leaves it as it is.
 			if err := w.loadSeqs(); err != nil {
+				w.seqs = nil
 				return err
 			}
+		}
+		if err := w.catchUp(); err != nil {
+			return err
 		}
 		w.buf = w.buf[:0]
 		for i := range frames {
@@ -334,13 +350,17 @@ func (w *Writer) catchUp() error {
 		}
 		track = nil
 	}
-	end, err := w.scan(start, track)
+	se, err := w.scan(start, size, track)
 	if err != nil {
 		return err
 	}
+	end := se.next
 	if end < size {
 		if err := w.f.Truncate(end); err != nil {
-			return fmt.Errorf("streamfile: truncate torn tail of %s at %d: %w", w.f.Name(), end, err)
+			return fmt.Errorf("streamfile: truncate the tail of %s at %d: %w", w.f.Name(), end, err)
+		}
+		if se.zeros {
+			w.log.Warn("removed zero bytes after the last frame, as a crash can leave them", "file", w.f.Name(), "offset", end, "bytes", size-end)
 		}
 	}
 	w.end = end
@@ -357,36 +377,148 @@ func (w *Writer) catchUp() error {
 
 func (w *Writer) atBoundary(off int64) bool { return off > 0 && off%w.interval == 0 }
 
-// scan reads complete frames from start and returns the offset where the
-// next frame goes: after the last complete frame (and a complete beacon that
-// follows it), or at the start of a trailing end-of-stream frame. Frames after
-// an end-of-stream frame in the middle of the file are read too.
-func (w *Writer) scan(start int64, each func(*Record)) (int64, error) {
+// DamageError reports a file whose records readers reach do not reach its
+// end: an end-of-stream frame that is not the last frame, or bytes after
+// the last good frame that are neither a torn frame nor zeros. A writer
+// refuses to append to it, since no reader would reach what it wrote.
+// Truncating the file at Offset ([Repair]) makes it appendable, discarding
+// the bytes from there.
+type DamageError struct {
+	File   string
+	Offset int64 // where readers stop
+	Size   int64
+	What   string // what is at Offset
+}
+
+func (e *DamageError) Error() string {
+	return fmt.Sprintf("streamfile: %s: readers stop at offset %d of %d bytes: %s; nothing was written (truncating the file at %d makes it appendable, discarding %d bytes)",
+		e.File, e.Offset, e.Size, e.What, e.Offset, e.Size-e.Offset)
+}
+
+// scanEnd is where [Writer.scan] found the readable records of a file end.
+type scanEnd struct {
+	next  int64 // where the next frame goes
+	zeros bool  // the bytes from next to the end are zeros (a crash's leftovers)
+}
+
+// scan reads the frames from start to size and returns where the next frame
+// goes: after the last good frame (and a complete beacon that follows it),
+// or at the start of a trailing end-of-stream frame. A torn frame or zeros
+// may follow it; an end-of-stream frame followed by another frame, or other
+// bytes after the last good frame, are a [*DamageError]. A frame whose
+// checksum does not match its payload, followed by good frames, is kept:
+// its framing is intact and readers step over it.
+func (w *Writer) scan(start, size int64, each func(*Record)) (scanEnd, error) {
 	d := NewDecoder(w.f, w.hdr, start)
+	good := start    // after the last good frame, an end-of-stream frame included
 	eos := int64(-1) // start of the end-of-stream frame, while it is the last frame read
+	var damage error // the first bad frame after good
 	for {
 		r, err := d.Next()
 		var ce *ChecksumError
 		switch {
-		case err == nil && r.IsEOS():
-			eos = r.Offset
-			d = NewDecoder(w.f, w.hdr, r.End)
+		case err == nil && eos >= 0:
+			return scanEnd{}, w.damage(eos, size, fmt.Sprintf("an end-of-stream frame, followed by a frame at offset %d (key %q, seq %d) that no reader reaches", r.Offset, r.Key, r.Seq))
 		case err == nil:
-			eos = -1
+			damage, good = nil, r.End
+			if r.IsEOS() {
+				eos = r.Offset
+				d = NewDecoder(w.f, w.hdr, r.End)
+				break
+			}
 			if each != nil {
 				each(r)
 			}
 		case errors.As(err, &ce):
-			eos = -1 // framing intact: the frame stays
-		case errors.Is(err, io.EOF), errors.Is(err, ErrTruncated):
-			if eos >= 0 {
-				return eos, nil
+			if damage == nil {
+				damage = err
 			}
-			return d.Pos(), nil
+		case errors.Is(err, io.EOF):
+			return w.tail(good, eos, size, damage)
+		case errors.Is(err, ErrTruncated):
+			if damage == nil {
+				damage = w.tornFrame(d.Pos(), size)
+			}
+			return w.tail(good, eos, size, damage)
 		default:
-			return 0, fmt.Errorf("streamfile: cannot append to %s: %w", w.f.Name(), err)
+			var fe *FormatError
+			if !errors.As(err, &fe) {
+				return scanEnd{}, fmt.Errorf("streamfile: cannot append to %s: %w", w.f.Name(), err)
+			}
+			if damage == nil {
+				damage = err
+			}
+			return w.tail(good, eos, size, damage)
 		}
 	}
+}
+
+// tail judges what follows the last good frame, which ends at good (and is
+// the end-of-stream frame at eos, when eos is not -1): nothing, a torn
+// frame, zeros to the end, or damage.
+func (w *Writer) tail(good, eos, size int64, damage error) (scanEnd, error) {
+	next, after := good, good
+	if eos >= 0 {
+		next = eos
+	}
+	if damage == nil {
+		return scanEnd{next: next}, nil // nothing after it, or a torn frame
+	}
+	if zero, err := w.allZero(after, size); err != nil || zero {
+		return scanEnd{next: next, zeros: true}, err
+	}
+	return scanEnd{}, w.damage(after, size, damage.Error())
+}
+
+// tornFrame returns nil when the bytes from off to size can be the start
+// of a frame an interrupted writer left (its key length, key and fields as
+// far as they go), and a [*FormatError] saying why not otherwise. Bytes
+// that reach a boundary are taken as torn: a beacon lies among them.
+func (w *Writer) tornFrame(off, size int64) error {
+	if off%w.interval == 0 || off/w.interval != size/w.interval {
+		return nil
+	}
+	b := make([]byte, size-off)
+	if _, err := w.f.ReadAt(b, off); err != nil {
+		return fmt.Errorf("streamfile: read %s at %d: %w", w.f.Name(), off, err)
+	}
+	l := int(b[0])
+	key := b[1:min(len(b), 1+l)]
+	switch {
+	case !validKeyBytes(key):
+		return &FormatError{off, fmt.Sprintf("bytes that do not start a frame: invalid stream key %q", key)}
+	case len(b) >= l+29 && binary.BigEndian.Uint64(b[l+17:]) > maxTimestampMs:
+		return &FormatError{off, "bytes that do not start a frame: timestamp after year 9999"}
+	case len(b) >= l+29 && int64(binary.BigEndian.Uint32(b[l+25:])) > int64(DefaultMaxPayload):
+		return &FormatError{off, "bytes that do not start a frame: payload size over the decoder limit"}
+	}
+	return nil
+}
+
+// damage returns the DamageError of the file at offset, showing the first
+// bytes there.
+func (w *Writer) damage(offset, size int64, what string) error {
+	b := make([]byte, min(16, size-offset))
+	n, _ := w.f.ReadAt(b, offset)
+	return &DamageError{File: w.f.Name(), Offset: offset, Size: size, What: fmt.Sprintf("%s (bytes there: % x)", what, b[:n])}
+}
+
+// allZero reports whether the bytes of the file from off to end are zeros.
+func (w *Writer) allZero(off, end int64) (bool, error) {
+	buf := make([]byte, 64<<10)
+	for off < end {
+		n, err := w.f.ReadAt(buf[:min(int64(len(buf)), end-off)], off)
+		for _, c := range buf[:n] {
+			if c != 0 {
+				return false, nil
+			}
+		}
+		off += int64(n)
+		if err != nil && off < end {
+			return false, fmt.Errorf("streamfile: read %s at %d: %w", w.f.Name(), off, err)
+		}
+	}
+	return true, nil
 }
 
 // lastFrameStart returns a frame boundary before the last complete frame of
@@ -420,8 +552,12 @@ func (w *Writer) loadSeqs() error {
 	if w.seqs != nil {
 		return nil
 	}
+	size, err := w.size()
+	if err != nil {
+		return err
+	}
 	w.seqs = make(map[streamShard]seqInfo)
-	_, err := w.scan(HeaderSize, func(r *Record) {
+	_, err = w.scan(HeaderSize, size, func(r *Record) {
 		k := streamShard{r.Key, r.Shard}
 		if s, ok := w.seqs[k]; !ok || r.Seq >= s.seq {
 			w.seqs[k] = seqInfo{seq: r.Seq, ts: r.TimestampMs, checksum: r.Checksum}

@@ -57,6 +57,7 @@ func run(args []string, s stdio) (code int) {
 		"reload":       reloadCommand(app),
 		"decode":       decodeCommand(app),
 		"publish":      publishCommand(app),
+		"repair":       repairCommand(app),
 		"version":      versionCommand(app),
 	}
 	addOffsetsCommands(app, actions)

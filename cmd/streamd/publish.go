@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"strconv"
 	"strings"
 
@@ -60,11 +61,18 @@ func publishCommand(app *kingpin.Application) action {
 
 // publish appends the lines of s.in to the file at path.
 func publish(s stdio, path, key string, headers envelope.Headers, interval uint32) int {
+	log := slog.New(slog.NewTextHandler(s.err, nil))
 	n, err := streamfile.PublishFile(path, s.in, streamfile.LineOptions{Key: key, Headers: headers},
-		streamfile.AppendOptions{Create: true, BeaconInterval: interval})
-	var nk *streamfile.NoKeyError
-	if errors.As(err, &nk) {
+		streamfile.AppendOptions{Create: true, BeaconInterval: interval, Log: log})
+	var (
+		nk *streamfile.NoKeyError
+		de *streamfile.DamageError
+	)
+	switch {
+	case errors.As(err, &nk):
 		err = fmt.Errorf("%w and --key is not set", err)
+	case errors.As(err, &de):
+		err = fmt.Errorf("%w; `streamd repair %s` does so after saying what it discards", err, path)
 	}
 	if err != nil {
 		fmt.Fprintf(s.err, "streamd publish: %v (%d records were published before it)\n", err, n)

@@ -2,8 +2,11 @@ package main
 
 import (
 	"bytes"
+	"errors"
+	"github.com/streamd/streamd/streamfile"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -46,5 +49,97 @@ func TestPublishReservedKey(t *testing.T) {
 				t.Fatal("the records already in the file changed")
 			}
 		})
+	}
+}
+
+// writeFrames writes frames as given (an end-of-stream frame too) into a new
+// stream file at path with a 1024-byte interval.
+func writeFrames(t *testing.T, path string, frames ...streamfile.Frame) {
+	t.Helper()
+	w, err := streamfile.OpenWriter(path, streamfile.CreateOptions{Create: true, Header: streamfile.Header{FileName: filepath.Base(path), BeaconInterval: 1024}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := errors.Join(w.Append(frames...), w.Close()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// appendBytes adds raw bytes to the end of the file at path.
+func appendBytes(t *testing.T, path string, b []byte) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// keyPayloads returns the payloads of key in the file at path, in file order.
+func keyPayloads(t *testing.T, path, key string) []string {
+	t.Helper()
+	var got []string
+	for _, f := range framesAt(t, path, key) {
+		got = append(got, string(f.Payload))
+	}
+	return got
+}
+
+// TestPublishDamagedFile: publish onto a file whose readable records do not
+// reach its end (an end-of-stream frame in the middle, damage after the last
+// good frame) is refused with the offset and what is there named, the file
+// unchanged byte for byte; `streamd repair` then says what it discards and
+// truncates to the last good frame, and what is published after it is read.
+// Zeros from the last good frame to the end, what a crash can leave, are
+// repaired by publish itself, which says so.
+func TestPublishDamagedFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	frame := func(p string) streamfile.Frame {
+		return streamfile.Frame{Key: "k", Seq: 1, TimestampMs: 1700000000000, Payload: []byte(p)}
+	}
+	eos := streamfile.Frame{Key: streamfile.EOSKey, TimestampMs: 1700000000000, Payload: []byte(streamfile.EOSPayload)}
+
+	midEOS := filepath.Join(dir, "mid-eos.ss")
+	writeFrames(t, midEOS, frame("a"), eos, frame("hidden"))
+	junk := filepath.Join(dir, "junk.ss")
+	writeFrames(t, junk, frame("a"))
+	appendBytes(t, junk, bytes.Repeat([]byte{0xAB}, 40))
+	for _, tc := range []struct{ path, want string }{
+		{midEOS, "offset 162 of 257 bytes: an end-of-stream frame"},
+		{junk, "offset 162"},
+	} {
+		before, _ := os.ReadFile(tc.path)
+		r := runBinary(t, []byte("b\n"), "publish", "--file="+tc.path, "--key=k")
+		if r.code != exitError || !strings.Contains(r.stderr, tc.want) || !strings.Contains(r.stderr, "streamd repair") {
+			t.Errorf("%s: exit %d, stderr %q; want exit 1 naming %q and streamd repair", filepath.Base(tc.path), r.code, r.stderr, tc.want)
+		}
+		if after, _ := os.ReadFile(tc.path); !bytes.Equal(before, after) {
+			t.Errorf("%s changed", filepath.Base(tc.path))
+		}
+		r = runBinary(t, nil, "repair", tc.path)
+		if r.code != exitOK || !strings.Contains(r.stderr+r.stdout, "discard") {
+			t.Fatalf("repair %s: exit %d, out %q, stderr %q", filepath.Base(tc.path), r.code, r.stdout, r.stderr)
+		}
+		runBinaryOK(t, "b\nc", "publish", "--file="+tc.path, "--key=k")
+		if got := keyPayloads(t, tc.path, "k"); !slices.Equal(got, []string{"a", "b", "c"}) {
+			t.Errorf("%s after repair holds %q, want a b c", filepath.Base(tc.path), got)
+		}
+	}
+
+	zeros := filepath.Join(dir, "zeros.ss")
+	writeFrames(t, zeros, frame("a"))
+	appendBytes(t, zeros, make([]byte, 100))
+	r := runBinary(t, []byte("b\n"), "publish", "--file="+zeros, "--key=k")
+	if r.code != exitOK || !strings.Contains(r.stderr, "removed zero bytes") || !strings.Contains(r.stderr, "bytes=100") {
+		t.Errorf("zeros: exit %d, stderr %q; want exit 0 and the repair said", r.code, r.stderr)
+	}
+	if got := keyPayloads(t, zeros, "k"); !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("zeros.ss holds %q, want a b", got)
 	}
 }
