@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -226,7 +225,7 @@ func readLines(ctx, hctx context.Context, in io.Reader, subs []*deliverer, m *me
 			}
 			continue
 		}
-		payload := bytes.TrimSpace(l.Payload)
+		payload := l.Payload // as the upstream reader keeps it (stdio-format §2.4)
 		for _, s := range subs {
 			if l.HasStreamKey && s.cfg.Key != key {
 				continue

@@ -250,13 +250,13 @@ func TestStage(t *testing.T) {
 			{slog.LevelWarn, msgL2, map[string]string{"subscription": "jobs", "attempt": "2", "dead_letter": "jobs.dead"}},
 		},
 	}, {
-		name:   "38 an empty payload makes a whole enveloped copy line",
+		name:   "38 an empty payload (and one of blanks only, kept) makes a whole enveloped copy line",
 		config: top + stageSub("jobs", "jobs", "out_retry = \"jobs.retry\"\nmax_attempts = 3"),
 		in:     "[jobs]\n[jobs | 9]   \n", handlers: stageHandlers{"jobs": retryFirst(retry)},
-		seen: []string{`jobs 0 1 ""`, `jobs 9 1 ""`},
+		seen: []string{`jobs 0 1 ""`, `jobs 9 1 "   "`},
 		out: []stageWrite{
 			{0, stageLine(0, "jobs.retry", 0, rs1Record("stream-sequence: 0\nx-ruststream-retry-count: 1\n", nil))},
-			{0, stageLine(0, "jobs.retry", 1, rs1Record("stream-sequence: 9\nx-ruststream-retry-count: 1\n", nil))},
+			{0, stageLine(0, "jobs.retry", 1, rs1Record("stream-sequence: 9\nx-ruststream-retry-count: 1\n", []byte("   ")))},
 		},
 		noLogs: []string{msgL4},
 	}, {
@@ -410,10 +410,10 @@ func TestStageItem39NextStage(t *testing.T) {
 }
 
 // TestStageItem41: the stdin line `[2024-01-01T00:00:00 | jobs | 1]
-// {"id":7}  ` reaches the handler on jobs with the payload trimmed (the
-// stage trims both ends, where settlement.md §8.1 keeps trailing white
-// space), stream-sequence 1 its only header, and the line's sequence, key
-// and timestamp; its copy carries the trimmed payload.
+// {"id":7}  ` reaches the handler on jobs with payload `{"id":7}  ` (only
+// the whitespace after the `]` is dropped, stdio-format §2.4),
+// stream-sequence 1 its only header, and the line's sequence, key and
+// timestamp; its copy is an rs1: envelope of the same payload.
 func TestStageItem41(t *testing.T) {
 	cfg, err := loadTestConfig(t, "shutdown_timeout = \"5s\"\n"+stageSub("jobs", "jobs", "out_retry = \"jobs.retry\"\nmax_attempts = 2"), conf.ModePipe)
 	if err != nil {
@@ -425,11 +425,11 @@ func TestStageItem41(t *testing.T) {
 			t.Fatal(r.err)
 		}
 		want := handler.Delivery{Subscription: "jobs", Key: "jobs", Seq: 1, TimestampMs: 1704067200000, Attempt: 1,
-			Headers: envelope.Headers{{Name: envelope.SequenceHeader, Value: []byte("1")}}, Payload: []byte(`{"id":7}`)}
+			Headers: envelope.Headers{{Name: envelope.SequenceHeader, Value: []byte("1")}}, Payload: []byte(`{"id":7}  `)}
 		if len(r.seen) != 1 || fmt.Sprint(r.seen[0]) != fmt.Sprint(want) {
 			t.Fatalf("deliveries %+v, want %+v", r.seen, want)
 		}
-		if got, want := r.out.String(), stageLine(0, "jobs.retry", 0, rs1Record("stream-sequence: 1\nx-ruststream-retry-count: 1\n", []byte(`{"id":7}`))); got != want {
+		if got, want := r.out.String(), stageLine(0, "jobs.retry", 0, rs1Record("stream-sequence: 1\nx-ruststream-retry-count: 1\n", []byte(`{"id":7}  `))); got != want {
 			t.Errorf("stdout %q, want %q", got, want)
 		}
 	})

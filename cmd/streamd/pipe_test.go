@@ -563,11 +563,11 @@ func TestPipeItem37(t *testing.T) {
 // TestPipeItem38: item 38 is "publishing an empty payload with no headers
 // fails and writes nothing". A streamd copy always carries the retry-count
 // header (and stream-sequence), so no copy can be that message; what
-// protects it is the envelope. An empty payload on stdin ("[jobs]", and
-// "[jobs | 9]   ", which trims to empty) that is retried produces a whole
-// enveloped copy line that decodes to an empty payload with count 1, byte
-// for byte the rs1 record built by hand, and the stage logs no
-// "stdio drops empty lines" failure.
+// protects it is the envelope. An empty payload on stdin ("[jobs]") that
+// is retried produces a whole enveloped copy line that decodes to an empty
+// payload with count 1, byte for byte the rs1 record built by hand, and the
+// stage logs no "stdio drops empty lines" failure; "[jobs | 9]   " keeps
+// its three blanks (stdio-format §2.4), enveloped alike.
 func TestPipeItem38(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -579,17 +579,17 @@ func TestPipeItem38(t *testing.T) {
 	if code := stageExit(t, dir, "rc"); code != 0 {
 		t.Fatalf("exit status %d; stderr:\n%s", code, r.stderr)
 	}
-	if got := stageFileLines(dir, "log"); !slices.Equal(got, []string{"0 0", "9 0"}) {
-		t.Errorf("deliveries (seq, payload bytes) %q, want two empty payloads", got)
+	if got := stageFileLines(dir, "log"); !slices.Equal(got, []string{"0 0", "9 3"}) {
+		t.Errorf("deliveries (seq, payload bytes) %q, want an empty payload and three blanks", got)
 	}
 	copies := parseCopies(t, r.stdout)
 	if len(copies) != 2 {
 		t.Fatalf("%d copy lines, want 2:\n%s", len(copies), r.stdout)
 	}
 	for i, seq := range []string{"0", "9"} {
-		c := copies[i]
-		want := rs1Record("stream-sequence: "+seq+"\nx-ruststream-retry-count: 1\n", nil)
-		if c.key != "jobs.retry" || c.record != want || len(c.payload) != 0 || c.count() != "1" ||
+		c, payload := copies[i], []byte(strings.Repeat(" ", 3*i))
+		want := rs1Record("stream-sequence: "+seq+"\nx-ruststream-retry-count: 1\n", payload)
+		if c.key != "jobs.retry" || c.record != want || !bytes.Equal(c.payload, payload) || c.count() != "1" ||
 			!slices.Equal(headerNames(c.headers), []string{envelope.SequenceHeader, envelope.RetryCountHeader}) {
 			t.Errorf("copy %q: record %q (want %q), payload %q, headers %v", c.raw, c.record, want, c.payload, c.headers)
 		}
@@ -678,22 +678,28 @@ func TestPipeItem40(t *testing.T) {
 
 // TestPipeItem41: the stdin line
 // `[2024-01-01T00:00:00 | jobs | 1]   {"id":7}  ` reaches the handler on
-// jobs with payload {"id":7}, trimmed, stream-sequence 1 among its headers
-// and the line's sequence, key and timestamp in its environment; its copy
-// carries the trimmed payload too.
+// jobs with payload `{"id":7}  ` (stdio-format §2.4: only the whitespace
+// after the `]` is dropped), stream-sequence 1 among its headers and the
+// line's sequence, key and timestamp in its environment; its copy is an
+// rs1: envelope of the same payload (item 40). A line without a header
+// reaches it byte for byte, and `[jobs] x \t` as `x \t`.
 func TestPipeItem41(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	writeStageConfig(t, dir, "pipe.toml", `shutdown_timeout = "5s"`,
 		stageSub("jobs", "jobs", "out_retry = \"jobs.retry\"\nmax_attempts = 2",
-			`cat > "$DIR/payload"; env | grep '^STREAMD_' | sort > "$DIR/env"; echo outcome=retry`))
-	r, _ := runStageShell(t, dir, []byte("[2024-01-01T00:00:00 | jobs | 1]   {\"id\":7}  \n"), 20*time.Second,
+			`cat > "$DIR/payload.$STREAMD_SEQ"; env | grep '^STREAMD_' | sort > "$DIR/env.$STREAMD_SEQ"; echo outcome=retry`))
+	in := "[2024-01-01T00:00:00 | jobs | 1]   {\"id\":7}  \n  no header \t\n[jobs | 5] x \t\n"
+	r, _ := runStageShell(t, dir, []byte(in), 20*time.Second,
 		`{ "$STREAMD" pipe --config.file="$DIR/pipe.toml" --log.format=json; echo $? > "$DIR/rc"; } | cat`)
 	if code := stageExit(t, dir, "rc"); code != 0 {
 		t.Fatalf("exit status %d; stderr:\n%s", code, r.stderr)
 	}
-	if got := stageFile(dir, "payload"); got != `{"id":7}` {
-		t.Errorf("the handler read %q, want {\"id\":7}", got)
+	wantPayloads := map[string]string{"1": `{"id":7}  `, "0": "  no header \t", "5": "x \t"}
+	for seq, want := range wantPayloads {
+		if got := stageFile(dir, "payload."+seq); got != want {
+			t.Errorf("the handler read %q at seq %s, want %q", got, seq, want)
+		}
 	}
 	want := []string{
 		"STREAMD_ATTEMPT=1",
@@ -704,12 +710,18 @@ func TestPipeItem41(t *testing.T) {
 		"STREAMD_SUBSCRIPTION=jobs",
 		"STREAMD_TIMESTAMP_MS=1704067200000",
 	}
-	if got := stageFileLines(dir, "env"); !slices.Equal(got, want) {
+	if got := stageFileLines(dir, "env.1"); !slices.Equal(got, want) {
 		t.Errorf("handler environment\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 	copies := parseCopies(t, r.stdout)
-	if len(copies) != 1 || string(copies[0].payload) != `{"id":7}` || copies[0].header(envelope.SequenceHeader) != "1" {
-		t.Errorf("copies %q, want one with payload {\"id\":7} and stream-sequence 1", r.stdout)
+	if len(copies) != 3 {
+		t.Fatalf("copies %q, want three", r.stdout)
+	}
+	for _, c := range copies {
+		seq := c.header(envelope.SequenceHeader)
+		if !strings.HasPrefix(c.record, "rs1:") || string(c.payload) != wantPayloads[seq] {
+			t.Errorf("copy %q of stream-sequence %s: payload %q, want an rs1: envelope of %q", c.raw, seq, c.payload, wantPayloads[seq])
+		}
 	}
 }
 
