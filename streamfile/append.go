@@ -40,10 +40,11 @@ type AppendOptions struct {
 // Appender stays on the old file, to try again at the next batch.
 //
 // A file it creates has the last element of the path as its header's file
-// name, as the upstream writer stores it (spec §3). A longer name than the
-// header holds ([MaxFileNameLen] bytes) is cut there, at a character
-// boundary: the name is informational, readers never compare it with the
-// real one.
+// name, as the upstream writer stores it (spec §3), but in ASCII: each byte
+// of a non-ASCII character as %XX, so that every upstream reader parses the
+// header. A longer name than the header holds ([MaxFileNameLen] bytes) is
+// cut there, at a character boundary: the name is informational, readers
+// never compare it with the real one.
 //
 // An Appender is not safe for concurrent use.
 type Appender struct {
@@ -80,18 +81,38 @@ func (a *Appender) open() (*Writer, error) {
 }
 
 // headerFileName returns the file name for the header of a file created at
-// path: its last element, cut to [MaxFileNameLen] bytes at a character
-// boundary.
+// path: its last element in ASCII, each byte of a non-ASCII character
+// written as %XX (upper-case hex), cut to [MaxFileNameLen] bytes before a
+// character or a %XX that does not fit. The upstream TypeScript reader
+// places the fields after the name by its length in UTF-16 code units,
+// which equals its length in bytes only for ASCII.
 func headerFileName(path string) string {
-	name := filepath.Base(path)
-	if len(name) <= MaxFileNameLen {
-		return name
+	const hex = "0123456789ABCDEF"
+	base := filepath.Base(path)
+	name := make([]byte, 0, MaxFileNameLen)
+	for i := 0; i < len(base); i++ {
+		c := base[i]
+		if c < utf8.RuneSelf {
+			if len(name)+1 > MaxFileNameLen {
+				break
+			}
+			name = append(name, c)
+			continue
+		}
+		// A non-ASCII character goes whole or not at all.
+		n := 1
+		for i+n < len(base) && base[i+n] >= utf8.RuneSelf && !utf8.RuneStart(base[i+n]) {
+			n++
+		}
+		if len(name)+3*n > MaxFileNameLen {
+			break
+		}
+		for _, c := range []byte(base[i : i+n]) {
+			name = append(name, '%', hex[c>>4], hex[c&15])
+		}
+		i += n - 1
 	}
-	n := MaxFileNameLen
-	for n > 0 && !utf8.RuneStart(name[n]) {
-		n--
-	}
-	return name[:n]
+	return string(name)
 }
 
 // Publish writes frames in one batch to the file at the path, as

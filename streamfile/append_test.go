@@ -163,3 +163,21 @@ func TestPublishLines(t *testing.T) {
 		t.Fatalf("PublishLines = %d, %v; want the error of publish", n, err)
 	}
 }
+
+// TestHeaderFileName: ASCII stays, every byte of a non-ASCII character
+// becomes %XX, and a name too long for the header is cut before the
+// character (or byte) that does not fit whole.
+func TestHeaderFileName(t *testing.T) {
+	long := strings.Repeat("n", MaxFileNameLen-4)
+	for path, want := range map[string]string{
+		"/d/orders.ss":         "orders.ss",
+		"/d/café.ss":           "caf%C3%A9.ss",
+		"/d/100%.ss":           "100%.ss",
+		"/d/" + long + "é":     long,
+		"/d/" + long + "abcde": long + "abcd",
+	} {
+		if got := headerFileName(path); got != want || len(got) > MaxFileNameLen {
+			t.Errorf("headerFileName(%q) = %q, want %q", path, got, want)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"github.com/streamd/streamd/streamfile"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf16"
 )
 
 // TestPublishReservedKey: a line or --key naming a key the format reserves
@@ -141,5 +143,40 @@ func TestPublishDamagedFile(t *testing.T) {
 	}
 	if got := keyPayloads(t, zeros, "k"); !slices.Equal(got, []string{"a", "b"}) {
 		t.Errorf("zeros.ss holds %q, want a b", got)
+	}
+}
+
+// TestPublishNonASCIIFileName: the header of a file streamd creates under a
+// non-ASCII name holds the name in an ASCII form (its non-ASCII bytes as
+// %XX), so that the upstream TypeScript reader, which places the fields
+// after the name by the name's length as JavaScript counts it (UTF-16 code
+// units), finds the same header and records as streamd.
+func TestPublishNonASCIIFileName(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "café.ss")
+	runBinaryOK(t, "one\ntwo", "publish", "--file="+path, "--key=k", "--beacon-interval=1024")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := int(b[3])
+	name := string(b[4 : 4+l])
+	if name != "caf%C3%A9.ss" {
+		t.Errorf("header file name %q, want caf%%C3%%A9.ss", name)
+	}
+	n := len(utf16.Encode([]rune(name))) // the TS reader's string length
+	createdAt := binary.BigEndian.Uint64(b[4+n:])
+	interval := binary.BigEndian.Uint32(b[12+n:])
+	padding := 112 - n
+	h, err := streamfile.ReadHeader(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if createdAt != h.CreatedAtMs || interval != 1024 || 16+n+padding != streamfile.HeaderSize || b[streamfile.HeaderSize-1] != 0x0d {
+		t.Errorf("the TS reader's header: created_at %d (streamd %d), interval %d, ends at %d; want the same as streamd's, ending at 128",
+			createdAt, h.CreatedAtMs, interval, 16+n+padding)
+	}
+	if got := keyPayloads(t, path, "k"); !slices.Equal(got, []string{"one", "two"}) {
+		t.Errorf("records %q, want one two", got)
 	}
 }
