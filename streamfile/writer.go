@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"time"
 
 	"github.com/streamd/streamd/internal/durable"
 	"github.com/streamd/streamd/internal/failpoint"
@@ -160,16 +161,7 @@ func (w *Writer) init(opts CreateOptions) error {
 		if !opts.Create {
 			return fmt.Errorf("streamfile: %s is empty and creating it was not allowed", w.f.Name())
 		}
-		w.setHeader(opts.Header)
-		b, _ := AppendHeader(nil, &opts.Header)
-		if w.interval == HeaderSize {
-			b = appendBeacon(b, &Beacon{}) // spec §3: the header ends on the first boundary
-		}
-		if _, err := w.f.WriteAt(b, 0); err != nil {
-			return fmt.Errorf("streamfile: write header of %s: %w", w.f.Name(), err)
-		}
-		w.end = int64(len(b))
-		return nil
+		return w.writeHeader(opts.Header)
 	}
 	h, err := ReadHeader(w.f)
 	if errors.Is(err, ErrTruncated) {
@@ -180,6 +172,59 @@ func (w *Writer) init(opts CreateOptions) error {
 	}
 	w.setHeader(h)
 	return nil
+}
+
+// writeHeader starts the file anew with header h: it truncates the file to
+// 0 bytes and writes h (and, for a 128-byte interval, the empty beacon that
+// follows it).
+func (w *Writer) writeHeader(h Header) error {
+	w.setHeader(h)
+	b, _ := AppendHeader(nil, &h)
+	if w.interval == HeaderSize {
+		b = appendBeacon(b, &Beacon{}) // spec §3: the header ends on the first boundary
+	}
+	if err := w.f.Truncate(0); err != nil {
+		return fmt.Errorf("streamfile: truncate %s to write its header: %w", w.f.Name(), err)
+	}
+	if _, err := w.f.WriteAt(b, 0); err != nil {
+		return fmt.Errorf("streamfile: write header of %s: %w", w.f.Name(), err)
+	}
+	w.end = int64(len(b))
+	return nil
+}
+
+// startOver makes the writer continue the file as it is now when it was
+// truncated under it (logrotate's copytruncate, or another rewrite): when
+// the file is shorter than a header, or shorter than what this writer
+// wrote, or has another header. A file shorter than a header gets a new
+// header (the old one's name and interval, the time now) before any frame.
+func (w *Writer) startOver() error {
+	size, err := w.size()
+	if err != nil {
+		return err
+	}
+	if size >= HeaderSize && size >= w.end {
+		h, err := ReadHeader(w.f)
+		if err != nil {
+			return fmt.Errorf("streamfile: %s: %w", w.f.Name(), err)
+		}
+		if h == w.hdr {
+			return nil
+		}
+		w.log.Warn("stream file has another header than when it was opened (rewritten in place): continuing it as it is now", "file", w.f.Name(), "size", size)
+		w.forget()
+		w.setHeader(h)
+		return nil
+	}
+	w.forget()
+	if size >= HeaderSize {
+		w.log.Warn("stream file shrank under its writer (truncated, as by copytruncate): continuing it as it is now", "file", w.f.Name(), "size", size)
+		return w.init(CreateOptions{})
+	}
+	h := w.hdr
+	h.CreatedAtMs = uint64(time.Now().UnixMilli())
+	w.log.Warn("stream file is shorter than a header (truncated, as by copytruncate): writing a new header first", "file", w.f.Name(), "size", size)
+	return w.writeHeader(h)
 }
 
 func (w *Writer) setHeader(h Header) {
@@ -242,6 +287,9 @@ func (w *Writer) batch(frames []Frame, assignSeq bool) error {
 			if err := w.checkPath(); err != nil {
 				return err
 			}
+		}
+		if err := w.startOver(); err != nil {
+			return err
 		}
 		if assignSeq {
 			// Before catching up, which may truncate a torn tail: the whole
@@ -338,9 +386,6 @@ func (w *Writer) catchUp() error {
 	}
 	if size == w.end {
 		return nil
-	}
-	if w.end >= 0 && size < w.end {
-		return fmt.Errorf("streamfile: %s shrank from %d to %d bytes while open for writing: another process truncated or replaced it", w.f.Name(), w.end, size)
 	}
 	start, track := w.end, func(r *Record) { w.track(&r.Frame, r.Checksum) }
 	if start < 0 {

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -365,5 +366,40 @@ func TestPublishRefusesReservedKeys(t *testing.T) {
 	}
 	if fi, _ := os.Stat(path); fi.Size() != HeaderSize {
 		t.Errorf("file is %d bytes, want the header only", fi.Size())
+	}
+}
+
+// TestWriterStartsOverAfterTruncation: a file truncated under its writer
+// (to nothing, into its header, or into its frames) is continued as it is
+// now: a header first when it is shorter than one, the frames it still
+// holds kept, sequences continued from them.
+func TestWriterStartsOverAfterTruncation(t *testing.T) {
+	for _, cut := range []int64{0, 50, HeaderSize, 0} {
+		path := filepath.Join(t.TempDir(), "t.ss")
+		w, err := OpenWriter(path, CreateOptions{Create: true, Header: Header{FileName: "t.ss", BeaconInterval: 1024}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Publish([]Frame{{Key: "k", Payload: []byte("one")}, {Key: "k", Payload: []byte("two")}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Truncate(path, cut); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Publish([]Frame{{Key: "k", Payload: []byte("three")}}); err != nil {
+			t.Fatalf("cut at %d: %v", cut, err)
+		}
+		w.Close()
+		b, _ := os.ReadFile(path)
+		h, entries := decodeAll(t, b)
+		var got []string
+		for _, e := range entries {
+			if e.BeaconAt == nil {
+				got = append(got, fmt.Sprintf("%d %s", e.Seq, e.PayloadB64))
+			}
+		}
+		if h.FileName != "t.ss" || h.BeaconInterval != 1024 || !slices.Equal(got, []string{"1 dGhyZWU="}) {
+			t.Errorf("cut at %d: header %+v, records %q; want the header kept and 1 three", cut, h, got)
+		}
 	}
 }

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// copytruncate does what logrotate's copytruncate does to the file at path:
+// copies it to path.1 and truncates it to 0 bytes.
+func copytruncate(t *testing.T, path string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path+".1", b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(path, 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRunCopytruncate: logrotate's copytruncate while retry copies are
+// pending, before the daemon wrote its first copy into the file and after
+// it wrote some: the copies written after it start the file anew with a
+// header, the file stays a valid stream file, and every copy is written,
+// read and delivered, without a restart.
+func TestRunCopytruncate(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		outcome string
+		before  int // attempts delivered before the truncation
+		want    []string
+	}{
+		{"before the first copy", `if [ "$STREAMD_ATTEMPT" = 1 ]; then echo retry_after=1500ms; fi`, 3,
+			[]string{"1 a", "1 b", "1 c", "2 a", "2 b", "2 c"}},
+		{"after copies", `case $STREAMD_ATTEMPT in 1) echo retry_after=100ms;; 2) echo retry_after=1500ms;; esac`, 6,
+			[]string{"1 a", "1 b", "1 c", "2 a", "2 b", "2 c", "3 a", "3 b", "3 c"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, execSubTable("billing", "orders", "", `p=$(cat); echo "$STREAMD_ATTEMPT $p" >> LOG; `+tc.outcome))
+			e.publish("a", "b", "c")
+			p := e.start()
+			eventually(t, 10*time.Second, "the deliveries before the truncation", func() bool { return len(e.deliveries()) == tc.before })
+			copytruncate(t, e.stream)
+			eventually(t, 10*time.Second, "every copy delivered", func() bool { return len(e.deliveries()) == len(tc.want) })
+			got := e.deliveries()
+			slices.Sort(got)
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("deliveries %q, want %q", got, tc.want)
+			}
+			var copies []string
+			for _, f := range e.framesOf("orders") { // a valid stream file: readFile verifies it
+				copies = append(copies, f.header("x-ruststream-retry-count")+" "+f.payload)
+			}
+			if n := len(tc.want) / 3; len(copies) != 3 || !strings.HasPrefix(copies[0], string(rune('0'+n-1))+" ") {
+				t.Errorf("the file holds %q, want the three copies of count %d", copies, n-1)
+			}
+			if code := p.stop(t); code != 0 {
+				t.Errorf("exit code %d", code)
+			}
+		})
+	}
+}
