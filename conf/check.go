@@ -106,6 +106,9 @@ func (l *loader) checkStream(p keyPath, s *Stream, streams, files map[string]key
 		}
 	}
 	l.positive(p.k("poll_interval"), s.PollInterval)
+	if s.RotationGrace < 0 {
+		l.errorf(p.k("rotation_grace"), "must not be negative, not %s", s.RotationGrace)
+	}
 }
 
 func (l *loader) checkSubscription(p keyPath, s *Subscription, streams, names map[string]keyPath) {

@@ -118,6 +118,11 @@ type Stream struct {
 	// set whatever the umask; the group is the process's, or the
 	// directory's when it is setgid. Default 0640.
 	FileMode FileMode `toml:"file_mode"`
+	// RotationGrace is how long a file renamed away from the path (or no
+	// longer a symlink's target) must stay quiet before its readers leave
+	// it for the new file: a producer may still write to the old one.
+	// Default 5s.
+	RotationGrace Duration `toml:"rotation_grace"`
 }
 
 // Subscription is one [[subscription]]: a handler on a stream key.
@@ -253,6 +258,7 @@ const (
 	defaultCommitInterval  = Duration(time.Second)
 	defaultPollInterval    = Duration(time.Second)
 	defaultFileMode        = FileMode(0o640)
+	defaultRotationGrace   = Duration(5 * time.Second)
 	defaultListen          = "127.0.0.1:9464"
 	defaultMaxDelayedMiB   = 256
 )
@@ -488,6 +494,9 @@ func (l *loader) setDefaults(cfg *Config) {
 		}
 		if !l.has(p.k("file_mode")) {
 			s.FileMode = defaultFileMode
+		}
+		if !l.has(p.k("rotation_grace")) {
+			s.RotationGrace = defaultRotationGrace
 		}
 	}
 	for i := range cfg.Subscriptions {

@@ -405,8 +405,8 @@ handler.kind = "stdout"
 			Log:             Log{Level: "info", Format: "auto"},
 			Metrics:         Metrics{Listen: "127.0.0.1:9464"},
 			Streams: []Stream{
-				{Name: "s", Path: "/srv/s.ss", Create: true, BeaconInterval: 1 << 20, PollInterval: Duration(time.Second), FileMode: 0o640},
-				{Name: "t", Path: "/srv/t.ss", Create: false, BeaconInterval: 1 << 20, PollInterval: Duration(time.Second), FileMode: 0o640},
+				{Name: "s", Path: "/srv/s.ss", Create: true, BeaconInterval: 1 << 20, PollInterval: Duration(time.Second), FileMode: 0o640, RotationGrace: Duration(5 * time.Second)},
+				{Name: "t", Path: "/srv/t.ss", Create: false, BeaconInterval: 1 << 20, PollInterval: Duration(time.Second), FileMode: 0o640, RotationGrace: Duration(5 * time.Second)},
 			},
 			Subscriptions: []Subscription{
 				{Name: "a", Stream: "s", Key: "k", Concurrency: 1, Backoff: backoff, MaxRetryAfter: day, LogUnsupported: "first", OnCorrupt: "skip",
@@ -445,6 +445,7 @@ path = "/srv/s.ss"
 beacon_interval = 4096
 poll_interval = "10s"
 file_mode = "0660"
+rotation_grace = "2s"
 [[subscription]]
 name = "a"
 stream = "s"
@@ -467,7 +468,7 @@ format = "ndjson"
 			CommitInterval:  Duration(250 * time.Millisecond),
 			Log:             Log{Level: "debug", Format: "json"},
 			Streams: []Stream{
-				{Name: "s", Path: "/srv/s.ss", Create: true, BeaconInterval: 4096, PollInterval: Duration(10 * time.Second), FileMode: 0o660},
+				{Name: "s", Path: "/srv/s.ss", Create: true, BeaconInterval: 4096, PollInterval: Duration(10 * time.Second), FileMode: 0o660, RotationGrace: Duration(2 * time.Second)},
 			},
 			Subscriptions: []Subscription{
 				{Name: "a", Stream: "s", Key: "k", StartAt: mustStart(t, "time:2025-03-01T12:00:00Z"),

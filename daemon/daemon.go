@@ -286,13 +286,14 @@ func (d *Daemon) startSubscription(sc conf.Subscription, h handler.Handler) erro
 	logger := d.logger.With("subscription", sc.Name)
 	sm := d.metrics.Subscription(sc.Name, sc.Stream)
 	opts := tail.Options{
-		Path:         st.cfg.Path,
-		Key:          sc.Key,
-		Start:        sc.StartAt,
-		Replay:       sc.Replay,
-		PollInterval: time.Duration(st.cfg.PollInterval),
-		Logger:       logger,
-		Observer:     tailObserver{sub: sm, stream: d.metrics.Stream(st.cfg.Name)},
+		Path:          st.cfg.Path,
+		Key:           sc.Key,
+		Start:         sc.StartAt,
+		Replay:        sc.Replay,
+		PollInterval:  time.Duration(st.cfg.PollInterval),
+		Logger:        logger,
+		RotationGrace: time.Duration(st.cfg.RotationGrace),
+		Observer:      tailObserver{sub: sm, stream: d.metrics.Stream(st.cfg.Name)},
 	}
 	if sc.OnCorrupt == "stop" {
 		opts.OnCorrupt = tail.StopOnCorrupt

@@ -72,9 +72,12 @@
 //     was truncated or rewritten in place: it is read again from its
 //     beginning ([EventTruncated]);
 //   - a path that names another file (renamed over, deleted and created
-//     again): the old file is read to its end first, then the new one from
-//     its beginning ([EventReplaced]); an incomplete frame at the end of the
-//     old file is lost ([EventTornTail]);
+//     again, a symlink retargeted): the old file is read to its end first,
+//     and followed until it has not grown for [Options.RotationGrace] (a
+//     producer may still write to it), then the new one is read from its
+//     beginning ([EventReplaced]; the log line counts the records read
+//     from the old file after the switch was noticed); an incomplete frame
+//     at the end of the old file is lost ([EventTornTail]);
 //   - a path that is gone: the follower reports it ([EventRemoved], and a
 //     log line every 10 s), keeps reading the open file (a writer may still
 //     append to it), and takes the new file when the path comes back;

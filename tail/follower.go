@@ -50,6 +50,13 @@ type Options struct {
 	// PollOnly turns notifications off: the file is only looked at every
 	// PollInterval.
 	PollOnly bool
+	// RotationGrace is how long a file that another file replaced at the
+	// path must stay quiet (not grow) before the follower leaves it for
+	// the new one: a producer that kept its descriptor (the upstream
+	// writer under logrotate's create) may go on writing to it for a while
+	// after the switch. Zero leaves it as soon as it was read to its end
+	// under a shared lock.
+	RotationGrace time.Duration
 	// OnCorrupt says what happens at a corrupt frame.
 	OnCorrupt CorruptPolicy
 	// Logger receives the follower's log lines; nil discards them.
@@ -286,6 +293,9 @@ func (fl *Follower) Next(ctx context.Context) (*Record, error) {
 				}
 			}
 			fl.records++
+			if fl.replace.draining {
+				fl.replace.drained++
+			}
 			if fl.err != nil { // the end of stream
 				fl.report()
 			}
@@ -423,9 +433,13 @@ func (fl *Follower) fail(err error) error {
 // was replaced is left for the new one, and otherwise the follower waits.
 // It returns nil when Next should read again.
 func (fl *Follower) idle(ctx context.Context, err error) error {
-	if fl.replace.draining {
+	if r := &fl.replace; r.draining {
 		if fl.grewUnderLock() {
+			r.grew = time.Now()
 			return nil // read what a writer finished before the lock
+		}
+		if time.Since(r.grew) < fl.opts.RotationGrace {
+			return fl.wait(ctx) // a producer may still write to it
 		}
 		return fl.switchFile(err)
 	}

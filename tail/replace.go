@@ -21,9 +21,11 @@ import (
 // replaceState is what a follower knows of the path when it does not name
 // the open file.
 type replaceState struct {
-	draining  bool  // the path names another file: read this one to its end, then switch
-	drainSize int64 // the old file's size at the last look under a shared lock, -1 before
-	removed   bool  // the path is gone
+	draining  bool      // the path names another file: read this one to its end, then switch
+	drainSize int64     // the old file's size at the last look under a shared lock, -1 before
+	grew      time.Time // when the old file was last seen growing, or the switch was noticed
+	drained   int64     // records read from the old file since the switch was noticed
+	removed   bool      // the path is gone
 	missing   ratelog.Limiter
 	// told: EventReplaced was told for the file at the path, unopened,
 	// which replaced the open one and could not be opened (nil if it
@@ -72,7 +74,7 @@ func (fl *Follower) check(polled bool) error {
 		}
 	case !os.SameFile(fi, st):
 		if !r.draining {
-			r.draining, r.drainSize = true, -1
+			r.draining, r.drainSize, r.grew, r.drained = true, -1, time.Now(), 0
 		}
 	case r.removed:
 		r.removed = false
@@ -183,7 +185,8 @@ func (fl *Follower) switchFile(err error) error {
 		r.openTrouble.Passed(fl.log, "the file that replaced the stream file can be opened now")
 	}
 	fl.log.Warn("stream file replaced; reading the new file from the beginning",
-		"old_ino", fl.id.Ino, "old_file_name", fl.id.FileName, "old_created_at_ms", fl.id.CreatedAtMs, "old_offset", fl.pos())
+		"old_ino", fl.id.Ino, "old_file_name", fl.id.FileName, "old_created_at_ms", fl.id.CreatedAtMs, "old_offset", fl.pos(),
+		"old_records_after_switch", r.drained, "rotation_grace", fl.opts.RotationGrace)
 	st, _ := nf.Stat()
 	fl.countReplacement(st)
 	r.told, r.unopened = false, nil

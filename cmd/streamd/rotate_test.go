@@ -1,11 +1,16 @@
 package main
 
 import (
+	"errors"
+	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/streamd/streamd/streamfile"
 )
 
 // copytruncate does what logrotate's copytruncate does to the file at path:
@@ -61,6 +66,73 @@ func TestRunCopytruncate(t *testing.T) {
 			}
 			if n := len(tc.want) / 3; len(copies) != 3 || !strings.HasPrefix(copies[0], string(rune('0'+n-1))+" ") {
 				t.Errorf("the file holds %q, want the three copies of count %d", copies, n-1)
+			}
+			if code := p.stop(t); code != 0 {
+				t.Errorf("exit code %d", code)
+			}
+		})
+	}
+}
+
+// TestRunRotationKeepsOldFileWriter: the stream file is rotated (renamed
+// away, or a symlink at the path retargeted) while a producer that keeps
+// its descriptor, as the upstream writer does under logrotate's create,
+// writes to the old file for 2 s after the switch: every record of both
+// files is delivered, the old file's after the switch too.
+func TestRunRotationKeepsOldFileWriter(t *testing.T) {
+	t.Parallel()
+	for _, symlink := range []bool{false, true} {
+		name := "mv"
+		if symlink {
+			name = "symlink"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, execSubTable("billing", "orders", "", `p=$(cat); echo "$p" >> LOG`))
+			target := e.stream
+			if symlink {
+				target = filepath.Join(e.dir, "a.ss")
+				if err := os.Symlink("a.ss", e.stream); err != nil {
+					t.Fatal(err)
+				}
+			}
+			runBinaryOK(t, "old-0", "publish", "--file="+target, "--key=orders", "--beacon-interval=1024")
+			p := e.start()
+			eventually(t, 10*time.Second, "old-0 delivered", func() bool { return len(e.deliveries()) == 1 })
+
+			producer, err := streamfile.OpenWriter(target, streamfile.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer producer.Close()
+			if symlink {
+				next := filepath.Join(e.dir, "b.ss")
+				runBinaryOK(t, "new-0\nnew-1", "publish", "--file="+next, "--key=orders", "--beacon-interval=1024")
+				tmp := filepath.Join(e.dir, "link.tmp")
+				if err := errors.Join(os.Symlink("b.ss", tmp), os.Rename(tmp, e.stream)); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				if err := os.Rename(e.stream, e.stream+".1"); err != nil {
+					t.Fatal(err)
+				}
+				e.publish("new-0", "new-1")
+			}
+			want := []string{"new-0", "new-1", "old-0"}
+			for i := range 10 {
+				time.Sleep(200 * time.Millisecond) // the producer's pace: records 2 s long after the switch
+				payload := fmt.Sprintf("old-%02d", i+1)
+				if err := producer.Publish([]streamfile.Frame{{Key: "orders", TimestampMs: uint64(time.Now().UnixMilli()), Payload: []byte(payload)}}); err != nil {
+					t.Fatal(err)
+				}
+				want = append(want, payload)
+			}
+			slices.Sort(want)
+			eventually(t, 15*time.Second, "every record of both files delivered", func() bool { return len(e.deliveries()) >= len(want) })
+			got := e.deliveries()
+			slices.Sort(got)
+			if !slices.Equal(got, want) {
+				t.Errorf("deliveries %q, want %q", got, want)
 			}
 			if code := p.stop(t); code != 0 {
 				t.Errorf("exit code %d", code)
