@@ -10,7 +10,9 @@ import (
 	"maps"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -33,6 +35,9 @@ const (
 	// execBase64HeaderEnvPrefix carries any other record header value, in
 	// standard base64 with padding, its name written as above.
 	execBase64HeaderEnvPrefix = "STREAMD_BASE64_HEADER_"
+	// execPayloadLengthEnv carries the payload's length in bytes, so that a
+	// command can check it read the whole payload from stdin.
+	execPayloadLengthEnv = "STREAMD_PAYLOAD_LENGTH"
 )
 
 const (
@@ -126,7 +131,14 @@ func (h *execHandler) Handle(ctx context.Context, d *Delivery) Outcome {
 	cmd.Stdin = bytes.NewReader(d.Payload)
 	cmd.Stdout = &stdout
 	cmd.Stderr = &stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// The command dies with the daemon: a kill -9 of the daemon must not
+	// leave it reading a payload cut short. The kernel sends Pdeathsig
+	// when the thread that forked the child ends, not the process
+	// (go.dev/issue/27505), so this goroutine keeps its thread, and no
+	// other goroutine may end it, until the command has exited.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Cancel = func() error {
 		err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		if errors.Is(err, syscall.ESRCH) {
@@ -188,6 +200,8 @@ func (h *execHandler) environ(d *Delivery) []string {
 		b = append(append(b[:0], m.env...), '=')
 		env = append(env, string(m.appendValue(b, d)))
 	}
+	// A command killed or cut off mid-read can tell a short payload.
+	env = append(env, string(strconv.AppendInt([]byte(execPayloadLengthEnv+"="), int64(len(d.Payload)), 10)))
 	return env
 }
 

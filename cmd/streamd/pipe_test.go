@@ -704,6 +704,7 @@ func TestPipeItem41(t *testing.T) {
 	want := []string{
 		"STREAMD_ATTEMPT=1",
 		"STREAMD_HEADER_STREAM_SEQUENCE=1",
+		"STREAMD_PAYLOAD_LENGTH=10",
 		"STREAMD_SEQ=1",
 		"STREAMD_SHARD=0",
 		"STREAMD_STREAM_KEY=jobs",
