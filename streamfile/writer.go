@@ -25,8 +25,11 @@ import (
 // frames first and continues after them, so beacons stay where readers expect
 // them. Writers that do not take the lock must not share the file.
 //
-// Continuing a file (spec §10) differs from the upstream writer where the
-// upstream behaviour is unsafe:
+// Continuing a file (spec §10), [Writer.Publish] starts the marker entry of
+// the first stream it writes as the upstream writer does: with that
+// stream's highest sequence in the file and the payload checksum of that
+// frame as the running checksum (other streams start at 0xFFFF). It
+// differs from the upstream writer where the upstream behaviour is unsafe:
 //   - a trailing end-of-stream frame is always overwritten, also in a file
 //     shorter than one beacon interval (upstream leaves it in place there,
 //     which ends every reader before the new frames);
@@ -51,11 +54,12 @@ type Writer struct {
 	interval       int64
 	perBeacon      int
 
-	end   int64 // where the next byte goes; -1 until read from the file
-	order []*markerEntry
-	index map[streamShard]*markerEntry
-	last  *markerEntry // the entry of the previous frame, to skip the map lookup
-	count uint64       // C of spec §6.3: markers written in this run
+	end    int64 // where the next byte goes; -1 until read from the file
+	order  []*markerEntry
+	index  map[streamShard]*markerEntry
+	last   *markerEntry // the entry of the previous frame, to skip the map lookup
+	count  uint64       // C of spec §6.3: markers written in this run
+	seeded bool         // the first stream published in this run got its marker entry (seed)
 
 	seqs map[streamShard]seqInfo // highest sequence per stream; nil until scanned
 
@@ -302,6 +306,9 @@ func (w *Writer) batch(frames []Frame, assignSeq bool) error {
 		if err := w.catchUp(); err != nil {
 			return err
 		}
+		if assignSeq && !w.seeded && len(frames) > 0 {
+			w.seed(&frames[0])
+		}
 		w.buf = w.buf[:0]
 		for i := range frames {
 			f := &frames[i]
@@ -375,6 +382,7 @@ func (w *Writer) forget() {
 	w.last = nil
 	w.count = 0
 	w.seqs = nil
+	w.seeded = false
 }
 
 // catchUp makes w.end the end of the last complete frame in the file, reading
@@ -611,6 +619,33 @@ func (w *Writer) loadSeqs() error {
 	return err
 }
 
+// addEntry adds the marker entry of a stream, in key and shard order.
+func (w *Writer) addEntry(m markerEntry) *markerEntry {
+	e := &m
+	w.index[e.streamShard] = e
+	i, _ := slices.BinarySearchFunc(w.order, e.streamShard, func(e *markerEntry, k streamShard) int {
+		if c := cmp.Compare(e.key, k.key); c != 0 {
+			return c
+		}
+		return cmp.Compare(e.shard, k.shard)
+	})
+	w.order = slices.Insert(w.order, i, e)
+	return e
+}
+
+// seed gives the stream of f, the first frame this writing run publishes,
+// the marker entry the upstream writer starts an append with (spec §10
+// step 8): the highest sequence of the stream in the file, that frame's
+// timestamp, and its payload checksum as the running checksum. The other
+// streams of the file start with a fresh running checksum.
+func (w *Writer) seed(f *Frame) {
+	w.seeded = true
+	k := streamShard{f.Key, f.Shard}
+	if s, ok := w.seqs[k]; ok && w.index[k] == nil {
+		w.addEntry(markerEntry{streamShard: k, seq: s.seq, ts: s.ts, running: s.checksum})
+	}
+}
+
 // track updates the marker entry and the sequence of the frame's stream, at
 // the start of writing the frame (spec §6.3).
 func (w *Writer) track(f *Frame, checksum uint16) {
@@ -620,15 +655,7 @@ func (w *Writer) track(f *Frame, checksum uint16) {
 		e = w.index[k]
 	}
 	if e == nil {
-		e = &markerEntry{streamShard: k, seq: f.Seq, ts: f.TimestampMs, running: CRCInit}
-		w.index[k] = e
-		i, _ := slices.BinarySearchFunc(w.order, k, func(e *markerEntry, k streamShard) int {
-			if c := cmp.Compare(e.key, k.key); c != 0 {
-				return c
-			}
-			return cmp.Compare(e.shard, k.shard)
-		})
-		w.order = slices.Insert(w.order, i, e)
+		e = w.addEntry(markerEntry{streamShard: k, seq: f.Seq, ts: f.TimestampMs, running: CRCInit})
 	}
 	e.seq = max(e.seq, f.Seq)
 	e.ts = max(e.ts, f.TimestampMs)
