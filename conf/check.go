@@ -397,6 +397,9 @@ func (l *loader) streamKey(p keyPath, key string) bool {
 	case streamfile.EOSKey:
 		l.errorf(p, "stream key %q is reserved for the end-of-stream mark", key)
 		return false
+	case streamfile.WildcardKey:
+		l.errorf(p, "%v", streamfile.ReservedKey(key))
+		return false
 	}
 	return true
 }

@@ -61,6 +61,7 @@ F:25: subscription[1].handler.subject: "ship.*" makes the subject "ship.*", whic
 		{"key-chars", ModeRun, `F:10: subscription[0].key: stream key "a b" has character ' ' at byte 1; allowed are A-Z a-z 0-9 . _ -`},
 		{"key-empty", ModeRun, `F:10: subscription[0].key: stream key must be non-empty`},
 		{"key-reserved", ModeRun, `F:10: subscription[0].key: stream key "ruststream-internal" is reserved for the record that primes a new file`},
+		{"key-wildcard", ModeRun, `F:11: subscription[0].out_retry: stream key "SEA_STREAMER_WILDCARD" is reserved for subscribing to every stream; use another key`},
 		{"key-too-long", ModeRun, `F:10: subscription[0].key: stream key is 250 bytes long, the limit is 249`},
 		{"web-config", ModeRun, `F:5: metrics.web_config_file: set, but [metrics] listen is empty: there is no listener to secure`},
 		{"log-metrics", ModeRun, `F:4: log.level: unknown value "verbose": use debug, info, warn or error
