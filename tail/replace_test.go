@@ -372,3 +372,38 @@ func TestReplaceWaitsForLockedWriter(t *testing.T) {
 		t.Errorf("the new file: %v", err)
 	}
 }
+
+// TestReplaceGrace: with Options.RotationGrace, a file renamed away from
+// the path is followed while a producer still writes to it, until it has
+// not grown for the grace period; then the new file is read. Every frame
+// of both files comes, the old file's first.
+func TestReplaceGrace(t *testing.T) {
+	dir := t.TempDir()
+	path, moved := filepath.Join(dir, "r.ss"), filepath.Join(dir, "r.ss.1")
+	old := frames("old", 1, 30, 1, 60)
+	repl := frames("new", 1, 5, 1, 20)
+	writeFile(t, path, oldHeader, old[:10])
+	fl, err := New(Options{Path: path, PollInterval: 50 * time.Millisecond, RotationGrace: 500 * time.Millisecond, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fl.Close()
+	items, stop := follow(t, fl)
+	defer stop()
+	first := collect(t, items, 10, 5*time.Second)
+	if err := os.Rename(path, moved); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, path, newHeader, repl)
+	for i := 10; i < 30; i += 5 {
+		time.Sleep(150 * time.Millisecond) // a producer's pace, within the grace period
+		appendFrames(t, moved, old[i:i+5])
+	}
+	rest := collect(t, items, 20+len(repl), 10*time.Second)
+	if err := sameFrames(append(first, rest[:20]...), old); err != nil {
+		t.Errorf("the old file: %v", err)
+	}
+	if err := sameFrames(rest[20:], repl); err != nil {
+		t.Errorf("the new file: %v", err)
+	}
+}
