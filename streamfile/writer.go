@@ -168,6 +168,10 @@ func (w *Writer) init(opts CreateOptions) error {
 		return w.writeHeader(opts.Header)
 	}
 	h, err := ReadHeader(w.f)
+	if errors.Is(err, ErrTruncated) && opts.Create {
+		w.log.Warn("stream file has an incomplete header (a writer died while creating it, or it was truncated): writing the header anew", "file", w.f.Name(), "size", size)
+		return w.writeHeader(opts.Header)
+	}
 	if errors.Is(err, ErrTruncated) {
 		return fmt.Errorf("streamfile: %s has an incomplete %d-byte header: a writer died while creating it; remove the file", w.f.Name(), size)
 	}

@@ -180,3 +180,22 @@ func TestPublishNonASCIIFileName(t *testing.T) {
 		t.Errorf("records %q, want one two", got)
 	}
 }
+
+// TestPublishShortFile: publish onto a file shorter than a header (the
+// start of one, as a writer that died creating it leaves) writes the
+// header anew before any record, and says so.
+func TestPublishShortFile(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "short.ss")
+	runBinaryOK(t, "x", "publish", "--file="+path, "--key=k")
+	if err := os.Truncate(path, 40); err != nil {
+		t.Fatal(err)
+	}
+	r := runBinary(t, []byte("a\nb\n"), "publish", "--file="+path, "--key=k")
+	if r.code != exitOK || !strings.Contains(r.stderr, "incomplete header") {
+		t.Fatalf("exit %d, stderr %q; want exit 0 and the new header said", r.code, r.stderr)
+	}
+	if got := keyPayloads(t, path, "k"); !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("records %q, want a b", got)
+	}
+}
