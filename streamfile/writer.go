@@ -408,6 +408,12 @@ func (w *Writer) catchUp() error {
 		track = nil
 	}
 	se, err := w.scan(start, size, track)
+	if err == nil && se.zeros && track == nil && start > HeaderSize {
+		// Zeros may span beacon boundaries, where they pass for empty
+		// beacons and the scan may have started inside them: find the
+		// last good frame from the start.
+		se, err = w.scan(HeaderSize, size, nil)
+	}
 	if err != nil {
 		return err
 	}

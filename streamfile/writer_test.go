@@ -403,3 +403,43 @@ func TestWriterStartsOverAfterTruncation(t *testing.T) {
 		}
 	}
 }
+
+// TestWriterRemovesLongZeroTail: zeros after the last frame that span
+// several beacon intervals (where they pass for empty beacons) are removed
+// to the last frame, and what is written after them is read.
+func TestWriterRemovesLongZeroTail(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "z.ss")
+	w, err := OpenWriter(path, CreateOptions{Create: true, Header: Header{FileName: "z.ss", BeaconInterval: 1024}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Publish([]Frame{{Key: "k", Payload: []byte("one")}}); err != nil {
+		t.Fatal(err)
+	}
+	end := w.Size()
+	w.Close()
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write(make([]byte, 5000))
+	f.Close()
+	if w, err = OpenWriter(path, CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if err := w.Publish([]Frame{{Key: "k", Payload: []byte("two")}}); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(path)
+	_, entries := decodeAll(t, b)
+	var got []string
+	for _, e := range entries {
+		if e.BeaconAt == nil {
+			got = append(got, fmt.Sprintf("%d %s %v", e.Seq, e.PayloadB64, e.Error))
+		}
+	}
+	if want := []string{"1 b25l ", "2 dHdv "}; !slices.Equal(got, want) || int64(len(b)) > end+100 {
+		t.Errorf("records %q in %d bytes, want %q right after the first (%d bytes)", got, len(b), want, end)
+	}
+}
