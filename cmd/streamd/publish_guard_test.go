@@ -112,9 +112,20 @@ func TestPublishDamagedFile(t *testing.T) {
 	junk := filepath.Join(dir, "junk.ss")
 	writeFrames(t, junk, frame("a"))
 	appendBytes(t, junk, bytes.Repeat([]byte{0xAB}, 40))
+	badSum := filepath.Join(dir, "bad-checksum.ss")
+	writeFrames(t, badSum, frame("a"), frame("x"))
+	b, err := os.ReadFile(badSum)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[162+1+1+24+4] ^= 0xFF // the payload of the last frame
+	if err := os.WriteFile(badSum, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct{ path, want string }{
 		{midEOS, "offset 162 of 257 bytes: an end-of-stream frame"},
-		{junk, "offset 162"},
+		{junk, "offset 162 of 202 bytes"},
+		{badSum, "offset 162 of 196 bytes: streamfile: checksum mismatch"},
 	} {
 		before, _ := os.ReadFile(tc.path)
 		r := runBinary(t, []byte("b\n"), "publish", "--file="+tc.path, "--key=k")
