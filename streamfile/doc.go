@@ -81,7 +81,13 @@
 // writers appended since its last batch, so that beacons and markers stay
 // where readers expect them; a torn tail is truncated and a trailing
 // end-of-stream frame overwritten before writing. A crash in the middle of
-// a batch leaves a torn tail that the next writer repairs. [Writer.Sync]
+// a batch leaves a torn tail that the next writer repairs, and zeros to
+// the end (what a crash can leave) are removed too. A file whose readable
+// records stop before its end (an end-of-stream frame followed by frames,
+// other bytes after the last good frame) is refused with a [*DamageError]
+// and left as it is; [Repair] truncates it to its last frame readers
+// reach. A file truncated under its writer is continued as it is then,
+// with a new header first when it is shorter than one. [Writer.Sync]
 // makes the batches durable. Writers that do not take the lock (the
 // upstream producer keeps its state in memory) must not share a file with
 // one that does.
@@ -108,8 +114,10 @@
 //     finished its batch once the shared lock is granted, and every later
 //     batch finds the replacement: when the old file did not grow, the
 //     reader has read all of it and leaves it for the new file, which it
-//     reads from the beginning (tail.Follower does this). A frame torn
-//     at the end of the old file is lost.
+//     reads from the beginning (tail.Follower does this, after the old
+//     file stayed quiet for its rotation grace period, for a producer that
+//     kept the old file open). A frame torn at the end of the old file is
+//     lost.
 //
 // # Printing
 //
