@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -133,6 +135,13 @@ func TestRunRotationKeepsOldFileWriter(t *testing.T) {
 			slices.Sort(got)
 			if !slices.Equal(got, want) {
 				t.Errorf("deliveries %q, want %q", got, want)
+			}
+			n := -1
+			if m := regexp.MustCompile(`old_records_after_switch=(\d+)`).FindStringSubmatch(p.stderr.String()); m != nil {
+				n, _ = strconv.Atoi(m[1])
+			}
+			if n < 5 {
+				t.Errorf("the switch's log line counts %d records read from the old file after the switch, want the producer's (10, or a few less read before the switch was noticed)", n)
 			}
 			if code := p.stop(t); code != 0 {
 				t.Errorf("exit code %d", code)
