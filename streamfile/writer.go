@@ -473,7 +473,7 @@ type scanEnd struct {
 // its framing is intact and readers step over it.
 func (w *Writer) scan(start, size int64, each func(*Record)) (scanEnd, error) {
 	d := NewDecoder(w.f, w.hdr, start)
-	good := start    // after the last good frame, an end-of-stream frame included
+	good := start    // after the last good frame (an end-of-stream frame included) and a beacon after it
 	eos := int64(-1) // start of the end-of-stream frame, while it is the last frame read
 	var damage error // the first bad frame after good
 	for {
@@ -494,13 +494,19 @@ func (w *Writer) scan(start, size int64, each func(*Record)) (scanEnd, error) {
 			}
 		case errors.As(err, &ce):
 			if damage == nil {
-				damage = err
+				damage, good = err, ce.Offset // past a beacon before the frame
 			}
 		case errors.Is(err, io.EOF):
+			if damage == nil {
+				good = d.Pos() // past a complete beacon after the last frame
+			}
 			return w.tail(good, eos, size, damage)
 		case errors.Is(err, ErrTruncated):
 			if damage == nil {
-				damage = w.tornFrame(d.Pos(), size)
+				// Past a complete beacon after the last frame: another
+				// writer's end may be there, and the next frame too.
+				good = d.Pos()
+				damage = w.tornFrame(good, size)
 			}
 			return w.tail(good, eos, size, damage)
 		default:
