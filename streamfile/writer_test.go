@@ -446,8 +446,10 @@ func TestWriterRemovesLongZeroTail(t *testing.T) {
 
 // TestWritersSurviveTornAppends interleaves a long-lived writer (a producer)
 // with writing runs that die in the middle of an append (a daemon killed
-// with SIGKILL: a prefix of its batch on disk, sometimes followed by zeros
-// as ext4 can leave them): every append after a crash succeeds, and the
+// with SIGKILL: a prefix of its batch on disk, or zeros in place of the
+// batch's pages that did not reach the disk, as ext4 can leave them, after
+// its first bytes or in place of all of it): every append after a crash
+// succeeds, and the
 // file holds every record of every completed append, in order.
 func TestWritersSurviveTornAppends(t *testing.T) {
 	t.Parallel()
@@ -506,12 +508,18 @@ func TestWritersSurviveTornAppends(t *testing.T) {
 					}
 					torn := before + 1 + rng.Int64N(w.Size()-before-1)
 					w.Close()
-					if rng.IntN(4) == 0 {
-						// Its batch did not reach the disk, zeros did.
-						if err := errors.Join(os.Truncate(path, before), os.Truncate(path, torn)); err != nil {
-							t.Fatal(err)
+					page := int64(os.Getpagesize())
+					written := before // what reached the disk; zeros from there to torn
+					switch p := (before/page + 1) * page; rng.IntN(4) {
+					case 0: // none of the batch
+					case 1: // its pages before a page boundary inside the batch
+						if p < torn {
+							written = p
 						}
-					} else if err := os.Truncate(path, torn); err != nil {
+					default:
+						written = torn
+					}
+					if err := errors.Join(os.Truncate(path, written), os.Truncate(path, torn)); err != nil {
 						t.Fatal(err)
 					}
 				}
