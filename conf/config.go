@@ -383,6 +383,18 @@ var oneLine = strings.NewReplacer("\n", `\n`, "\r", `\r`)
 
 func (e *syntaxError) Unwrap() error { return e.err }
 
+// Detail returns what check-config shows of an error [Load] returned: for
+// a TOML syntax error, the message with the lines around the place it is
+// at and a caret under it, since a syntax error's one line rarely says
+// enough; for any other error, its message, which already names each
+// problem's file, line and key.
+func Detail(err error) string {
+	if pe, ok := errors.AsType[toml.ParseError](err); ok {
+		return strings.TrimRight(pe.ErrorWithPosition(), "\n")
+	}
+	return err.Error()
+}
+
 // loader checks one configuration file and collects its problems.
 type loader struct {
 	file  string

@@ -205,6 +205,38 @@ func TestLoadConfigSyntaxError(t *testing.T) {
 	}
 }
 
+// TestDetail: a syntax error is shown with the lines around it and a caret
+// under the place, without a trailing newline; other errors as they are.
+func TestDetail(t *testing.T) {
+	parseErr := func(src string) error {
+		_, err := parse("f.toml", "/etc/streamd", src, ModeRun)
+		return err
+	}
+	missing := filepath.Join(t.TempDir(), "none.toml")
+	for _, tc := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"syntax", parseErr("state_dir = \"/x\"\nshutdown_timeout = 20s\n"),
+			"toml: error: expected a top-level item to end with a newline, comment, or EOF, but got 's' instead\n\n" +
+				"At line 2, column 22:\n\n" +
+				"      1 | state_dir = \"/x\"\n" +
+				"      2 | shutdown_timeout = 20s\n" +
+				"                               ^"},
+		{"key problems", parseErr("state_dir = \"/x\"\nshutdown_timeout = 20\n"),
+			"f.toml:2: shutdown_timeout: must be a duration string such as \"5s\", not the integer 20"},
+		{"missing file", func() error { _, err := Load(missing, ModeRun); return err }(),
+			"open " + missing + ": no such file or directory"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Detail(tc.err); got != tc.want {
+				t.Errorf("Detail:\n%s\nwant:\n%s", got, tc.want)
+			}
+		})
+	}
+}
+
 func TestLoadConfigMissingFile(t *testing.T) {
 	_, err := Load(filepath.Join(t.TempDir(), "none.toml"), ModeRun)
 	if !errors.Is(err, os.ErrNotExist) {
