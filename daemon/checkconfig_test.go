@@ -26,19 +26,13 @@ func TestConfigCheck(t *testing.T) {
 	// The stream file is missing and may not be created, and the exec
 	// command does not exist: both only show when checked.
 	unusable := write("unusable.toml", `state_dir = "state"
-
-[[stream]]
-name = "orders"
-path = "orders.ss"
-create = false
+stream = [{ name = "orders", path = "orders.ss", create = false }]
 
 [[subscription]]
 name = "jobs"
 stream = "orders"
 key = "jobs"
-[subscription.handler]
-kind = "exec"
-command = ["/nonexistent/run-job"]
+handler = { kind = "exec", command = ["/nonexistent/run-job"] }
 `)
 	stage := write("pipe.toml", "[[subscription]]\nname = \"jobs\"\nkey = \"jobs\"\nout_retry = \"jobs.retry\"\nhandler.kind = \"discard\"\n")
 	invalid := write("invalid.toml", "[[subscription]]\nname = \"jobs\"\nkey = \"a b\"\nout_retry = \"jobs.retry\"\nhandler.kind = \"discard\"\n")

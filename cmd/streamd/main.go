@@ -1,8 +1,10 @@
 // Command streamd tails SeaStreamer stream files and hands each record of a
 // subscribed stream key to a handler, settling retries as the reference
 // runtime does. This file builds the command line; the subcommands live in
-// the other files (run.go: those that load a configuration) and only parse,
-// wire and report: the work is done by the packages they call.
+// the other files (run.go: running, checking and reloading a configuration;
+// offsets.go: its stored positions; decode.go, publish.go, repair.go: a
+// stream file) and only parse, wire and report: the work is done by the
+// packages they call.
 package main
 
 import (
