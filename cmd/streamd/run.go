@@ -2,10 +2,8 @@ package main
 
 import (
 	"cmp"
-	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -36,18 +34,9 @@ func (c configFile) load(s stdio) (*conf.Config, int) {
 	cfg, err := conf.Load(*c.path, c.mode)
 	if err != nil {
 		fmt.Fprintf(s.err, "%s: couldn't load configuration (--config.file=%q):\n%v\n", c.name, *c.path, err)
-		return nil, configExit(err)
+		return nil, failureExit(err)
 	}
 	return cfg, exitOK
-}
-
-// configExit is the exit code of a configuration that could not be
-// loaded: 2 when the file cannot be read, 1 when it is invalid.
-func configExit(err error) int {
-	if _, unreadable := errors.AsType[*fs.PathError](err); unreadable {
-		return exitUsage
-	}
-	return exitError
 }
 
 // stage is what `streamd run` and `streamd pipe` parse and load alike: the
@@ -105,7 +94,7 @@ func runCommand(app *kingpin.Application) action {
 		hup := make(chan os.Signal, 1)
 		signal.Notify(hup, syscall.SIGHUP)
 		defer signal.Stop(hup)
-		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+		ctx, stop := stopContext()
 		defer stop()
 		if code := st.load(s); code != exitOK {
 			return code
@@ -132,7 +121,7 @@ func runCommand(app *kingpin.Application) action {
 func pipeCommand(app *kingpin.Application) action {
 	st := stageFlags(app.Command("pipe", "Run as one stage of a shell pipeline: producer | streamd pipe | consumer."), conf.ModePipe, "streamd pipe")
 	return func(s stdio) int {
-		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+		ctx, stop := stopContext()
 		defer stop()
 		if code := st.load(s); code != exitOK {
 			return code
@@ -191,7 +180,7 @@ func checkConfig(c daemon.ConfigCheck, s stdio) int {
 	case err != nil:
 		fmt.Fprintf(s.err, "streamd check-config: --user: %v\n", err)
 		return exitUsage
-	case r.Load != nil && configExit(r.Load) == exitUsage:
+	case r.Load != nil && failureExit(r.Load) == exitUsage:
 		fmt.Fprintf(s.err, "streamd check-config: %v\n", r.Load)
 		return exitUsage
 	case r.Load != nil:
