@@ -7,12 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"os/exec"
-	"runtime"
 	"slices"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/streamd/streamd/conf"
@@ -97,23 +94,8 @@ func (h *execHandler) Handle(ctx context.Context, d *Delivery) Outcome {
 	cmd.Stdin = bytes.NewReader(d.Payload)
 	cmd.Stdout = &stdout
 	cmd.Stderr = &stderr
-	// The command dies with the daemon: a kill -9 of the daemon must not
-	// leave it reading a payload cut short. The kernel sends Pdeathsig
-	// when the thread that forked the child ends, not the process
-	// (go.dev/issue/27505), so this goroutine keeps its thread, and no
-	// other goroutine may end it, until the command has exited.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.Cancel = func() error {
-		err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		if errors.Is(err, syscall.ESRCH) {
-			return os.ErrProcessDone
-		}
-		return err
-	}
 	cmd.WaitDelay = execWaitDelay
-	err := cmd.Run()
+	err := runGroup(cmd)
 	stdout.finish()
 
 	prog := h.args[0]
