@@ -35,6 +35,10 @@ type subscription struct {
 	// copyLog limits the log of copies that cannot be written.
 	copyLog ratelog.Trouble
 
+	// batches is how records are gathered into batches, nil when the
+	// subscription sends none.
+	batches *batching
+
 	follower *tail.Follower
 	tracker  *offsets.Tracker
 	file     streamfile.Identity // of the records the tracker holds
@@ -46,7 +50,9 @@ type subscription struct {
 	idHash string
 }
 
-// job is one record handed to a worker when concurrency is above 1.
+// job is one record handed to a worker when concurrency is above 1, or to
+// the gatherer of batches. It owns its delivery's payload and headers: the
+// reader's buffer they were read into is used again for the next record.
 type job struct {
 	d      handler.Delivery
 	ticket offsets.Ticket
@@ -63,7 +69,11 @@ func (s *subscription) run(ctx, hctx context.Context) error {
 	jobs := make(chan job)
 	var wg sync.WaitGroup
 	errc := make(chan error, workers)
-	if workers > 1 {
+	switch {
+	case s.batches != nil:
+		jobs = make(chan job, s.batches.maxRecords)
+		s.runBatches(ctx, hctx, &wg, jobs, errc, workers)
+	case workers > 1:
 		for w := range workers {
 			wg.Go(func() {
 				for j := range jobs {
@@ -114,7 +124,7 @@ func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job, errc <-c
 				return nil
 			}
 			s.file = rec.File
-			s.tracker = offsets.NewTracker(offsets.Mark{Offset: rec.Offset}, trackerWindow)
+			s.tracker = offsets.NewTracker(offsets.Mark{Offset: rec.Offset}, s.window())
 		}
 		if rec.IsEOS() {
 			// The position stays at the end-of-stream frame: a writer that
@@ -145,7 +155,7 @@ func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job, errc <-c
 			continue
 		}
 		plain := len(headers) == 0 // the payload aliases the reader's buffer
-		if plain && s.cfg.Concurrency <= 1 {
+		if plain && s.inline() {
 			// A plain payload, handled before the next read: reuse the
 			// header slice and its value instead of allocating them.
 			s.seqHeader[0] = envelope.Header{Name: envelope.SequenceHeader, Value: strconv.AppendUint(s.seqValue[:0], rec.Seq, 10)}
@@ -158,7 +168,7 @@ func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job, errc <-c
 			Headers: headers, Payload: payload, Attempt: envelope.RetryCount(headers) + 1,
 			File: s.fileID(), Offset: rec.Offset,
 		}
-		if s.cfg.Concurrency <= 1 {
+		if s.inline() {
 			if err := s.deliver(ctx, hctx, d, ticket, rec.Offset, 0); err != nil {
 				return err
 			}
@@ -175,6 +185,12 @@ func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job, errc <-c
 			return nil
 		}
 	}
+}
+
+// inline reports whether the reader delivers each record itself before it
+// reads the next: concurrency 1, without batches.
+func (s *subscription) inline() bool {
+	return s.cfg.Concurrency <= 1 && s.batches == nil
 }
 
 // fileID returns the identity of s.file as deliveries carry it
@@ -222,6 +238,15 @@ func (s *subscription) deliver(ctx, hctx context.Context, d *handler.Delivery, t
 	case err != nil:
 		return err
 	}
+	s.finish(hctx, d, o, ticket)
+	return nil
+}
+
+// finish settles the answer o of d, whose ticket it is: its copy, if it
+// makes one, is written, tried again with the backoff until it is; then
+// the record is settled. It returns false when hctx ends first: the record
+// stays unsettled.
+func (s *subscription) finish(hctx context.Context, d *handler.Delivery, o handler.Outcome, ticket offsets.Ticket) bool {
 	for attempt := uint64(1); ; attempt++ {
 		err := s.settler.settle(hctx, d, o)
 		if err == nil {
@@ -230,7 +255,7 @@ func (s *subscription) deliver(ctx, hctx context.Context, d *handler.Delivery, t
 				s.metrics.SetHealthy(true, "")
 			}
 			s.settled(ticket)
-			return nil
+			return true
 		}
 		wait := s.settler.backoffFor(attempt)
 		s.copyLog.Failed(s.logger, "publishing the copy failed; the record stays unsettled and is retried",
@@ -239,7 +264,7 @@ func (s *subscription) deliver(ctx, hctx context.Context, d *handler.Delivery, t
 		select {
 		case <-time.After(wait):
 		case <-hctx.Done():
-			return nil
+			return false
 		}
 	}
 }
