@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -22,6 +23,9 @@ type batching struct {
 	maxRecords int
 	maxBytes   int
 	linger     time.Duration
+	// free holds batches delivered, for the next ones: their memory is
+	// used again instead of allocated for each batch.
+	free sync.Pool
 }
 
 // newBatching returns the batching of subscription sc with handler h, or
@@ -33,12 +37,16 @@ func newBatching(sc conf.Subscription, h handler.Handler) *batching {
 	if !ok || sc.Handler.BatchMaxRecords <= 0 {
 		return nil
 	}
-	return &batching{
+	b := &batching{
 		handler:    bh,
 		maxRecords: sc.Handler.BatchMaxRecords,
 		maxBytes:   cmp.Or(sc.Handler.BatchMaxBytes, conf.DefaultBatchMaxBytes),
 		linger:     time.Duration(cmp.Or(sc.Handler.BatchLinger, conf.DefaultBatchLinger)),
 	}
+	b.free.New = func() any {
+		return &batch{ds: make([]handler.Delivery, 0, b.maxRecords), tickets: make([]offsets.Ticket, 0, b.maxRecords)}
+	}
+	return b
 }
 
 // batch is records handed out together, with their tickets, and the
@@ -130,10 +138,7 @@ func (s *subscription) gather(ctx context.Context, jobs <-chan job, batches chan
 				return
 			}
 			if b == nil {
-				b = &batch{
-					ds:      make([]handler.Delivery, 0, lim.maxRecords),
-					tickets: make([]offsets.Ticket, 0, lim.maxRecords),
-				}
+				b = lim.free.Get().(*batch)
 				linger.Reset(lim.linger)
 			}
 			b.ds = append(b.ds, j.d)
@@ -164,15 +169,29 @@ func (s *subscription) deliverBatch(ctx, hctx context.Context, b *batch, w int) 
 		s.handed[w].Store(0)
 		s.batched[w].Store(0)
 	}()
-	b.outs = make([]handler.Outcome, len(b.ds))
+	b.outs = slices.Grow(b.outs[:0], len(b.ds))[:len(b.ds)]
 	err := s.answerBatch(hctx, ctx.Done(), s.batches.handler, b.ds, b.outs, w)
 	if err != nil && !errors.Is(err, errStopped) {
 		return err
 	}
+	// The records whose outcome is final are settled together, their
+	// tickets moved to the front.
+	final := 0
 	for i := range b.ds {
-		if b.outs[i].Kind != handler.OutcomeFailed && !s.finish(hctx, &b.ds[i], b.outs[i], b.tickets[i]) {
-			return nil
+		if b.outs[i].Kind == handler.OutcomeFailed {
+			continue // the subscription stopped before it was answered
 		}
+		if !s.finish(hctx, &b.ds[i], b.outs[i]) {
+			break
+		}
+		b.tickets[final] = b.tickets[i]
+		final++
 	}
+	if final > 0 {
+		s.settled(b.tickets[:final]...)
+	}
+	clear(b.ds) // not to keep the payloads alive
+	b.ds, b.tickets, b.bytes = b.ds[:0], b.tickets[:0], 0
+	s.batches.free.Put(b)
 	return nil
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/envelope"
 	"github.com/streamd/streamd/handler"
 	"github.com/streamd/streamd/offsets"
@@ -299,7 +300,9 @@ type gatherEnv struct {
 }
 
 func newGatherEnv(ctx context.Context) *gatherEnv {
-	s := &subscription{batches: &batching{maxRecords: 3, maxBytes: 100, linger: 50 * time.Millisecond}}
+	var sc conf.Subscription
+	sc.Handler.BatchMaxRecords, sc.Handler.BatchMaxBytes, sc.Handler.BatchLinger = 3, 100, conf.Duration(50*time.Millisecond)
+	s := &subscription{batches: newBatching(sc, &batchScript{})}
 	e := &gatherEnv{jobs: make(chan job), batches: make(chan *batch), failed: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		s.gather(ctx, e.jobs, e.batches, e.failed)

@@ -238,15 +238,17 @@ func (s *subscription) deliver(ctx, hctx context.Context, d *handler.Delivery, t
 	case err != nil:
 		return err
 	}
-	s.finish(hctx, d, o, ticket)
+	if s.finish(hctx, d, o) {
+		s.settled(ticket)
+	}
 	return nil
 }
 
-// finish settles the answer o of d, whose ticket it is: its copy, if it
-// makes one, is written, tried again with the backoff until it is; then
-// the record is settled. It returns false when hctx ends first: the record
-// stays unsettled.
-func (s *subscription) finish(hctx context.Context, d *handler.Delivery, o handler.Outcome, ticket offsets.Ticket) bool {
+// finish settles the answer o of d: its copy, if it makes one, is
+// written, tried again with the backoff until it is. It returns true when
+// the record's outcome is final, and false when hctx ends first: the
+// record stays unsettled.
+func (s *subscription) finish(hctx context.Context, d *handler.Delivery, o handler.Outcome) bool {
 	for attempt := uint64(1); ; attempt++ {
 		err := s.settler.settle(hctx, d, o)
 		if err == nil {
@@ -254,7 +256,6 @@ func (s *subscription) finish(hctx context.Context, d *handler.Delivery, o handl
 				s.copyLog.Passed(s.logger, "publishing copies works again", "seq", d.Seq)
 				s.metrics.SetHealthy(true, "")
 			}
-			s.settled(ticket)
 			return true
 		}
 		wait := s.settler.backoffFor(attempt)
@@ -269,11 +270,13 @@ func (s *subscription) finish(hctx context.Context, d *handler.Delivery, o handl
 	}
 }
 
-// settled marks a record final and stores the committable position.
-func (s *subscription) settled(ticket offsets.Ticket) {
-	if err := s.tracker.Settle(ticket); err != nil {
-		s.logger.Error("settling a record", "err", err)
-		return
+// settled marks records final and stores the committable position.
+func (s *subscription) settled(tickets ...offsets.Ticket) {
+	for _, ticket := range tickets {
+		if err := s.tracker.Settle(ticket); err != nil {
+			s.logger.Error("settling a record", "err", err)
+			return
+		}
 	}
 	m := s.tracker.Committable()
 	if err := s.store.Set(s.cfg.Name, offsets.Position{Stream: s.stream.cfg.Path, File: s.file, Offset: m.Offset, LastSeq: m.Seq}); err != nil {
