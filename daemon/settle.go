@@ -12,6 +12,7 @@ import (
 	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/envelope"
 	"github.com/streamd/streamd/handler"
+	"github.com/streamd/streamd/internal/ratelog"
 	"github.com/streamd/streamd/metrics"
 )
 
@@ -183,6 +184,7 @@ type settler struct {
 	metrics       *metrics.SubscriptionMetrics
 	logger        *slog.Logger
 	unsupported   *unsupportedLog
+	cutLog        ratelog.Line // delays cut to max_retry_after
 	now           func() time.Time
 }
 
@@ -264,13 +266,13 @@ func (s *settler) settle(ctx context.Context, d *handler.Delivery, o handler.Out
 }
 
 // bounded is delay cut to max_retry_after, with a log line when it is
-// cut: a handler asking for a delay far in the future does not park a
-// record unseen.
+// cut (at most one every ratelog.Every): a handler asking for a delay far
+// in the future does not park a record unseen.
 func (s *settler) bounded(delay time.Duration, d *handler.Delivery) time.Duration {
 	if delay <= s.maxRetryAfter {
 		return delay
 	}
-	s.logger.Warn("the handler asked for a delay longer than max_retry_after; waiting max_retry_after",
+	s.cutLog.Warn(s.logger, "the handler asked for a delay longer than max_retry_after; waiting max_retry_after",
 		"asked", delay, "max_retry_after", s.maxRetryAfter, "seq", d.Seq)
 	return s.maxRetryAfter
 }

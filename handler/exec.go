@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"os/exec"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/streamd/streamd/conf"
@@ -61,8 +60,7 @@ type execHandler struct {
 	timeout time.Duration
 	logger  *slog.Logger
 
-	logMu     sync.Mutex
-	lingerLog ratelog.Limiter // under logMu
+	lingerLog ratelog.Line
 }
 
 func newExecHandler(cfg conf.Handler, logger *slog.Logger) (*execHandler, error) {
@@ -135,11 +133,6 @@ func (h *execHandler) Handle(ctx context.Context, d *Delivery) Outcome {
 // warnLingering logs, at most once per ratelog.Every, that a command exited
 // while something it started kept its output open.
 func (h *execHandler) warnLingering(prog string) {
-	h.logMu.Lock()
-	ok, suppressed := h.lingerLog.Allow(time.Now())
-	h.logMu.Unlock()
-	if ok {
-		h.logger.Warn("command exited but a process it started kept stdout or stderr open; each record waits for it",
-			"program", prog, "wait", execWaitDelay, "suppressed", suppressed)
-	}
+	h.lingerLog.Warn(h.logger, "command exited but a process it started kept stdout or stderr open; each record waits for it",
+		"program", prog, "wait", execWaitDelay)
 }
