@@ -50,6 +50,9 @@ const (
 	// httpDrainLimit bounds what is read of a response body after the
 	// outcome so its connection can be kept; a longer body closes it.
 	httpDrainLimit = 64 << 10
+	// httpMaxHeaderBytes bounds a response's header (net/http's default
+	// is 10 MiB).
+	httpMaxHeaderBytes = 1 << 20
 	// httpExcerptLimit bounds the body excerpt in a failure's error.
 	httpExcerptLimit = 256
 	// httpUserAgent is the User-Agent unless the headers set one.
@@ -151,12 +154,18 @@ func newHTTPHandler(cfg conf.Handler) (*httpHandler, error) {
 		h.fixed.Set("Authorization", "Bearer "+token)
 	}
 	h.transport = &http.Transport{
-		Proxy:               http.ProxyFromEnvironment,
-		DialContext:         (&net.Dialer{Timeout: h.timeout, KeepAlive: 30 * time.Second}).DialContext,
+		Proxy:       http.ProxyFromEnvironment,
+		DialContext: (&net.Dialer{Timeout: h.timeout, KeepAlive: 30 * time.Second}).DialContext,
+		// A dial outlives the request that gave up on it (it may serve
+		// the next one): a silent TLS server must not hold it for ever.
+		TLSHandshakeTimeout: h.timeout,
+		TLSClientConfig:     &tls.Config{MinVersion: tls.VersionTLS12, ClientSessionCache: tls.NewLRUClientSessionCache(0)},
 		MaxIdleConns:        httpMaxIdleConns,
 		MaxIdleConnsPerHost: httpMaxIdleConns,
 		IdleConnTimeout:     90 * time.Second,
-		DisableCompression:  true, // the excerpt of a failure's body is shown as sent
+		// A server that sends header fields without end is cut off.
+		MaxResponseHeaderBytes: httpMaxHeaderBytes,
+		DisableCompression:     true, // the excerpt of a failure's body is shown as sent
 	}
 	if cfg.CAFile != "" {
 		pem, err := os.ReadFile(cfg.CAFile)
@@ -167,7 +176,7 @@ func newHTTPHandler(cfg conf.Handler) (*httpHandler, error) {
 		if !pool.AppendCertsFromPEM(pem) {
 			return nil, fmt.Errorf("ca_file: %s holds no PEM certificate", cfg.CAFile)
 		}
-		h.transport.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+		h.transport.TLSClientConfig.RootCAs = pool
 	}
 	if _, err := http.ProxyFromEnvironment(&http.Request{URL: u}); err != nil {
 		return nil, fmt.Errorf("the proxy of $HTTP_PROXY or $HTTPS_PROXY: %w", err)
@@ -215,16 +224,34 @@ func (h *httpHandler) Handle(ctx context.Context, d *Delivery) Outcome {
 	}
 	req.Host = h.host
 	req.Header = h.header(d)
+	resp, o := h.send(ctx, req)
+	if resp == nil {
+		return o
+	}
+	defer release(resp)
+	return h.outcome(resp)
+}
+
+// send sends req and returns its response, to be released, or nil and the
+// outcome of a request that got no response to read: a transport failure,
+// or a 101, whose body is the connection itself, which no timeout bounds.
+func (h *httpHandler) send(ctx context.Context, req *http.Request) (*http.Response, Outcome) {
 	resp, err := h.client.Do(req)
 	if err != nil {
-		return h.transportFailure(ctx, err)
+		return nil, h.transportFailure(ctx, err)
 	}
-	defer func() {
-		// Drain what is left, up to a bound, so the connection is kept.
-		io.Copy(io.Discard, io.LimitReader(resp.Body, httpDrainLimit))
+	if resp.StatusCode == http.StatusSwitchingProtocols {
 		resp.Body.Close()
-	}()
-	return h.outcome(resp)
+		return nil, Failed(FailureHTTPStatus, errors.New("http: 101 Switching Protocols: the server switched to another protocol instead of answering"))
+	}
+	return resp, Outcome{}
+}
+
+// release drains what is left of resp's body, up to a bound, so that its
+// connection is kept, and closes it.
+func release(resp *http.Response) {
+	io.Copy(io.Discard, io.LimitReader(resp.Body, httpDrainLimit))
+	resp.Body.Close()
 }
 
 // header returns the header fields of d's request: the configured ones,

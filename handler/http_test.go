@@ -140,6 +140,18 @@ func TestHTTPHandlerOutcomes(t *testing.T) {
 			kind: OutcomeRetryAfter, minDelay: 90 * time.Second, maxDelay: 90 * time.Second},
 		{name: "Streamd-Outcome invalid", server: respond(200, "Streamd-Outcome", "later"), kind: OutcomeFailed,
 			err: `http: Streamd-Outcome response header: invalid outcome "later"`},
+		{name: "header past 1 MiB", server: respond(200, "X-Big", strings.Repeat("x", httpMaxHeaderBytes)), kind: OutcomeFailed,
+			err: "response headers exceeded"},
+		{name: "101 ends the exchange", server: func(w http.ResponseWriter, r *http.Request) {
+			conn, buf, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				panic(err)
+			}
+			defer conn.Close()
+			buf.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: other\r\nConnection: Upgrade\r\n\r\n")
+			buf.Flush()
+			io.Copy(io.Discard, conn) // holds the connection open, as a switched protocol would, until the client closes it
+		}, kind: OutcomeFailed, err: "http: 101 Switching Protocols: the server switched to another protocol"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -364,6 +376,40 @@ func TestHTTPHandlerTransportFailures(t *testing.T) {
 				t.Errorf("err %q repeats the URL", got.Err)
 			}
 		})
+	}
+}
+
+// TestHTTPHandlerSilentTLSServer: a server that accepts connections and
+// never speaks TLS holds neither the delivery nor the connection past the
+// timeout: the handshake the transport goes on with after the request gave
+// up ends too.
+func TestHTTPHandlerSilentTLSServer(t *testing.T) {
+	const timeout = 200 * time.Millisecond
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	closed := make(chan time.Time, 1)
+	go func() {
+		conn, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		io.Copy(io.Discard, conn) // until the client gives up
+		closed <- time.Now()
+	}()
+	h := mustNewHandler(t, conf.Handler{Kind: conf.HandlerHTTP, URL: "https://" + ln.Addr().String() + "/", Timeout: conf.Duration(timeout)})
+	start := time.Now()
+	checkOutcome(t, h.Handle(t.Context(), testDelivery()), OutcomeFailed, 0, 0, "timed out")
+	select {
+	case at := <-closed:
+		if d := at.Sub(start); d > timeout+time.Second {
+			t.Errorf("the client closed the connection %v after the request, want about %v", d, timeout)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the client still holds the connection 10s after the request")
 	}
 }
 

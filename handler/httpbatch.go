@@ -62,15 +62,12 @@ func (h *httpHandler) HandleBatch(ctx context.Context, ds []Delivery, outs []Out
 	}
 	req.Header["Content-Type"] = []string{httpBatchContentType}
 	req.Header["Streamd-Subscription"] = []string{ds[0].Subscription}
-	resp, err := h.client.Do(req)
-	if err != nil {
-		fill(outs, h.transportFailure(ctx, err))
+	resp, o := h.send(ctx, req)
+	if resp == nil {
+		fill(outs, o)
 		return
 	}
-	defer func() {
-		io.Copy(io.Discard, io.LimitReader(resp.Body, httpDrainLimit))
-		resp.Body.Close()
-	}()
+	defer release(resp)
 	_, named := resp.Header[httpOutcomeHeader]
 	if named || resp.StatusCode < 200 || resp.StatusCode > 299 {
 		o := h.outcome(resp)

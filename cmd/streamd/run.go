@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"log"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -71,6 +72,10 @@ func (st *stage) load(s stdio) int {
 		fmt.Fprintf(s.err, "%s: %v\n", st.name, err)
 		return exitUsage
 	}
+	// What the standard library logs (net/http: a response on an idle
+	// connection) goes to the same log, as a warning.
+	log.SetFlags(0)
+	log.SetOutput(slog.NewLogLogger(st.logger.Handler(), slog.LevelWarn).Writer())
 	st.opts = daemon.Options{Logger: st.logger, Build: metrics.BuildInfo{Version: version.Version, Revision: version.GetRevision(), GoVersion: version.GoVersion}}
 	return exitOK
 }
