@@ -326,6 +326,7 @@ func (d *Daemon) startSubscription(sc conf.Subscription, h handler.Handler) erro
 		store:     d.store,
 		follower:  follower,
 		tracker:   offsets.NewTracker(from, trackerWindow),
+		scratch:   make([]scratch, max(sc.Concurrency, 1)),
 	}
 	if opts.Resume != nil {
 		sub.file = opts.Resume.File
