@@ -197,7 +197,7 @@ func (b *builder) set(raw, value []byte) {
 	name := b.name(raw)
 	if b.pos == nil {
 		if len(b.h) < indexAfter {
-			b.h.Set(name, value)
+			b.h.set(name, value)
 			return
 		}
 		b.pos = make(map[string]int, 2*len(b.h))
