@@ -2,6 +2,7 @@ package envelope
 
 import (
 	"encoding/binary"
+	"slices"
 )
 
 // A Parser decodes envelopes into memory it keeps from one record to the
@@ -29,10 +30,9 @@ type Parser struct {
 	// its prefix), nil when it cannot be an envelope. It is the record's
 	// memory, not a copy.
 	text []byte
-	body int // the length of text without its padding
-	// checked is how much of text is known to be in the alphabet; valid
-	// is set once Check found all of it well-formed.
-	checked int
+	n    int // the length text decodes to
+	pad  int // the '=' that end text
+	// valid is set once Check found text well-formed.
 	valid   bool
 	start   int    // the offset of the payload in the decoded text
 	head    []byte // the decoded text up to the end of the header block
@@ -53,11 +53,11 @@ func (p *Parser) Parse(record []byte) (Headers, bool) {
 }
 
 // Peek decodes the header block at the front of record and returns the
-// headers record carries if it is an envelope, without checking the
-// base64 text after the block, most of the record: whether it is an
-// envelope is [Parser.Check]'s to say. Peek reports false when record is
-// certainly plain (its prefix, its length, its block length or its rs2
-// block say so); Check then reports false too.
+// headers record carries if it is an envelope, without checking its base64
+// text: whether it is an envelope is [Parser.Check]'s to say, and until it
+// says so the headers may be made of bytes outside the alphabet. Peek
+// reports false when record is certainly plain (its prefix, its length,
+// its block length or its rs2 block say so); Check then reports false too.
 func (p *Parser) Peek(record []byte) (Headers, bool) {
 	p.text, p.valid = nil, false
 	rs1, ok := prefixRS1(record)
@@ -72,22 +72,18 @@ func (p *Parser) Peek(record []byte) (Headers, bool) {
 	for pad < 2 && pad < len(text) && text[len(text)-1-pad] == '=' {
 		pad++
 	}
-	n, body := len(text)/4*3-pad, len(text)-pad // decoded and base64 lengths
-	// The block length is in the first 4 of the 6 bytes the first 8
-	// characters decode to; then decode the quanta that hold the block.
-	if n < 4 || !inAlphabet(text[:min(8, body)]) {
+	n := len(text)/4*3 - pad
+	if n < 4 {
 		return nil, false
 	}
-	p.head = decodeChecked(p.head, text[:8])
+	// The block length is in the first 4 of the 6 bytes the first 8
+	// characters decode to; then decode the quanta that hold the block.
+	p.head = appendQuanta(p.head[:0], text[:8])
 	end, ok := blockEnd(p.head, n)
 	if !ok {
 		return nil, false
 	}
-	m := quantaLen(end)
-	if !inAlphabet(text[min(8, body):min(m, body)]) {
-		return nil, false
-	}
-	p.head = decodeChecked(p.head, text[:m])
+	p.head = appendQuanta(p.head, text[8:quantaLen(end)]) // end is 4 or more
 	if p.b.names == nil {
 		p.b.names = make(map[string]string)
 	}
@@ -95,25 +91,24 @@ func (p *Parser) Peek(record []byte) (Headers, bool) {
 	if !p.b.parse(rs1, p.head[4:end:end]) {
 		return nil, false
 	}
-	p.text, p.body, p.checked, p.start = text, body, min(m, body), end
+	p.text, p.n, p.pad, p.start = text, n, pad, end
 	return p.b.h, true
 }
 
 // Check reports whether the record last peeked is an envelope, deciding
-// exactly as [Decode] does: it checks the rest of the record's text, 16
-// bytes at a time, without decoding it. The text must be strict standard
-// base64 (settlement.md §9.4): every byte in the alphabet (so no '\r' or
-// '\n', which Go's decoder would skip), whole quanta with their padding,
-// and the bits the padding leaves unused zero.
+// exactly as [Decode] does: it checks the record's text, 16 bytes at a
+// time, without decoding it. The text must be strict standard base64
+// (settlement.md §9.4): every byte in the alphabet (so no '\r' or '\n',
+// which Go's decoder would skip), whole quanta with their padding, and the
+// bits the padding leaves unused zero.
 func (p *Parser) Check() bool {
 	if p.text == nil || p.valid {
 		return p.valid
 	}
-	body := p.text[:p.body]
-	pad := len(p.text) - p.body
+	body := p.text[:len(p.text)-p.pad]
 	// The unused bits are the low 4 of the last character's 6 before
 	// "==", the low 2 before "=".
-	p.valid = inAlphabet(body[p.checked:]) && sextets[body[len(body)-1]]&(1<<(2*pad)-1) == 0
+	p.valid = inAlphabet(body) && sextets[body[len(body)-1]]&(1<<(2*p.pad)-1) == 0
 	if !p.valid {
 		p.text = nil
 	}
@@ -131,8 +126,8 @@ func (p *Parser) Payload() []byte {
 	// Decode from the quantum that holds the payload's first byte, and
 	// skip the bytes of the block that quantum also holds.
 	first := p.start / 3
-	p.payload = decodeChecked(p.payload, p.text[first*4:])
-	return p.payload[p.start-first*3:]
+	p.payload = appendQuanta(p.payload[:0], p.text[first*4:])
+	return p.payload[p.start-first*3 : p.n-first*3]
 }
 
 // quantaLen is the length of the base64 text of the n first decoded bytes,
@@ -141,36 +136,29 @@ func quantaLen(n int) int {
 	return (n + 2) / 3 * 4
 }
 
-// decodeChecked decodes text, whole quanta in which every byte is in the
-// alphabet but for the padding at the end, into dst's memory, growing it when it is
-// too short, and returns the decoded bytes. Since every byte is known to
-// be in the alphabet and the padding in place, it decodes without checks.
-func decodeChecked(dst, text []byte) []byte {
-	n := len(text) / 4 * 3
-	if len(text) > 0 && text[len(text)-1] == '=' {
-		n--
-		if text[len(text)-2] == '=' {
-			n--
-		}
-	}
+// appendQuanta appends the bytes text decodes to, 3 for each 4 characters
+// (text is whole quanta), to dst, growing it when it is too short. It
+// decodes without checks: each byte is taken as a character of the
+// alphabet, and any other byte, '=' included, as 0, so that the bytes are
+// right when the text is well-formed, and the padding's are to be cut.
+func appendQuanta(dst, text []byte) []byte {
 	// 8 characters at a time: 6 bytes, written as 8.
-	if need := len(text)/4*3 + 2; cap(dst) < need {
-		dst = make([]byte, need)
-	}
+	j := len(dst)
+	dst = slices.Grow(dst, len(text)/4*3+2)
 	dst = dst[:cap(dst)]
 	t := &sextets
-	j := 0
 	for ; len(text) >= 8; text = text[8:] {
 		v := uint64(t[text[0]])<<58 | uint64(t[text[1]])<<52 | uint64(t[text[2]])<<46 | uint64(t[text[3]])<<40 |
 			uint64(t[text[4]])<<34 | uint64(t[text[5]])<<28 | uint64(t[text[6]])<<22 | uint64(t[text[7]])<<16
 		binary.BigEndian.PutUint64(dst[j:], v)
 		j += 6
 	}
-	if len(text) == 4 { // '=' counts 0, and n leaves out what it pads
+	if len(text) == 4 {
 		v := uint32(t[text[0]])<<18 | uint32(t[text[1]])<<12 | uint32(t[text[2]])<<6 | uint32(t[text[3]])
 		dst[j], dst[j+1], dst[j+2] = byte(v>>16), byte(v>>8), byte(v)
+		j += 3
 	}
-	return dst[:n]
+	return dst[:j]
 }
 
 // sextets maps each character of the standard base64 alphabet to its
