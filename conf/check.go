@@ -322,6 +322,7 @@ func (l *loader) checkHTTP(p keyPath, h *Handler) {
 			l.errorf(q, "a header value must not contain CR, LF or NUL")
 		}
 	}
+	l.checkBatch(p, h)
 	if q := p.k("bearer_token_file"); l.has(q) {
 		h.BearerTokenFile = l.filePath(q, h.BearerTokenFile)
 	}
@@ -331,6 +332,30 @@ func (l *loader) checkHTTP(p keyPath, h *Handler) {
 			l.errorf(q, "the URL is http://; a CA file is only used for https://")
 		}
 	}
+}
+
+// checkBatch checks the batch options of an http handler.
+func (l *loader) checkBatch(p keyPath, h *Handler) {
+	q := p.k("batch_max_records")
+	if !l.has(q) {
+		for _, name := range []string{"batch_max_bytes", "batch_linger"} {
+			if l.has(p.k(name)) {
+				l.errorf(p.k(name), "only used with batch_max_records, which turns batches on")
+			}
+		}
+		return
+	}
+	if l.mode == ModePipe {
+		l.unused(q, "a stage hands each record to its handler on its own")
+		return
+	}
+	if n := h.BatchMaxRecords; n < 1 || n > MaxBatchRecords {
+		l.errorf(q, "must be from 1 to %d, not %d; leave it out to send one request per record", MaxBatchRecords, n)
+	}
+	if n := h.BatchMaxBytes; l.has(p.k("batch_max_bytes")) && (n < 1 || n > MaxBatchBytes) {
+		l.errorf(p.k("batch_max_bytes"), "must be from 1 to %d, not %d", MaxBatchBytes, n)
+	}
+	l.positive(p.k("batch_linger"), h.BatchLinger)
 }
 
 func (l *loader) checkExec(p keyPath, h *Handler) {

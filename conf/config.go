@@ -212,6 +212,22 @@ type Handler struct {
 	// a NATS server over TLS), instead of the system's.
 	CAFile string `toml:"ca_file"`
 
+	// BatchMaxRecords turns on batches (http): up to this many records,
+	// 1 to MaxBatchRecords, go in one request, one NDJSON line each, and
+	// the subscription's concurrency counts requests in flight. 0, the
+	// default, sends one request per record.
+	BatchMaxRecords int `toml:"batch_max_records"`
+	// BatchMaxBytes bounds a batch by the payload and header bytes of its
+	// records, before they are written as NDJSON (base64 makes the body
+	// about a third larger): a record that would take a batch past it
+	// starts the next one, and a larger record goes alone. Default
+	// DefaultBatchMaxBytes, with batch_max_records.
+	BatchMaxBytes int `toml:"batch_max_bytes"`
+	// BatchLinger is how long a batch that is not full waits for more
+	// records after its first, before it is sent. Default
+	// DefaultBatchLinger, with batch_max_records.
+	BatchLinger Duration `toml:"batch_linger"`
+
 	// Subject is where nats publishes: a NATS subject in which {key} is
 	// replaced by the stream key, as in "orders.{key}". Load replaces it
 	// (a subscription reads one key); a configuration built in Go must.
@@ -245,7 +261,7 @@ var handlerKinds = []struct {
 	kind    string
 	options []string
 }{
-	{HandlerHTTP, []string{"url", "timeout", "headers", "bearer_token_file", "ca_file"}},
+	{HandlerHTTP, []string{"url", "timeout", "headers", "bearer_token_file", "ca_file", "batch_max_records", "batch_max_bytes", "batch_linger"}},
 	{HandlerExec, []string{"command", "timeout", "env"}},
 	{HandlerStdout, []string{"format"}},
 	{HandlerDiscard, nil},
@@ -273,6 +289,17 @@ const (
 	DefaultHTTPTimeout = Duration(5 * time.Second)
 	DefaultExecTimeout = Duration(30 * time.Second)
 	DefaultNATSTimeout = Duration(5 * time.Second)
+)
+
+// The defaults of a batch's bounds, which the daemon also applies to a
+// configuration built in Go that sets BatchMaxRecords without them, and the
+// largest bounds a configuration may set (the daemon holds up to
+// concurrency + 2 batches of a subscription in memory).
+const (
+	DefaultBatchMaxBytes = 512 << 10
+	DefaultBatchLinger   = Duration(100 * time.Millisecond)
+	MaxBatchRecords      = 10_000
+	MaxBatchBytes        = 256 << 20
 )
 
 func defaultBackoff() []Duration {
@@ -382,6 +409,18 @@ func lineCol(src string, offset int) (line, col int) {
 var oneLine = strings.NewReplacer("\n", `\n`, "\r", `\r`)
 
 func (e *syntaxError) Unwrap() error { return e.err }
+
+// Detail returns what check-config shows of an error [Load] returned: for
+// a TOML syntax error, the message with the lines around the place it is
+// at and a caret under it, since a syntax error's one line rarely says
+// enough; for any other error, its message, which already names each
+// problem's file, line and key.
+func Detail(err error) string {
+	if pe, ok := errors.AsType[toml.ParseError](err); ok {
+		return strings.TrimRight(pe.ErrorWithPosition(), "\n")
+	}
+	return err.Error()
+}
 
 // loader checks one configuration file and collects its problems.
 type loader struct {
@@ -516,6 +555,10 @@ func (l *loader) setDefaults(cfg *Config) {
 		switch h.Kind {
 		case HandlerHTTP:
 			h.Timeout = cmp.Or(h.Timeout, DefaultHTTPTimeout)
+			if h.BatchMaxRecords > 0 {
+				h.BatchMaxBytes = cmp.Or(h.BatchMaxBytes, DefaultBatchMaxBytes)
+				h.BatchLinger = cmp.Or(h.BatchLinger, DefaultBatchLinger)
+			}
 		case HandlerExec:
 			h.Timeout = cmp.Or(h.Timeout, DefaultExecTimeout)
 		case HandlerStdout:

@@ -37,8 +37,8 @@ F:11: subscription[0].backoff[2]: must be positive, not -1m0s`},
 		{"duplicate-subscription", ModeRun, `F:15: subscription[1].name: subscription name "billing" is already used by subscription[0]`},
 		{"duration-string", ModeRun, `F:11: subscription[0].backoff[1]: invalid duration "5 seconds": write a number with a unit, as in "5s" or "2m"`},
 		{"exec-no-command", ModeRun, `F:11: subscription[0].handler.command: required: the program and its arguments, as in ["/usr/local/bin/handle", "--json"]`},
-		{"handler-foreign-option", ModeRun, `F:14: subscription[0].handler.command: not an option of the http handler, which takes url, timeout, headers, bearer_token_file and ca_file
-F:15: subscription[0].handler.format: not an option of the http handler, which takes url, timeout, headers, bearer_token_file and ca_file`},
+		{"handler-foreign-option", ModeRun, `F:14: subscription[0].handler.command: not an option of the http handler, which takes url, timeout, headers, bearer_token_file, ca_file, batch_max_records, batch_max_bytes and batch_linger
+F:15: subscription[0].handler.format: not an option of the http handler, which takes url, timeout, headers, bearer_token_file, ca_file, batch_max_records, batch_max_bytes and batch_linger`},
 		{"handler-kind", ModeRun, `F:12: subscription[0].handler.kind: unknown handler kind "kafka": use http, exec, stdout, discard or nats`},
 		{"http-no-url", ModeRun, `F:11: subscription[0].handler.url: required: the http:// or https:// URL records are POSTed to`},
 		{"http-headers", ModeRun, `F:13: subscription[0].handler.url: "http://billing.example/orders?tenant=a b": the query holds a space, a control character or a byte beyond ASCII; percent-encode it
@@ -90,6 +90,13 @@ F:4: stream: not used by streamd pipe: a pipe stage reads stdin and writes stdou
 F:10: subscription[0].stream: not used by streamd pipe: a pipe stage reads stdin
 F:12: subscription[0].start_at: not used by streamd pipe: a pipe stage cannot seek`},
 		{"pipe-max-delayed", ModePipe, `F:1: max_delayed_mib: must be 1 or more (MiB), not 0`},
+		{"http-batch", ModeRun, `F:14: subscription[0].handler.batch_max_records: must be from 1 to 10000, not 10001; leave it out to send one request per record
+F:15: subscription[0].handler.batch_max_bytes: must be from 1 to 268435456, not 0
+F:16: subscription[0].handler.batch_linger: must be positive, not 0s
+F:25: subscription[1].handler.batch_max_bytes: only used with batch_max_records, which turns batches on
+F:26: subscription[1].handler.batch_linger: only used with batch_max_records, which turns batches on
+F:35: subscription[2].handler.batch_max_records: not an option of the exec handler, which takes command, timeout and env`},
+		{"pipe-batch", ModePipe, `F:8: subscription[0].handler.batch_max_records: not used by streamd pipe: a stage hands each record to its handler on its own`},
 		{"pipe-stdout", ModePipe, `F:6: subscription[0].handler.kind: streamd pipe cannot use the stdout handler: stdout carries the stage's output`},
 		{"replay-end", ModeRun, `F:11: subscription[0].replay: start_at = "end" leaves nothing to replay`},
 		{"run-keys", ModeRun, `F:2: max_delayed_mib: not used by streamd run: delayed copies wait in the retry spool on disk
@@ -202,6 +209,38 @@ func TestLoadConfigSyntaxError(t *testing.T) {
 	}
 	if excerpt := pe.ErrorWithPosition(); !strings.Contains(excerpt, "      6 | out_retry = jobs.retry\n                      ^^^^\n") {
 		t.Errorf("ErrorWithPosition does not point at line 6:\n%s", excerpt)
+	}
+}
+
+// TestDetail: a syntax error is shown with the lines around it and a caret
+// under the place, without a trailing newline; other errors as they are.
+func TestDetail(t *testing.T) {
+	parseErr := func(src string) error {
+		_, err := parse("f.toml", "/etc/streamd", src, ModeRun)
+		return err
+	}
+	missing := filepath.Join(t.TempDir(), "none.toml")
+	for _, tc := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"syntax", parseErr("state_dir = \"/x\"\nshutdown_timeout = 20s\n"),
+			"toml: error: expected a top-level item to end with a newline, comment, or EOF, but got 's' instead\n\n" +
+				"At line 2, column 22:\n\n" +
+				"      1 | state_dir = \"/x\"\n" +
+				"      2 | shutdown_timeout = 20s\n" +
+				"                               ^"},
+		{"key problems", parseErr("state_dir = \"/x\"\nshutdown_timeout = 20\n"),
+			"f.toml:2: shutdown_timeout: must be a duration string such as \"5s\", not the integer 20"},
+		{"missing file", func() error { _, err := Load(missing, ModeRun); return err }(),
+			"open " + missing + ": no such file or directory"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Detail(tc.err); got != tc.want {
+				t.Errorf("Detail:\n%s\nwant:\n%s", got, tc.want)
+			}
+		})
 	}
 }
 
@@ -689,5 +728,25 @@ func TestModeText(t *testing.T) {
 	var m Mode
 	if err := m.UnmarshalText([]byte("daemon")); err == nil || !strings.Contains(err.Error(), "use run or pipe") {
 		t.Errorf("UnmarshalText(daemon) = %v, want an error naming the modes", err)
+	}
+}
+
+// TestHTTPBatchDefaults: batch_max_records turns batches on, and fills in
+// the defaults of the other bounds; without it they stay unset.
+func TestHTTPBatchDefaults(t *testing.T) {
+	sub := func(name, extra string) string {
+		return fmt.Sprintf("[[subscription]]\nname = %q\nstream = \"s\"\nkey = \"k\"\n[subscription.handler]\nkind = \"http\"\nurl = \"http://h/\"\n%s\n", name, extra)
+	}
+	src := "state_dir = \"/s\"\n[[stream]]\nname = \"s\"\npath = \"/s.ss\"\n" + sub("batched", "batch_max_records = 500") + sub("single", "")
+	cfg, err := parse("batch.toml", "/etc/streamd", src, ModeRun)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, s := cfg.Subscriptions[0].Handler, cfg.Subscriptions[1].Handler
+	if b.BatchMaxRecords != 500 || b.BatchMaxBytes != DefaultBatchMaxBytes || b.BatchLinger != DefaultBatchLinger {
+		t.Errorf("batched: %d records, %d bytes, linger %s; want 500, the default bytes and linger", b.BatchMaxRecords, b.BatchMaxBytes, b.BatchLinger)
+	}
+	if s.BatchMaxRecords != 0 || s.BatchMaxBytes != 0 || s.BatchLinger != 0 {
+		t.Errorf("single: %d records, %d bytes, linger %s; want all unset", s.BatchMaxRecords, s.BatchMaxBytes, s.BatchLinger)
 	}
 }

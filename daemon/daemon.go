@@ -324,10 +324,11 @@ func (d *Daemon) startSubscription(sc conf.Subscription, h handler.Handler) erro
 		deliverer: newDeliverer(sc, h, fileTransport, fileCopies{stream: st, queue: d.queue, subscription: sc.Name}, sm, logger),
 		stream:    st,
 		store:     d.store,
+		batches:   newBatching(sc, h),
 		follower:  follower,
-		tracker:   offsets.NewTracker(from, trackerWindow),
 		scratch:   make([]scratch, max(sc.Concurrency, 1)),
 	}
+	sub.tracker = offsets.NewTracker(from, sub.window())
 	if opts.Resume != nil {
 		sub.file = opts.Resume.File
 	}

@@ -42,39 +42,111 @@ func (dl *deliverer) answer(ctx context.Context, stop <-chan struct{}, d *handle
 			}
 			return o, nil
 		}
-		if o.Failure == handler.FailureCanceled || ctx.Err() != nil {
-			if failures > 0 {
-				dl.hold.end(nil, dl.metrics.Held)
-			}
-			return o, errStopped // the daemon stops: not a failure of the handler
-		}
-		failures++
-		dl.metrics.HandlerRecords[metrics.OutcomeFailed].Inc()
-		dl.failed[o.Failure].Inc()
-		if limit := dl.cfg.MaxFailedDeliveries; limit > 0 && failures >= limit {
-			dl.logger.Warn("delivery failed max_failed_deliveries times in a row; settling the record as a retry",
-				"failures", failures, "seq", d.Seq, "offset", offset, "reason", o.Failure.String(), "err", o.Err)
-			dl.hold.end(nil, dl.metrics.Held)
+		retry, err := dl.failedDelivery(ctx, stop, o, &failures, 1, d, offset)
+		switch {
+		case err != nil:
+			return o, err
+		case retry:
 			return handler.Outcome{Kind: handler.OutcomeRetry}, nil
 		}
-		wait := dl.settler.backoffFor(uint64(failures))
-		if o.Delay > 0 {
-			wait = dl.settler.bounded(o.Delay, d)
+	}
+}
+
+// answerBatch is answer for a batch: ds go to bh until each has an answer,
+// which it sets in outs. Those whose delivery failed are held and
+// delivered again together, in place, as answer holds one delivery; those
+// answered are not delivered again. It ends when every one has an answer,
+// with errStopped (the outs of those not answered then say OutcomeFailed),
+// or with the *panicError of a handler that panicked.
+func (dl *deliverer) answerBatch(ctx context.Context, stop <-chan struct{}, bh handler.BatchHandler, ds []handler.Delivery, outs []handler.Outcome, w int) error {
+	failures := 0
+	pending, pouts := ds, outs // those without an answer yet, and their outcomes
+	var at []int               // where each of pending is in ds; nil while it is ds
+	for {
+		if err := dl.handleBatch(ctx, bh, pending, pouts, w); err != nil {
+			return err
 		}
-		dl.hold.failed(dl.logger, dl.metrics.Held, failures == 1, o, d, offset, wait)
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-stop:
-			t.Stop()
-			dl.hold.end(nil, dl.metrics.Held)
-			return o, errStopped
-		case <-ctx.Done():
-			t.Stop()
-			dl.hold.end(nil, dl.metrics.Held)
-			return o, errStopped
+		var failed []int // in ds
+		first := -1      // in pending
+		for j := range pending {
+			i := j
+			if at != nil {
+				i = at[j]
+				outs[i] = pouts[j]
+			}
+			if pouts[j].Kind == handler.OutcomeFailed {
+				failed = append(failed, i)
+				if first < 0 {
+					first = j
+				}
+			}
+		}
+		if len(failed) == 0 {
+			if failures > 0 {
+				dl.hold.end(dl.logger, dl.metrics.Held)
+			}
+			return nil
+		}
+		d := &ds[failed[0]]
+		retry, err := dl.failedDelivery(ctx, stop, pouts[first], &failures, len(failed), d, d.Offset)
+		switch {
+		case err != nil:
+			return err
+		case retry:
+			for _, i := range failed {
+				outs[i] = handler.Outcome{Kind: handler.OutcomeRetry}
+			}
+			return nil
+		}
+		if len(failed) < len(pending) {
+			// Some were answered: only the others go again.
+			at, pending, pouts = failed, make([]handler.Delivery, len(failed)), make([]handler.Outcome, len(failed))
+			for j, i := range failed {
+				pending[j] = ds[i]
+			}
 		}
 	}
+}
+
+// failedDelivery holds a delivery that failed with o, of the records
+// given (one, or those of a batch that failed), whose first is d at
+// offset, after *failures failed deliveries in a row: it counts and logs
+// the failure, and waits the next backoff step, or the delay the handler
+// named (bounded by max_retry_after), before the records are delivered
+// again. It returns retry when the subscription's max_failed_deliveries is
+// reached (the records are then settled as a retry), and errStopped when
+// stop is closed or ctx ends, or when o says the delivery was cancelled.
+func (dl *deliverer) failedDelivery(ctx context.Context, stop <-chan struct{}, o handler.Outcome, failures *int, records int, d *handler.Delivery, offset int64) (retry bool, err error) {
+	if o.Failure == handler.FailureCanceled || ctx.Err() != nil {
+		if *failures > 0 {
+			dl.hold.end(nil, dl.metrics.Held)
+		}
+		return false, errStopped // the daemon stops: not a failure of the handler
+	}
+	*failures++
+	dl.metrics.HandlerRecords[metrics.OutcomeFailed].Add(float64(records))
+	dl.failed[o.Failure].Add(float64(records))
+	if limit := dl.cfg.MaxFailedDeliveries; limit > 0 && *failures >= limit {
+		dl.logger.Warn("delivery failed max_failed_deliveries times in a row; settling the record as a retry",
+			"failures", *failures, "seq", d.Seq, "offset", offset, "records", records, "reason", o.Failure.String(), "err", o.Err)
+		dl.hold.end(nil, dl.metrics.Held)
+		return true, nil
+	}
+	wait := dl.settler.backoffFor(uint64(*failures))
+	if o.Delay > 0 {
+		wait = dl.settler.bounded(o.Delay, d)
+	}
+	dl.hold.failed(dl.logger, dl.metrics.Held, *failures == 1, o, d, offset, wait)
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return false, nil
+	case <-stop:
+	case <-ctx.Done():
+	}
+	dl.hold.end(nil, dl.metrics.Held)
+	return false, errStopped
 }
 
 // holdLog is the state of a subscription's held deliveries, for its gauge

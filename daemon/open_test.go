@@ -35,13 +35,10 @@ func openCases() []struct {
 	}
 }
 
-// openSubscription is a subscription with what open uses: its name, its
-// handler's kind of reading, one worker's scratch.
-func openSubscription(blind bool) *subscription {
-	return &subscription{
-		deliverer: &deliverer{cfg: conf.Subscription{Name: "bench"}, blind: blind},
-		scratch:   make([]scratch, 1),
-	}
+// openSubscription is a subscription with what open uses: its name and
+// one worker's scratch.
+func openSubscription() *subscription {
+	return &subscription{deliverer: &deliverer{cfg: conf.Subscription{Name: "bench"}}, scratch: make([]scratch, 1)}
 }
 
 // TestOpenAllocations: making the delivery of a record allocates nothing
@@ -50,13 +47,13 @@ func openSubscription(blind bool) *subscription {
 func TestOpenAllocations(t *testing.T) {
 	for _, tc := range openCases() {
 		t.Run(tc.name, func(t *testing.T) {
-			s := openSubscription(tc.blind)
+			s := openSubscription()
 			var d handler.Delivery
 			seq := uint64(0)
 			allocs := testing.AllocsPerRun(100, func() {
 				seq++
 				d = handler.Delivery{Seq: seq, Payload: tc.record}
-				if !s.open(&d, 0) {
+				if !s.open(&d, 0, tc.blind) {
 					t.Fatal("passed over as a foreign copy")
 				}
 			})
@@ -83,7 +80,7 @@ func TestOpenAllocations(t *testing.T) {
 func BenchmarkOpen(b *testing.B) {
 	for _, tc := range openCases() {
 		b.Run(tc.name, func(b *testing.B) {
-			s := openSubscription(tc.blind)
+			s := openSubscription()
 			var d handler.Delivery
 			b.SetBytes(int64(len(tc.record)))
 			b.ReportAllocs()
@@ -91,7 +88,7 @@ func BenchmarkOpen(b *testing.B) {
 			for b.Loop() {
 				seq++
 				d = handler.Delivery{Seq: seq, Payload: tc.record}
-				s.open(&d, 0)
+				s.open(&d, 0, tc.blind)
 			}
 		})
 	}

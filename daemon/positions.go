@@ -1,10 +1,14 @@
 package daemon
 
 import (
+	"cmp"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"slices"
+	"text/tabwriter"
+	"time"
 
 	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/offsets"
@@ -81,14 +85,48 @@ func Positions(cfg *conf.Config) ([]PositionReport, error) {
 	return out, nil
 }
 
+// WritePositions writes reports to w as the table `streamd offsets show`
+// prints: a header line, then a row per report with its columns aligned,
+// "-" for a value that is unknown or not stored.
+func WritePositions(w io.Writer, reports []PositionReport) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SUBSCRIPTION\tSTREAM\tOFFSET\tLAST SEQ\tFILE SIZE\tLAG\tCOMMITTED\tNOTE")
+	for _, r := range reports {
+		offset, seq, committed := "-", "-", "-"
+		if p := r.Stored; p != nil {
+			offset, seq, committed = fmt.Sprint(p.Offset), fmt.Sprint(p.LastSeq), p.CommittedAt.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Subscription, cmp.Or(r.Stream, "-"), offset, seq,
+			orDash(r.FileSize), orDash(r.Lag), committed, r.Note)
+	}
+	return tw.Flush()
+}
+
+// orDash writes n, or "-" when it is unknown (negative).
+func orDash(n int64) string {
+	if n < 0 {
+		return "-"
+	}
+	return fmt.Sprint(n)
+}
+
+// UnknownSubscriptionError is a subscription name that the configuration
+// does not have: a mistake of the caller's, made before anything is read.
+type UnknownSubscriptionError struct{ Name string }
+
+func (e *UnknownSubscriptionError) Error() string {
+	return fmt.Sprintf("no subscription %q in the configuration", e.Name)
+}
+
 // SetPosition stores where the named subscription resumes: start resolved
 // to a frame boundary of its stream file as it is now. It takes the state
 // directory's lock, so it fails with an [*offsets.LockedError] while a
-// daemon runs.
+// daemon runs; a name that is not configured is an
+// [*UnknownSubscriptionError], found before the lock is taken.
 func SetPosition(cfg *conf.Config, name string, start tail.Start) (offsets.Position, error) {
 	i := slices.IndexFunc(cfg.Subscriptions, func(sc conf.Subscription) bool { return sc.Name == name })
 	if i < 0 {
-		return offsets.Position{}, fmt.Errorf("no subscription %q in the configuration", name)
+		return offsets.Position{}, &UnknownSubscriptionError{name}
 	}
 	sc := cfg.Subscriptions[i]
 	if err := os.MkdirAll(cfg.StateDir, 0o750); err != nil {

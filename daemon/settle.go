@@ -12,6 +12,7 @@ import (
 	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/envelope"
 	"github.com/streamd/streamd/handler"
+	"github.com/streamd/streamd/internal/ratelog"
 	"github.com/streamd/streamd/metrics"
 )
 
@@ -62,8 +63,11 @@ type deliverer struct {
 	// 0 when none is): a held record stays handed out across its failed
 	// deliveries, for the in-flight and oldest-unsettled gauges.
 	handed []atomic.Int64
-	failed [handler.NumFailures]prometheus.Counter
-	hold   holdLog
+	// batched holds, per worker, the records of the batch it has handed
+	// out, 0 for a single delivery (which counts one).
+	batched []atomic.Int32
+	failed  [handler.NumFailures]prometheus.Counter
+	hold    holdLog
 	// blind is set when the handler does not read the records it is
 	// handed (handler.ReadsRecord).
 	blind bool
@@ -78,6 +82,7 @@ func newDeliverer(sc conf.Subscription, h handler.Handler, t transport, copies c
 		metrics: m,
 		busy:    make([]atomic.Int64, max(sc.Concurrency, 1)),
 		handed:  make([]atomic.Int64, max(sc.Concurrency, 1)),
+		batched: make([]atomic.Int32, max(sc.Concurrency, 1)),
 		blind:   !handler.ReadsRecord(h),
 	}
 	for f := range handler.NumFailures {
@@ -95,7 +100,7 @@ func (dl *deliverer) observe() {
 	n, oldest := 0, int64(0)
 	for i := range dl.handed {
 		if t := dl.handed[i].Load(); t != 0 {
-			n++
+			n += max(1, int(dl.batched[i].Load()))
 			oldest = max(oldest, now-t)
 		}
 	}
@@ -108,18 +113,36 @@ func (dl *deliverer) observe() {
 // unsettled, and the error (a *panicError) stops the daemon or the pipe
 // stage, which exits non-zero.
 func (dl *deliverer) handle(ctx context.Context, d *handler.Delivery, w int) (o handler.Outcome, err error) {
+	defer dl.timed(w, dl.begin(w), &err)
+	return dl.handler.Handle(ctx, d), nil
+}
+
+// handleBatch is handle for a batch: bh sets the outcome of each of ds in
+// outs. The call is timed, and a panic settled, as handle's.
+func (dl *deliverer) handleBatch(ctx context.Context, bh handler.BatchHandler, ds []handler.Delivery, outs []handler.Outcome, w int) (err error) {
+	defer dl.timed(w, dl.begin(w), &err)
+	bh.HandleBatch(ctx, ds, outs)
+	return nil
+}
+
+// begin marks worker w busy from now, for the watchdog, and returns now.
+func (dl *deliverer) begin(w int) int64 {
 	start := monoNow()
 	dl.busy[w].Store(start)
-	defer func() {
-		dl.busy[w].Store(0)
-		dl.metrics.HandlerDuration.Observe(time.Duration(monoNow() - start).Seconds())
-		if p := recover(); p != nil {
-			dl.metrics.HandlerRecords[metrics.OutcomePanic].Inc()
-			dl.logger.Error("handler panicked", "panic", fmt.Sprint(p))
-			err = &panicError{subscription: dl.cfg.Name, value: p}
-		}
-	}()
-	return dl.handler.Handle(ctx, d), nil
+	return start
+}
+
+// timed, deferred by handle and handleBatch, ends the handler call that
+// worker w began at start: it observes its duration, and recovers a panic
+// of the handler into *err.
+func (dl *deliverer) timed(w int, start int64, err *error) {
+	dl.busy[w].Store(0)
+	dl.metrics.HandlerDuration.Observe(time.Duration(monoNow() - start).Seconds())
+	if p := recover(); p != nil {
+		dl.metrics.HandlerRecords[metrics.OutcomePanic].Inc()
+		dl.logger.Error("handler panicked", "panic", fmt.Sprint(p))
+		*err = &panicError{subscription: dl.cfg.Name, value: p}
+	}
 }
 
 // panicError ends the daemon or the pipe stage after a handler panicked.
@@ -165,6 +188,7 @@ type settler struct {
 	metrics       *metrics.SubscriptionMetrics
 	logger        *slog.Logger
 	unsupported   *unsupportedLog
+	cutLog        ratelog.Line // delays cut to max_retry_after
 	now           func() time.Time
 }
 
@@ -253,13 +277,13 @@ func writesCopy(o handler.Outcome) bool {
 }
 
 // bounded is delay cut to max_retry_after, with a log line when it is
-// cut: a handler asking for a delay far in the future does not park a
-// record unseen.
+// cut (at most one every ratelog.Every): a handler asking for a delay far
+// in the future does not park a record unseen.
 func (s *settler) bounded(delay time.Duration, d *handler.Delivery) time.Duration {
 	if delay <= s.maxRetryAfter {
 		return delay
 	}
-	s.logger.Warn("the handler asked for a delay longer than max_retry_after; waiting max_retry_after",
+	s.cutLog.Warn(s.logger, "the handler asked for a delay longer than max_retry_after; waiting max_retry_after",
 		"asked", delay, "max_retry_after", s.maxRetryAfter, "seq", d.Seq)
 	return s.maxRetryAfter
 }

@@ -35,20 +35,30 @@ type subscription struct {
 	// copyLog limits the log of copies that cannot be written.
 	copyLog ratelog.Trouble
 
+	// batches is how records are gathered into batches, nil when the
+	// subscription sends none.
+	batches *batching
+
 	follower *tail.Follower
 	tracker  *offsets.Tracker
 	file     streamfile.Identity // of the records the tracker holds
 
-	// scratch holds, per worker, the memory its deliveries are made in.
+	// scratch holds, per worker, the memory its deliveries are made in;
+	// with batches, the reader's is the first.
 	scratch []scratch
 
 	idFile streamfile.Identity // the file idHash is of
 	idHash string
 }
 
-// job is one record handed to a worker when concurrency is above 1.
+// job is one record handed to a worker when concurrency is above 1, or to
+// the gatherer of batches. It owns its delivery's memory: the reader's
+// buffer the record was read into is used again for the next record. For
+// a worker, the delivery's Payload is the record, which the worker opens
+// (deliver); for the gatherer, the delivery is opened, with headers and
+// payload of its own.
 type job struct {
-	d      handler.Delivery // its Payload is the record, as deliver takes it
+	d      handler.Delivery
 	ticket offsets.Ticket
 	offset int64
 }
@@ -77,7 +87,11 @@ func (s *subscription) run(ctx, hctx context.Context) error {
 	jobs := make(chan job)
 	var wg sync.WaitGroup
 	errc := make(chan error, workers)
-	if workers > 1 {
+	switch {
+	case s.batches != nil:
+		jobs = make(chan job, s.batches.maxRecords)
+		s.runBatches(ctx, hctx, &wg, jobs, errc, workers)
+	case workers > 1:
 		for w := range workers {
 			wg.Go(func() {
 				for j := range jobs {
@@ -128,7 +142,7 @@ func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job, errc <-c
 				return nil
 			}
 			s.file = rec.File
-			s.tracker = offsets.NewTracker(offsets.Mark{Offset: rec.Offset}, trackerWindow)
+			s.tracker = offsets.NewTracker(offsets.Mark{Offset: rec.Offset}, s.window())
 		}
 		if rec.IsEOS() {
 			// The position stays at the end-of-stream frame: a writer that
@@ -156,7 +170,7 @@ func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job, errc <-c
 			Subscription: s.cfg.Name, Key: rec.Key, Shard: rec.Shard, Seq: rec.Seq, TimestampMs: rec.TimestampMs,
 			Payload: rec.Payload, File: s.fileID(), Offset: rec.Offset,
 		}
-		if s.cfg.Concurrency <= 1 {
+		if s.inline() {
 			// Delivered and settled before the next read: the record
 			// can stay in the reader's buffer.
 			if err := s.deliver(ctx, hctx, d, ticket, rec.Offset, 0); err != nil {
@@ -164,7 +178,17 @@ func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job, errc <-c
 			}
 			continue
 		}
-		d.Payload = bytes.Clone(rec.Payload)
+		if s.batches == nil {
+			d.Payload = bytes.Clone(rec.Payload) // for the worker to open
+		} else {
+			// A batch holds its deliveries together: each is opened
+			// here, into memory of its own.
+			if !s.open(d, 0, false) {
+				s.passOver(ticket)
+				continue
+			}
+			d.Headers, d.Payload = d.Headers.Clone(), bytes.Clone(d.Payload)
+		}
 		select {
 		case jobs <- job{*d, ticket, rec.Offset}:
 		case err := <-errc:
@@ -173,6 +197,12 @@ func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job, errc <-c
 			return nil
 		}
 	}
+}
+
+// inline reports whether the reader delivers each record itself before it
+// reads the next: concurrency 1, without batches.
+func (s *subscription) inline() bool {
+	return s.cfg.Concurrency <= 1 && s.batches == nil
 }
 
 // fileID returns the identity of s.file as deliveries carry it
@@ -205,16 +235,16 @@ func (s *subscription) wanted(rec *tail.Record) bool {
 }
 
 // open makes d, whose Payload is the record as read, the delivery of the
-// record on worker w, and reports false for a foreign copy, which is not
+// record in scratch w, and reports false for a foreign copy, which is not
 // delivered. For a handler that reads records, it decodes the record's
-// envelope, checked as envelope.Decode checks it (fill). A blind handler
-// gets the metadata alone: the envelope's text is checked only when its
-// headers name another origin, the one case where the record's fate
-// depends on whether it is an envelope.
-func (s *subscription) open(d *handler.Delivery, w int) bool {
+// envelope, checked as envelope.Decode checks it (fill). A blind one gets
+// the metadata alone: the envelope's text is checked only when its headers
+// name another origin, the one case where the record's fate depends on
+// whether it is an envelope.
+func (s *subscription) open(d *handler.Delivery, w int, blind bool) bool {
 	sc := &s.scratch[w]
-	sc.record, sc.unread = d.Payload, s.blind
-	if s.blind {
+	sc.record, sc.unread = d.Payload, blind
+	if blind {
 		h, ok := sc.env.Peek(sc.record)
 		if ok && s.foreign(h) && sc.env.Check() {
 			return false
@@ -228,6 +258,12 @@ func (s *subscription) open(d *handler.Delivery, w int) bool {
 	}
 	s.fill(d, sc, h, enveloped)
 	return true
+}
+
+// passOver settles a foreign copy, which is not delivered.
+func (s *subscription) passOver(ticket offsets.Ticket) {
+	s.metrics.HandlerRecords[metrics.OutcomeForeignCopy].Inc()
+	s.settled(ticket)
 }
 
 // fill sets the record of d from the record in sc, which sc.env parsed
@@ -253,9 +289,8 @@ func (s *subscription) fill(d *handler.Delivery, sc *scratch, h envelope.Headers
 // delivery is held, or before a copy could be written, the record stays
 // unsettled, and is read again after a restart. Handlers run with hctx.
 func (s *subscription) deliver(ctx, hctx context.Context, d *handler.Delivery, ticket offsets.Ticket, offset int64, w int) error {
-	if !s.open(d, w) {
-		s.metrics.HandlerRecords[metrics.OutcomeForeignCopy].Inc()
-		s.settled(ticket)
+	if !s.open(d, w, s.blind) {
+		s.passOver(ticket)
 		return nil
 	}
 	s.handed[w].Store(monoNow())
@@ -271,6 +306,17 @@ func (s *subscription) deliver(ctx, hctx context.Context, d *handler.Delivery, t
 		h, enveloped := sc.env.Parse(sc.record)
 		s.fill(d, sc, h, enveloped) // the copy is made of the record
 	}
+	if s.finish(hctx, d, o) {
+		s.settled(ticket)
+	}
+	return nil
+}
+
+// finish settles the answer o of d: its copy, if it makes one, is
+// written, tried again with the backoff until it is. It returns true when
+// the record's outcome is final, and false when hctx ends first: the
+// record stays unsettled.
+func (s *subscription) finish(hctx context.Context, d *handler.Delivery, o handler.Outcome) bool {
 	for attempt := uint64(1); ; attempt++ {
 		err := s.settler.settle(hctx, d, o)
 		if err == nil {
@@ -278,8 +324,7 @@ func (s *subscription) deliver(ctx, hctx context.Context, d *handler.Delivery, t
 				s.copyLog.Passed(s.logger, "publishing copies works again", "seq", d.Seq)
 				s.metrics.SetHealthy(true, "")
 			}
-			s.settled(ticket)
-			return nil
+			return true
 		}
 		wait := s.settler.backoffFor(attempt)
 		s.copyLog.Failed(s.logger, "publishing the copy failed; the record stays unsettled and is retried",
@@ -288,16 +333,18 @@ func (s *subscription) deliver(ctx, hctx context.Context, d *handler.Delivery, t
 		select {
 		case <-time.After(wait):
 		case <-hctx.Done():
-			return nil
+			return false
 		}
 	}
 }
 
-// settled marks a record final and stores the committable position.
-func (s *subscription) settled(ticket offsets.Ticket) {
-	if err := s.tracker.Settle(ticket); err != nil {
-		s.logger.Error("settling a record", "err", err)
-		return
+// settled marks records final and stores the committable position.
+func (s *subscription) settled(tickets ...offsets.Ticket) {
+	for _, ticket := range tickets {
+		if err := s.tracker.Settle(ticket); err != nil {
+			s.logger.Error("settling a record", "err", err)
+			return
+		}
 	}
 	m := s.tracker.Committable()
 	if err := s.store.Set(s.cfg.Name, offsets.Position{Stream: s.stream.cfg.Path, File: s.file, Offset: m.Offset, LastSeq: m.Seq}); err != nil {

@@ -263,17 +263,3 @@ func TestExecHandlerConfigErrors(t *testing.T) {
 		})
 	}
 }
-
-func TestExecEnvName(t *testing.T) {
-	tests := []struct{ in, want string }{
-		{"content-type", "CONTENT_TYPE"},
-		{"X.Trace id", "X_TRACE_ID"},
-		{"é9", "__9"},
-		{"", ""},
-	}
-	for _, tt := range tests {
-		if got := envName(tt.in); got != tt.want {
-			t.Errorf("envName(%q) = %q, want %q", tt.in, got, tt.want)
-		}
-	}
-}

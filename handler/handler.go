@@ -214,6 +214,23 @@ func ReadsRecord(h Handler) bool {
 	return !ok || !b.Blind()
 }
 
+// BatchHandler is a Handler that also takes several deliveries in one
+// call. A subscription whose handler table sets batch_max_records hands it
+// batches of the records it reads (see [conf.Handler.BatchMaxRecords]); the
+// http kind is one.
+type BatchHandler interface {
+	Handler
+	// HandleBatch handles ds and sets outs[i] (len(outs) == len(ds)) to
+	// the outcome of ds[i]: an answer, settled as Handle's, or
+	// OutcomeFailed when the delivery of ds[i] failed (of every one when
+	// the whole batch failed). Those that failed are delivered again
+	// together, in place; those answered are not. The deliveries'
+	// payloads and headers are valid only until it returns. It may be
+	// called from several goroutines at once, and must return when ctx
+	// ends.
+	HandleBatch(ctx context.Context, ds []Delivery, outs []Outcome)
+}
+
 // HandlerFunc adapts a function to a Handler, for programs that embed the
 // daemon.
 type HandlerFunc func(ctx context.Context, d *Delivery) Outcome

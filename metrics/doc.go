@@ -78,7 +78,7 @@
 //	| streamd_stream_last_record_timestamp_seconds         | gauge     | stream, subscription         | timestamp of the last record read for it                                   |
 //	| streamd_handler_records_total                        | counter   | subscription, outcome        | deliveries, by Outcome                                                     |
 //	| streamd_handler_unsupported_total                    | counter   | subscription, operation      | settlements the transport cannot perform, by Operation                     |
-//	| streamd_handler_duration_seconds                     | histogram | subscription                 | time the handler took per delivery (buckets 1 ms to 32.8 s, doubling)      |
+//	| streamd_handler_duration_seconds                     | histogram | subscription                 | time the handler took per delivery or batch (buckets 1 ms to 32.8 s, x2)   |
 //	| streamd_retries_scheduled_total                      | counter   | subscription                 | delayed retry copies put in the retry spool                                |
 //	| streamd_retries_pending                              | gauge     |                              | delayed retry copies of every subscription waiting in the retry queue      |
 //	| streamd_retries_appended_total                       | counter   | subscription                 | retry copies written to their destination                                  |

@@ -163,7 +163,7 @@ func New(reg prometheus.Registerer, build BuildInfo) *Metrics {
 		}, []string{labelSubscription, labelOperation}),
 		handlerDuration: f.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: namespace, Name: "handler_duration_seconds",
-			Help:    "Time the subscription's handler took per delivery.",
+			Help:    "Time the subscription's handler took per delivery, or per batch.",
 			Buckets: handlerBuckets,
 		}, subLabels),
 		retriesScheduled: f.NewCounterVec(prometheus.CounterOpts{

@@ -257,7 +257,7 @@ func TestHandleFields(t *testing.T) {
 
 	sub.HandlerDuration.Observe(0.002)
 	if err := testutil.CollectAndCompare(m.handlerDuration, strings.NewReader(histogramText(
-		"streamd_handler_duration_seconds", "Time the subscription's handler took per delivery.",
+		"streamd_handler_duration_seconds", "Time the subscription's handler took per delivery, or per batch.",
 		`subscription="billing"`, handlerBuckets, 0.002)), "streamd_handler_duration_seconds"); err != nil {
 		t.Error(err)
 	}

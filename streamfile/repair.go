@@ -12,7 +12,8 @@ import (
 // follows (an end-of-stream frame in the middle and every frame after it, or
 // the bytes after the last good frame), and syncs it. It returns the damage
 // it repaired, nil when the file's records reach its end. A torn last frame
-// or zeros to the end are no damage: the next append repairs those itself.
+// or zeros to the end (after the first bytes of a torn frame too) are no
+// damage: the next append repairs those itself.
 func Repair(path string, discard func(*DamageError)) (*DamageError, error) {
 	w, err := OpenWriter(path, CreateOptions{})
 	if err != nil {

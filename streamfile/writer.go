@@ -34,8 +34,10 @@ import (
 //     shorter than one beacon interval (upstream leaves it in place there,
 //     which ends every reader before the new frames);
 //   - bytes after the last complete frame that are a torn frame, or zeros
-//     to the end (a crash can leave them; logged), are truncated before
-//     writing, so the file is never momentarily inconsistent;
+//     to the end (a crash can leave them in place of the pages of an
+//     append that did not reach the disk, after the first bytes of a torn
+//     frame too; logged), are truncated before writing, so the file is
+//     never momentarily inconsistent;
 //   - a file whose readable records stop before its end, at an
 //     end-of-stream frame followed by frames or at other bytes after the
 //     last good frame, is refused ([*DamageError]), since no reader would
@@ -423,7 +425,7 @@ func (w *Writer) catchUp() error {
 			return fmt.Errorf("streamfile: truncate the tail of %s at %d: %w", w.f.Name(), end, err)
 		}
 		if se.zeros {
-			w.log.Warn("removed zero bytes after the last frame, as a crash can leave them", "file", w.f.Name(), "offset", end, "bytes", size-end)
+			w.log.Warn("removed the zero bytes a crash left after the last frame (and a torn frame before them, if any)", "file", w.f.Name(), "offset", end, "bytes", size-end)
 		}
 	}
 	w.end = end
@@ -442,7 +444,8 @@ func (w *Writer) atBoundary(off int64) bool { return off > 0 && off%w.interval =
 
 // DamageError reports a file whose records readers reach do not reach its
 // end: an end-of-stream frame that is not the last frame, or bytes after
-// the last good frame that are neither a torn frame nor zeros. A writer
+// the last good frame that are neither a torn frame nor zeros (after the
+// first bytes of a torn frame, from a page boundary on). A writer
 // refuses to append to it, since no reader would reach what it wrote.
 // Truncating the file at Offset ([Repair]) makes it appendable, discarding
 // the bytes from there.
@@ -473,7 +476,7 @@ type scanEnd struct {
 // its framing is intact and readers step over it.
 func (w *Writer) scan(start, size int64, each func(*Record)) (scanEnd, error) {
 	d := NewDecoder(w.f, w.hdr, start)
-	good := start    // after the last good frame, an end-of-stream frame included
+	good := start    // after the last good frame (an end-of-stream frame included) and a beacon after it
 	eos := int64(-1) // start of the end-of-stream frame, while it is the last frame read
 	var damage error // the first bad frame after good
 	for {
@@ -494,13 +497,19 @@ func (w *Writer) scan(start, size int64, each func(*Record)) (scanEnd, error) {
 			}
 		case errors.As(err, &ce):
 			if damage == nil {
-				damage = err
+				damage, good = err, ce.Offset // past a beacon before the frame
 			}
 		case errors.Is(err, io.EOF):
+			if damage == nil {
+				good = d.Pos() // past a complete beacon after the last frame
+			}
 			return w.tail(good, eos, size, damage)
 		case errors.Is(err, ErrTruncated):
 			if damage == nil {
-				damage = w.tornFrame(d.Pos(), size)
+				// Past a complete beacon after the last frame: another
+				// writer's end may be there, and the next frame too.
+				good = d.Pos()
+				damage = w.tornFrame(good, size)
 			}
 			return w.tail(good, eos, size, damage)
 		default:
@@ -518,7 +527,8 @@ func (w *Writer) scan(start, size int64, each func(*Record)) (scanEnd, error) {
 
 // tail judges what follows the last good frame, which ends at good (and is
 // the end-of-stream frame at eos, when eos is not -1): nothing, a torn
-// frame, zeros to the end, or damage.
+// frame, zeros to the end, a torn frame whose last pages are zeros, or
+// damage.
 func (w *Writer) tail(good, eos, size int64, damage error) (scanEnd, error) {
 	next, after := good, good
 	if eos >= 0 {
@@ -527,8 +537,16 @@ func (w *Writer) tail(good, eos, size int64, damage error) (scanEnd, error) {
 	if damage == nil {
 		return scanEnd{next: next}, nil // nothing after it, or a torn frame
 	}
-	if zero, err := w.allZero(after, size); err != nil || zero {
-		return scanEnd{next: next, zeros: true}, err
+	z, err := w.zerosFrom(after, size)
+	if err != nil {
+		return scanEnd{}, err
+	}
+	// A crash can leave zeros in place of the pages of an append that
+	// never reached the disk: all of it, or its pages after the first
+	// bytes of a torn frame (which may end in zeros of their own).
+	page := int64(os.Getpagesize())
+	if p := (z + page - 1) / page * page; z == after || p < size && w.tornFrame(after, p) == nil {
+		return scanEnd{next: next, zeros: true}, nil
 	}
 	return scanEnd{}, w.damage(after, size, damage.Error())
 }
@@ -566,22 +584,23 @@ func (w *Writer) damage(offset, size int64, what string) error {
 	return &DamageError{File: w.f.Name(), Offset: offset, Size: size, What: fmt.Sprintf("%s (bytes there: % x)", what, b[:n])}
 }
 
-// allZero reports whether the bytes of the file from off to end are zeros.
-func (w *Writer) allZero(off, end int64) (bool, error) {
+// zerosFrom returns where the zeros that end the file's bytes from off to
+// end begin: end when the last byte is not zero, off when all are zeros.
+func (w *Writer) zerosFrom(off, end int64) (int64, error) {
 	buf := make([]byte, 64<<10)
-	for off < end {
-		n, err := w.f.ReadAt(buf[:min(int64(len(buf)), end-off)], off)
-		for _, c := range buf[:n] {
-			if c != 0 {
-				return false, nil
+	for end > off {
+		n := min(int64(len(buf)), end-off)
+		if _, err := w.f.ReadAt(buf[:n], end-n); err != nil {
+			return 0, fmt.Errorf("streamfile: read %s at %d: %w", w.f.Name(), end-n, err)
+		}
+		for i := n - 1; i >= 0; i-- {
+			if buf[i] != 0 {
+				return end - n + i + 1, nil
 			}
 		}
-		off += int64(n)
-		if err != nil && off < end {
-			return false, fmt.Errorf("streamfile: read %s at %d: %w", w.f.Name(), off, err)
-		}
+		end -= n
 	}
-	return true, nil
+	return off, nil
 }
 
 // lastFrameStart returns a frame boundary before the last complete frame of

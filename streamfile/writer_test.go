@@ -443,3 +443,152 @@ func TestWriterRemovesLongZeroTail(t *testing.T) {
 		t.Errorf("records %q in %d bytes, want %q right after the first (%d bytes)", got, len(b), want, end)
 	}
 }
+
+// TestWritersSurviveTornAppends interleaves a long-lived writer (a producer)
+// with writing runs that die in the middle of an append (a daemon killed
+// with SIGKILL: a prefix of its batch on disk, or zeros in place of the
+// batch's pages that did not reach the disk, as ext4 can leave them, after
+// its first bytes or in place of all of it): every append after a crash
+// succeeds, and the
+// file holds every record of every completed append, in order.
+func TestWritersSurviveTornAppends(t *testing.T) {
+	t.Parallel()
+	for seed := range uint64(32) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			t.Parallel()
+			rng := rand.New(rand.NewPCG(seed, 7))
+			path := filepath.Join(t.TempDir(), "s.ss")
+			hdr := Header{FileName: "s.ss", BeaconInterval: 1024}
+			producer, err := OpenWriter(path, CreateOptions{Create: true, Header: hdr})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer producer.Close()
+			var want []string
+			n := 0
+			batch := func(key string) []Frame {
+				frames := make([]Frame, 1+rng.IntN(3))
+				for i := range frames {
+					n++
+					frames[i] = Frame{Key: key, Payload: []byte(fmt.Sprintf("rs1:%0*d", 10+rng.IntN(200), n))}
+				}
+				return frames
+			}
+			payloads := func(frames []Frame) {
+				for _, f := range frames {
+					want = append(want, string(f.Payload))
+				}
+			}
+			for step := range 120 {
+				switch rng.IntN(3) {
+				case 0:
+					frames := batch("orders")
+					if err := producer.Publish(frames); err != nil {
+						t.Fatalf("step %d: producer: %v", step, err)
+					}
+					payloads(frames)
+				default: // a daemon run: appends, then dies in the middle of one
+					w, err := OpenWriter(path, CreateOptions{})
+					if err != nil {
+						t.Fatalf("step %d: open: %v", step, err)
+					}
+					for range rng.IntN(3) {
+						frames := batch("orders")
+						if err := w.Publish(frames); err != nil {
+							t.Fatalf("step %d: daemon: %v", step, err)
+						}
+						payloads(frames)
+					}
+					before := w.Size()
+					if err := w.Publish(batch("orders")); err != nil {
+						t.Fatalf("step %d: daemon: %v", step, err)
+					}
+					if before < 0 { // its first append: it caught up before writing
+						before = w.Size() - int64(len(w.buf))
+					}
+					torn := before + 1 + rng.Int64N(w.Size()-before-1)
+					w.Close()
+					page := int64(os.Getpagesize())
+					written := before // what reached the disk; zeros from there to torn
+					switch p := (before/page + 1) * page; rng.IntN(4) {
+					case 0: // none of the batch
+					case 1: // its pages before a page boundary inside the batch
+						if p < torn {
+							written = p
+						}
+					default:
+						written = torn
+					}
+					if err := errors.Join(os.Truncate(path, written), os.Truncate(path, torn)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if err := producer.Publish(batch("orders")); err != nil {
+				t.Fatalf("last append: %v", err)
+			}
+			frames, err := readFramesLenient(t, path)
+			if !errors.Is(err, io.EOF) {
+				t.Fatalf("reading the file: %v", err)
+			}
+			// Complete frames of a torn batch stay: the file holds every
+			// completed append's record and maybe some of torn ones, each
+			// once, in the order they were written.
+			last, missing := -1, want
+			for _, f := range frames {
+				var k int
+				if _, err := fmt.Sscanf(strings.TrimLeft(string(f.Payload[4:]), "0"), "%d", &k); err != nil || k <= last {
+					t.Fatalf("record %q after record %d", f.Payload, last)
+				}
+				last = k
+				if len(missing) > 0 && missing[0] == string(f.Payload) {
+					missing = missing[1:]
+				}
+			}
+			if len(missing) > 0 {
+				t.Fatalf("%d records of completed appends are missing, the first %q", len(missing), missing[0])
+			}
+		})
+	}
+}
+
+// TestWriterKeepsBeaconAfterLastFrame: when the last frame ends on a
+// boundary, its beacon follows it; a new writing run appends after that
+// beacon instead of writing it anew, so that a writer that knows the file's
+// end (a producer that wrote the beacon) still finds a frame there.
+func TestWriterKeepsBeaconAfterLastFrame(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.ss")
+	producer, err := OpenWriter(path, CreateOptions{Create: true, Header: Header{FileName: "s.ss", BeaconInterval: 1024}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer producer.Close()
+	publish := func(w *Writer, payload string) {
+		t.Helper()
+		if err := w.Publish([]Frame{{Key: "k", Payload: []byte(payload)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish(producer, strings.Repeat("a", 1100)) // a beacon at 1024 interrupts it
+	// The next frame ends on the boundary at 2048: its beacon follows,
+	// with the running checksum of k.
+	publish(producer, strings.Repeat("b", int(2048-producer.Size())-len("k")-frameOverhead))
+	if producer.Size() <= 2048+7 {
+		t.Fatalf("the producer ends at %d, want past a beacon at 2048 that is not empty", producer.Size())
+	}
+	run, err := OpenWriter(path, CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish(run, "c")
+	run.Close()
+	publish(producer, "d")
+	frames, _ := readFrames(t, path)
+	var got []string
+	for _, f := range frames {
+		got = append(got, string(f.Payload[:1]))
+	}
+	if !slices.Equal(got, []string{"a", "b", "c", "d"}) {
+		t.Errorf("the file holds %q, want a b c d", got)
+	}
+}

@@ -1,14 +1,10 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
-	"os"
-	"os/signal"
 	"syscall"
 
 	"github.com/alecthomas/kingpin/v2"
@@ -32,7 +28,7 @@ func decodeCommand(app *kingpin.Application) action {
 			p = p.WithHeaders()
 		}
 		if *follow {
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			ctx, stop := stopContext()
 			defer stop()
 			logger := slog.New(slog.NewTextHandler(s.err, &slog.HandlerOptions{Level: slog.LevelWarn}))
 			return decodeExit(s.err, tail.Print(ctx, s.out, *path, p, logger))
@@ -58,9 +54,8 @@ func decodeExit(errw io.Writer, err error) int {
 		return exitError
 	}
 	fmt.Fprintf(errw, "streamd decode: %v\n", err)
-	_, unwritable := errors.AsType[*streamfile.WriteError](err)
-	if _, unreadable := errors.AsType[*fs.PathError](err); unreadable && !unwritable {
-		return exitUsage
+	if _, unwritable := errors.AsType[*streamfile.WriteError](err); unwritable {
+		return exitError
 	}
-	return exitError
+	return failureExit(err)
 }

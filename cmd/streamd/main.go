@@ -1,13 +1,18 @@
 // Command streamd tails SeaStreamer stream files and hands each record of a
 // subscribed stream key to a handler, settling retries as the reference
 // runtime does. This file builds the command line; the subcommands live in
-// the other files (run.go: those that load a configuration) and only parse,
-// wire and report: the work is done by the packages they call.
+// the other files (run.go: running, checking and reloading a configuration;
+// offsets.go: its stored positions; decode.go, publish.go, repair.go: a
+// stream file) and only parse, wire and report: the work is done by the
+// packages they call.
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/signal"
 	"strings"
@@ -23,6 +28,16 @@ const (
 	exitError = 1 // the work failed: bad data, a failed write
 	exitUsage = 2 // the command line was wrong or a file could not be opened
 )
+
+// failureExit is the exit code of a command that failed with err: 2 when
+// a file it was given cannot be opened or read (an *fs.PathError), 1 for
+// anything else, such as a file whose contents are wrong.
+func failureExit(err error) int {
+	if _, unreadable := errors.AsType[*fs.PathError](err); unreadable {
+		return exitUsage
+	}
+	return exitError
+}
 
 // stdio is where a subcommand reads and writes, so tests can run it in
 // process.
@@ -42,6 +57,13 @@ type terminated int
 func main() {
 	signal.Ignore(syscall.SIGPIPE) // a closed stdout is an EPIPE write error, handled where it happens
 	os.Exit(run(os.Args[1:], stdio{os.Stdin, os.Stdout, os.Stderr}))
+}
+
+// stopContext returns a context that ends at SIGINT or SIGTERM, the
+// signals that stop the commands that run until stopped (run, pipe,
+// decode --follow), and the function that stops listening for them.
+func stopContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 }
 
 func run(args []string, s stdio) (code int) {

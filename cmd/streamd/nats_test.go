@@ -220,7 +220,7 @@ func TestNATSForward(t *testing.T) {
 	e := newEnv(t, natsSub(srv.URL(), ""))
 	natsRecords(t, e.stream, n)
 	p := e.start()
-	eventually(t, 60*time.Second, "10,000 messages in the stream", func() bool {
+	eventually(t, 2*time.Minute, "10,000 messages in the stream", func() bool {
 		info, err := st.Info(t.Context())
 		return err == nil && info.State.Msgs >= n
 	})
@@ -275,7 +275,7 @@ func TestNATSOutage(t *testing.T) {
 	}
 
 	srv.Restart()
-	eventually(t, 60*time.Second, "the last record to be committed", committedAtEnd(e, "billing"))
+	eventually(t, 2*time.Minute, "the last record to be committed", committedAtEnd(e, "billing"))
 	eventually(t, 10*time.Second, "the held gauge to fall", gaugeIs(metrics, heldSeries("billing"), 0))
 	if code := p.stop(t); code != 0 {
 		t.Fatalf("streamd exited %d", code)

@@ -1,12 +1,8 @@
 package main
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
-	"slices"
-	"text/tabwriter"
-	"time"
 
 	"github.com/alecthomas/kingpin/v2"
 	"github.com/streamd/streamd/conf"
@@ -37,17 +33,7 @@ func addOffsetsCommands(app *kingpin.Application, actions map[string]action) {
 			fmt.Fprintf(s.err, "streamd offsets show: %v\n", err)
 			return exitError
 		}
-		tw := tabwriter.NewWriter(s.out, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "SUBSCRIPTION\tSTREAM\tOFFSET\tLAST SEQ\tFILE SIZE\tLAG\tCOMMITTED\tNOTE")
-		for _, r := range reports {
-			offset, seq, committed := "-", "-", "-"
-			if p := r.Stored; p != nil {
-				offset, seq, committed = fmt.Sprint(p.Offset), fmt.Sprint(p.LastSeq), p.CommittedAt.UTC().Format(time.RFC3339)
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Subscription, cmp.Or(r.Stream, "-"), offset, seq,
-				orDash(r.FileSize), orDash(r.Lag), committed, r.Note)
-		}
-		if tw.Flush() != nil {
+		if daemon.WritePositions(s.out, reports) != nil {
 			return exitError
 		}
 		return exitOK
@@ -57,27 +43,18 @@ func addOffsetsCommands(app *kingpin.Application, actions map[string]action) {
 		if cfg == nil {
 			return code
 		}
-		if !slices.ContainsFunc(cfg.Subscriptions, func(sc conf.Subscription) bool { return sc.Name == *name }) {
-			fmt.Fprintf(s.err, "streamd offsets set: no subscription %q in the configuration\n", *name)
-			return exitUsage
-		}
 		pos, err := daemon.SetPosition(cfg, *name, to)
 		if _, locked := errors.AsType[*offsets.LockedError](err); locked {
 			err = fmt.Errorf("refusing while streamd runs: %w\nStop the daemon (systemctl stop streamd), set the position, and start it again", err)
 		}
 		if err != nil {
 			fmt.Fprintf(s.err, "streamd offsets set: %v\n", err)
+			if _, unknown := errors.AsType[*daemon.UnknownSubscriptionError](err); unknown {
+				return exitUsage
+			}
 			return exitError
 		}
 		fmt.Fprintf(s.out, "streamd: subscription %q now resumes at offset %d of %s (%s)\n", *name, pos.Offset, pos.Stream, to)
 		return exitOK
 	}
-}
-
-// orDash writes n, or "-" when it is unknown (negative).
-func orDash(n int64) string {
-	if n < 0 {
-		return "-"
-	}
-	return fmt.Sprint(n)
 }

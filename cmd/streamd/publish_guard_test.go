@@ -149,7 +149,7 @@ func TestPublishDamagedFile(t *testing.T) {
 	writeFrames(t, zeros, frame("a"))
 	appendBytes(t, zeros, make([]byte, 100))
 	r := runBinary(t, []byte("b\n"), "publish", "--file="+zeros, "--key=k")
-	if r.code != exitOK || !strings.Contains(r.stderr, "removed zero bytes") || !strings.Contains(r.stderr, "bytes=100") {
+	if r.code != exitOK || !strings.Contains(r.stderr, "removed the zero bytes a crash left") || !strings.Contains(r.stderr, "bytes=100") {
 		t.Errorf("zeros: exit %d, stderr %q; want exit 0 and the repair said", r.code, r.stderr)
 	}
 	if got := keyPayloads(t, zeros, "k"); !slices.Equal(got, []string{"a", "b"}) {

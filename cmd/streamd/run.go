@@ -2,22 +2,17 @@ package main
 
 import (
 	"cmp"
-	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 
-	"github.com/BurntSushi/toml"
 	"github.com/alecthomas/kingpin/v2"
 	"github.com/prometheus/common/version"
 	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/daemon"
-	"github.com/streamd/streamd/handler"
 	"github.com/streamd/streamd/metrics"
 	"github.com/streamd/streamd/pipe"
 )
@@ -39,18 +34,9 @@ func (c configFile) load(s stdio) (*conf.Config, int) {
 	cfg, err := conf.Load(*c.path, c.mode)
 	if err != nil {
 		fmt.Fprintf(s.err, "%s: couldn't load configuration (--config.file=%q):\n%v\n", c.name, *c.path, err)
-		return nil, configExit(err)
+		return nil, failureExit(err)
 	}
 	return cfg, exitOK
-}
-
-// configExit is the exit code of a configuration that could not be
-// loaded: 2 when the file cannot be read, 1 when it is invalid.
-func configExit(err error) int {
-	if _, unreadable := errors.AsType[*fs.PathError](err); unreadable {
-		return exitUsage
-	}
-	return exitError
 }
 
 // stage is what `streamd run` and `streamd pipe` parse and load alike: the
@@ -108,7 +94,7 @@ func runCommand(app *kingpin.Application) action {
 		hup := make(chan os.Signal, 1)
 		signal.Notify(hup, syscall.SIGHUP)
 		defer signal.Stop(hup)
-		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+		ctx, stop := stopContext()
 		defer stop()
 		if code := st.load(s); code != exitOK {
 			return code
@@ -135,7 +121,7 @@ func runCommand(app *kingpin.Application) action {
 func pipeCommand(app *kingpin.Application) action {
 	st := stageFlags(app.Command("pipe", "Run as one stage of a shell pipeline: producer | streamd pipe | consumer."), conf.ModePipe, "streamd pipe")
 	return func(s stdio) int {
-		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+		ctx, stop := stopContext()
 		defer stop()
 		if code := st.load(s); code != exitOK {
 			return code
@@ -145,67 +131,71 @@ func pipeCommand(app *kingpin.Application) action {
 	}
 }
 
+// reloadCommand is `streamd reload`: it signals the daemon that holds the
+// lock of the configuration's state directory and waits for its answer, so
+// that `systemctl reload` fails when the daemon refuses the new
+// configuration. Exit 0: the new configuration runs; 1: it was refused, or
+// no daemon answered.
+func reloadCommand(app *kingpin.Application) action {
+	cmd := app.Command("reload", "Ask the running daemon to reload its configuration file and wait for its answer: exit 0 when the new configuration runs, 1 when the daemon refused it (the old one keeps running).")
+	cf := configFlag(cmd, conf.ModeRun, "streamd reload")
+	timeout := cmd.Flag("timeout", "How long to wait for the daemon's answer.").Default("90s").Duration()
+	return func(s stdio) int {
+		cfg, code := cf.load(s)
+		if cfg == nil {
+			return code
+		}
+		pid, r, err := daemon.RequestReload(cfg.StateDir, *timeout)
+		switch {
+		case err != nil:
+			fmt.Fprintf(s.err, "streamd reload: %v\n", err)
+			return exitError
+		case r.Error != "":
+			fmt.Fprintf(s.err, "streamd reload: streamd (pid %d) refused the new configuration; the previous one keeps running:\n%s\n", pid, r.Error)
+			return exitError
+		}
+		fmt.Fprintf(s.out, "streamd reload: streamd (pid %d) runs the new configuration\n", pid)
+		return exitOK
+	}
+}
+
 // checkConfigCommand is `streamd check-config`: the exact startup
 // validation of a configuration file, writing nothing. Exit 0: valid; 1:
 // invalid; 2: usage or an unreadable file.
 func checkConfigCommand(app *kingpin.Application) action {
 	cmd := app.Command("check-config", "Check a configuration file exactly as streamd run (or pipe) does at start and reload; write nothing.")
-	var c checkOptions
-	cmd.Flag("config.file", "Configuration file to check.").Default(conf.DefaultFile()).StringVar(&c.path)
-	cmd.Flag("mode", "The command the file is for: run or pipe.").Default("run").SetText(&c.mode)
-	cmd.Flag("handlers", "Also build each handler as streamd does at start on this machine: the exec command found, bearer_token_file and ca_file read, the proxy from the environment, NATS reached and a JetStream stream capturing the subject; and read the metrics web_config_file with its certificates.").BoolVar(&c.handlers)
-	cmd.Flag("files", "Check the state directory and each stream file as streamd run opens them (--no-files: the file alone, as on another machine).").Default("true").BoolVar(&c.files)
-	cmd.Flag("user", "Judge access to the stream files and the state directory for this user (the unit's User=) instead of the one running the check.").PlaceHolder("NAME").StringVar(&c.user)
+	var c daemon.ConfigCheck
+	cmd.Flag("config.file", "Configuration file to check.").Default(conf.DefaultFile()).StringVar(&c.Path)
+	cmd.Flag("mode", "The command the file is for: run or pipe.").Default("run").SetText(&c.Mode)
+	cmd.Flag("handlers", "Also build each handler as streamd does at start on this machine: the exec command found, bearer_token_file and ca_file read, the proxy from the environment, NATS reached and a JetStream stream capturing the subject; and read the metrics web_config_file with its certificates.").BoolVar(&c.Handlers)
+	cmd.Flag("files", "Check the state directory and each stream file as streamd run opens them (--no-files: the file alone, as on another machine).").Default("true").BoolVar(&c.Files)
+	cmd.Flag("user", "Judge access to the stream files and the state directory for this user (the unit's User=) instead of the one running the check.").PlaceHolder("NAME").StringVar(&c.User)
 	return func(s stdio) int { return checkConfig(c, s) }
 }
 
-// checkOptions are the flags of check-config.
-type checkOptions struct {
-	path            string
-	mode            conf.Mode
-	handlers, files bool
-	user            string
-}
-
-func checkConfig(c checkOptions, s stdio) int {
-	path := c.path
-	who := daemon.CurrentAccount()
-	if c.user != "" {
-		var err error
-		if who, err = daemon.LookupAccount(c.user); err != nil {
-			fmt.Fprintf(s.err, "streamd check-config: --user: %v\n", err)
-			return exitUsage
-		}
+// checkConfig runs c and says what it found.
+func checkConfig(c daemon.ConfigCheck, s stdio) int {
+	r, err := c.Run()
+	switch {
+	case err != nil:
+		fmt.Fprintf(s.err, "streamd check-config: --user: %v\n", err)
+		return exitUsage
+	case r.Load != nil && failureExit(r.Load) == exitUsage:
+		fmt.Fprintf(s.err, "streamd check-config: %v\n", r.Load)
+		return exitUsage
+	case r.Load != nil:
+		fmt.Fprintf(s.err, "streamd: configuration file %s is invalid:\n%s\n", c.Path, conf.Detail(r.Load))
+		return exitError
 	}
-	cfg, err := conf.Load(path, c.mode)
-	if err == nil {
-		code := exitOK
-		if c.files && c.mode == conf.ModeRun {
-			if ferr := daemon.CheckFiles(cfg, who); ferr != nil {
-				fmt.Fprintf(s.err, "streamd: configuration file %s is valid, but user %s cannot use its files:\n%v\n", path, who.Name, ferr)
-				code = exitError
-			}
-		}
-		if c.handlers {
-			if herr := errors.Join(handler.Check(cfg), metrics.CheckWebConfig(cfg.Metrics.WebConfigFile)); herr != nil {
-				fmt.Fprintf(s.err, "streamd: configuration file %s is valid, but it cannot start here:\n%v\n", path, herr)
-				code = exitError
-			}
-		}
-		if code == exitOK {
-			fmt.Fprintf(s.out, "streamd: configuration file %s is valid\n", path)
-		}
-		return code
+	if r.Files != nil {
+		fmt.Fprintf(s.err, "streamd: configuration file %s is valid, but user %s cannot use its files:\n%v\n", c.Path, r.Account.Name, r.Files)
 	}
-	if code := configExit(err); code == exitUsage {
-		fmt.Fprintf(s.err, "streamd check-config: %v\n", err)
-		return code
+	if r.Handlers != nil {
+		fmt.Fprintf(s.err, "streamd: configuration file %s is valid, but it cannot start here:\n%v\n", c.Path, r.Handlers)
 	}
-	fmt.Fprintf(s.err, "streamd: configuration file %s is invalid:\n", path)
-	if pe, ok := errors.AsType[toml.ParseError](err); ok {
-		fmt.Fprint(s.err, strings.TrimRight(pe.ErrorWithPosition(), "\n")+"\n")
-	} else {
-		fmt.Fprintln(s.err, err)
+	if r.Files != nil || r.Handlers != nil {
+		return exitError
 	}
-	return exitError
+	fmt.Fprintf(s.out, "streamd: configuration file %s is valid\n", c.Path)
+	return exitOK
 }

@@ -170,6 +170,39 @@ func BenchmarkRunHTTP(b *testing.B) {
 	b.ReportMetric(float64(n)*float64(b.N)/total.Seconds(), "records/s")
 }
 
+// BenchmarkRunHTTPBatch: the real binary replays 500 000 records of 100
+// bytes into the http handler in batches of 500 (concurrency 4), against a
+// local net/http server answering 204, positions committed; and, in the
+// same run, 50 000 of them one request per record at concurrency 32 as
+// BenchmarkRunHTTP does, for the ratio of the two rates.
+func BenchmarkRunHTTPBatch(b *testing.B) {
+	const batched, single = 500_000, 50_000
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer srv.Close()
+	bin := benchBinary(b)
+	batchDir, singleDir := b.TempDir(), b.TempDir()
+	benchStream(b, filepath.Join(batchDir, "orders.ss"), batched, 100)
+	benchStream(b, filepath.Join(singleDir, "orders.ss"), single, 100)
+	handler := fmt.Sprintf("[subscription.handler]\nkind = \"http\"\nurl = %q\n", srv.URL)
+	var batchTime, singleTime time.Duration
+	for b.Loop() {
+		d, _ := runReplay(b, bin, batchDir, handler+"batch_max_records = 500\n", 4)
+		batchTime += d
+		checkCommitted(b, batchDir)
+		d, _ = runReplay(b, bin, singleDir, handler, 32)
+		singleTime += d
+		checkCommitted(b, singleDir)
+	}
+	batchRate := float64(batched) * float64(b.N) / batchTime.Seconds()
+	singleRate := float64(single) * float64(b.N) / singleTime.Seconds()
+	b.ReportMetric(batchRate, "records/s")
+	b.ReportMetric(singleRate, "single-records/s")
+	b.ReportMetric(batchRate/singleRate, "x-single")
+}
+
 // BenchmarkHTTPClientFloor is the floor under BenchmarkRunHTTP: net/http
 // alone, in a process of its own as the daemon is (this test binary run
 // again as TestHTTPFloorClient), posting 50 000 bodies of 100 bytes from 32

@@ -36,6 +36,25 @@ func (l *Limiter) Allow(now time.Time) (ok bool, suppressed int) {
 // after it.
 func (l *Limiter) Reset(now time.Time) { l.last, l.suppressed = now, 0 }
 
+// Line is a warning that repeats, for one record after another, logged
+// at most once every [Every] with the count of the lines left out. It is
+// safe for concurrent use.
+type Line struct {
+	mu sync.Mutex
+	l  Limiter
+}
+
+// Warn logs msg with attrs at warning level, and a "suppressed" count,
+// unless a line was logged less than Every ago.
+func (l *Line) Warn(logger *slog.Logger, msg string, attrs ...any) {
+	l.mu.Lock()
+	ok, suppressed := l.l.Allow(time.Now())
+	l.mu.Unlock()
+	if ok {
+		logger.Warn(msg, append(attrs, "suppressed", suppressed)...)
+	}
+}
+
 // Trouble is a failure that may pass: logged at once, then at most every
 // [Every] while it lasts (with the count left out), and once when it passes
 // (at most every Every too, for a trouble that comes and goes: the limit

@@ -55,3 +55,26 @@ func TestTrouble(t *testing.T) {
 		}
 	})
 }
+
+func TestLine(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var buf bytes.Buffer
+		logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{
+			ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+				if a.Key == slog.TimeKey {
+					return slog.Attr{}
+				}
+				return a
+			},
+		}))
+		var l Line
+		for i, wait := range []time.Duration{0, time.Second, time.Second, 8 * time.Second, time.Second} {
+			time.Sleep(wait)
+			l.Warn(logger, "cut", "seq", i)
+		}
+		want := "level=WARN msg=cut seq=0 suppressed=0\nlevel=WARN msg=cut seq=3 suppressed=2\n"
+		if got := buf.String(); got != want {
+			t.Errorf("logged\n%s\nwant\n%s", got, want)
+		}
+	})
+}

@@ -1,0 +1,72 @@
+package daemon
+
+import (
+	"errors"
+
+	"github.com/streamd/streamd/conf"
+	"github.com/streamd/streamd/handler"
+	"github.com/streamd/streamd/metrics"
+)
+
+// ConfigCheck is what `streamd check-config` checks of a configuration
+// file: that it loads for Mode exactly as start and reload load it, and,
+// as asked, that its files and handlers would serve on this machine. It
+// writes nothing, so it can run beside a daemon that uses the same files.
+type ConfigCheck struct {
+	// Path is the configuration file.
+	Path string
+	// Mode is the command the file is for.
+	Mode conf.Mode
+	// Files checks the state directory and each stream file as run opens
+	// them ([CheckFiles]); the pipe stage has neither, so it applies to
+	// ModeRun only.
+	Files bool
+	// Handlers builds each handler as start does ([handler.Check]) and
+	// reads the metrics web configuration file with its certificates.
+	Handlers bool
+	// User is the account whose access to the files is judged, the unit's
+	// User=; "" is the account running the check.
+	User string
+}
+
+// ConfigReport is what a [ConfigCheck] found. The file serves when every
+// error is nil.
+type ConfigReport struct {
+	// Account is whose access to the files was judged.
+	Account Account
+	// Load is why the file did not load: a *fs.PathError when it cannot
+	// be read, otherwise its problems (see [conf.Detail]). The other
+	// checks need a loaded file and were not made.
+	Load error
+	// Files is what keeps Account from using the files; nil when nothing
+	// does or when they were not checked.
+	Files error
+	// Handlers is why a handler, or the metrics web configuration, cannot
+	// start here; nil when they can or when they were not checked.
+	Handlers error
+}
+
+// Run makes the check. Its error is a User that names no account on this
+// machine, found before anything else is checked.
+func (c ConfigCheck) Run() (ConfigReport, error) {
+	var r ConfigReport
+	r.Account = CurrentAccount()
+	if c.User != "" {
+		var err error
+		if r.Account, err = LookupAccount(c.User); err != nil {
+			return r, err
+		}
+	}
+	cfg, err := conf.Load(c.Path, c.Mode)
+	if err != nil {
+		r.Load = err
+		return r, nil
+	}
+	if c.Files && c.Mode == conf.ModeRun {
+		r.Files = CheckFiles(cfg, r.Account)
+	}
+	if c.Handlers {
+		r.Handlers = errors.Join(handler.Check(cfg), metrics.CheckWebConfig(cfg.Metrics.WebConfigFile))
+	}
+	return r, nil
+}

@@ -1,0 +1,97 @@
+package daemon
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/streamd/streamd/conf"
+)
+
+// TestConfigCheck: each check is made only when asked, each finding lands
+// in its own field, and an unknown --user stops the check before the file
+// is read.
+func TestConfigCheck(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, src string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	// The stream file is missing and may not be created, and the exec
+	// command does not exist: both only show when checked.
+	unusable := write("unusable.toml", `state_dir = "state"
+stream = [{ name = "orders", path = "orders.ss", create = false }]
+
+[[subscription]]
+name = "jobs"
+stream = "orders"
+key = "jobs"
+handler = { kind = "exec", command = ["/nonexistent/run-job"] }
+`)
+	stage := write("pipe.toml", "[[subscription]]\nname = \"jobs\"\nkey = \"jobs\"\nout_retry = \"jobs.retry\"\nhandler.kind = \"discard\"\n")
+	invalid := write("invalid.toml", "[[subscription]]\nname = \"jobs\"\nkey = \"a b\"\nout_retry = \"jobs.retry\"\nhandler.kind = \"discard\"\n")
+	missing := filepath.Join(dir, "none.toml")
+	me := CurrentAccount().Name
+	for _, tc := range []struct {
+		name                  string
+		check                 ConfigCheck
+		err                   string // Run's error, "" for none
+		account               string
+		load, files, handlers string // what each error begins with, "" for nil
+		unreadable            bool   // Load is a *fs.PathError
+	}{
+		{name: "loads", check: ConfigCheck{Path: unusable, Mode: conf.ModeRun}, account: me},
+		{name: "files", check: ConfigCheck{Path: unusable, Mode: conf.ModeRun, Files: true}, account: me,
+			files: `stream "orders": stat ` + filepath.Join(dir, "orders.ss") + ": no such file or directory (create = false"},
+		{name: "no files in a pipe stage", check: ConfigCheck{Path: stage, Mode: conf.ModePipe, Files: true}, account: me},
+		{name: "handlers", check: ConfigCheck{Path: unusable, Mode: conf.ModeRun, Handlers: true}, account: me,
+			handlers: `subscription "jobs": exec handler: command: exec: "/nonexistent/run-job"`},
+		{name: "user", check: ConfigCheck{Path: unusable, Mode: conf.ModeRun, User: "root"}, account: "root"},
+		{name: "unknown user", check: ConfigCheck{Path: missing, Mode: conf.ModeRun, User: "no-such-user-here"},
+			err: `user "no-such-user-here": user: unknown user no-such-user-here`},
+		{name: "invalid", check: ConfigCheck{Path: invalid, Mode: conf.ModePipe, Files: true, Handlers: true}, account: me,
+			load: invalid + `:3: subscription[0].key: stream key "a b"`},
+		{name: "unreadable", check: ConfigCheck{Path: missing, Mode: conf.ModeRun, Files: true, Handlers: true}, account: me,
+			load: "open " + missing + ": no such file or directory", unreadable: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := tc.check.Run()
+			if !hasPrefix(err, tc.err) {
+				t.Fatalf("Run: error %v, want %q", err, tc.err)
+			}
+			if err != nil {
+				return
+			}
+			if r.Account.Name != tc.account {
+				t.Errorf("account %q, want %q", r.Account.Name, tc.account)
+			}
+			for _, f := range []struct {
+				field string
+				got   error
+				want  string
+			}{{"Load", r.Load, tc.load}, {"Files", r.Files, tc.files}, {"Handlers", r.Handlers, tc.handlers}} {
+				if !hasPrefix(f.got, f.want) {
+					t.Errorf("%s: %v, want %q", f.field, f.got, f.want)
+				}
+			}
+			if _, ok := errors.AsType[*fs.PathError](r.Load); ok != tc.unreadable {
+				t.Errorf("Load %v is a *fs.PathError: %v, want %v", r.Load, ok, tc.unreadable)
+			}
+		})
+	}
+}
+
+// hasPrefix reports whether err is nil and want "", or err's message
+// begins with a non-empty want.
+func hasPrefix(err error, want string) bool {
+	if err == nil || want == "" {
+		return err == nil && want == ""
+	}
+	return strings.HasPrefix(err.Error(), want)
+}

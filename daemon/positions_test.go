@@ -1,0 +1,110 @@
+package daemon
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/streamd/streamd/conf"
+	"github.com/streamd/streamd/offsets"
+	"github.com/streamd/streamd/streamfile"
+	"github.com/streamd/streamd/tail"
+)
+
+// TestWritePositions: the table has a header and aligned columns, with "-"
+// for what is unknown or not stored.
+func TestWritePositions(t *testing.T) {
+	committed := time.Date(2026, 12, 1, 10, 30, 0, 0, time.FixedZone("CET", 3600))
+	for _, tc := range []struct {
+		name    string
+		reports []PositionReport
+		want    string
+	}{
+		{"none", nil, "SUBSCRIPTION  STREAM  OFFSET  LAST SEQ  FILE SIZE  LAG  COMMITTED  NOTE\n"},
+		{"stored, unstored and unconfigured", []PositionReport{
+			{Subscription: "billing", Stream: "orders", Stored: &offsets.Position{Offset: 1024, LastSeq: 7, CommittedAt: committed}, FileSize: 2048, Lag: 1024},
+			{Subscription: "audit", Stream: "orders", FileSize: -1, Lag: -1, Note: "no stored position: starts at end"},
+			{Subscription: "gone", Stored: &offsets.Position{Offset: 64, LastSeq: 1, CommittedAt: committed}, FileSize: -1, Lag: -1, Note: "not in the configuration"},
+		},
+			"SUBSCRIPTION  STREAM  OFFSET  LAST SEQ  FILE SIZE  LAG   COMMITTED             NOTE\n" +
+				"billing       orders  1024    7         2048       1024  2026-12-01T09:30:00Z  \n" +
+				"audit         orders  -       -         -          -     -                     no stored position: starts at end\n" +
+				"gone          -       64      1         -          -     2026-12-01T09:30:00Z  not in the configuration\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b bytes.Buffer
+			if err := WritePositions(&b, tc.reports); err != nil {
+				t.Fatal(err)
+			}
+			if b.String() != tc.want {
+				t.Errorf("table:\n%s\nwant:\n%s", b.String(), tc.want)
+			}
+		})
+	}
+}
+
+// TestSetPosition: a position set on a stopped daemon's state directory is
+// resolved to a frame boundary and shown by Positions; an unknown
+// subscription is the caller's mistake, found before anything is read.
+func TestSetPosition(t *testing.T) {
+	dir := t.TempDir()
+	stream := filepath.Join(dir, "orders.ss")
+	w, err := streamfile.OpenWriter(stream, streamfile.CreateOptions{Create: true, Header: streamfile.Header{FileName: "orders.ss", BeaconInterval: 1024}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Publish([]streamfile.Frame{{Key: "orders", Payload: []byte("a")}, {Key: "orders", Payload: []byte("b")}}); err != nil {
+		t.Fatal(err)
+	}
+	size := w.Size()
+	w.Close()
+	cfg, err := loadTestConfig(t, fmt.Sprintf("state_dir = %q\n[[stream]]\nname = \"orders\"\npath = %q\n", filepath.Join(dir, "state"), stream)+
+		"[[subscription]]\nname = \"billing\"\nstream = \"orders\"\nkey = \"orders\"\n[subscription.handler]\nkind = \"discard\"\n", conf.ModeRun)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var end, seq2 tail.Start
+	if err := errors.Join(end.UnmarshalText([]byte("end")), seq2.UnmarshalText([]byte("seq:2"))); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		sub     string
+		start   tail.Start
+		unknown bool
+		lag     bool // the offset is before the end
+	}{
+		{"end", "billing", end, false, false},
+		{"seq:2", "billing", seq2, false, true},
+		{"unknown", "nope", end, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pos, err := SetPosition(cfg, tc.sub, tc.start)
+			if _, unknown := errors.AsType[*UnknownSubscriptionError](err); unknown != tc.unknown {
+				t.Fatalf("error %v; want an unknown subscription: %v", err, tc.unknown)
+			}
+			if tc.unknown {
+				if want := `no subscription "nope" in the configuration`; err.Error() != want {
+					t.Errorf("error %q, want %q", err, want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pos.Stream != stream || (pos.Offset < size) != tc.lag {
+				t.Errorf("position %+v of a %d-byte file; want one before the end: %v", pos, size, tc.lag)
+			}
+			reports, err := Positions(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(reports) != 1 || reports[0].Stored == nil || reports[0].Stored.Offset != pos.Offset || reports[0].Lag != size-pos.Offset {
+				t.Errorf("reports %+v, want billing at offset %d with lag %d", reports, pos.Offset, size-pos.Offset)
+			}
+		})
+	}
+}

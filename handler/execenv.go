@@ -1,0 +1,75 @@
+package handler
+
+import (
+	"bytes"
+	"maps"
+	"os"
+	"slices"
+	"strconv"
+	"unicode/utf8"
+)
+
+// The environment of the exec handler's command carries, besides the
+// daemon's own and the configured env, the delivery's metadata (see
+// deliveryMeta) and the record headers.
+const (
+	// execHeaderEnvPrefix carries a record header whose value is valid
+	// UTF-8 without NUL, as is. The name follows the prefix in upper case,
+	// each byte other than A-Z and 0-9 written '_': content-type becomes
+	// STREAMD_HEADER_CONTENT_TYPE.
+	execHeaderEnvPrefix = "STREAMD_HEADER_"
+	// execBase64HeaderEnvPrefix carries any other record header value, in
+	// standard base64 with padding, its name written as above.
+	execBase64HeaderEnvPrefix = "STREAMD_BASE64_HEADER_"
+	// execPayloadLengthEnv carries the payload's length in bytes, so that a
+	// command can check it read the whole payload from stdin.
+	execPayloadLengthEnv = "STREAMD_PAYLOAD_LENGTH"
+)
+
+// execBaseEnv is the environment every command of an exec handler starts
+// from: the daemon's own, then the configured env in name order, so that a
+// configured variable wins over an inherited one.
+func execBaseEnv(env map[string]string) []string {
+	base := os.Environ()
+	for _, name := range slices.Sorted(maps.Keys(env)) {
+		base = append(base, name+"="+env[name])
+	}
+	return base
+}
+
+// environ is the command's environment for d.
+func (h *execHandler) environ(d *Delivery) []string {
+	env := make([]string, 0, len(h.env)+len(d.Headers)+len(deliveryMeta))
+	env = append(env, h.env...)
+	for _, e := range d.Headers {
+		if utf8.Valid(e.Value) && bytes.IndexByte(e.Value, 0) < 0 {
+			env = append(env, execHeaderEnvPrefix+envName(e.Name)+"="+string(e.Value))
+		} else {
+			env = append(env, execBase64HeaderEnvPrefix+envName(e.Name)+"="+base64Value(e.Value))
+		}
+	}
+	var b []byte
+	for _, m := range deliveryMeta {
+		b = append(append(b[:0], m.env...), '=')
+		env = append(env, string(m.appendValue(b, d)))
+	}
+	// A command killed or cut off mid-read can tell a short payload.
+	env = append(env, string(strconv.AppendInt([]byte(execPayloadLengthEnv+"="), int64(len(d.Payload)), 10)))
+	return env
+}
+
+// envName writes a header name as a variable name: upper case, each byte
+// other than A-Z and 0-9 replaced by '_'.
+func envName(name string) string {
+	b := []byte(name)
+	for i, c := range b {
+		switch {
+		case 'a' <= c && c <= 'z':
+			b[i] = c - ('a' - 'A')
+		case 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		default:
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
