@@ -54,10 +54,14 @@ func (p *Parser) Parse(record []byte) (Headers, bool) {
 
 // Peek decodes the header block at the front of record and returns the
 // headers record carries if it is an envelope, without checking its base64
-// text: whether it is an envelope is [Parser.Check]'s to say, and until it
-// says so the headers may be made of bytes outside the alphabet. Peek
-// reports false when record is certainly plain (its prefix, its length,
-// its block length or its rs2 block say so); Check then reports false too.
+// text: whether it is an envelope is [Parser.Check]'s to say. Until Check
+// says so, the headers are only what the record would carry: decoded from
+// a text that may hold bytes outside the alphabet, they may be garbage.
+// Peek reports false when record is certainly plain (its prefix, its
+// length, its block length or its rs2 block say so); Check then reports
+// false too. Peek then Check is Parse; Peek alone suits a reader that
+// needs to know whether the record is an envelope only when it carries
+// some header.
 func (p *Parser) Peek(record []byte) (Headers, bool) {
 	p.text, p.valid = nil, false
 	rs1, ok := prefixRS1(record)
