@@ -326,6 +326,7 @@ func (d *Daemon) startSubscription(sc conf.Subscription, h handler.Handler) erro
 		store:     d.store,
 		batches:   newBatching(sc, h),
 		follower:  follower,
+		scratch:   make([]scratch, max(sc.Concurrency, 1)),
 	}
 	sub.tracker = offsets.NewTracker(from, sub.window())
 	if opts.Resume != nil {

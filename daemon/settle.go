@@ -68,6 +68,9 @@ type deliverer struct {
 	batched []atomic.Int32
 	failed  [handler.NumFailures]prometheus.Counter
 	hold    holdLog
+	// blind is set when the handler does not read the records it is
+	// handed (handler.ReadsRecord).
+	blind bool
 }
 
 func newDeliverer(sc conf.Subscription, h handler.Handler, t transport, copies copyWriter, m *metrics.SubscriptionMetrics, logger *slog.Logger) *deliverer {
@@ -80,6 +83,7 @@ func newDeliverer(sc conf.Subscription, h handler.Handler, t transport, copies c
 		busy:    make([]atomic.Int64, max(sc.Concurrency, 1)),
 		handed:  make([]atomic.Int64, max(sc.Concurrency, 1)),
 		batched: make([]atomic.Int32, max(sc.Concurrency, 1)),
+		blind:   !handler.ReadsRecord(h),
 	}
 	for f := range handler.NumFailures {
 		if f != handler.FailureCanceled { // the daemon stopping: not a failure
@@ -263,6 +267,13 @@ func (s *settler) settle(ctx context.Context, d *handler.Delivery, o handler.Out
 		return s.redeliver(ctx, d, s.bounded(max(o.Delay, 0), d))
 	}
 	return fmt.Errorf("unknown outcome %d", o.Kind)
+}
+
+// writesCopy reports whether settling outcome o may write a copy of the
+// delivery, which carries its record: only a retry or a retry_after does
+// (settlement.md §4).
+func writesCopy(o handler.Outcome) bool {
+	return o.Kind == handler.OutcomeRetry || o.Kind == handler.OutcomeRetryAfter
 }
 
 // bounded is delay cut to max_retry_after, with a log line when it is

@@ -43,20 +43,38 @@ type subscription struct {
 	tracker  *offsets.Tracker
 	file     streamfile.Identity // of the records the tracker holds
 
-	seqHeader [1]envelope.Header // the headers of a plain record
-	seqValue  [20]byte
+	// scratch holds, per worker, the memory its deliveries are made in;
+	// with batches, the reader's is the first.
+	scratch []scratch
 
 	idFile streamfile.Identity // the file idHash is of
 	idHash string
 }
 
 // job is one record handed to a worker when concurrency is above 1, or to
-// the gatherer of batches. It owns its delivery's payload and headers: the
-// reader's buffer they were read into is used again for the next record.
+// the gatherer of batches. It owns its delivery's memory: the reader's
+// buffer the record was read into is used again for the next record. For
+// a worker, the delivery's Payload is the record, which the worker opens
+// (deliver); for the gatherer, the delivery is opened, with headers and
+// payload of its own.
 type job struct {
 	d      handler.Delivery
 	ticket offsets.Ticket
 	offset int64
+}
+
+// scratch is the memory a worker makes its deliveries in, reused from one
+// record to the next, so that a delivery allocates nothing: the headers and
+// payload a handler gets are valid until the worker's next record, which it
+// takes once the delivery is settled (see handler.Delivery).
+type scratch struct {
+	env     envelope.Parser
+	headers envelope.Headers
+	seq     [20]byte // the stream-sequence value
+	// record is the record of the delivery in hand, as read; unread is
+	// set when the delivery was made without it, for a blind handler.
+	record []byte
+	unread bool
 }
 
 // run reads until ctx ends, the replay finishes, or the subscription fails.
@@ -148,34 +166,28 @@ func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job, errc <-c
 		lastSeq = rec.Seq
 		s.metrics.LastRecordTimestamp.Set(float64(rec.TimestampMs) / 1000)
 		d := &delivery
-		headers, payload := envelope.Decode(rec.Payload)
-		if s.foreign(headers) {
-			s.metrics.HandlerRecords[metrics.OutcomeForeignCopy].Inc()
-			s.settled(ticket)
-			continue
-		}
-		plain := len(headers) == 0 // the payload aliases the reader's buffer
-		if plain && s.inline() {
-			// A plain payload, handled before the next read: reuse the
-			// header slice and its value instead of allocating them.
-			s.seqHeader[0] = envelope.Header{Name: envelope.SequenceHeader, Value: strconv.AppendUint(s.seqValue[:0], rec.Seq, 10)}
-			headers = s.seqHeader[:]
-		} else {
-			headers.SetSequence(rec.Seq)
-		}
 		*d = handler.Delivery{
 			Subscription: s.cfg.Name, Key: rec.Key, Shard: rec.Shard, Seq: rec.Seq, TimestampMs: rec.TimestampMs,
-			Headers: headers, Payload: payload, Attempt: envelope.RetryCount(headers) + 1,
-			File: s.fileID(), Offset: rec.Offset,
+			Payload: rec.Payload, File: s.fileID(), Offset: rec.Offset,
 		}
 		if s.inline() {
+			// Delivered and settled before the next read: the record
+			// can stay in the reader's buffer.
 			if err := s.deliver(ctx, hctx, d, ticket, rec.Offset, 0); err != nil {
 				return err
 			}
 			continue
 		}
-		if plain {
-			d.Payload = bytes.Clone(payload)
+		if s.batches == nil {
+			d.Payload = bytes.Clone(rec.Payload) // for the worker to open
+		} else {
+			// A batch holds its deliveries together: each is opened
+			// here, into memory of its own.
+			if !s.open(d, 0, false) {
+				s.passOver(ticket)
+				continue
+			}
+			d.Headers, d.Payload = d.Headers.Clone(), bytes.Clone(d.Payload)
 		}
 		select {
 		case jobs <- job{*d, ticket, rec.Offset}:
@@ -222,13 +234,65 @@ func (s *subscription) wanted(rec *tail.Record) bool {
 	return rec.Key == s.cfg.Key && rec.Key != reservedKey
 }
 
-// deliver hands the record at offset to the handler on worker w until it
-// answers (answer: a failed delivery is held in place), and settles the
-// answer. A copy that cannot be written is retried with the backoff until
-// it is. When the subscription stops (ctx) while the delivery is held, or
-// before a copy could be written, the record stays unsettled, and is read
-// again after a restart. Handlers run with hctx.
+// open makes d, whose Payload is the record as read, the delivery of the
+// record in scratch w, and reports false for a foreign copy, which is not
+// delivered. For a handler that reads records, it decodes the record's
+// envelope, checked as envelope.Decode checks it (fill). A blind one gets
+// the metadata alone: the envelope's text is checked only when its headers
+// name another origin, the one case where the record's fate depends on
+// whether it is an envelope.
+func (s *subscription) open(d *handler.Delivery, w int, blind bool) bool {
+	sc := &s.scratch[w]
+	sc.record, sc.unread = d.Payload, blind
+	if blind {
+		h, ok := sc.env.Peek(sc.record)
+		if ok && s.foreign(h) && sc.env.Check() {
+			return false
+		}
+		d.Headers, d.Payload, d.Attempt = nil, nil, 0
+		return true
+	}
+	h, enveloped := sc.env.Parse(sc.record)
+	if s.foreign(h) {
+		return false
+	}
+	s.fill(d, sc, h, enveloped)
+	return true
+}
+
+// passOver settles a foreign copy, which is not delivered.
+func (s *subscription) passOver(ticket offsets.Ticket) {
+	s.metrics.HandlerRecords[metrics.OutcomeForeignCopy].Inc()
+	s.settled(ticket)
+}
+
+// fill sets the record of d from the record in sc, which sc.env parsed
+// into h, reporting whether it is an envelope: the headers (none for a
+// plain record) with stream-sequence set to the record's sequence, in
+// sc's memory; the payload; the attempt.
+func (s *subscription) fill(d *handler.Delivery, sc *scratch, h envelope.Headers, enveloped bool) {
+	sc.headers = append(sc.headers[:0], h...)
+	sc.headers.Set(envelope.SequenceHeader, strconv.AppendUint(sc.seq[:0], d.Seq, 10))
+	d.Headers, d.Payload = sc.headers, sc.record
+	if enveloped {
+		d.Payload = sc.env.Payload()
+	}
+	d.Attempt = envelope.RetryCount(d.Headers) + 1
+	sc.unread = false
+}
+
+// deliver hands the record at offset, d with the record as its Payload,
+// to the handler on worker w until it answers (answer: a failed delivery is
+// held in place), and settles the answer; a foreign copy is passed over,
+// settled at once. A copy that cannot be written is retried with the
+// backoff until it is. When the subscription stops (ctx) while the
+// delivery is held, or before a copy could be written, the record stays
+// unsettled, and is read again after a restart. Handlers run with hctx.
 func (s *subscription) deliver(ctx, hctx context.Context, d *handler.Delivery, ticket offsets.Ticket, offset int64, w int) error {
+	if !s.open(d, w, s.blind) {
+		s.passOver(ticket)
+		return nil
+	}
 	s.handed[w].Store(monoNow())
 	defer s.handed[w].Store(0)
 	o, err := s.answer(hctx, ctx.Done(), d, w, offset)
@@ -237,6 +301,10 @@ func (s *subscription) deliver(ctx, hctx context.Context, d *handler.Delivery, t
 		return nil
 	case err != nil:
 		return err
+	}
+	if sc := &s.scratch[w]; sc.unread && writesCopy(o) {
+		h, enveloped := sc.env.Parse(sc.record)
+		s.fill(d, sc, h, enveloped) // the copy is made of the record
 	}
 	if s.finish(hctx, d, o) {
 		s.settled(ticket)

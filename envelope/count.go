@@ -2,6 +2,7 @@ package envelope
 
 import (
 	"bytes"
+	"math"
 	"strconv"
 )
 
@@ -25,11 +26,19 @@ func RetryCount(h Headers) uint64 {
 	if !ok {
 		return 0
 	}
-	// ParseUint in base 10 takes digits only (no sign, no '_'), which also
-	// rules out every byte that is not ASCII.
-	n, err := strconv.ParseUint(string(bytes.TrimPrefix(v, []byte{'+'})), 10, 64)
-	if err != nil {
+	// Digits only, as strconv.ParseUint reads them in base 10, without
+	// the string it would need: every delivery reads its count.
+	v = bytes.TrimPrefix(v, []byte{'+'})
+	if len(v) == 0 {
 		return 0
+	}
+	var n uint64
+	for _, c := range v {
+		d := uint64(c - '0')
+		if d > 9 || n > (math.MaxUint64-d)/10 {
+			return 0
+		}
+		n = n*10 + d
 	}
 	return n
 }

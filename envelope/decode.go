@@ -30,13 +30,8 @@ func Decode(record []byte) (Headers, []byte) {
 
 // decode decodes an envelope, reporting false when record is plain.
 func decode(record []byte) (Headers, []byte, bool) {
-	var parseBlock func([]byte) (Headers, bool)
-	switch {
-	case bytes.HasPrefix(record, []byte(rs1Prefix)):
-		parseBlock = parseRS1
-	case bytes.HasPrefix(record, []byte(rs2Prefix)):
-		parseBlock = parseRS2
-	default:
+	rs1, ok := prefixRS1(record)
+	if !ok {
 		return nil, nil, false
 	}
 	text := record[len(rs1Prefix):]
@@ -53,25 +48,62 @@ func decode(record []byte) (Headers, []byte, bool) {
 		return nil, nil, false
 	}
 	framed = framed[:n]
-	size := binary.BigEndian.Uint32(framed)
-	if uint64(size) > uint64(n-4) {
-		return nil, nil, false
-	}
-	end := 4 + int(size)
-	h, ok := parseBlock(framed[4:end:end])
+	end, ok := blockEnd(framed, n)
 	if !ok {
 		return nil, nil, false
 	}
-	return h, framed[end:], true
+	var b builder
+	if !b.parse(rs1, framed[4:end:end]) {
+		return nil, nil, false
+	}
+	return b.h, framed[end:], true
+}
+
+// prefixRS1 reports whether record starts with an envelope prefix, and
+// whether that prefix is rs1: rather than rs2:.
+func prefixRS1(record []byte) (rs1, ok bool) {
+	switch {
+	case bytes.HasPrefix(record, []byte(rs1Prefix)):
+		return true, true
+	case bytes.HasPrefix(record, []byte(rs2Prefix)):
+		return false, true
+	}
+	return false, false
+}
+
+// blockEnd returns where the header block ends in the framed bytes of an
+// envelope, whose first 4 bytes (at least) are in head and which decode to
+// n bytes in all: 4 plus the block length they hold. It reports false when
+// n is too short for the length or for the block (settlement.md §9.4
+// step 3).
+func blockEnd(head []byte, n int) (int, bool) {
+	if n < 4 {
+		return 0, false
+	}
+	size := binary.BigEndian.Uint32(head)
+	if uint64(size) > uint64(n-4) {
+		return 0, false
+	}
+	return 4 + int(size), true
+}
+
+// parse parses an rs1 or an rs2 header block into b.h, reporting false
+// when an rs2 block is malformed.
+func (b *builder) parse(rs1 bool, block []byte) bool {
+	if rs1 {
+		b.parseRS1(block)
+		return true
+	}
+	return b.parseRS2(block)
 }
 
 // parseRS1 parses an rs1 block: UTF-8 text, invalid bytes replaced, one
 // header per line that contains ':'. It never fails.
-func parseRS1(block []byte) (Headers, bool) {
+func (b *builder) parseRS1(block []byte) {
 	if !utf8.Valid(block) {
-		block = appendLossy(nil, block)
+		b.lossy = appendLossy(b.lossy[:0], block)
+		block = b.lossy
 	}
-	var b builder
 	for len(block) > 0 {
 		var line []byte
 		line, block, _ = bytes.Cut(block, []byte{'\n'})
@@ -81,28 +113,26 @@ func parseRS1(block []byte) (Headers, bool) {
 			continue
 		}
 		value = bytes.TrimSpace(value)
-		b.set(string(bytes.TrimSpace(name)), value[:len(value):len(value)])
+		b.set(bytes.TrimSpace(name), value[:len(value):len(value)])
 	}
-	return b.h, true
 }
 
 // parseRS2 parses an rs2 block of length-prefixed names and values,
 // reporting false for a truncated field or a name that is not UTF-8.
-func parseRS2(block []byte) (Headers, bool) {
-	var b builder
+func (b *builder) parseRS2(block []byte) bool {
 	for len(block) > 0 {
 		name, rest, ok := cutField(block)
 		if !ok || !utf8.Valid(name) {
-			return nil, false
+			return false
 		}
 		value, rest, ok := cutField(rest)
 		if !ok {
-			return nil, false
+			return false
 		}
-		b.set(string(name), value)
+		b.set(name, value)
 		block = rest
 	}
-	return b.h, true
+	return true
 }
 
 // cutField splits a big-endian u32 length and that many bytes off the front
@@ -122,6 +152,10 @@ func cutField(p []byte) (field, rest []byte, ok bool) {
 // indexAfter is the header count beyond which a builder indexes names.
 const indexAfter = 8
 
+// maxInterned bounds the names a builder interns: the names of a stream's
+// records are few, and a stream of ever new names must not grow memory.
+const maxInterned = 64
+
 // builder collects decoded headers with the result of [Headers.Set]. Set
 // scans every name, which would make a record with many distinct names
 // quadratic to decode, so past indexAfter headers the builder keeps a map
@@ -129,13 +163,41 @@ const indexAfter = 8
 type builder struct {
 	h   Headers
 	pos map[string]int
+	// names, when not nil, interns names: each name as the block spells
+	// it, mapped to its lowercased string, so that a name seen before is
+	// made without allocating. Nil: every name is a new string.
+	names map[string]string
+	// lossy holds an rs1 block that is not valid UTF-8, with the
+	// replacement characters; the values of its headers slice it.
+	lossy []byte
 }
 
-// set inserts name=value as [Headers.Set] does.
-func (b *builder) set(name string, value []byte) {
+// reset empties b for the next block, keeping its memory.
+func (b *builder) reset() {
+	b.h, b.pos = b.h[:0], nil
+}
+
+// name returns the header name spelt raw, lowercased.
+func (b *builder) name(raw []byte) string {
+	if b.names == nil {
+		return lowerASCII(string(raw))
+	}
+	if name, ok := b.names[string(raw)]; ok {
+		return name
+	}
+	name := lowerASCII(string(raw))
+	if len(b.names) < maxInterned {
+		b.names[string(raw)] = name
+	}
+	return name
+}
+
+// set inserts the header spelt raw with value, as [Headers.Set] does.
+func (b *builder) set(raw, value []byte) {
+	name := b.name(raw)
 	if b.pos == nil {
 		if len(b.h) < indexAfter {
-			b.h.Set(name, value)
+			b.h.set(name, value)
 			return
 		}
 		b.pos = make(map[string]int, 2*len(b.h))
@@ -143,7 +205,6 @@ func (b *builder) set(name string, value []byte) {
 			b.pos[e.Name] = i
 		}
 	}
-	name = lowerASCII(name)
 	if i, ok := b.pos[name]; ok {
 		b.h[i].Value = value
 		return

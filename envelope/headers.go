@@ -30,7 +30,11 @@ func (h Headers) Get(name string) ([]byte, bool) {
 
 // Set inserts name=value, replacing an existing value in place.
 func (h *Headers) Set(name string, value []byte) {
-	name = lowerASCII(name)
+	h.set(lowerASCII(name), value)
+}
+
+// set is Set for a name already lowercased.
+func (h *Headers) set(name string, value []byte) {
 	for i := range *h {
 		if (*h)[i].Name == name {
 			(*h)[i].Value = value

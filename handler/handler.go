@@ -114,11 +114,17 @@ type Delivery struct {
 	Shard        uint64
 	Seq          uint64
 	TimestampMs  uint64
+	// Headers, Payload and Attempt are the record. A handler that
+	// declares it does not read them ([Blind]) gets nil, nil and 0.
+	//
 	// Headers are the record's envelope headers, with stream-sequence set
-	// to Seq.
+	// to Seq. The values, and the slice, are valid only until Handle
+	// returns: the daemon makes the next delivery in the same memory. A
+	// handler that keeps them longer copies them ([envelope.Headers.Clone]).
+	// The names are strings, which stay valid.
 	Headers envelope.Headers
 	// Payload is the record's payload without the envelope. It is valid
-	// only until Handle returns.
+	// only until Handle returns; a handler that keeps it longer copies it.
 	Payload []byte
 	// Attempt is 1 for the first delivery, and one more than the
 	// x-ruststream-retry-count header of a copy.
@@ -182,6 +188,30 @@ func putRecordFields(h map[string][]string, d *Delivery) {
 // ctx ends; what it returns then is settled like any outcome.
 type Handler interface {
 	Handle(ctx context.Context, d *Delivery) Outcome
+}
+
+// Blind is implemented by a handler that can declare that it decides
+// without reading a delivery's record, its Headers, Payload and Attempt,
+// only its metadata (Subscription, Key, Shard, Seq, TimestampMs, File and
+// Offset), as discard does. Most of what an enveloped record costs to read
+// is its envelope (settlement.md §9): the check of its base64 text and the
+// decoding of its headers and payload. The daemon hands a blind handler
+// deliveries without the record, and does that work only when it needs
+// the record itself: for a copy (a retry, a dead letter), and for the
+// headers of a record that may be a retry copy of another subscription.
+type Blind interface {
+	Handler
+	// Blind reports whether Handle reads nothing but a delivery's
+	// metadata.
+	Blind() bool
+}
+
+// ReadsRecord reports whether h reads a delivery's record (Headers,
+// Payload, Attempt): true unless it is a [Blind] that declares it does
+// not.
+func ReadsRecord(h Handler) bool {
+	b, ok := h.(Blind)
+	return !ok || !b.Blind()
 }
 
 // BatchHandler is a Handler that also takes several deliveries in one

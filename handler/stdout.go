@@ -85,3 +85,6 @@ type discardHandler struct{}
 func (discardHandler) Handle(context.Context, *Delivery) Outcome {
 	return Outcome{Kind: OutcomeAck}
 }
+
+// Blind reports true: discard reads nothing of a delivery.
+func (discardHandler) Blind() bool { return true }

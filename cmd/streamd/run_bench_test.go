@@ -33,16 +33,22 @@ func benchBinary(b *testing.B) string {
 // benchStream writes n records of the given payload size under key orders.
 func benchStream(b *testing.B, path string, n, payload int) {
 	b.Helper()
+	p := make([]byte, payload)
+	for i := range p {
+		p[i] = 'a' + byte(i%26)
+	}
+	benchRecords(b, path, n, p)
+}
+
+// benchRecords writes n records under key orders, each with payload p.
+func benchRecords(b *testing.B, path string, n int, p []byte) {
+	b.Helper()
 	w, err := streamfile.OpenWriter(path, streamfile.CreateOptions{Create: true,
 		Header: streamfile.Header{FileName: "bench.ss", BeaconInterval: streamfile.DefaultBeaconInterval}})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer w.Close()
-	p := make([]byte, payload)
-	for i := range p {
-		p[i] = 'a' + byte(i%26)
-	}
 	batch := make([]streamfile.Frame, 0, 1024)
 	for i := range n {
 		batch = append(batch, streamfile.Frame{Key: "orders", TimestampMs: uint64(time.Now().UnixMilli()), Payload: p})

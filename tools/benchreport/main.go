@@ -345,6 +345,22 @@ func goals() []goal {
 			{issue: "#20 item 5", what: "the same, with nats bench publishing messages like streamd's: a Nats-Msg-Id on each (checked against the duplicate window) and the same metadata headers",
 				from:  []metric{m("BenchmarkRunNATS", "x-nats-bench-same"), m("BenchmarkRunNATS", "nats-bench-same-msgs/s")},
 				value: one("%.2f×", " (nats bench %.0f msgs/s)")},
+			// Issue 19: records with headers (cmd/streamd/envelope_bench_test.go, daemon/open_test.go).
+			{issue: "#19 item 1", what: "streamd run, replay 1 000 000 × 512 B JSON records each enveloped with two headers (rs1:, a trace id and a content type) into discard, positions committed, vs the same payloads plain, in the same run",
+				from:  []metric{m("BenchmarkRunEnvelopes", "x-plain"), opm("BenchmarkRunEnvelopes", "enveloped-records/s"), opm("BenchmarkRunEnvelopes", "plain-records/s")},
+				value: one("%.2f×", " (enveloped %.0f records/s", ", plain %.0f records/s)"),
+				met:   atLeast(0.6), target: "≥ 0.6× the plain rate"},
+			{issue: "#19 item 1", what: "the daemon's work per record between reading it and handing it to discard, 512 B payload enveloped with two headers: allocations",
+				from:  []metric{m("BenchmarkOpen/rs1_two_headers_512B/discard", "allocs/op"), opm("BenchmarkOpen/rs1_two_headers_512B/discard", "ns/op")},
+				value: one("%.0f allocations per record", " (%.0f ns)"),
+				met:   atMost(0), target: "0 allocations per record"},
+			{issue: "#19 item 1", what: "the same for a handler that reads records (the envelope checked, headers and payload decoded): allocations",
+				from:  []metric{m("BenchmarkOpen/rs1_two_headers_512B/reads", "allocs/op"), opm("BenchmarkOpen/rs1_two_headers_512B/reads", "ns/op")},
+				value: one("%.0f allocations per record", " (%.0f ns)")},
+			{issue: "#19 item 2", what: "streamd run, replay of the 1 000 000 plain records of the enveloped replay above into discard, vs a bare CRC-16 pass over their file's bytes in memory, in the same run",
+				from:  []metric{m("BenchmarkRunEnvelopes", "plain-x-crc"), opm("BenchmarkRunEnvelopes", "crc-records/s")},
+				value: one("%.2f×", " (CRC pass %.0f records/s)"),
+				met:   atLeast(0.65), target: "≥ 0.65× the CRC pass"},
 		})
 }
 
@@ -391,7 +407,7 @@ func report(out io.Writer, f figures, cpu string, warnings []string, now time.Ti
 			notMet = append(notMet, g.what)
 		}
 	}
-	fmt.Fprintf(w, "Every measurable goal of the acceptance lists of issues 2–8, and every figure they ask to see: %d lines, %d measured in this run; %d goals met, %d not met.",
+	fmt.Fprintf(w, "Every measurable goal of the acceptance lists of issues 2–8, 19 and 20, and every figure they ask to see: %d lines, %d measured in this run; %d goals met, %d not met.",
 		len(rows), measured, met, len(notMet))
 	if measured < len(rows) {
 		fmt.Fprintf(w, " A line whose benchmark did not run says %q and names what is missing.", notMeasured)

@@ -133,9 +133,44 @@ func TestGoalThresholds(t *testing.T) {
 		{"follower latency run: polls", 1, false},
 		{"offsets commits per 100 ms interval with positions set as fast", 1, true},
 		{"offsets commits per 100 ms interval with positions set as fast", 1.1, false},
+		{"streamd run, replay 1 000 000 × 512 B JSON records each enveloped", 0.6, true},
+		{"streamd run, replay 1 000 000 × 512 B JSON records each enveloped", 0.59, false},
+		{"the daemon's work per record between reading it and handing it to discard", 0, true},
+		{"the daemon's work per record between reading it and handing it to discard", 0.01, false},
+		{"streamd run, replay of the 1 000 000 plain records", 0.65, true},
+		{"streamd run, replay of the 1 000 000 plain records", 0.64, false},
 	} {
 		if got := find(tc.goal).met(tc.v); got != tc.met {
 			t.Errorf("%s at %v: met %v, want %v", tc.goal, tc.v, got, tc.met)
 		}
+	}
+}
+
+// TestEnvelopeGoals: the ratios of BenchmarkRunEnvelopes, as it reports
+// them in one line, make the two goals of issue 19, with the rates beside
+// them.
+func TestEnvelopeGoals(t *testing.T) {
+	f, _, _, err := parse(strings.NewReader(`BenchmarkRunEnvelopes-2  2  4733948030 ns/op  1690422 crc-records/s  1100000 enveloped-records/s  1500000 plain-records/s  0.8873 plain-x-crc  0.7333 x-plain
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"streamd run, replay 1 000 000 × 512 B JSON records each enveloped": "0.73× (enveloped 1100000 records/s, plain 1500000 records/s)",
+		"streamd run, replay of the 1 000 000 plain records":                "0.89× (CRC pass 1690422 records/s)",
+	}
+	for _, g := range goals() {
+		for prefix, text := range want {
+			if !strings.HasPrefix(g.what, prefix) {
+				continue
+			}
+			if got, met := g.measure(f); got != text || met != "yes" {
+				t.Errorf("%s: %q %q, want %q yes", prefix, got, met, text)
+			}
+			delete(want, prefix)
+		}
+	}
+	if len(want) > 0 {
+		t.Errorf("no goals %q", want)
 	}
 }

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/streamd/streamd/envelope"
+	"github.com/streamd/streamd/streamfile"
+)
+
+// envelopeBenchRecords and envelopeBenchSize are the records of
+// BenchmarkRunEnvelopes and their payload size.
+const (
+	envelopeBenchRecords = 1_000_000
+	envelopeBenchSize    = 512
+)
+
+// BenchmarkRunEnvelopes measures, in one run, what headers cost a replay
+// (issue 19): the real binary replays 1 000 000 JSON records of 512 B into
+// the discard handler, positions committed, start-up included, from two
+// files: one of plain payloads, and one of the same payloads each published
+// with two headers (a trace id and a content type), so that every record is
+// an rs1: envelope. Beside them, a bare CRC-16 pass over the plain file's
+// bytes held in memory, the floor of any replay of it. It reports each
+// rate in records/s and the two ratios: enveloped over plain replay
+// (x-plain), and plain replay over the CRC pass (plain-x-crc).
+func BenchmarkRunEnvelopes(b *testing.B) {
+	const n = envelopeBenchRecords
+	bin := benchBinary(b)
+	plainDir, envDir := b.TempDir(), b.TempDir()
+	payload := jsonPayload(envelopeBenchSize)
+	var h envelope.Headers
+	h.Set("x-trace-id", []byte("4bf92f3577b34da6a3ce929d0e0e4736"))
+	h.Set("content-type", []byte("application/json"))
+	benchRecords(b, filepath.Join(plainDir, "orders.ss"), n, payload)
+	benchRecords(b, filepath.Join(envDir, "orders.ss"), n, envelope.Encode(h, payload, false))
+	data, err := os.ReadFile(filepath.Join(plainDir, "orders.ss"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	const discard = "[subscription.handler]\nkind = \"discard\"\n"
+	var plain, enveloped, crc time.Duration
+	var sum uint16
+	for b.Loop() {
+		d, _ := runReplay(b, bin, plainDir, discard, 1)
+		plain += d
+		checkCommitted(b, plainDir)
+		d, _ = runReplay(b, bin, envDir, discard, 1)
+		enveloped += d
+		checkCommitted(b, envDir)
+		start := time.Now()
+		sum ^= streamfile.CRC16(data)
+		crc += time.Since(start)
+	}
+	rate := func(d time.Duration) float64 { return float64(n) * float64(b.N) / d.Seconds() }
+	b.ReportMetric(rate(plain), "plain-records/s")
+	b.ReportMetric(rate(enveloped), "enveloped-records/s")
+	b.ReportMetric(rate(crc), "crc-records/s")
+	b.ReportMetric(rate(enveloped)/rate(plain), "x-plain")
+	b.ReportMetric(rate(plain)/rate(crc), "plain-x-crc")
+	_ = sum
+}
+
+// jsonPayload returns a JSON object of exactly size bytes (at least 32).
+func jsonPayload(size int) []byte {
+	head := `{"id":1234567,"item":"`
+	return fmt.Appendf(nil, "%s%s\"}", head, strings.Repeat("x", size-len(head)-2))
+}

@@ -1,0 +1,95 @@
+package daemon
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/streamd/streamd/conf"
+	"github.com/streamd/streamd/envelope"
+	"github.com/streamd/streamd/handler"
+)
+
+// openCases are records as a replay reads them, each opened for a handler
+// that reads records and for a blind one (discard): 512-byte JSON
+// payloads, plain and enveloped with two headers (a trace id and a
+// content type).
+func openCases() []struct {
+	name   string
+	record []byte
+	blind  bool
+} {
+	payload := append(append([]byte(`{"id":1234567,"item":"`), bytes.Repeat([]byte("x"), 512-24)...), `"}`...)
+	var h envelope.Headers
+	h.Set("x-trace-id", []byte("4bf92f3577b34da6a3ce929d0e0e4736"))
+	h.Set("content-type", []byte("application/json"))
+	enveloped := envelope.Encode(h, payload, false)
+	return []struct {
+		name   string
+		record []byte
+		blind  bool
+	}{
+		{"plain_512B/discard", payload, true},
+		{"plain_512B/reads", payload, false},
+		{"rs1_two_headers_512B/discard", enveloped, true},
+		{"rs1_two_headers_512B/reads", enveloped, false},
+	}
+}
+
+// openSubscription is a subscription with what open uses: its name and
+// one worker's scratch.
+func openSubscription() *subscription {
+	return &subscription{deliverer: &deliverer{cfg: conf.Subscription{Name: "bench"}}, scratch: make([]scratch, 1)}
+}
+
+// TestOpenAllocations: making the delivery of a record allocates nothing
+// once a worker's scratch has grown, whether the handler reads records or
+// not, and the delivery of each record is its own.
+func TestOpenAllocations(t *testing.T) {
+	for _, tc := range openCases() {
+		t.Run(tc.name, func(t *testing.T) {
+			s := openSubscription()
+			var d handler.Delivery
+			seq := uint64(0)
+			allocs := testing.AllocsPerRun(100, func() {
+				seq++
+				d = handler.Delivery{Seq: seq, Payload: tc.record}
+				if !s.open(&d, 0, tc.blind) {
+					t.Fatal("passed over as a foreign copy")
+				}
+			})
+			if allocs != 0 {
+				t.Errorf("%v allocations per record, want 0", allocs)
+			}
+			if tc.blind {
+				return
+			}
+			wantH, wantP := envelope.Decode(tc.record)
+			wantH.SetSequence(seq)
+			if string(headerValue(d.Headers, envelope.SequenceHeader)) != string(headerValue(wantH, envelope.SequenceHeader)) ||
+				len(d.Headers) != len(wantH) || !bytes.Equal(d.Payload, wantP) || d.Attempt != 1 {
+				t.Errorf("delivery: headers %v, payload %q, attempt %d; want %v, %q, 1", d.Headers, d.Payload, d.Attempt, wantH, wantP)
+			}
+		})
+	}
+}
+
+// BenchmarkOpen is the per-record work of a subscription between reading
+// a record and handing it to the handler: the envelope checked and
+// decoded as the handler needs it, the headers the daemon reads (the
+// origin, the retry count), stream-sequence set.
+func BenchmarkOpen(b *testing.B) {
+	for _, tc := range openCases() {
+		b.Run(tc.name, func(b *testing.B) {
+			s := openSubscription()
+			var d handler.Delivery
+			b.SetBytes(int64(len(tc.record)))
+			b.ReportAllocs()
+			seq := uint64(0)
+			for b.Loop() {
+				seq++
+				d = handler.Delivery{Seq: seq, Payload: tc.record}
+				s.open(&d, 0, tc.blind)
+			}
+		})
+	}
+}

@@ -1,0 +1,228 @@
+package envelope
+
+import (
+	"encoding/binary"
+	"slices"
+)
+
+// A Parser decodes envelopes into memory it keeps from one record to the
+// next, for a reader that handles one record at a time: in steady state it
+// allocates nothing. [Parser.Parse] decides whether a record is an
+// envelope exactly as [Decode] does, but decodes only the header block at
+// its front; [Parser.Payload] decodes the payload when it is wanted, so that
+// a record whose payload nobody reads costs a check of its text and the
+// decoding of its headers. [Parser.Peek] and [Parser.Check] split Parse in
+// two, for a reader that needs to know whether the record is an envelope
+// only for some headers.
+//
+// What a Parser returns is valid until its next Parse or Peek: the header
+// values and the payload are in its memory, which the next record
+// overwrites. The header names are strings, which stay valid; a name seen
+// before is not allocated again. A caller that keeps headers or a payload
+// longer copies them ([Headers.Clone], bytes.Clone). The record must stay
+// unchanged until the Parser is done with it: Check and Payload read it
+// again.
+//
+// The zero Parser is ready to use. A Parser is not safe for concurrent use.
+type Parser struct {
+	b builder
+	// text is the base64 text of the record last peeked (the record after
+	// its prefix), nil when it cannot be an envelope. It is the record's
+	// memory, not a copy.
+	text []byte
+	n    int // the length text decodes to
+	pad  int // the '=' that end text
+	// valid is set once Check found text well-formed.
+	valid   bool
+	start   int    // the offset of the payload in the decoded text
+	head    []byte // the decoded text up to the end of the header block
+	payload []byte // the decoded payload, with up to 2 bytes before it
+}
+
+// Parse reports whether record is a well-formed rs1: or rs2: envelope
+// (settlement.md §9.4), deciding exactly as [Decode] does, and returns its
+// headers, with the lowercased unique names and the values Decode returns.
+// A record that is not an envelope is plain: Parse reports false, and its
+// payload is the whole record. Parse is Peek then Check.
+func (p *Parser) Parse(record []byte) (Headers, bool) {
+	h, ok := p.Peek(record)
+	if !ok || !p.Check() {
+		return nil, false
+	}
+	return h, true
+}
+
+// Peek decodes the header block at the front of record and returns the
+// headers record carries if it is an envelope, without checking its base64
+// text: whether it is an envelope is [Parser.Check]'s to say. Until Check
+// says so, the headers are only what the record would carry: decoded from
+// a text that may hold bytes outside the alphabet, they may be garbage.
+// Peek reports false when record is certainly plain (its prefix, its
+// length, its block length or its rs2 block say so); Check then reports
+// false too. Peek then Check is Parse; Peek alone suits a reader that
+// needs to know whether the record is an envelope only when it carries
+// some header.
+func (p *Parser) Peek(record []byte) (Headers, bool) {
+	p.text, p.valid = nil, false
+	rs1, ok := prefixRS1(record)
+	if !ok {
+		return nil, false
+	}
+	text := record[len(rs1Prefix):]
+	if len(text)%4 != 0 {
+		return nil, false // padding is required: whole quanta only
+	}
+	pad := 0
+	for pad < 2 && pad < len(text) && text[len(text)-1-pad] == '=' {
+		pad++
+	}
+	n := len(text)/4*3 - pad
+	if n < 4 {
+		return nil, false
+	}
+	// The block length is in the first 4 of the 6 bytes the first 8
+	// characters decode to; then decode the quanta that hold the block.
+	p.head = appendQuanta(p.head[:0], text[:8])
+	end, ok := blockEnd(p.head, n)
+	if !ok {
+		return nil, false
+	}
+	p.head = appendQuanta(p.head, text[8:quantaLen(end)]) // end is 4 or more
+	if p.b.names == nil {
+		p.b.names = make(map[string]string)
+	}
+	p.b.reset()
+	if !p.b.parse(rs1, p.head[4:end:end]) {
+		return nil, false
+	}
+	p.text, p.n, p.pad, p.start = text, n, pad, end
+	return p.b.h, true
+}
+
+// Check reports whether the record last peeked is an envelope, deciding
+// exactly as [Decode] does: it checks the record's text, 16 bytes at a
+// time, without decoding it. The text must be strict standard base64
+// (settlement.md §9.4): every byte in the alphabet (so no '\r' or '\n',
+// which Go's decoder would skip), whole quanta with their padding, and the
+// bits the padding leaves unused zero.
+func (p *Parser) Check() bool {
+	if p.text == nil || p.valid {
+		return p.valid
+	}
+	body := p.text[:len(p.text)-p.pad]
+	// The unused bits are the low 4 of the last character's 6 before
+	// "==", the low 2 before "=".
+	p.valid = inAlphabet(body) && sextets[body[len(body)-1]]&(1<<(2*p.pad)-1) == 0
+	if !p.valid {
+		p.text = nil
+	}
+	return p.valid
+}
+
+// Payload returns the payload of the envelope the last Parse, or the last
+// Peek and Check, accepted, decoded into p's memory: valid until the next
+// Parse, Peek or Payload. It returns nil when they did not accept the
+// record: its payload is then the record itself.
+func (p *Parser) Payload() []byte {
+	if !p.valid {
+		return nil
+	}
+	// Decode from the quantum that holds the payload's first byte, and
+	// skip the bytes of the block that quantum also holds.
+	first := p.start / 3
+	p.payload = appendQuanta(p.payload[:0], p.text[first*4:])
+	return p.payload[p.start-first*3 : p.n-first*3]
+}
+
+// quantaLen is the length of the base64 text of the n first decoded bytes,
+// whole 4-character quanta.
+func quantaLen(n int) int {
+	return (n + 2) / 3 * 4
+}
+
+// appendQuanta appends the bytes text decodes to, 3 for each 4 characters
+// (text is whole quanta), to dst, growing it when it is too short. It
+// decodes without checks: each byte is taken as a character of the
+// alphabet, and any other byte, '=' included, as 0, so that the bytes are
+// right when the text is well-formed, and the padding's are to be cut.
+func appendQuanta(dst, text []byte) []byte {
+	// 8 characters at a time: 6 bytes, written as 8.
+	j := len(dst)
+	dst = slices.Grow(dst, len(text)/4*3+2)
+	dst = dst[:cap(dst)]
+	t := &sextets
+	for ; len(text) >= 8; text = text[8:] {
+		v := uint64(t[text[0]])<<58 | uint64(t[text[1]])<<52 | uint64(t[text[2]])<<46 | uint64(t[text[3]])<<40 |
+			uint64(t[text[4]])<<34 | uint64(t[text[5]])<<28 | uint64(t[text[6]])<<22 | uint64(t[text[7]])<<16
+		binary.BigEndian.PutUint64(dst[j:], v)
+		j += 6
+	}
+	if len(text) == 4 {
+		v := uint32(t[text[0]])<<18 | uint32(t[text[1]])<<12 | uint32(t[text[2]])<<6 | uint32(t[text[3]])
+		dst[j], dst[j+1], dst[j+2] = byte(v>>16), byte(v>>8), byte(v)
+		j += 3
+	}
+	return dst[:j]
+}
+
+// sextets maps each character of the standard base64 alphabet to its
+// 6-bit value, and every other byte to 0.
+var sextets = func() (t [256]byte) {
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+	for i := range len(alphabet) {
+		t[alphabet[i]] = byte(i)
+	}
+	return t
+}()
+
+// The constants of inAlphabet, which works on words of 8 bytes: a byte
+// below 0x80 plus 0x80-c has its high bit set when the byte is c or more,
+// and plus 0x7f-c when it is more than c, without carrying into the next
+// byte.
+const (
+	ones  = 0x0101010101010101
+	highs = ones * 0x80
+	lower = ones * 0x20 // ORed in, it makes A-Z a-z, and no other byte a-z
+	geA   = ones * (0x80 - 'a')
+	gtZ   = ones * (0x7f - 'z')
+	geS   = ones * (0x80 - '/') // '/' is just before '0'
+	gt9   = ones * (0x7f - '9')
+	geP   = ones * (0x80 - '+')
+	gtP   = ones * (0x7f - '+')
+)
+
+// alphabetWords holds the constants of outside16 as variables, which the
+// compiler keeps in registers through its loop; constants it would load
+// again for every word.
+var alphabetWords = [...]uint64{lower, geA, gtZ, geS, gt9, geP, gtP}
+
+// inAlphabet reports whether every byte of s is in the standard base64
+// alphabet (A-Z, a-z, 0-9, '+', '/').
+func inAlphabet(s []byte) bool {
+	whole := len(s) &^ 15
+	outside := outside16(s[:whole])
+	if whole < len(s) {
+		var tail [16]byte
+		copy(tail[copy(tail[:], s[whole:]):], "AAAAAAAAAAAAAAAA")
+		outside |= outside16(tail[:])
+	}
+	return outside&highs == 0
+}
+
+// outside16 looks at s, whose length is a multiple of 16, 16 bytes at a
+// time, and returns a word with the high bit of a byte set when a byte of
+// s is outside the base64 alphabet. A byte of 0x80 or more has its own
+// high bit set; the sums for the others are exact.
+func outside16(s []byte) uint64 {
+	k := &alphabetWords
+	lo, ga, gz, gs, g9, gp, gq := k[0], k[1], k[2], k[3], k[4], k[5], k[6]
+	var outside uint64
+	for ; len(s) >= 16; s = s[16:] {
+		x, y := binary.LittleEndian.Uint64(s), binary.LittleEndian.Uint64(s[8:])
+		lx, ly := x|lo, y|lo
+		inX := (lx+ga)&^(lx+gz) | (x+gs)&^(x+g9) | (x+gp)&^(x+gq)
+		inY := (ly+ga)&^(ly+gz) | (y+gs)&^(y+g9) | (y+gp)&^(y+gq)
+		outside |= x | y | ^(inX & inY)
+	}
+	return outside
+}
