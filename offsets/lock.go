@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/streamd/streamd/internal/durable"
 )
@@ -32,6 +34,19 @@ func (e *LockedError) Error() string {
 	return fmt.Sprintf("offsets: %s holds %s; only one streamd may use a state directory at a time", holder, e.Path)
 }
 
+// lockOrphanWait is how long acquireLock waits for a lock whose holder's
+// process has gone (see there).
+const lockOrphanWait = 2 * time.Second
+
+// running reports whether process pid exists (0: no process named).
+func running(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
 // lockFile is a held flock(2) on a state directory's lock file.
 type lockFile struct {
 	f *os.File
@@ -49,6 +64,14 @@ func acquireLock(dir string) (*lockFile, error) {
 		return nil, fmt.Errorf("offsets: lock: %w", err)
 	}
 	ok, err := durable.TryLock(f.Fd())
+	// A streamd killed while it started an exec handler leaves the child
+	// between fork and exec sharing the lock for a moment, until the
+	// parent-death signal ends it: when the PID in the file is a process
+	// that has gone, wait for the lock a little.
+	for deadline := time.Now().Add(lockOrphanWait); err == nil && !ok && !running(readPID(f)) && time.Now().Before(deadline); {
+		time.Sleep(lockOrphanWait / 100)
+		ok, err = durable.TryLock(f.Fd())
+	}
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("offsets: lock %s: %w", path, err), f.Close())
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/streamd/streamd/internal/durable"
 	"github.com/streamd/streamd/streamfile"
 )
 
@@ -586,5 +588,37 @@ func TestConcurrentSetCommit(t *testing.T) {
 		if p := got[fmt.Sprintf("sub-%d", w)]; !p.samePlace(testPosition((steps - 1) * 10)) {
 			t.Errorf("sub-%d: %+v", w, p)
 		}
+	}
+}
+
+// TestOpenLockedByOrphan: the lock is held through a child of a streamd
+// that has died (killed while the child was between fork and exec), and
+// the lock file names the dead streamd: Open waits for the child to go
+// instead of failing.
+func TestOpenLockedByOrphan(t *testing.T) {
+	dir := t.TempDir()
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, LockName), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := durable.TryLock(f.Fd()); !ok || err != nil {
+		t.Fatalf("lock: %v %v", ok, err)
+	}
+	if _, err := f.WriteString(strconv.Itoa(dead.Process.Pid) + "\n"); err != nil {
+		t.Fatal(err)
+	}
+	child := exec.Command("sleep", "0.3")
+	child.ExtraFiles = []*os.File{f} // shares the locked open file description
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	openStore(t, dir, Options{}) // fails at once without the wait
+	if err := child.Wait(); err != nil {
+		t.Fatal(err)
 	}
 }
