@@ -452,13 +452,20 @@ func TestCrashKill9(t *testing.T) {
 	runs = append(runs, crashRun{pid: p.cmd.Process.Pid, from: resume})
 	var lastLog, lastFrames int
 	quietSince := time.Now()
+	var missing string // what the last look found missing
+	defer func() {
+		if t.Failed() && missing != "" {
+			t.Logf("at the end: %s (%d records)", missing, records)
+		}
+	}()
 	eventually(t, 60*time.Second, "the daemon to deliver everything and go quiet", func() bool {
 		lines, recs := e.deliveries(), scanFrames(e.stream)
 		if len(lines) != lastLog || len(recs) != lastFrames {
 			lastLog, lastFrames, quietSince = len(lines), len(recs), time.Now()
 			return false
 		}
-		return time.Since(quietSince) >= time.Second && crashDone(records, parseDeliveries(t, lines, false), recs)
+		missing = crashMissing(records, parseDeliveries(t, lines, false), recs)
+		return time.Since(quietSince) >= time.Second && missing == ""
 	})
 	if code := p.stop(t); code != 0 {
 		t.Fatalf("exit code %d after the last run", code)
@@ -515,9 +522,11 @@ func TestCrashKill9(t *testing.T) {
 	}
 }
 
-// crashDone reports whether every record p-0 to p-<records-1> was delivered
-// and every retry payload has its dead letter.
-func crashDone(records int, lines []deliveryLine, recs []streamfile.Record) bool {
+// crashMissing returns what is missing before the crash test is done: ""
+// when every record p-0 to p-<records-1> was delivered and every retry
+// payload has its dead letter, or the first record that was not, or has
+// none.
+func crashMissing(records int, lines []deliveryLine, recs []streamfile.Record) string {
 	first := make(map[string]bool)
 	for _, l := range lines {
 		if l.attempt == 1 {
@@ -534,13 +543,13 @@ func crashDone(records int, lines []deliveryLine, recs []streamfile.Record) bool
 	for n := range records {
 		payload := fmt.Sprintf("p-%d", n)
 		if !first[payload] {
-			return false
+			return payload + " was never delivered"
 		}
 		if m := n % 4; (m == crashRetry || m == crashRetryAfter) && !dead[payload] {
-			return false
+			return payload + " has no dead letter"
 		}
 	}
-	return true
+	return ""
 }
 
 // crashAudit is what auditCrash counted.
