@@ -126,6 +126,9 @@ type Follower struct {
 	// readTrouble: the open file cannot be read. It is tried again until
 	// it can.
 	readTrouble ratelog.Trouble
+	// headerTrouble: the open file is not a stream file. A live follower
+	// waits until it is replaced, or rewritten with a header.
+	headerTrouble ratelog.Trouble
 
 	rec Record
 	err error // returned by every later Next: io.EOF after the end of stream, ErrClosed, or a fatal error
@@ -235,15 +238,17 @@ func (fl *Follower) Position() Position {
 //     data ends inside a frame;
 //   - with [StopOnCorrupt], the [*streamfile.ChecksumError] or
 //     [*streamfile.FormatError], wrapped;
-//   - an error for a replacement file that is not a stream file, and, in
-//     replay mode, for a file that cannot be read.
+//   - in replay mode, an error for a file that is not a stream file or
+//     cannot be read.
 //
 // A live follower does not fail on a file it cannot read: an I/O error is
 // logged and the read tried again at the same offset at each wake-up, and
 // a replacement file that cannot be opened (permissions, not a regular
 // file) is counted as [EventReplaced], logged, and tried again likewise
-// while the position stays at the end of the old file. Both are logged at
-// once, then at most every 10 s, and once more when they pass.
+// while the position stays at the end of the old file; a file that is not a
+// stream file (a wrong file copied over the path) is counted as
+// [EventFormat], and waited on until a stream file replaces it. Each is
+// logged at once, then at most every 10 s, and once more when it passes.
 //
 // Every error but ctx.Err() is returned by every later call too.
 func (fl *Follower) Next(ctx context.Context) (*Record, error) {
@@ -256,10 +261,16 @@ func (fl *Follower) Next(ctx context.Context) (*Record, error) {
 				return nil, err
 			}
 			ready, err := fl.prepare()
-			if err != nil {
-				if !fl.retryable(err) {
-					return nil, fl.fail(err)
+			_, badHeader := errors.AsType[*headerError](err)
+			switch {
+			case badHeader && !fl.opts.Replay:
+				if err := fl.notStreamFile(ctx, err); err != nil {
+					return nil, err
 				}
+				continue
+			case err != nil && !fl.retryable(err):
+				return nil, fl.fail(err)
+			case err != nil:
 				if err := fl.readFailed(ctx, err); err != nil {
 					return nil, err
 				}
@@ -267,6 +278,9 @@ func (fl *Follower) Next(ctx context.Context) (*Record, error) {
 			}
 			if fl.readTrouble.Failing() {
 				fl.readTrouble.Passed(fl.log, "stream file can be read again", "offset", fl.pos())
+			}
+			if fl.headerTrouble.Failing() {
+				fl.headerTrouble.Passed(fl.log, "the file at the path is a stream file again")
 			}
 			if !ready {
 				if err := fl.idle(ctx, io.EOF); err != nil {
@@ -393,6 +407,25 @@ func (fl *Follower) retryable(err error) bool {
 	return ok && !fl.opts.Replay
 }
 
+// headerError is a file whose first bytes are not a stream file header.
+type headerError struct{ err error }
+
+func (e *headerError) Error() string { return e.err.Error() }
+func (e *headerError) Unwrap() error { return e.err }
+
+// notStreamFile counts a file that is not a stream file as [EventFormat]
+// when it is first seen, logs it (at once, then at most every 10 s) and
+// waits as at the end of the data: someone may have copied the wrong file
+// over the path, and the follower goes on by itself when it is replaced
+// by a stream file (read from its beginning) or rewritten with a header.
+func (fl *Follower) notStreamFile(ctx context.Context, err error) error {
+	if !fl.headerTrouble.Failing() {
+		fl.obs.Event(EventFormat)
+	}
+	fl.headerTrouble.Failed(fl.log, "the file at the path is not a stream file; waiting for a stream file to replace it", err)
+	return fl.idle(ctx, io.EOF)
+}
+
 // readFailed counts a read error as [EventUnreadable] when it begins, logs
 // it (at once, then at most every 10 s while it lasts) and waits, as at the end of the data, before the read is tried
 // again at the same offset: nothing is skipped, and the follower goes on
@@ -508,7 +541,7 @@ func (fl *Follower) readHeader() (bool, error) {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("tail: %s: %w", fl.path, err)
+		return false, &headerError{fmt.Errorf("tail: %s: %w", fl.path, err)}
 	}
 	fi, err := fl.f.Stat()
 	if err != nil {

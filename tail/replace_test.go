@@ -1,7 +1,9 @@
 package tail
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -405,5 +407,49 @@ func TestReplaceGrace(t *testing.T) {
 	}
 	if err := sameFrames(rest[20:], repl); err != nil {
 		t.Errorf("the new file: %v", err)
+	}
+}
+
+// TestReplaceByNonStreamFile: a file that is not a stream file takes the
+// path (a wrong file copied over it): the follower counts it, waits
+// without failing, and reads the stream file that replaces it in turn
+// from its beginning.
+func TestReplaceByNonStreamFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "r.ss")
+	old := frames("old", 1, 10, 1, 60)
+	repl := frames("new", 1, 5, 1, 20)
+	writeFile(t, path, oldHeader, old)
+	obs := newObserver()
+	fl, err := New(Options{Path: path, PollInterval: 50 * time.Millisecond, Observer: obs, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fl.Close()
+	items, stop := follow(t, fl)
+	defer stop()
+	first := collect(t, items, len(old), 5*time.Second)
+	wrong := filepath.Join(dir, "wrong")
+	if err := errors.Join(os.WriteFile(wrong, bytes.Repeat([]byte("not a stream file\n"), 20), 0o644), os.Rename(wrong, path)); err != nil {
+		t.Fatal(err)
+	}
+	for obs.count(EventFormat) == 0 {
+		select {
+		case it := <-items:
+			t.Fatalf("while the path names a file that is not a stream file: %+v", it)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	next := filepath.Join(dir, "next")
+	writeFile(t, next, newHeader, repl)
+	if err := os.Rename(next, path); err != nil {
+		t.Fatal(err)
+	}
+	rest := collect(t, items, len(repl), 10*time.Second)
+	if err := sameFrames(append(first, rest...), append(old[:len(old):len(old)], repl...)); err != nil {
+		t.Fatal(err)
+	}
+	if n := obs.count(EventFormat); n != 1 {
+		t.Errorf("%d format events, want 1", n)
 	}
 }
