@@ -208,7 +208,7 @@ func appendHeaderLines(b []byte, h envelope.Headers) []byte {
 // spaces only, so that it reads as it is on one line.
 func printable(v []byte) bool {
 	for _, r := range string(v) {
-		if r == utf8.RuneError || (!strconv.IsPrint(r) && r != ' ') {
+		if r == utf8.RuneError || !strconv.IsPrint(r) {
 			return false
 		}
 	}

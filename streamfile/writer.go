@@ -208,33 +208,35 @@ func (w *Writer) writeHeader(h Header) error {
 // the file is shorter than a header, or shorter than what this writer
 // wrote, or has another header. A file shorter than a header gets a new
 // header (the old one's name and interval, the time now) before any frame.
-func (w *Writer) startOver() error {
+// It returns the file's size.
+func (w *Writer) startOver() (int64, error) {
 	size, err := w.size()
 	if err != nil {
-		return err
+		return 0, err
 	}
-	if size >= HeaderSize && size >= w.end {
-		h, err := ReadHeader(w.f)
-		if err != nil {
-			return fmt.Errorf("streamfile: %s: %w", w.f.Name(), err)
-		}
-		if h == w.hdr {
-			return nil
-		}
-		w.log.Warn("stream file has another header than when it was opened (rewritten in place): continuing it as it is now", "file", w.f.Name(), "size", size)
+	if size < HeaderSize {
 		w.forget()
-		w.setHeader(h)
-		return nil
+		h := w.hdr
+		h.CreatedAtMs = uint64(time.Now().UnixMilli())
+		w.log.Warn("stream file is shorter than a header (truncated, as by copytruncate): writing a new header first", "file", w.f.Name(), "size", size)
+		err := w.writeHeader(h)
+		return w.end, err
+	}
+	h, err := ReadHeader(w.f)
+	if err != nil {
+		return 0, fmt.Errorf("streamfile: %s: %w", w.f.Name(), err)
+	}
+	switch {
+	case size < w.end:
+		w.log.Warn("stream file shrank under its writer (truncated, as by copytruncate): continuing it as it is now", "file", w.f.Name(), "size", size)
+	case h != w.hdr:
+		w.log.Warn("stream file has another header than when it was opened (rewritten in place): continuing it as it is now", "file", w.f.Name(), "size", size)
+	default:
+		return size, nil
 	}
 	w.forget()
-	if size >= HeaderSize {
-		w.log.Warn("stream file shrank under its writer (truncated, as by copytruncate): continuing it as it is now", "file", w.f.Name(), "size", size)
-		return w.init(CreateOptions{})
-	}
-	h := w.hdr
-	h.CreatedAtMs = uint64(time.Now().UnixMilli())
-	w.log.Warn("stream file is shorter than a header (truncated, as by copytruncate): writing a new header first", "file", w.f.Name(), "size", size)
-	return w.writeHeader(h)
+	w.setHeader(h)
+	return size, nil
 }
 
 func (w *Writer) setHeader(h Header) {
@@ -298,18 +300,19 @@ func (w *Writer) batch(frames []Frame, assignSeq bool) error {
 				return err
 			}
 		}
-		if err := w.startOver(); err != nil {
+		size, err := w.startOver()
+		if err != nil {
 			return err
 		}
 		if assignSeq {
 			// Before catching up, which may truncate a torn tail: the whole
 			// file is read, and damage anywhere leaves it as it is.
-			if err := w.loadSeqs(); err != nil {
+			if err := w.loadSeqs(size); err != nil {
 				w.seqs = nil
 				return err
 			}
 		}
-		if err := w.catchUp(); err != nil {
+		if err := w.catchUp(size); err != nil {
 			return err
 		}
 		if assignSeq && !w.seeded && len(frames) > 0 {
@@ -391,19 +394,17 @@ func (w *Writer) forget() {
 	w.seeded = false
 }
 
-// catchUp makes w.end the end of the last complete frame in the file, reading
-// what other writers appended, and truncates anything after it.
-func (w *Writer) catchUp() error {
-	size, err := w.size()
-	if err != nil {
-		return err
-	}
+// catchUp makes w.end the end of the last complete frame in the file of the
+// given size, reading what other writers appended, and truncates anything
+// after it.
+func (w *Writer) catchUp(size int64) error {
 	if size == w.end {
 		return nil
 	}
 	start, track := w.end, func(r *Record) { w.track(&r.Frame, r.Checksum) }
 	if start < 0 {
 		// A new writing run: markers describe only what this run writes.
+		var err error
 		if start, err = w.lastFrameStart(size); err != nil {
 			return err
 		}
@@ -530,14 +531,14 @@ func (w *Writer) scan(start, size int64, each func(*Record)) (scanEnd, error) {
 // frame, zeros to the end, a torn frame whose last pages are zeros, or
 // damage.
 func (w *Writer) tail(good, eos, size int64, damage error) (scanEnd, error) {
-	next, after := good, good
+	next := good
 	if eos >= 0 {
 		next = eos
 	}
 	if damage == nil {
 		return scanEnd{next: next}, nil // nothing after it, or a torn frame
 	}
-	z, err := w.zerosFrom(after, size)
+	z, err := w.zerosFrom(good, size)
 	if err != nil {
 		return scanEnd{}, err
 	}
@@ -545,10 +546,10 @@ func (w *Writer) tail(good, eos, size int64, damage error) (scanEnd, error) {
 	// never reached the disk: all of it, or its pages after the first
 	// bytes of a torn frame (which may end in zeros of their own).
 	page := int64(os.Getpagesize())
-	if p := (z + page - 1) / page * page; z == after || p < size && w.tornFrame(after, p) == nil {
+	if p := (z + page - 1) / page * page; z == good || p < size && w.tornFrame(good, p) == nil {
 		return scanEnd{next: next, zeros: true}, nil
 	}
-	return scanEnd{}, w.damage(after, size, damage.Error())
+	return scanEnd{}, w.damage(good, size, damage.Error())
 }
 
 // tornFrame returns nil when the bytes from off to size can be the start
@@ -630,16 +631,12 @@ func (w *Writer) lastFrameStart(size int64) (int64, error) {
 
 // loadSeqs scans the whole file once for the highest sequence of every
 // stream, so that Publish continues them.
-func (w *Writer) loadSeqs() error {
+func (w *Writer) loadSeqs(size int64) error {
 	if w.seqs != nil {
 		return nil
 	}
-	size, err := w.size()
-	if err != nil {
-		return err
-	}
 	w.seqs = make(map[streamShard]seqInfo)
-	_, err = w.scan(HeaderSize, size, func(r *Record) {
+	_, err := w.scan(HeaderSize, size, func(r *Record) {
 		k := streamShard{r.Key, r.Shard}
 		if s, ok := w.seqs[k]; !ok || r.Seq >= s.seq {
 			w.seqs[k] = seqInfo{seq: r.Seq, ts: r.TimestampMs, checksum: r.Checksum}
