@@ -52,10 +52,9 @@ func (d *Daemon) launch(sc conf.Subscription, h handler.Handler, w *waitingSub) 
 	poll := time.Duration(scf.PollInterval)
 	w.due = time.Now().Add(poll)
 	sm := d.metrics.Subscription(sc.Name, sc.Stream)
-	if !w.trouble.Failing() {
+	if w.trouble.Failed(logger, "stream file cannot be read; the subscription waits for it while the others run", err, "retry_every", poll) {
 		sm.ReadErrors[openReason(err)].Inc() // once per spell, as the follower counts an unreadable file
 	}
-	w.trouble.Failed(logger, "stream file cannot be read; the subscription waits for it while the others run", err, "retry_every", poll)
 	sm.SetHealthy(false, fmt.Sprintf("waiting for its stream file, tried again every %s: %v", poll, err))
 	return false
 }

@@ -419,23 +419,22 @@ func (e *headerError) Unwrap() error { return e.err }
 // over the path, and the follower goes on by itself when it is replaced
 // by a stream file (read from its beginning) or rewritten with a header.
 func (fl *Follower) notStreamFile(ctx context.Context, err error) error {
-	if !fl.headerTrouble.Failing() {
+	if fl.headerTrouble.Failed(fl.log, "the file at the path is not a stream file; waiting for a stream file to replace it", err) {
 		fl.obs.Event(EventFormat)
 	}
-	fl.headerTrouble.Failed(fl.log, "the file at the path is not a stream file; waiting for a stream file to replace it", err)
 	return fl.idle(ctx, io.EOF)
 }
 
 // readFailed counts a read error as [EventUnreadable] when it begins, logs
-// it (at once, then at most every 10 s while it lasts) and waits, as at the end of the data, before the read is tried
-// again at the same offset: nothing is skipped, and the follower goes on
-// by itself once the file can be read.
+// it (at once, then at most every 10 s while it lasts) and waits, as at the
+// end of the data, before the read is tried again at the same offset:
+// nothing is skipped, and the follower goes on by itself once the file can
+// be read.
 func (fl *Follower) readFailed(ctx context.Context, err error) error {
-	if !fl.readTrouble.Failing() {
+	if fl.readTrouble.Failed(fl.log, "cannot read the stream file; trying again at the same offset at each notification and poll",
+		err, "offset", fl.pos()) {
 		fl.obs.Event(EventUnreadable)
 	}
-	fl.readTrouble.Failed(fl.log, "cannot read the stream file; trying again at the same offset at each notification and poll",
-		err, "offset", fl.pos())
 	return fl.wait(ctx)
 }
 

@@ -72,23 +72,26 @@ type Trouble struct {
 func (t *Trouble) Failing() bool { return t.failing.Load() }
 
 // Failed records err and logs it with msg unless a line of this trouble was
-// logged less than Every ago.
-func (t *Trouble) Failed(logger *slog.Logger, msg string, err error, attrs ...any) {
+// logged less than Every ago. It reports whether the trouble began with
+// it, for a caller that counts each spell once.
+func (t *Trouble) Failed(logger *slog.Logger, msg string, err error, attrs ...any) (began bool) {
 	t.mu.Lock()
 	now := time.Now()
-	if !t.failing.Load() {
+	began = !t.failing.Load()
+	if began {
 		t.since = now
 	}
 	t.failing.Store(true)
 	ok, suppressed := t.log.Allow(now)
 	t.mu.Unlock()
 	if !ok {
-		return
+		return began
 	}
 	if suppressed > 0 {
 		attrs = append(attrs, "suppressed", suppressed)
 	}
 	logger.Error(msg, append(attrs, "err", err)...)
+	return began
 }
 
 // Passed ends the trouble, logging msg with how long it lasted, if it was
