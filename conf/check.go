@@ -169,9 +169,7 @@ func (l *loader) checkSubscription(p keyPath, s *Subscription, streams, names ma
 	if s.MaxFailedDeliveries < 0 {
 		l.errorf(p.k("max_failed_deliveries"), "must be 1 or more, not %d; leave it out to hold a record until the handler answers", s.MaxFailedDeliveries)
 	}
-	if q := p.k("max_retry_after"); l.has(q) {
-		l.positive(q, s.MaxRetryAfter)
-	}
+	l.positive(p.k("max_retry_after"), s.MaxRetryAfter)
 	l.oneOf(p.k("log_unsupported"), s.LogUnsupported, "first", "every", "off")
 	l.checkHandler(p.k("handler"), &s.Handler, s.Key)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -82,7 +83,7 @@ func TestHoldInPlace(t *testing.T) {
 		if err != nil || o.Kind != handler.OutcomeAck {
 			t.Fatalf("answer = %v, %v; want ack", o.Kind, err)
 		}
-		if want := []time.Duration{0, 500 * time.Millisecond, 2500 * time.Millisecond, 4500 * time.Millisecond}; !equalDurations(e.at, want) {
+		if want := []time.Duration{0, 500 * time.Millisecond, 2500 * time.Millisecond, 4500 * time.Millisecond}; !slices.Equal(e.at, want) {
 			t.Errorf("deliveries at %v, want %v", e.at, want)
 		}
 		if len(e.copies.written()) != 0 {
@@ -118,7 +119,7 @@ func TestHoldRetryAfter(t *testing.T) {
 		if o, err := e.dl.answer(t.Context(), nil, settleDelivery(1, nil, nil), 0, 128); err != nil || o.Kind != handler.OutcomeAck {
 			t.Fatalf("answer = %v, %v; want ack", o.Kind, err)
 		}
-		if want := []time.Duration{0, 2 * time.Second, 2*time.Second + time.Hour}; !equalDurations(e.at, want) {
+		if want := []time.Duration{0, 2 * time.Second, 2*time.Second + time.Hour}; !slices.Equal(e.at, want) {
 			t.Errorf("deliveries at %v, want %v", e.at, want)
 		}
 		checkLogs(t, e.logs.with(msgBounded), []wantLog{{slog.LevelWarn, msgBounded, map[string]string{"asked": "100h0m0s", "max_retry_after": "1h0m0s", "seq": "1"}}})
@@ -191,16 +192,4 @@ func TestHoldStop(t *testing.T) {
 			t.Errorf("a cancelled delivery counted as failed")
 		}
 	})
-}
-
-func equalDurations(a, b []time.Duration) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

@@ -155,6 +155,17 @@ const msgUnsubscribedLine = "stdin line of a key no subscription reads dropped; 
 // to the subscriptions of its key, one line at a time. A line of a key no
 // subscription reads is counted in m and dropped; the first is logged.
 func readLines(ctx, hctx context.Context, in io.Reader, subs []*deliverer, m *metrics.Metrics, logger *slog.Logger) error {
+	// lost returns err when stdout is closed (the stage ends), and
+	// otherwise logs the copy that could not be published as lost.
+	lost := func(s *deliverer, err error) error {
+		if errors.Is(err, pipe.ErrClosed) {
+			return err
+		}
+		if err != nil {
+			logger.Warn("publishing the retry copy failed; message lost", "subscription", s.cfg.Name, "destination", s.settler.retryKey, "err", err)
+		}
+		return nil
+	}
 	failOnInvalid := false
 	for _, s := range subs {
 		failOnInvalid = failOnInvalid || s.cfg.OnInvalid == "fail"
@@ -249,22 +260,12 @@ func readLines(ctx, hctx context.Context, in io.Reader, subs []*deliverer, m *me
 				// answer before the stage stops leaves as a retry copy (the
 				// cap and the dead letter apply), not to be lost.
 				s.logger.Info("the stage stops before the handler answered; the record leaves as a retry copy", "seq", d.Seq)
-				err = s.settler.redeliver(hctx, &d, 0)
-				if errors.Is(err, pipe.ErrClosed) {
-					return err
-				}
-				if err != nil {
-					logger.Warn("publishing the retry copy failed; message lost", "subscription", s.cfg.Name, "destination", s.settler.retryKey, "err", err)
-				}
-				return nil
+				return lost(s, s.settler.redeliver(hctx, &d, 0))
 			case err != nil:
 				return err // a panic
 			}
-			if err := s.settler.settle(hctx, &d, o); err != nil {
-				if errors.Is(err, pipe.ErrClosed) {
-					return pipe.ErrClosed
-				}
-				logger.Warn("publishing the retry copy failed; message lost", "subscription", s.cfg.Name, "destination", s.settler.retryKey, "err", err)
+			if err := lost(s, s.settler.settle(hctx, &d, o)); err != nil {
+				return err
 			}
 		}
 	}

@@ -47,8 +47,7 @@ type subscription struct {
 	// with batches, the reader's is the first.
 	scratch []scratch
 
-	idFile streamfile.Identity // the file idHash is of
-	idHash string
+	idHash string // fileID's, of s.file; "" until computed
 }
 
 // job is one record handed to a worker when concurrency is above 1, or to
@@ -60,7 +59,6 @@ type subscription struct {
 type job struct {
 	d      handler.Delivery
 	ticket offsets.Ticket
-	offset int64
 }
 
 // scratch is the memory a worker makes its deliveries in, reused from one
@@ -95,7 +93,7 @@ func (s *subscription) run(ctx, hctx context.Context) error {
 		for w := range workers {
 			wg.Go(func() {
 				for j := range jobs {
-					if err := s.deliver(ctx, hctx, &j.d, j.ticket, j.offset, w); err != nil {
+					if err := s.deliver(ctx, hctx, &j.d, j.ticket, w); err != nil {
 						errc <- err
 						return
 					}
@@ -141,7 +139,7 @@ func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job, errc <-c
 			if err := s.tracker.Wait(ctx); err != nil {
 				return nil
 			}
-			s.file = rec.File
+			s.file, s.idHash = rec.File, ""
 			s.tracker = offsets.NewTracker(offsets.Mark{Offset: rec.Offset}, s.window())
 		}
 		if rec.IsEOS() {
@@ -173,7 +171,7 @@ func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job, errc <-c
 		if s.inline() {
 			// Delivered and settled before the next read: the record
 			// can stay in the reader's buffer.
-			if err := s.deliver(ctx, hctx, d, ticket, rec.Offset, 0); err != nil {
+			if err := s.deliver(ctx, hctx, d, ticket, 0); err != nil {
 				return err
 			}
 			continue
@@ -190,7 +188,7 @@ func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job, errc <-c
 			d.Headers, d.Payload = d.Headers.Clone(), bytes.Clone(d.Payload)
 		}
 		select {
-		case jobs <- job{*d, ticket, rec.Offset}:
+		case jobs <- job{*d, ticket}:
 		case err := <-errc:
 			return err
 		case <-ctx.Done():
@@ -211,10 +209,10 @@ func (s *subscription) inline() bool {
 // record's offset it identifies the record for good: the same when it is
 // read again after a restart, another for a copy written elsewhere.
 func (s *subscription) fileID() string {
-	if s.idFile != s.file || s.idHash == "" {
+	if s.idHash == "" {
 		sum := sha256.New()
 		fmt.Fprintf(sum, "%d\x00%d\x00%d\x00%s", s.file.Dev, s.file.Ino, s.file.CreatedAtMs, s.file.FileName)
-		s.idFile, s.idHash = s.file, hex.EncodeToString(sum.Sum(nil)[:12])
+		s.idHash = hex.EncodeToString(sum.Sum(nil)[:12])
 	}
 	return s.idHash
 }
@@ -281,21 +279,20 @@ func (s *subscription) fill(d *handler.Delivery, sc *scratch, h envelope.Headers
 	sc.unread = false
 }
 
-// deliver hands the record at offset, d with the record as its Payload,
-// to the handler on worker w until it answers (answer: a failed delivery is
-// held in place), and settles the answer; a foreign copy is passed over,
-// settled at once. A copy that cannot be written is retried with the
+// deliver hands d, with the record as its Payload, to the handler on
+// worker w until it answers (answer: a failed delivery is held in place),
+// and settles the answer; a foreign copy is passed over, settled at once. A copy that cannot be written is retried with the
 // backoff until it is. When the subscription stops (ctx) while the
 // delivery is held, or before a copy could be written, the record stays
 // unsettled, and is read again after a restart. Handlers run with hctx.
-func (s *subscription) deliver(ctx, hctx context.Context, d *handler.Delivery, ticket offsets.Ticket, offset int64, w int) error {
+func (s *subscription) deliver(ctx, hctx context.Context, d *handler.Delivery, ticket offsets.Ticket, w int) error {
 	if !s.open(d, w, s.blind) {
 		s.passOver(ticket)
 		return nil
 	}
 	s.handed[w].Store(monoNow())
 	defer s.handed[w].Store(0)
-	o, err := s.answer(hctx, ctx.Done(), d, w, offset)
+	o, err := s.answer(hctx, ctx.Done(), d, w, d.Offset)
 	switch {
 	case errors.Is(err, errStopped):
 		return nil
