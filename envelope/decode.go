@@ -185,9 +185,10 @@ func (b *builder) name(raw []byte) string {
 	if name, ok := b.names[string(raw)]; ok {
 		return name
 	}
-	name := lowerASCII(string(raw))
+	key := string(raw)
+	name := lowerASCII(key) // key itself when already lowercase
 	if len(b.names) < maxInterned {
-		b.names[string(raw)] = name
+		b.names[key] = name
 	}
 	return name
 }

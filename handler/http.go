@@ -218,13 +218,7 @@ func (h *httpHandler) Close() error {
 
 // Handle POSTs d and maps the response to an outcome.
 func (h *httpHandler) Handle(ctx context.Context, d *Delivery) Outcome {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url, bytes.NewReader(d.Payload))
-	if err != nil {
-		return Failed(FailureOther, fmt.Errorf("http: %w", err))
-	}
-	req.Host = h.host
-	req.Header = h.header(d)
-	resp, o := h.send(ctx, req)
+	resp, o := h.send(ctx, d.Payload, h.header(d))
 	if resp == nil {
 		return o
 	}
@@ -232,10 +226,17 @@ func (h *httpHandler) Handle(ctx context.Context, d *Delivery) Outcome {
 	return h.outcome(resp)
 }
 
-// send sends req and returns its response, to be released, or nil and the
-// outcome of a request that got no response to read: a transport failure,
-// or a 101, whose body is the connection itself, which no timeout bounds.
-func (h *httpHandler) send(ctx context.Context, req *http.Request) (*http.Response, Outcome) {
+// send POSTs body with header and returns the response, to be released,
+// or nil and the outcome of a request that got no response to read: a
+// transport failure, or a 101, whose body is the connection itself, which
+// no timeout bounds.
+func (h *httpHandler) send(ctx context.Context, body []byte, header http.Header) (*http.Response, Outcome) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url, bytes.NewReader(body))
+	if err != nil {
+		return nil, Failed(FailureOther, fmt.Errorf("http: %w", err))
+	}
+	req.Host = h.host
+	req.Header = header
 	resp, err := h.client.Do(req)
 	if err != nil {
 		return nil, h.transportFailure(ctx, err)
@@ -254,13 +255,18 @@ func release(resp *http.Response) {
 	resp.Body.Close()
 }
 
+// newHeader returns a request's header with the configured fields, and
+// room for extra more.
+func (h *httpHandler) newHeader(extra int) http.Header {
+	header := make(http.Header, len(h.fixed)+extra)
+	maps.Copy(header, h.fixed)
+	return header
+}
+
 // header returns the header fields of d's request: the configured ones,
 // the record's headers, Content-Type, and the metadata.
 func (h *httpHandler) header(d *Delivery) http.Header {
-	header := make(http.Header, len(h.fixed)+len(d.Headers)+len(deliveryMeta)+1)
-	for name, values := range h.fixed {
-		header[name] = values
-	}
+	header := h.newHeader(len(d.Headers) + len(deliveryMeta) + 1)
 	putRecordFields(header, d)
 	contentType := h.contentType
 	for _, e := range d.Headers {

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 
 	"github.com/streamd/streamd/streamfile"
 )
@@ -49,20 +48,10 @@ const (
 //	timeout, transport error            failed
 //	ctx ended (shutdown)                failed (cancelled)
 func (h *httpHandler) HandleBatch(ctx context.Context, ds []Delivery, outs []Outcome) {
-	body := batchBody(ds)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url, bytes.NewReader(body))
-	if err != nil {
-		fill(outs, Failed(FailureOther, fmt.Errorf("http: %w", err)))
-		return
-	}
-	req.Host = h.host
-	req.Header = make(http.Header, len(h.fixed)+2)
-	for name, values := range h.fixed {
-		req.Header[name] = values
-	}
-	req.Header["Content-Type"] = []string{httpBatchContentType}
-	req.Header["Streamd-Subscription"] = []string{ds[0].Subscription}
-	resp, o := h.send(ctx, req)
+	header := h.newHeader(2)
+	header["Content-Type"] = []string{httpBatchContentType}
+	header["Streamd-Subscription"] = []string{ds[0].Subscription}
+	resp, o := h.send(ctx, batchBody(ds), header)
 	if resp == nil {
 		fill(outs, o)
 		return
