@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 )
@@ -29,22 +30,10 @@ func TestOriginAcrossDaemons(t *testing.T) {
 	if code := pb.stop(t); code != 0 {
 		t.Fatalf("second daemon: exit %d", code)
 	}
-	if got, want := b.ended(), []string{"audit 1 1 r1", "audit 2 1 r2", "audit 3 1 r3"}; !equalStrings(got, want) {
+	if got, want := b.ended(), []string{"audit 1 1 r1", "audit 2 1 r2", "audit 3 1 r3"}; !slices.Equal(got, want) {
 		t.Errorf("the second daemon handled %q, want each original once", got)
 	}
 	if _, err := os.Stat(filepath.Join(b.dir, "state", "offsets.json")); err != nil {
 		t.Errorf("the second daemon's own state: %v", err)
 	}
-}
-
-func equalStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
