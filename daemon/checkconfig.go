@@ -2,6 +2,8 @@ package daemon
 
 import (
 	"errors"
+	"fmt"
+	"io"
 
 	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/handler"
@@ -69,4 +71,25 @@ func (c ConfigCheck) Run() (ConfigReport, error) {
 		r.Handlers = errors.Join(handler.Check(cfg), metrics.CheckWebConfig(cfg.Metrics.WebConfigFile))
 	}
 	return r, nil
+}
+
+// Print says what r found of the configuration file at path, as `streamd
+// check-config` reports it: on out that it is valid, or on errw why it is
+// invalid or cannot serve here. It reports whether the file serves.
+func (r ConfigReport) Print(out, errw io.Writer, path string) bool {
+	if r.Load != nil {
+		fmt.Fprintf(errw, "streamd: configuration file %s is invalid:\n%s\n", path, conf.Detail(r.Load))
+		return false
+	}
+	if r.Files != nil {
+		fmt.Fprintf(errw, "streamd: configuration file %s is valid, but user %s cannot use its files:\n%v\n", path, r.Account.Name, r.Files)
+	}
+	if r.Handlers != nil {
+		fmt.Fprintf(errw, "streamd: configuration file %s is valid, but it cannot start here:\n%v\n", path, r.Handlers)
+	}
+	if r.Files != nil || r.Handlers != nil {
+		return false
+	}
+	fmt.Fprintf(out, "streamd: configuration file %s is valid\n", path)
+	return true
 }

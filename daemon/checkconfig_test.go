@@ -95,3 +95,38 @@ func hasPrefix(err error, want string) bool {
 	}
 	return strings.HasPrefix(err.Error(), want)
 }
+
+// TestConfigReportPrint: a file that serves is said valid on stdout; a
+// file that does not load is said invalid with its problems, and a valid
+// one that cannot serve here says what stops it, each finding on stderr.
+func TestConfigReportPrint(t *testing.T) {
+	const path = "/etc/streamd/streamd.toml"
+	for _, tc := range []struct {
+		name        string
+		report      ConfigReport
+		serves      bool
+		out, errOut string
+	}{
+		{name: "valid", report: ConfigReport{Account: Account{Name: "streamd"}}, serves: true,
+			out: "streamd: configuration file /etc/streamd/streamd.toml is valid\n"},
+		{name: "invalid", report: ConfigReport{Load: errors.New("streamd.toml:3: subscription[0].key: bad")},
+			errOut: "streamd: configuration file /etc/streamd/streamd.toml is invalid:\nstreamd.toml:3: subscription[0].key: bad\n"},
+		{name: "files", report: ConfigReport{Account: Account{Name: "streamd"}, Files: errors.New(`stream "orders": no access`)},
+			errOut: "streamd: configuration file /etc/streamd/streamd.toml is valid, but user streamd cannot use its files:\nstream \"orders\": no access\n"},
+		{name: "handlers", report: ConfigReport{Handlers: errors.New(`subscription "jobs": no command`)},
+			errOut: "streamd: configuration file /etc/streamd/streamd.toml is valid, but it cannot start here:\nsubscription \"jobs\": no command\n"},
+		{name: "files and handlers", report: ConfigReport{Account: Account{Name: "streamd"}, Files: errors.New("no access"), Handlers: errors.New("no command")},
+			errOut: "streamd: configuration file /etc/streamd/streamd.toml is valid, but user streamd cannot use its files:\nno access\n" +
+				"streamd: configuration file /etc/streamd/streamd.toml is valid, but it cannot start here:\nno command\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errOut strings.Builder
+			if serves := tc.report.Print(&out, &errOut, path); serves != tc.serves {
+				t.Errorf("Print reported %v, want %v", serves, tc.serves)
+			}
+			if out.String() != tc.out || errOut.String() != tc.errOut {
+				t.Errorf("stdout %q, stderr %q; want %q, %q", out.String(), errOut.String(), tc.out, tc.errOut)
+			}
+		})
+	}
+}

@@ -137,6 +137,23 @@ func (d *Daemon) Reload(ctx context.Context, load func() (*conf.Config, error)) 
 	}
 }
 
+// Serve runs the daemon as Run does and, each time a signal arrives on
+// reload (SIGHUP for `streamd run`), reloads it as Reload does with load.
+// The daemon logs and reports the outcome of each reload; Serve returns
+// what Run returned.
+func (d *Daemon) Serve(ctx context.Context, reload <-chan os.Signal, load func() (*conf.Config, error)) error {
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-reload:
+			d.Reload(ctx, load)
+		}
+	}
+}
+
 // Run runs the daemon until ctx ends (a graceful stop, Invariant 7), a
 // handler panics, or every subscription was a replay and has finished.
 func (d *Daemon) Run(ctx context.Context) (err error) {

@@ -2,6 +2,8 @@ package daemon
 
 import (
 	"fmt"
+	"io"
+	"log"
 	"os"
 	"path/filepath"
 	"strings"
@@ -48,6 +50,48 @@ func TestNewLoggerDurations(t *testing.T) {
 			}
 			if got := string(b); !strings.Contains(got, tc.want) || tc.journal && got != tc.want {
 				t.Errorf("format %s wrote %q, want %q in it", tc.format, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestNewProcessLogger: what the standard library logs goes to the new
+// logger as a warning, without the log package's own prefix, so the level
+// filters it; a logger that cannot be made leaves the log package alone.
+func TestNewProcessLogger(t *testing.T) {
+	flags, out := log.Flags(), log.Writer()
+	t.Cleanup(func() {
+		log.SetFlags(flags)
+		log.SetOutput(out)
+	})
+	t.Setenv("JOURNAL_STREAM", "")
+	const warning = `level=WARN msg="http: response on idle connection"`
+	for _, tc := range []struct {
+		level string
+		err   string // NewProcessLogger's error, "" for none
+		want  bool   // the warning is in the log
+	}{
+		{level: "info", want: true},
+		{level: "error"},
+		{level: "loud", err: `log level "loud": use debug, info, warn or error`},
+	} {
+		t.Run(tc.level, func(t *testing.T) {
+			log.SetOutput(io.Discard)
+			f, err := os.Create(filepath.Join(t.TempDir(), "log"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if _, err := NewProcessLogger(f, tc.level, "text"); !hasPrefix(err, tc.err) {
+				t.Fatalf("error %v, want %q", err, tc.err)
+			}
+			log.Print("http: response on idle connection")
+			b, err := os.ReadFile(f.Name())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Contains(string(b), warning); got != tc.want {
+				t.Errorf("log %q has %q: %v, want %v", b, warning, got, tc.want)
 			}
 		})
 	}

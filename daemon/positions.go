@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -120,9 +121,10 @@ func (e *UnknownSubscriptionError) Error() string {
 
 // SetPosition stores where the named subscription resumes: start resolved
 // to a frame boundary of its stream file as it is now. It takes the state
-// directory's lock, so it fails with an [*offsets.LockedError] while a
-// daemon runs; a name that is not configured is an
-// [*UnknownSubscriptionError], found before the lock is taken.
+// directory's lock, so while a daemon runs it refuses with an error that
+// wraps the [*offsets.LockedError] and says how to go on; a name that is
+// not configured is an [*UnknownSubscriptionError], found before the lock
+// is taken.
 func SetPosition(cfg *conf.Config, name string, start tail.Start) (offsets.Position, error) {
 	i := slices.IndexFunc(cfg.Subscriptions, func(sc conf.Subscription) bool { return sc.Name == name })
 	if i < 0 {
@@ -133,6 +135,9 @@ func SetPosition(cfg *conf.Config, name string, start tail.Start) (offsets.Posit
 		return offsets.Position{}, err
 	}
 	store, err := offsets.Open(cfg.StateDir, offsets.Options{})
+	if _, locked := errors.AsType[*offsets.LockedError](err); locked {
+		return offsets.Position{}, fmt.Errorf("refusing while streamd runs: %w\nStop the daemon (systemctl stop streamd), set the position, and start it again", err)
+	}
 	if err != nil {
 		return offsets.Position{}, err
 	}

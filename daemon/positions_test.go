@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,7 +49,8 @@ func TestWritePositions(t *testing.T) {
 
 // TestSetPosition: a position set on a stopped daemon's state directory is
 // resolved to a frame boundary and shown by Positions; an unknown
-// subscription is the caller's mistake, found before anything is read.
+// subscription is the caller's mistake, found before anything is read; a
+// running daemon's lock is refused with how to go on.
 func TestSetPosition(t *testing.T) {
 	dir := t.TempDir()
 	stream := filepath.Join(dir, "orders.ss")
@@ -76,13 +78,32 @@ func TestSetPosition(t *testing.T) {
 		start   tail.Start
 		unknown bool
 		lag     bool // the offset is before the end
+		locked  bool // a daemon holds the lock
 	}{
-		{"end", "billing", end, false, false},
-		{"seq:2", "billing", seq2, false, true},
-		{"unknown", "nope", end, true, false},
+		{"end", "billing", end, false, false, false},
+		{"seq:2", "billing", seq2, false, true, false},
+		{"unknown", "nope", end, true, false, false},
+		{"locked", "billing", end, false, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.locked {
+				store, err := offsets.Open(cfg.StateDir, offsets.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer store.Close()
+			}
 			pos, err := SetPosition(cfg, tc.sub, tc.start)
+			if _, locked := errors.AsType[*offsets.LockedError](err); locked != tc.locked {
+				t.Fatalf("error %v; want a locked state directory: %v", err, tc.locked)
+			}
+			if tc.locked {
+				const before, after = "refusing while streamd runs: ", "\nStop the daemon (systemctl stop streamd), set the position, and start it again"
+				if !strings.HasPrefix(err.Error(), before) || !strings.HasSuffix(err.Error(), after) {
+					t.Errorf("error %q, want %q, the lock, then %q", err, before, after)
+				}
+				return
+			}
 			if _, unknown := errors.AsType[*UnknownSubscriptionError](err); unknown != tc.unknown {
 				t.Fatalf("error %v; want an unknown subscription: %v", err, tc.unknown)
 			}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -68,15 +69,26 @@ const reloadPoll = 20 * time.Millisecond
 // RequestReload asks the daemon that holds the lock of the state directory
 // dir to reload its configuration (SIGHUP), and waits up to timeout for
 // its answer: `streamd reload`, which systemd's ExecReload runs. It returns
-// the daemon's pid and its answer; an error when no daemon holds the lock,
-// or none answered.
-func RequestReload(dir string, timeout time.Duration) (int, ReloadResult, error) {
+// the daemon's answer; an error when no daemon holds the lock, or none
+// answered.
+func RequestReload(dir string, timeout time.Duration) (ReloadResult, error) {
 	pid, err := offsets.LockHolder(dir)
 	if err != nil {
-		return 0, ReloadResult{}, err
+		return ReloadResult{}, err
 	}
-	r, err := signalReload(dir, pid, timeout)
-	return pid, r, err
+	return signalReload(dir, pid, timeout)
+}
+
+// Print says what the daemon answered, as `streamd reload` reports it: on
+// out that it runs the new configuration, or on errw why it refused it. It
+// reports whether the new configuration runs.
+func (r ReloadResult) Print(out, errw io.Writer) bool {
+	if r.Error != "" {
+		fmt.Fprintf(errw, "streamd reload: streamd (pid %d) refused the new configuration; the previous one keeps running:\n%s\n", r.PID, r.Error)
+		return false
+	}
+	fmt.Fprintf(out, "streamd reload: streamd (pid %d) runs the new configuration\n", r.PID)
+	return true
 }
 
 // signalReload sends SIGHUP to the daemon pid and returns its answer: the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"os"
 	"sync"
@@ -53,6 +54,20 @@ func NewLogger(w *os.File, level, format string) (*slog.Logger, error) {
 		return slog.New(systemd.NewJournalHandler(w, opts)), nil
 	}
 	return slog.New(slog.NewTextHandler(w, opts)), nil
+}
+
+// NewProcessLogger returns [NewLogger]'s logger for the process that runs
+// the daemon or a pipe stage, and routes what the standard library logs
+// (net/http: a response on an idle connection) to the same log, as a
+// warning.
+func NewProcessLogger(w *os.File, level, format string) (*slog.Logger, error) {
+	logger, err := NewLogger(w, level, format)
+	if err != nil {
+		return nil, err
+	}
+	log.SetFlags(0)
+	log.SetOutput(slog.NewLogLogger(logger.Handler(), slog.LevelWarn).Writer())
+	return logger, nil
 }
 
 // durationString writes a duration as Go writes it, "20s", in every log

@@ -7,7 +7,6 @@ import (
 	"github.com/alecthomas/kingpin/v2"
 	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/daemon"
-	"github.com/streamd/streamd/offsets"
 	"github.com/streamd/streamd/tail"
 )
 
@@ -44,9 +43,6 @@ func addOffsetsCommands(app *kingpin.Application, actions map[string]action) {
 			return code
 		}
 		pos, err := daemon.SetPosition(cfg, *name, to)
-		if _, locked := errors.AsType[*offsets.LockedError](err); locked {
-			err = fmt.Errorf("refusing while streamd runs: %w\nStop the daemon (systemctl stop streamd), set the position, and start it again", err)
-		}
 		if err != nil {
 			fmt.Fprintf(s.err, "streamd offsets set: %v\n", err)
 			if _, unknown := errors.AsType[*daemon.UnknownSubscriptionError](err); unknown {

@@ -64,14 +64,9 @@ func publish(s stdio, path, key string, headers envelope.Headers, interval uint3
 	log := slog.New(slog.NewTextHandler(s.err, nil))
 	n, err := streamfile.PublishFile(path, s.in, streamfile.LineOptions{Key: key, Headers: headers},
 		streamfile.AppendOptions{Create: true, BeaconInterval: interval, Log: log})
-	var (
-		nk *streamfile.NoKeyError
-		de *streamfile.DamageError
-	)
-	switch {
-	case errors.As(err, &nk):
+	if _, noKey := errors.AsType[*streamfile.NoKeyError](err); noKey {
 		err = fmt.Errorf("%w and --key is not set", err)
-	case errors.As(err, &de):
+	} else if _, damaged := errors.AsType[*streamfile.DamageError](err); damaged {
 		err = fmt.Errorf("%w; `streamd repair %s` does so after saying what it discards", err, path)
 	}
 	if err != nil {

@@ -4,13 +4,14 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
-	"github.com/streamd/streamd/streamfile"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"unicode/utf16"
+
+	"github.com/streamd/streamd/streamfile"
 )
 
 // TestPublishReservedKey: a line or --key naming a key the format reserves

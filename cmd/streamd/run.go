@@ -4,8 +4,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"log"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -46,7 +44,6 @@ type stage struct {
 	configFile
 	level, format *string
 	cfg           *conf.Config
-	logger        *slog.Logger
 	opts          daemon.Options
 }
 
@@ -66,17 +63,12 @@ func (st *stage) load(s stdio) int {
 	if st.cfg, code = st.configFile.load(s); st.cfg == nil {
 		return code
 	}
-	var err error
-	st.logger, err = daemon.NewLogger(os.Stderr, cmp.Or(*st.level, st.cfg.Log.Level), cmp.Or(*st.format, st.cfg.Log.Format))
+	logger, err := daemon.NewProcessLogger(os.Stderr, cmp.Or(*st.level, st.cfg.Log.Level), cmp.Or(*st.format, st.cfg.Log.Format))
 	if err != nil {
 		fmt.Fprintf(s.err, "%s: %v\n", st.name, err)
 		return exitUsage
 	}
-	// What the standard library logs (net/http: a response on an idle
-	// connection) goes to the same log, as a warning.
-	log.SetFlags(0)
-	log.SetOutput(slog.NewLogLogger(st.logger.Handler(), slog.LevelWarn).Writer())
-	st.opts = daemon.Options{Logger: st.logger, Build: metrics.BuildInfo{Version: version.Version, Revision: version.GetRevision(), GoVersion: version.GoVersion}}
+	st.opts = daemon.Options{Logger: logger, Build: metrics.BuildInfo{Version: version.Version, Revision: version.GetRevision(), GoVersion: version.GoVersion}}
 	return exitOK
 }
 
@@ -85,7 +77,7 @@ func (st *stage) exit(err error) int {
 	if err == nil || errors.Is(err, pipe.ErrClosed) {
 		return exitOK
 	}
-	st.logger.Error(st.name+" stopped", "err", err)
+	st.opts.Logger.Error(st.name+" stopped", "err", err)
 	return exitError
 }
 
@@ -106,17 +98,7 @@ func runCommand(app *kingpin.Application) action {
 		}
 		st.opts.Stdout = s.out
 		d := daemon.New(st.cfg, st.opts)
-		done := make(chan error, 1)
-		go func() { done <- d.Run(ctx) }()
-		for {
-			select {
-			case err := <-done:
-				return st.exit(err)
-			case <-hup:
-				// The daemon logs and reports the outcome of the reload.
-				d.Reload(ctx, func() (*conf.Config, error) { return conf.Load(*st.path, st.mode) })
-			}
-		}
+		return st.exit(d.Serve(ctx, hup, func() (*conf.Config, error) { return conf.Load(*st.path, st.mode) }))
 	}
 }
 
@@ -150,16 +132,14 @@ func reloadCommand(app *kingpin.Application) action {
 		if cfg == nil {
 			return code
 		}
-		pid, r, err := daemon.RequestReload(cfg.StateDir, *timeout)
-		switch {
-		case err != nil:
+		r, err := daemon.RequestReload(cfg.StateDir, *timeout)
+		if err != nil {
 			fmt.Fprintf(s.err, "streamd reload: %v\n", err)
 			return exitError
-		case r.Error != "":
-			fmt.Fprintf(s.err, "streamd reload: streamd (pid %d) refused the new configuration; the previous one keeps running:\n%s\n", pid, r.Error)
+		}
+		if !r.Print(s.out, s.err) {
 			return exitError
 		}
-		fmt.Fprintf(s.out, "streamd reload: streamd (pid %d) runs the new configuration\n", pid)
 		return exitOK
 	}
 }
@@ -188,19 +168,8 @@ func checkConfig(c daemon.ConfigCheck, s stdio) int {
 	case r.Load != nil && failureExit(r.Load) == exitUsage:
 		fmt.Fprintf(s.err, "streamd check-config: %v\n", r.Load)
 		return exitUsage
-	case r.Load != nil:
-		fmt.Fprintf(s.err, "streamd: configuration file %s is invalid:\n%s\n", c.Path, conf.Detail(r.Load))
+	case !r.Print(s.out, s.err, c.Path):
 		return exitError
 	}
-	if r.Files != nil {
-		fmt.Fprintf(s.err, "streamd: configuration file %s is valid, but user %s cannot use its files:\n%v\n", c.Path, r.Account.Name, r.Files)
-	}
-	if r.Handlers != nil {
-		fmt.Fprintf(s.err, "streamd: configuration file %s is valid, but it cannot start here:\n%v\n", c.Path, r.Handlers)
-	}
-	if r.Files != nil || r.Handlers != nil {
-		return exitError
-	}
-	fmt.Fprintf(s.out, "streamd: configuration file %s is valid\n", c.Path)
 	return exitOK
 }
