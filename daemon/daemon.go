@@ -140,16 +140,21 @@ func (d *Daemon) Reload(ctx context.Context, load func() (*conf.Config, error)) 
 // Serve runs the daemon as Run does and, each time a signal arrives on
 // reload (SIGHUP for `streamd run`), reloads it as Reload does with load.
 // The daemon logs and reports the outcome of each reload; Serve returns
-// what Run returned.
+// what Run returned, also when Run fails with a reload pending.
 func (d *Daemon) Serve(ctx context.Context, reload <-chan os.Signal, load func() (*conf.Config, error)) error {
+	running, ended := context.WithCancel(ctx)
+	defer ended()
 	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
+	go func() {
+		done <- d.Run(ctx)
+		ended()
+	}()
 	for {
 		select {
 		case err := <-done:
 			return err
 		case <-reload:
-			d.Reload(ctx, load)
+			d.Reload(running, load)
 		}
 	}
 }

@@ -18,18 +18,20 @@ import (
 // TestServe: each signal on the reload channel reloads the running daemon
 // with load, and the daemon logs the outcome, applied or refused; Serve
 // returns what Run returned: nil after a graceful stop, the error of a
-// start that failed.
+// start that failed, even with a reload asked for during that start.
 func TestServe(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		loads   []error // what load returns at each reload, in turn
 		logs    []string
 		failRun bool // the state directory is a file: Run fails at start
+		early   bool // a reload is asked for before Run gets to its main loop
 	}{
 		{name: "no reload"},
 		{name: "reloads", loads: []error{nil, errors.New("bad file"), nil},
 			logs: []string{"configuration reloaded", "reload failed; the previous configuration keeps running", "configuration reloaded"}},
 		{name: "start fails", failRun: true},
+		{name: "reload during a start that fails", failRun: true, early: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newRunEnv(t, runSub("billing", "orders", ""))
@@ -43,9 +45,15 @@ func TestServe(t *testing.T) {
 			d := New(e.load(), Options{Logger: logs.logger(), Handlers: map[string]handler.Handler{"billing": newRecorder(nil)}, Registry: prometheus.NewRegistry()})
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
-			reload := make(chan os.Signal)
+			reload := make(chan os.Signal, 1)
+			if tc.early {
+				reload <- syscall.SIGHUP
+			}
 			loads := tc.loads
 			load := func() (*conf.Config, error) {
+				if len(loads) == 0 {
+					return e.load(), nil
+				}
 				err := loads[0]
 				loads = loads[1:]
 				if err != nil {
