@@ -326,7 +326,7 @@ func (d *Daemon) startSubscription(sc conf.Subscription, h handler.Handler) erro
 		from = offsets.Mark{Offset: p.Offset, Seq: p.LastSeq}
 		sm.Position.Set(float64(p.Offset)) // lag is true from the start, not from the first commit
 	}
-	follower, err := tail.New(opts)
+	ahead, err := followAhead(opts)
 	if err != nil {
 		return fmt.Errorf("stream %q: %w", sc.Stream, err)
 	}
@@ -334,7 +334,7 @@ func (d *Daemon) startSubscription(sc conf.Subscription, h handler.Handler) erro
 		// A first start stores where it starts, so that the lag counts
 		// the records behind it at once, and a stop before the first
 		// record settles resumes there instead of applying start_at again.
-		if pos := follower.Position(); pos.Offset > 0 {
+		if pos := ahead.follower.Position(); pos.Offset > 0 {
 			p := offsets.Position{Stream: st.cfg.Path, File: pos.File, Offset: pos.Offset}
 			if err := d.store.Set(sc.Name, p); err != nil {
 				logger.Error("storing the start position", "err", err)
@@ -347,7 +347,7 @@ func (d *Daemon) startSubscription(sc conf.Subscription, h handler.Handler) erro
 		stream:    st,
 		store:     d.store,
 		batches:   newBatching(sc, h),
-		follower:  follower,
+		ahead:     ahead,
 		scratch:   make([]scratch, max(sc.Concurrency, 1)),
 	}
 	sub.tracker = offsets.NewTracker(from, sub.window())
@@ -642,7 +642,7 @@ func (d *Daemon) wedged(watchdogTimeout time.Duration) string {
 		return fmt.Sprintf("the commit loop has not finished a commit for %s", age.Round(time.Second))
 	}
 	for name, rs := range d.subs {
-		if stall := rs.sub.follower.Stalled(); stall > watchdogTimeout {
+		if stall := rs.sub.ahead.follower.Stalled(); stall > watchdogTimeout {
 			return fmt.Sprintf("subscription %q has been reading its stream file for %s without progress", name, stall.Round(time.Second))
 		}
 		limit := 2 * max(time.Duration(d.cfg.ShutdownTimeout), time.Duration(rs.sub.cfg.Handler.Timeout))

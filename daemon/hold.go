@@ -28,11 +28,12 @@ const holdSummaryEvery = time.Minute
 // subscription's max_failed_deliveries is reached (the record is then
 // settled as a retry), with errStopped when stop is closed or ctx ends,
 // or with the *panicError of a handler that panicked. offset, -1 in a
-// pipe stage, is logged with the first failure.
-func (dl *deliverer) answer(ctx context.Context, stop <-chan struct{}, d *handler.Delivery, w int, offset int64) (handler.Outcome, error) {
+// pipe stage, is logged with the first failure. The first delivery starts
+// at handed, when the record was handed out ([monoNow]).
+func (dl *deliverer) answer(ctx context.Context, stop <-chan struct{}, d *handler.Delivery, w int, offset, handed int64) (handler.Outcome, error) {
 	failures := 0
-	for {
-		o, err := dl.handle(ctx, d, w)
+	for start := handed; ; start = monoNow() {
+		o, err := dl.handle(ctx, d, w, start)
 		if err != nil {
 			return o, err
 		}
@@ -63,7 +64,7 @@ func (dl *deliverer) answerBatch(ctx context.Context, stop <-chan struct{}, bh h
 	pending, pouts := ds, outs // those without an answer yet, and their outcomes
 	var at []int               // where each of pending is in ds; nil while it is ds
 	for {
-		if err := dl.handleBatch(ctx, bh, pending, pouts, w); err != nil {
+		if err := dl.handleBatch(ctx, bh, pending, pouts, w, monoNow()); err != nil {
 			return err
 		}
 		var failed []int // in ds

@@ -251,8 +251,9 @@ func readLines(ctx, hctx context.Context, in io.Reader, subs []*deliverer, m *me
 			}
 			d = handler.Delivery{Subscription: s.cfg.Name, Key: key, Shard: shard, Seq: seq, TimestampMs: uint64(ts.UnixMilli()),
 				Headers: headers, Payload: body, Attempt: envelope.RetryCount(headers) + 1}
-			s.handed[0].Store(monoNow())
-			o, err := s.answer(hctx, ctx.Done(), &d, 0, -1)
+			handed := monoNow()
+			s.handed[0].Store(handed)
+			o, err := s.answer(hctx, ctx.Done(), &d, 0, -1, handed)
 			s.handed[0].Store(0)
 			switch {
 			case errors.Is(err, errStopped):

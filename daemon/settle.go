@@ -108,28 +108,23 @@ func (dl *deliverer) observe() {
 	dl.metrics.OldestUnsettledAge.Set(time.Duration(oldest).Seconds())
 }
 
-// handle runs the handler on worker w, timing it. A panic is the fail-fast
-// policy of settlement.md §5: logged (L7) and counted, the record stays
-// unsettled, and the error (a *panicError) stops the daemon or the pipe
-// stage, which exits non-zero.
-func (dl *deliverer) handle(ctx context.Context, d *handler.Delivery, w int) (o handler.Outcome, err error) {
-	defer dl.timed(w, dl.begin(w), &err)
+// handle runs the handler on worker w from start ([monoNow]), timing it. A
+// panic is the fail-fast policy of settlement.md §5: logged (L7) and
+// counted, the record stays unsettled, and the error (a *panicError) stops
+// the daemon or the pipe stage, which exits non-zero.
+func (dl *deliverer) handle(ctx context.Context, d *handler.Delivery, w int, start int64) (o handler.Outcome, err error) {
+	dl.busy[w].Store(start) // for the watchdog
+	defer dl.timed(w, start, &err)
 	return dl.handler.Handle(ctx, d), nil
 }
 
 // handleBatch is handle for a batch: bh sets the outcome of each of ds in
 // outs. The call is timed, and a panic settled, as handle's.
-func (dl *deliverer) handleBatch(ctx context.Context, bh handler.BatchHandler, ds []handler.Delivery, outs []handler.Outcome, w int) (err error) {
-	defer dl.timed(w, dl.begin(w), &err)
+func (dl *deliverer) handleBatch(ctx context.Context, bh handler.BatchHandler, ds []handler.Delivery, outs []handler.Outcome, w int, start int64) (err error) {
+	dl.busy[w].Store(start)
+	defer dl.timed(w, start, &err)
 	bh.HandleBatch(ctx, ds, outs)
 	return nil
-}
-
-// begin marks worker w busy from now, for the watchdog, and returns now.
-func (dl *deliverer) begin(w int) int64 {
-	start := monoNow()
-	dl.busy[w].Store(start)
-	return start
 }
 
 // timed, deferred by handle and handleBatch, ends the handler call that

@@ -39,9 +39,9 @@ type subscription struct {
 	// subscription sends none.
 	batches *batching
 
-	follower *tail.Follower
-	tracker  *offsets.Tracker
-	file     streamfile.Identity // of the records the tracker holds
+	ahead   *readAhead // its follower, read ahead
+	tracker *offsets.Tracker
+	file    streamfile.Identity // of the records the tracker holds
 
 	// scratch holds, per worker, the memory its deliveries are made in;
 	// with batches, the reader's is the first.
@@ -80,7 +80,8 @@ type scratch struct {
 // that deliveries in flight when reading stops can finish. A nil error means
 // it stopped as asked or finished its replay.
 func (s *subscription) run(ctx, hctx context.Context) error {
-	defer s.follower.Close()
+	s.ahead.start(ctx)
+	defer s.ahead.Close()
 	workers := max(s.cfg.Concurrency, 1)
 	jobs := make(chan job)
 	var wg sync.WaitGroup
@@ -119,7 +120,7 @@ func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job, errc <-c
 	var delivery handler.Delivery
 	lastSeq := s.tracker.Committable().Seq // of the last record of the key handed out
 	for {
-		rec, err := s.follower.Next(ctx)
+		rec, err := s.ahead.Next(ctx)
 		switch {
 		case errors.Is(err, io.EOF):
 			return nil // the replay finished, or the stream ended
@@ -290,9 +291,10 @@ func (s *subscription) deliver(ctx, hctx context.Context, d *handler.Delivery, t
 		s.passOver(ticket)
 		return nil
 	}
-	s.handed[w].Store(monoNow())
+	handed := monoNow()
+	s.handed[w].Store(handed)
 	defer s.handed[w].Store(0)
-	o, err := s.answer(hctx, ctx.Done(), d, w, d.Offset)
+	o, err := s.answer(hctx, ctx.Done(), d, w, d.Offset, handed)
 	switch {
 	case errors.Is(err, errStopped):
 		return nil

@@ -63,6 +63,8 @@ func decode(record []byte) (Headers, []byte, bool) {
 // whether that prefix is rs1: rather than rs2:.
 func prefixRS1(record []byte) (rs1, ok bool) {
 	switch {
+	case len(record) == 0 || record[0] != rs1Prefix[0]:
+		return false, false // most plain records: one byte looked at
 	case bytes.HasPrefix(record, []byte(rs1Prefix)):
 		return true, true
 	case bytes.HasPrefix(record, []byte(rs2Prefix)):

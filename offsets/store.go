@@ -36,12 +36,6 @@ type Position struct {
 	CommittedAt time.Time
 }
 
-// samePlace reports whether p and q resume at the same place, ignoring
-// CommittedAt.
-func (p Position) samePlace(q Position) bool {
-	return p.Stream == q.Stream && p.File == q.File && p.Offset == q.Offset && p.LastSeq == q.LastSeq
-}
-
 // check reports what makes p unfit to be stored under name.
 func (p Position) check(name string) error {
 	switch {
@@ -236,25 +230,44 @@ func (s *Store) Get(name string) (Position, bool) {
 // an empty name, a negative offset or a string that is not valid UTF-8
 // (JSON could not store it as it is).
 func (s *Store) Set(name string, p Position) error {
+	if s.advance(name, p) {
+		return nil
+	}
 	if err := p.check(name); err != nil {
 		return fmt.Errorf("offsets: set: %w", err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.entries[name]
-	if ok && e.pos.samePlace(p) {
-		return nil
-	}
 	if !ok {
 		e = &entry{}
 		s.entries[name] = e
 	}
+	s.update(e, p)
+	return nil
+}
+
+// advance is Set for the common case, a subscription that moves on in the
+// file of its stored position, whose strings were checked when it was set:
+// it reports false, changing nothing, for any other case.
+func (s *Store) advance(name string, p Position) bool {
+	s.mu.Lock()
+	e, ok := s.entries[name]
+	ok = ok && e.pos.Stream == p.Stream && e.pos.File == p.File && p.Offset >= 0
+	if ok && (e.pos.Offset != p.Offset || e.pos.LastSeq != p.LastSeq) {
+		s.update(e, p)
+	}
+	s.mu.Unlock()
+	return ok
+}
+
+// update makes p the position of e, keeping when e was committed.
+func (s *Store) update(e *entry, p Position) {
 	committedAt := e.pos.CommittedAt
 	e.pos = p
 	e.pos.CommittedAt = committedAt
 	s.gen++
 	e.gen = s.gen
-	return nil
 }
 
 // Commit writes the positions to the sidecar, atomically and durably, if

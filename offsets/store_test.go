@@ -622,3 +622,9 @@ func TestOpenLockedByOrphan(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// samePlace reports whether p and q resume at the same place, ignoring
+// CommittedAt.
+func (p Position) samePlace(q Position) bool {
+	return p.Stream == q.Stream && p.File == q.File && p.Offset == q.Offset && p.LastSeq == q.LastSeq
+}

@@ -59,6 +59,10 @@ type Options struct {
 	RotationGrace time.Duration
 	// OnCorrupt says what happens at a corrupt frame.
 	OnCorrupt CorruptPolicy
+	// OnWait, if set, is called on the goroutine calling Next before Next
+	// waits for the file to change: a caller that gathers the records it
+	// reads hands them on there, so that none waits for the next write.
+	OnWait func()
 	// Logger receives the follower's log lines; nil discards them.
 	Logger *slog.Logger
 	// Observer is told what the follower reads and what happens to the
@@ -94,9 +98,8 @@ func openFile(name string) (file, error) { return os.Open(name) }
 
 // testHooks let the tests of this package act at given points.
 type testHooks struct {
-	beforeWait func() // in Next, before it blocks
-	onEvent    func() // in the watch goroutine, before each notification is handled
-	open       func(string) (file, error)
+	onEvent func() // in the watch goroutine, before each notification is handled
+	open    func(string) (file, error)
 }
 
 // Follower reads the records of one stream file as the file grows, and
@@ -132,6 +135,9 @@ type Follower struct {
 
 	rec Record
 	err error // returned by every later Next: io.EOF after the end of stream, ErrClosed, or a fatal error
+	// replayEnd: err is the io.EOF of a replay at the end of the data,
+	// which ReadOn may lift.
+	replayEnd bool
 
 	records   int64 // delivered since the last report to the Observer
 	reportPos int64 // read position at the last report
@@ -351,6 +357,21 @@ func (fl *Follower) Next(ctx context.Context) (*Record, error) {
 	}
 }
 
+// ReadOn lets a replay read on after Next returned io.EOF at the end of the
+// data: the next call reads what was appended since, up to the new end. A
+// caller that reads ahead of its handling calls it once its handling
+// caught up, so that the replay ends where the handling found the end, as
+// it would without reading ahead: a retry copy appended before then is
+// read. It reports false, changing nothing, after any other end or error
+// (an end-of-stream frame, a file that ends inside a frame).
+func (fl *Follower) ReadOn() bool {
+	if !fl.replayEnd || fl.err != io.EOF {
+		return false
+	}
+	fl.replayEnd, fl.err = false, nil
+	return true
+}
+
 // Stalled returns how long the read or stat of the followed file under
 // way has been running, 0 when none is: a read that hangs (a stuck disk or
 // network file system) grows it, which the systemd watchdog must learn.
@@ -480,6 +501,7 @@ func (fl *Follower) idle(ctx context.Context, err error) error {
 			return fl.fail(fmt.Errorf("tail: %s: file of %d bytes ends inside the frame at offset %d: %w", fl.path, fl.size(), fl.pos(), err))
 		}
 		fl.log.Debug("replay finished", "offset", fl.pos())
+		fl.replayEnd = true
 		return fl.fail(io.EOF)
 	}
 	return fl.wait(ctx)

@@ -162,7 +162,7 @@ func TestTornTailEveryCut(t *testing.T) {
 			written := tc.initial
 			waits := 0
 			rng := rand.New(rand.NewPCG(3, 4))
-			hooks := testHooks{beforeWait: func() {
+			onWait := func() {
 				waits++
 				if written == len(full) {
 					return
@@ -176,12 +176,12 @@ func TestTornTailEveryCut(t *testing.T) {
 					panic(err)
 				}
 				written += n
-			}}
+			}
 			start, err := ParseStart(tc.start)
 			if err != nil {
 				t.Fatal(err)
 			}
-			fl, err := newFollower(Options{Path: path, Start: start, PollInterval: time.Hour, Logger: testLogger(t)}, hooks)
+			fl, err := New(Options{Path: path, Start: start, PollInterval: time.Hour, Logger: testLogger(t), OnWait: onWait})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -564,5 +564,50 @@ func TestSkipFormatErrorLive(t *testing.T) {
 		if obs.count(EventFormat) != 1 || obs.count(EventTruncated) != 0 {
 			t.Fatalf("damage at %d, cut at %d: observer: %v", tc.damage, tc.cut, obs)
 		}
+	}
+}
+
+// TestReadOn: after a replay's io.EOF at the end of the data, ReadOn lets
+// Next read what was appended since, and ends again at the new end; after
+// an end-of-stream frame it refuses.
+func TestReadOn(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "r.ss")
+	writeFile(t, path, streamfile.Header{FileName: "r.ss", CreatedAtMs: 1, BeaconInterval: 1024}, frames("k", 1, 3, 1, 40))
+	fl, err := New(Options{Path: path, Replay: true, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fl.Close()
+	read := func(want int) {
+		t.Helper()
+		for i := range want {
+			if _, err := fl.Next(t.Context()); err != nil {
+				t.Fatalf("record %d of %d: %v", i+1, want, err)
+			}
+		}
+		if _, err := fl.Next(t.Context()); !errors.Is(err, io.EOF) {
+			t.Fatalf("after %d records: %v, want io.EOF", want, err)
+		}
+	}
+	read(3)
+	if _, err := fl.Next(t.Context()); !errors.Is(err, io.EOF) {
+		t.Fatalf("a replay's end without ReadOn: %v, want io.EOF again", err)
+	}
+	appendFrames(t, path, frames("k", 4, 2, 4, 40))
+	if !fl.ReadOn() {
+		t.Fatal("ReadOn refused at a replay's end")
+	}
+	read(2)
+	if !fl.ReadOn() {
+		t.Fatal("ReadOn refused at a replay's end with nothing appended")
+	}
+	read(0)
+	appendFrames(t, path, []streamfile.Frame{{Key: "k", Seq: 6, TimestampMs: 6, Payload: []byte("x")}, {Key: streamfile.EOSKey, TimestampMs: 7, Payload: []byte(streamfile.EOSPayload)}})
+	if !fl.ReadOn() {
+		t.Fatal("ReadOn refused at a replay's end")
+	}
+	read(2) // the record and the end-of-stream frame
+	if fl.ReadOn() {
+		t.Fatal("ReadOn lifted the end of stream")
 	}
 }

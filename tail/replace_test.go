@@ -105,7 +105,7 @@ func TestReplaceLive(t *testing.T) {
 				appendFrames(t, path, old[50:])
 			}
 			var armed bool
-			hooks := testHooks{beforeWait: func() {
+			onWait := func() {
 				if !armed {
 					return
 				}
@@ -114,9 +114,9 @@ func TestReplaceLive(t *testing.T) {
 					appendFrames(t, path, old[50:])
 				}
 				rp.do(t, path, newHeader, repl[:35])
-			}}
+			}
 			obs := newObserver()
-			fl, err := newFollower(Options{Path: path, PollInterval: time.Hour, Observer: obs, Logger: testLogger(t)}, hooks)
+			fl, err := New(Options{Path: path, PollInterval: time.Hour, Observer: obs, Logger: testLogger(t), OnWait: onWait})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -109,8 +109,8 @@ func (fl *Follower) ensureWatch() bool {
 // looks at the file and the path.
 func (fl *Follower) wait(ctx context.Context) error {
 	fl.report()
-	if fl.hooks.beforeWait != nil {
-		fl.hooks.beforeWait()
+	if fl.opts.OnWait != nil {
+		fl.opts.OnWait()
 	}
 	if fl.ensureWatch() {
 		return fl.check(false)

@@ -1,0 +1,207 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+
+	"github.com/streamd/streamd/streamfile"
+	"github.com/streamd/streamd/tail"
+)
+
+// Read-ahead bounds: a batch holds at most aheadRecords records and, but
+// for a single larger payload, aheadBytes of payload; aheadBatches batches
+// exist per subscription (one filled, one waiting, one handled).
+const (
+	aheadRecords = 1024
+	aheadBytes   = 256 << 10
+	aheadBatches = 3
+)
+
+// readAhead reads a follower's records on a goroutine of its own, ahead of
+// the subscription that handles them: reading and checking the frames (a
+// checksum per payload) runs on one core while the handling runs on
+// another. Records travel in batches, their payloads copied into the
+// batch's memory, which is used again once the batch was handled. A batch
+// goes when it is full, when the follower is about to wait for the file
+// to change, and at the follower's end or error, so that a record read is
+// handed on at once when the file is quiet.
+type readAhead struct {
+	follower *tail.Follower
+	full     chan *aheadBatch // to the subscription, in file order
+	free     chan *aheadBatch // back to the reader
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+
+	// The reader's side: its context, and the batch it fills (nil once it
+	// stopped).
+	readCtx context.Context
+	filling *aheadBatch
+
+	// readOn is how the subscription asks the reader to read on after
+	// the end of a replay's data.
+	readOn chan struct{}
+
+	// The subscription's side: the batch it reads, and where; the records
+	// it took since the reader last found the end.
+	cur   *aheadBatch
+	next  int
+	rec   tail.Record
+	since int
+}
+
+// aheadBatch is records of one file, in file order, then the follower's
+// error if it ended there.
+type aheadBatch struct {
+	file    streamfile.Identity
+	records []streamfile.Record
+	payload []byte // the records' payloads
+	err     error
+}
+
+// followAhead opens a follower with opts, to be read ahead once started.
+func followAhead(opts tail.Options) (*readAhead, error) {
+	ra := &readAhead{
+		full:   make(chan *aheadBatch, aheadBatches),
+		free:   make(chan *aheadBatch, aheadBatches),
+		readOn: make(chan struct{}, 1),
+	}
+	for range aheadBatches {
+		ra.free <- &aheadBatch{records: make([]streamfile.Record, 0, aheadRecords), payload: make([]byte, 0, aheadBytes)}
+	}
+	opts.OnWait = ra.flush
+	var err error
+	ra.follower, err = tail.New(opts)
+	return ra, err
+}
+
+// start starts reading the follower, until ctx ends or Close is called.
+func (ra *readAhead) start(ctx context.Context) {
+	ra.readCtx, ra.cancel = context.WithCancel(ctx)
+	ra.filling = <-ra.free
+	ra.wg.Go(ra.read)
+}
+
+// read is the reader's loop.
+func (ra *readAhead) read() {
+	ctx, fl := ra.readCtx, ra.follower
+	for {
+		rec, err := fl.Next(ctx)
+		if ra.filling == nil {
+			return // stopped while handing on a batch
+		}
+		if err != nil {
+			ra.filling.err = err
+			ra.full <- ra.filling // room: every batch not on ra.free fits
+			ra.filling = nil
+			if !errors.Is(err, io.EOF) {
+				return
+			}
+			// Perhaps a replay's end: read on if the subscription, its
+			// handling caught up, asks to (Next).
+			select {
+			case <-ra.readOn:
+			case <-ctx.Done():
+				return
+			}
+			fl.ReadOn() // or Next ends again
+			select {
+			case ra.filling = <-ra.free:
+			case <-ctx.Done():
+				return
+			}
+			continue
+		}
+		b := ra.filling
+		if len(b.records) > 0 && (b.file != rec.File || len(b.records) == cap(b.records) ||
+			len(b.payload)+len(rec.Payload) > cap(b.payload)) {
+			if !ra.handOn() {
+				return
+			}
+			b = ra.filling
+		}
+		b.file = rec.File
+		r := *rec.Record
+		if n := len(r.Payload); len(b.payload)+n > cap(b.payload) {
+			b.payload = make([]byte, 0, n) // a payload larger than a batch's memory
+		}
+		start := len(b.payload)
+		b.payload = append(b.payload, r.Payload...)
+		r.Payload = b.payload[start:len(b.payload):len(b.payload)]
+		b.records = append(b.records, r)
+	}
+}
+
+// flush hands on the batch being filled, if it holds records: the
+// follower's OnWait, called before it waits for the file to change.
+func (ra *readAhead) flush() {
+	if ra.filling != nil && len(ra.filling.records) > 0 {
+		ra.handOn()
+	}
+}
+
+// handOn hands on the batch being filled and takes an empty one; false
+// when the reader was stopped first.
+func (ra *readAhead) handOn() bool {
+	ra.full <- ra.filling // room: every batch not on ra.free fits
+	select {
+	case ra.filling = <-ra.free:
+		return true
+	case <-ra.readCtx.Done():
+		ra.filling = nil
+		return false
+	}
+}
+
+// Next returns the next record, as [tail.Follower.Next] does: it is valid
+// until the next call, and the follower's error ends the records. Once ctx
+// ended it returns ctx's error, even with records read ahead: they are
+// read again after a restart.
+func (ra *readAhead) Next(ctx context.Context) (*tail.Record, error) {
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	default:
+	}
+	for ra.cur == nil || ra.next == len(ra.cur.records) {
+		if b := ra.cur; b != nil {
+			readOn := errors.Is(b.err, io.EOF) && ra.since > 0
+			if b.err != nil && !readOn {
+				return nil, b.err
+			}
+			if readOn {
+				// The end of a replay's data as the reader found it: the
+				// records handled since may have appended copies, which
+				// the replay reads as it would have without reading ahead
+				// (tail.Follower.ReadOn). Another end with nothing read
+				// since is the end.
+				ra.since = 0
+				ra.readOn <- struct{}{}
+			}
+			b.records, b.payload, b.err = b.records[:0], b.payload[:0], nil
+			if cap(b.payload) > aheadBytes {
+				b.payload = make([]byte, 0, aheadBytes)
+			}
+			ra.free <- b
+			ra.cur = nil
+		}
+		select {
+		case ra.cur = <-ra.full:
+			ra.next = 0
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	ra.rec.Record, ra.rec.File = &ra.cur.records[ra.next], ra.cur.file
+	ra.next++
+	ra.since++
+	return &ra.rec, nil
+}
+
+// Close stops the reader, waits for it, and closes the follower.
+func (ra *readAhead) Close() {
+	ra.cancel()
+	ra.wg.Wait()
+	ra.follower.Close()
+}
