@@ -81,9 +81,9 @@ func (s *subscription) window() int {
 
 // runBatches starts, in wg, the goroutines of a subscription that sends
 // batches: one gathers the records the reader hands out on jobs into
-// batches, and the workers deliver them; a worker that fails sends its
-// error on errc and stops, and gathering stops with it.
-func (s *subscription) runBatches(ctx, hctx context.Context, wg *sync.WaitGroup, jobs <-chan job, errc chan<- error, workers int) {
+// batches, and the workers deliver them; a worker that fails gives its
+// error to failRun and stops, and gathering stops with it.
+func (s *subscription) runBatches(ctx, hctx context.Context, wg *sync.WaitGroup, jobs <-chan job, failRun func(error), workers int) {
 	batches := make(chan *batch)
 	failed := make(chan struct{})
 	fail := sync.OnceFunc(func() { close(failed) })
@@ -92,7 +92,7 @@ func (s *subscription) runBatches(ctx, hctx context.Context, wg *sync.WaitGroup,
 		wg.Go(func() {
 			for b := range batches {
 				if err := s.deliverBatch(ctx, hctx, b, w); err != nil {
-					errc <- err
+					failRun(err)
 					fail()
 					return
 				}

@@ -681,6 +681,30 @@ func TestRunItem51PanicFailsFast(t *testing.T) {
 	}
 }
 
+// TestRunPanicOnQuietFile: a panic stops the daemon at once whatever the
+// subscription's concurrency, also when the panicking record is the last
+// one of a file that stays quiet (no later record wakes the reader).
+func TestRunPanicOnQuietFile(t *testing.T) {
+	t.Parallel()
+	for _, extra := range []string{"", "concurrency = 4"} {
+		t.Run(strings.ReplaceAll(extra, " ", ""), func(t *testing.T) {
+			t.Parallel()
+			e := newRunEnv(t, runSub("billing", "orders", extra))
+			e.put("orders", nil, "first", "boom")
+			h := newRecorder(func(_ context.Context, d *handler.Delivery) handler.Outcome {
+				if string(d.Payload) == "boom" {
+					panic("handler exploded")
+				}
+				return ack
+			})
+			r := e.start(map[string]handler.Handler{"billing": h})
+			if err := r.wait(); err == nil || !strings.Contains(err.Error(), "handler exploded") {
+				t.Fatalf("Run returned %v, want the panic", err)
+			}
+		})
+	}
+}
+
 // TestRunItem34ConcurrentElementsSettleAlone: batch(n) exists only in the
 // Rust API; streamd's counterpart is concurrency = n. With 4 and 10 queued
 // records, at most 4 handlers run at once (and 4 do), each record settles

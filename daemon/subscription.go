@@ -85,24 +85,32 @@ func (s *subscription) run(ctx, hctx context.Context) error {
 	workers := max(s.cfg.Concurrency, 1)
 	jobs := make(chan job)
 	var wg sync.WaitGroup
+	// A worker that fails (a handler panic) stops the reading at once,
+	// also while the reader waits for a quiet file to grow.
+	readCtx, stopReading := context.WithCancel(ctx)
+	defer stopReading()
 	errc := make(chan error, workers)
+	fail := func(err error) {
+		errc <- err
+		stopReading()
+	}
 	switch {
 	case s.batches != nil:
 		jobs = make(chan job, s.batches.maxRecords)
-		s.runBatches(ctx, hctx, &wg, jobs, errc, workers)
+		s.runBatches(ctx, hctx, &wg, jobs, fail, workers)
 	case workers > 1:
 		for w := range workers {
 			wg.Go(func() {
 				for j := range jobs {
 					if err := s.deliver(ctx, hctx, &j.d, j.ticket, w); err != nil {
-						errc <- err
+						fail(err)
 						return
 					}
 				}
 			})
 		}
 	}
-	err := s.read(ctx, hctx, jobs, errc)
+	err := s.read(readCtx, hctx, jobs)
 	close(jobs)
 	wg.Wait()
 	if err == nil {
@@ -115,8 +123,8 @@ func (s *subscription) run(ctx, hctx context.Context) error {
 }
 
 // read is the reader loop: records in file order, each begun in the tracker
-// before it is handed out.
-func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job, errc <-chan error) error {
+// before it is handed out. It returns nil when ctx ends.
+func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job) error {
 	var delivery handler.Delivery
 	lastSeq := s.tracker.Committable().Seq // of the last record of the key handed out
 	for {
@@ -128,11 +136,6 @@ func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job, errc <-c
 			return nil
 		case err != nil:
 			return err // the log and /healthz name the subscription
-		}
-		select {
-		case err := <-errc:
-			return err
-		default:
 		}
 		if rec.File != s.file {
 			// Another file: its offsets start over, so settle everything of
@@ -190,8 +193,6 @@ func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job, errc <-c
 		}
 		select {
 		case jobs <- job{*d, ticket}:
-		case err := <-errc:
-			return err
 		case <-ctx.Done():
 			return nil
 		}
