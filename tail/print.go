@@ -11,28 +11,41 @@ import (
 )
 
 // Print writes the messages of the file at path to out in format p as a
-// [Follower] delivers them, each written out as soon as it is read,
-// until the end of stream or until ctx ends (both nil). A file's header
-// line comes before its messages, again after another file took the path;
-// beacons are not printed. Damage stops it (StopOnCorrupt) after its error
-// line, with the error. A failure to open the file is returned as it is, a
-// failure to write as a [*streamfile.WriteError].
+// [Follower] delivers them, until the end of stream or until ctx ends
+// (both nil). What was read is written out before the follower waits for
+// the file to grow: at once on a quiet file, in large writes while it
+// catches up. A file's header line comes before its messages, again after
+// another file took the path; beacons are not printed. Damage stops it
+// (StopOnCorrupt) after its error line, with the error. A failure to open
+// the file is returned as it is, a failure to write as a
+// [*streamfile.WriteError].
 func Print(ctx context.Context, out io.Writer, path string, p streamfile.Format, logger *slog.Logger) error {
-	fl, err := New(Options{Path: path, OnCorrupt: StopOnCorrupt, Logger: logger})
+	w := bufio.NewWriterSize(out, 64<<10)
+	var werr error // the first failure to write
+	write := func(b []byte) {
+		if werr == nil {
+			_, werr = w.Write(b)
+		}
+	}
+	flush := func() {
+		if werr == nil {
+			werr = w.Flush()
+		}
+	}
+	fl, err := New(Options{Path: path, OnCorrupt: StopOnCorrupt, Logger: logger, OnWait: flush})
 	if err != nil {
 		return err
 	}
 	defer fl.Close()
-	w := bufio.NewWriterSize(out, 64<<10)
 	file := fl.Position().File
 	var line []byte
 	if h := fl.Header(); h.BeaconInterval != 0 {
 		line = p.AppendHeader(line, &h)
 	}
 	for {
-		w.Write(line)
-		if err := w.Flush(); err != nil {
-			return &streamfile.WriteError{Err: err}
+		write(line)
+		if werr != nil {
+			return &streamfile.WriteError{Err: werr}
 		}
 		line = line[:0]
 		r, err := fl.Next(ctx)
@@ -45,12 +58,14 @@ func Print(ctx context.Context, out io.Writer, path string, p streamfile.Format,
 			line = p.AppendRecord(line, r.Record)
 			continue
 		case errors.Is(err, io.EOF), errors.Is(err, context.Canceled):
-			return nil
+			err = nil
+		default:
+			// A follower waits at a torn tail: err is damage or a failure.
+			write(p.AppendError(line, err, 0, 0))
 		}
-		// A follower waits at a torn tail: err is damage or a failure.
-		w.Write(p.AppendError(line, err, 0, 0))
-		if ferr := w.Flush(); ferr != nil {
-			return errors.Join(err, &streamfile.WriteError{Err: ferr})
+		flush()
+		if werr != nil {
+			return errors.Join(err, &streamfile.WriteError{Err: werr})
 		}
 		return err
 	}

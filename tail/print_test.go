@@ -60,3 +60,35 @@ func TestPrintMissingFile(t *testing.T) {
 		t.Errorf("Print of a missing file: %v, want fs.ErrNotExist", err)
 	}
 }
+
+// countingWriter counts the writes made to it.
+type countingWriter struct {
+	lockedBuffer
+	writes int
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	c.writes++
+	c.mu.Unlock()
+	return c.lockedBuffer.Write(p)
+}
+
+// TestPrintCatchingUp: the records a follower reads without waiting leave
+// together, not in a write each; the last of them before it waits too.
+func TestPrintCatchingUp(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.ss")
+	writeFile(t, path, streamfile.Header{FileName: "c.ss", CreatedAtMs: 1, BeaconInterval: 1024}, frames("k", 1, 2000, 1, 10))
+	ctx, cancel := context.WithCancel(context.Background())
+	out := &countingWriter{}
+	done := make(chan error, 1)
+	go func() { done <- Print(ctx, out, path, streamfile.FormatLog, testLogger(t)) }()
+	waitFor(t, 5*time.Second, "2000 messages", func() bool { return strings.Count(out.String(), " | k | ") == 2000 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if out.writes > 20 {
+		t.Errorf("2000 messages in %d writes, want a few large ones", out.writes)
+	}
+}
