@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -189,7 +190,7 @@ func readLines(ctx, hctx context.Context, in io.Reader, subs []*deliverer, m *me
 				return
 			}
 			select {
-			case lines <- line:
+			case lines <- bytes.Clone(line):
 			case <-stop:
 				return
 			}

@@ -23,10 +23,12 @@ var ErrClosed = errors.New("stdout was closed by the next stage")
 // cannot carry one (settlement.md §8.2).
 var ErrEmpty = errors.New("stdio drops empty lines; an empty message cannot be transmitted")
 
-// Reader reads the lines of a stage's input.
+// Reader reads the lines of stdio input: a pipe stage's, and what
+// `streamd publish` appends.
 type Reader struct {
 	r    *bufio.Reader
 	long []byte
+	n    int // lines returned
 	done bool
 }
 
@@ -35,16 +37,16 @@ func NewReader(in io.Reader) *Reader {
 	return &Reader{r: bufio.NewReaderSize(in, 64<<10)}
 }
 
-// Next returns the next line without its '\n', in a buffer of its own (the
-// caller may keep it). A last line without '\n' is a line; the end of the
-// input is io.EOF. A line longer than [MaxLineBytes] is an error.
+// Next returns the next line without its '\n', valid until the next call.
+// A last line without '\n' is a line; the end of the input is io.EOF. A
+// line longer than [MaxLineBytes] is an error that names it by its number.
 func (r *Reader) Next() ([]byte, error) {
 	for !r.done {
 		chunk, err := r.r.ReadSlice('\n')
 		switch {
 		case errors.Is(err, bufio.ErrBufferFull):
 			if len(r.long)+len(chunk) > MaxLineBytes {
-				return nil, fmt.Errorf("stdin line longer than %d bytes", MaxLineBytes)
+				return nil, r.tooLong()
 			}
 			r.long = append(r.long, chunk...)
 			continue
@@ -60,14 +62,23 @@ func (r *Reader) Next() ([]byte, error) {
 		}
 		line = bytes.TrimSuffix(line, []byte("\n"))
 		if len(line) > MaxLineBytes {
-			return nil, fmt.Errorf("stdin line longer than %d bytes", MaxLineBytes)
+			return nil, r.tooLong()
 		}
 		if len(line) > 0 || err == nil {
-			return bytes.Clone(line), nil
+			r.n++
+			return line, nil
 		}
 	}
 	return nil, io.EOF
 }
+
+func (r *Reader) tooLong() error {
+	return fmt.Errorf("stdin line %d is longer than %d bytes", r.n+1, MaxLineBytes)
+}
+
+// Buffered reports whether input is at hand: the next call of Next may
+// return without waiting for the input to have more.
+func (r *Reader) Buffered() bool { return r.r.Buffered() > 0 }
 
 // Writer prints records on a stage's output as the upstream stdio producer
 // does ([Producer]), one whole line per write, safe for concurrent use.

@@ -52,9 +52,12 @@ func TestReader(t *testing.T) {
 }
 
 func TestReaderLineTooLong(t *testing.T) {
-	r := NewReader(strings.NewReader(strings.Repeat("x", MaxLineBytes+1) + "\n"))
-	if _, err := r.Next(); err == nil || !strings.Contains(err.Error(), "longer than") {
-		t.Fatalf("got %v, want a line-too-long error", err)
+	r := NewReader(strings.NewReader("a\n" + strings.Repeat("x", MaxLineBytes+1) + "\n"))
+	if _, err := r.Next(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Next(); err == nil || err.Error() != "stdin line 2 is longer than 16777216 bytes" {
+		t.Fatalf("got %v, want line 2's line-too-long error", err)
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/streamd/streamd/pipe"
 )
 
 // publishedPayloads returns "seq payload" for every frame of the file at
@@ -161,6 +163,22 @@ func TestPublishLines(t *testing.T) {
 	n, err = PublishLines(strings.NewReader("x\n"), LineOptions{Key: "k"}, func([]Frame) error { return failed })
 	if n != 0 || !errors.Is(err, failed) {
 		t.Fatalf("PublishLines = %d, %v; want the error of publish", n, err)
+	}
+	// Lines as long as a pipe stage takes, and no longer.
+	long := strings.Repeat("x", 1<<20)
+	var got []int
+	n, err = PublishLines(strings.NewReader("a\n"+long+"\nb\n"), LineOptions{Key: "k"}, func(b []Frame) error {
+		for _, f := range b {
+			got = append(got, len(f.Payload))
+		}
+		return nil
+	})
+	if n != 3 || err != nil || fmt.Sprint(got) != fmt.Sprint([]int{1, len(long), 1}) {
+		t.Fatalf("PublishLines of a 1 MiB line = %d, %v; payload sizes %v", n, err, got)
+	}
+	n, err = PublishLines(strings.NewReader("a\n"+strings.Repeat("x", pipe.MaxLineBytes+1)+"\n"), LineOptions{Key: "k"}, func([]Frame) error { return nil })
+	if want := fmt.Sprintf("stdin line 2 is longer than %d bytes", pipe.MaxLineBytes); n != 0 || err == nil || err.Error() != want {
+		t.Fatalf("PublishLines of a line over the limit = %d, %v; want %q", n, err, want)
 	}
 }
 

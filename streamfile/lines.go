@@ -1,8 +1,6 @@
 package streamfile
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -16,7 +14,6 @@ import (
 const (
 	lineBatchFrames = 1024
 	lineBatchBytes  = 1 << 20
-	maxLineLen      = 256 << 10
 )
 
 // LineOptions say how [PublishLines] makes records of lines.
@@ -39,29 +36,26 @@ type LineOptions struct {
 // before it in its batch are not handed out. It returns the number of
 // records publish took.
 func PublishLines(r io.Reader, o LineOptions, publish func([]Frame) error) (published int, err error) {
-	br := bufio.NewReaderSize(r, maxLineLen)
+	lines := pipe.NewReader(r)
 	var (
 		batch []Frame
 		size  int
-		arena []byte // the batch's payloads: a line aliases the reader's buffer
+		arena []byte // the batch's payloads: a line is valid until the next
 	)
 	for lineNo := 1; ; lineNo++ {
-		line, rerr := br.ReadSlice('\n')
-		if errors.Is(rerr, bufio.ErrBufferFull) {
-			return published, fmt.Errorf("stdin line %d is longer than %d bytes", lineNo, br.Size())
-		}
+		line, rerr := lines.Next()
 		if rerr != nil && !errors.Is(rerr, io.EOF) {
-			return published, fmt.Errorf("read stdin: %w", rerr)
+			return published, rerr
 		}
-		if len(line) > 0 {
-			f, err := lineFrame(bytes.TrimSuffix(line, []byte("\n")), lineNo, &o, &arena)
+		if rerr == nil {
+			f, err := lineFrame(line, lineNo, &o, &arena)
 			if err != nil {
 				return published, err
 			}
 			batch = append(batch, f)
 			size += len(f.Payload)
 		}
-		if len(batch) > 0 && (rerr != nil || br.Buffered() == 0 || len(batch) >= lineBatchFrames || size >= lineBatchBytes) {
+		if len(batch) > 0 && (rerr != nil || !lines.Buffered() || len(batch) >= lineBatchFrames || size >= lineBatchBytes) {
 			if err := publish(batch); err != nil {
 				return published, err
 			}
