@@ -16,8 +16,8 @@ import (
 )
 
 // Account is the user whose access to the stream files and the state
-// directory a check judges: the daemon's own ([CurrentAccount]) or the
-// service user `streamd check-config --user` names ([LookupAccount]).
+// directory a check judges: the daemon's own (currentAccount) or the
+// service user `streamd check-config --user` names (lookupAccount).
 // Access is judged from the permission bits, as the kernel does without
 // ACLs; root may do anything.
 type Account struct {
@@ -26,9 +26,9 @@ type Account struct {
 	GIDs []int // the primary group and the supplementary ones
 }
 
-// CurrentAccount returns the account of this process: its effective user
+// currentAccount returns the account of this process: its effective user
 // and groups.
-func CurrentAccount() Account {
+func currentAccount() Account {
 	uid := os.Geteuid()
 	name := strconv.Itoa(uid)
 	if u, err := user.LookupId(name); err == nil {
@@ -38,9 +38,9 @@ func CurrentAccount() Account {
 	return Account{Name: name, UID: uid, GIDs: append(gids, os.Getegid())}
 }
 
-// LookupAccount returns the account of the named user with the groups it
+// lookupAccount returns the account of the named user with the groups it
 // gets at login (systemd's SupplementaryGroups= of a unit come on top).
-func LookupAccount(name string) (Account, error) {
+func lookupAccount(name string) (Account, error) {
 	u, err := user.Lookup(name)
 	if err != nil {
 		return Account{}, fmt.Errorf("user %q: %w", name, err)
@@ -120,11 +120,11 @@ func (a Account) searchable(dir string) error {
 	}
 }
 
-// CheckFiles checks, writing nothing, what `streamd run` checks at start
+// checkFiles checks, writing nothing, what `streamd run` checks at start
 // before it uses the files of cfg: the state directory and each stream
 // file, as a may use them. `streamd check-config` and the daemon call it
 // alike, so both give the same message for each problem.
-func CheckFiles(cfg *conf.Config, a Account) error {
+func checkFiles(cfg *conf.Config, a Account) error {
 	errs := []error{checkStateDir(cfg.StateDir, a)}
 	for _, s := range cfg.Streams {
 		errs = append(errs, checkStream(s, a))

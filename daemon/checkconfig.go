@@ -20,7 +20,7 @@ type ConfigCheck struct {
 	// Mode is the command the file is for.
 	Mode conf.Mode
 	// Files checks the state directory and each stream file as run opens
-	// them ([CheckFiles]); the pipe stage has neither, so it applies to
+	// them (checkFiles); the pipe stage has neither, so it applies to
 	// ModeRun only.
 	Files bool
 	// Handlers builds each handler as start does ([handler.Check]) and
@@ -52,10 +52,10 @@ type ConfigReport struct {
 // machine, found before anything else is checked.
 func (c ConfigCheck) Run() (ConfigReport, error) {
 	var r ConfigReport
-	r.Account = CurrentAccount()
+	r.Account = currentAccount()
 	if c.User != "" {
 		var err error
-		if r.Account, err = LookupAccount(c.User); err != nil {
+		if r.Account, err = lookupAccount(c.User); err != nil {
 			return r, err
 		}
 	}
@@ -65,7 +65,7 @@ func (c ConfigCheck) Run() (ConfigReport, error) {
 		return r, nil
 	}
 	if c.Files && c.Mode == conf.ModeRun {
-		r.Files = CheckFiles(cfg, r.Account)
+		r.Files = checkFiles(cfg, r.Account)
 	}
 	if c.Handlers {
 		r.Handlers = errors.Join(handler.Check(cfg), metrics.CheckWebConfig(cfg.Metrics.WebConfigFile))

@@ -37,7 +37,7 @@ handler = { kind = "exec", command = ["/nonexistent/run-job"] }
 	stage := write("pipe.toml", "[[subscription]]\nname = \"jobs\"\nkey = \"jobs\"\nout_retry = \"jobs.retry\"\nhandler.kind = \"discard\"\n")
 	invalid := write("invalid.toml", "[[subscription]]\nname = \"jobs\"\nkey = \"a b\"\nout_retry = \"jobs.retry\"\nhandler.kind = \"discard\"\n")
 	missing := filepath.Join(dir, "none.toml")
-	me := CurrentAccount().Name
+	me := currentAccount().Name
 	for _, tc := range []struct {
 		name                  string
 		check                 ConfigCheck

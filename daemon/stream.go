@@ -40,7 +40,7 @@ type stream struct {
 }
 
 // self is the account of this process, which checkStream judges.
-var self = sync.OnceValue(CurrentAccount)
+var self = sync.OnceValue(currentAccount)
 
 // openStream opens (and, with create, makes) the stream file. A file of at
 // most 128 bytes gets the reference runtime's priming record, so that files
