@@ -26,7 +26,9 @@ const (
 // batch's memory, which is used again once the batch was handled. A batch
 // goes when it is full, when the follower is about to wait for the file
 // to change, and at the follower's end or error, so that a record read is
-// handed on at once when the file is quiet.
+// handed on at once when the file is quiet. (A read that hangs, on a stuck
+// disk, holds back the records read before it in the batch; the watchdog
+// learns of the stall from the follower.)
 type readAhead struct {
 	follower *tail.Follower
 	full     chan *aheadBatch // to the subscription, in file order
@@ -44,7 +46,8 @@ type readAhead struct {
 	readOn chan struct{}
 
 	// The subscription's side: the batch it reads, and where; the records
-	// it took since the reader last found the end.
+	// it took since it last asked the reader to read on (or since the
+	// start).
 	cur   *aheadBatch
 	next  int
 	rec   tail.Record
@@ -179,6 +182,7 @@ func (ra *readAhead) Next(ctx context.Context) (*tail.Record, error) {
 				ra.since = 0
 				ra.readOn <- struct{}{}
 			}
+			clear(b.records) // no payload larger than a batch stays reachable
 			b.records, b.payload, b.err = b.records[:0], b.payload[:0], nil
 			if cap(b.payload) > aheadBytes {
 				b.payload = make([]byte, 0, aheadBytes)
@@ -199,9 +203,12 @@ func (ra *readAhead) Next(ctx context.Context) (*tail.Record, error) {
 	return &ra.rec, nil
 }
 
-// Close stops the reader, waits for it, and closes the follower.
+// Close stops the reader, if it was started, waits for it, and closes the
+// follower.
 func (ra *readAhead) Close() {
-	ra.cancel()
-	ra.wg.Wait()
+	if ra.cancel != nil {
+		ra.cancel()
+		ra.wg.Wait()
+	}
 	ra.follower.Close()
 }

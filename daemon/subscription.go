@@ -51,8 +51,8 @@ type subscription struct {
 }
 
 // job is one record handed to a worker when concurrency is above 1, or to
-// the gatherer of batches. It owns its delivery's memory: the reader's
-// buffer the record was read into is used again for the next record. For
+// the gatherer of batches. It owns its delivery's memory: the memory the
+// record was read into is used again once the next records are read. For
 // a worker, the delivery's Payload is the record, which the worker opens
 // (deliver); for the gatherer, the delivery is opened, with headers and
 // payload of its own.
@@ -174,7 +174,7 @@ func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job) error {
 		}
 		if s.inline() {
 			// Delivered and settled before the next read: the record
-			// can stay in the reader's buffer.
+			// can stay where it was read.
 			if err := s.deliver(ctx, hctx, d, ticket, 0); err != nil {
 				return err
 			}

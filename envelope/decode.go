@@ -63,7 +63,7 @@ func decode(record []byte) (Headers, []byte, bool) {
 // whether that prefix is rs1: rather than rs2:.
 func prefixRS1(record []byte) (rs1, ok bool) {
 	switch {
-	case len(record) == 0 || record[0] != rs1Prefix[0]:
+	case len(record) == 0 || record[0] != rs1Prefix[0]: // rs2Prefix's too (TestPrefixesShareFirstByte)
 		return false, false // most plain records: one byte looked at
 	case bytes.HasPrefix(record, []byte(rs1Prefix)):
 		return true, true

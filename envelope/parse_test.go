@@ -194,3 +194,11 @@ func BenchmarkParse(b *testing.B) {
 		})
 	}
 }
+
+// TestPrefixesShareFirstByte: prefixRS1 tells most plain records from an
+// envelope by their first byte alone, which both prefixes share.
+func TestPrefixesShareFirstByte(t *testing.T) {
+	if rs1Prefix[0] != rs2Prefix[0] {
+		t.Fatalf("prefixes %q and %q start differently: prefixRS1's first test must look at both", rs1Prefix, rs2Prefix)
+	}
+}

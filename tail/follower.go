@@ -60,8 +60,11 @@ type Options struct {
 	// OnCorrupt says what happens at a corrupt frame.
 	OnCorrupt CorruptPolicy
 	// OnWait, if set, is called on the goroutine calling Next before Next
-	// waits for the file to change: a caller that gathers the records it
-	// reads hands them on there, so that none waits for the next write.
+	// waits for the file to change (or, after a failed read or on a file
+	// that is not a stream file, before it tries again): a caller that
+	// gathers the records it reads hands them on there, so that none waits
+	// for the next write. It must not call the Follower; while it runs,
+	// Next's ctx is not watched.
 	OnWait func()
 	// Logger receives the follower's log lines; nil discards them.
 	Logger *slog.Logger
@@ -138,6 +141,9 @@ type Follower struct {
 	// replayEnd: err is the io.EOF of a replay at the end of the data,
 	// which ReadOn may lift.
 	replayEnd bool
+	// replayRecheckAt is where a replay last found the data ending inside
+	// a frame, and read it again once writers let go of the file.
+	replayRecheckAt int64
 
 	records   int64 // delivered since the last report to the Observer
 	reportPos int64 // read position at the last report
@@ -256,7 +262,8 @@ func (fl *Follower) Position() Position {
 // [EventFormat], and waited on until a stream file replaces it. Each is
 // logged at once, then at most every 10 s, and once more when it passes.
 //
-// Every error but ctx.Err() is returned by every later call too.
+// Every error but ctx.Err() is returned by every later call too, but for
+// the io.EOF of a replay's end, which [Follower.ReadOn] may lift.
 func (fl *Follower) Next(ctx context.Context) (*Record, error) {
 	if fl.err != nil {
 		return nil, fl.err
@@ -497,6 +504,15 @@ func (fl *Follower) idle(ctx context.Context, err error) error {
 		return fl.switchFile(err)
 	}
 	if fl.opts.Replay {
+		if at := fl.pos(); errors.Is(err, streamfile.ErrTruncated) && fl.replayRecheckAt != at {
+			// A writer may be in the middle of appending the frame (the
+			// replay's own copies, while it reads ahead): read it again
+			// once no writer holds the file's lock.
+			fl.replayRecheckAt = at
+			if _, ok := fl.sizeUnderLock(); ok {
+				return nil
+			}
+		}
 		if errors.Is(err, streamfile.ErrTruncated) {
 			return fl.fail(fmt.Errorf("tail: %s: file of %d bytes ends inside the frame at offset %d: %w", fl.path, fl.size(), fl.pos(), err))
 		}

@@ -132,24 +132,35 @@ func (fl *Follower) checkInPlace(size int64) bool {
 // size loses none of its copies. The lock is not held while reading, so no
 // writer waits on a subscription's handler.
 func (fl *Follower) grewUnderLock() bool {
+	size, ok := fl.sizeUnderLock()
+	if !ok || size <= fl.replace.drainSize {
+		return false
+	}
+	fl.replace.drainSize = size
+	return true
+}
+
+// sizeUnderLock returns the size of the open file as a shared flock finds
+// it: once no writer holds its exclusive lock, so not in the middle of an
+// append. It reports false when the file cannot be locked or looked at.
+func (fl *Follower) sizeUnderLock() (int64, bool) {
 	var inner any = fl.f
 	if t, ok := fl.f.(timedFile); ok {
 		inner = t.file
 	}
 	f, ok := inner.(interface{ Fd() uintptr })
 	if !ok {
-		return false
+		return 0, false
 	}
 	if durable.Lock(f.Fd(), durable.Shared) != nil {
-		return false
+		return 0, false
 	}
 	fi, err := fl.f.Stat()
 	durable.Unlock(f.Fd())
-	if err != nil || fi.Size() <= fl.replace.drainSize {
-		return false
+	if err != nil {
+		return 0, false
 	}
-	fl.replace.drainSize = fi.Size()
-	return true
+	return fi.Size(), true
 }
 
 // switchFile opens the file that now has the path, after the old one was
