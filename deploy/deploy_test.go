@@ -1,6 +1,3 @@
-// Package deploy_test checks the files operators deploy next to streamd:
-// the Prometheus alert rules (deploy/prometheus) and the Grafana dashboard
-// (deploy/grafana).
 package deploy_test
 
 import (
