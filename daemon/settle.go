@@ -213,7 +213,7 @@ func newSettler(sc conf.Subscription, t transport, copies copyWriter, m *metrics
 	return &settler{
 		name: sc.Name, maxAttempts: maxAttempts, deadLetter: sc.DeadLetter, retryKey: retryKey,
 		backoff: backoff, maxRetryAfter: time.Duration(cmp.Or(sc.MaxRetryAfter, conf.DefaultMaxRetryAfter)), transport: t, copies: copies, metrics: m, logger: logger, now: time.Now,
-		unsupported: newUnsupportedLog(sc.LogUnsupported, logger, monoNow),
+		unsupported: newUnsupportedLog(sc.LogUnsupported, logger),
 	}
 }
 
@@ -384,17 +384,22 @@ const msgUnsupportedSummary = "settlements stream files keep no record of, since
 type unsupportedLog struct {
 	mode   string // log_unsupported
 	logger *slog.Logger
-	now    func() int64 // nanoseconds on a monotonic clock
 
-	seen     [numOps]atomic.Bool
-	pending  [numOps]atomic.Int64 // counted since the last summary
-	lastSum  atomic.Int64         // now() at the last summary
+	seen    [numOps]atomic.Bool
+	pending [numOps]atomic.Int64 // counted since the last summary
+	// due is set by timer once the interval since the last summary has
+	// passed: the next report logs the summary and sets timer again. A
+	// report reads no clock.
+	due      atomic.Bool
+	timer    *time.Timer
 	interval time.Duration
 }
 
-func newUnsupportedLog(mode string, logger *slog.Logger, now func() int64) *unsupportedLog {
-	u := &unsupportedLog{mode: mode, logger: logger, now: now, interval: time.Minute}
-	u.lastSum.Store(now())
+func newUnsupportedLog(mode string, logger *slog.Logger) *unsupportedLog {
+	u := &unsupportedLog{mode: mode, logger: logger, interval: time.Minute}
+	if mode != "every" && mode != "off" {
+		u.timer = time.AfterFunc(u.interval, func() { u.due.Store(true) })
+	}
 	return u
 }
 
@@ -416,9 +421,9 @@ func (u *unsupportedLog) report(op int, d *handler.Delivery) {
 		return
 	}
 	u.pending[op].Add(1)
-	now := u.now()
-	if last := u.lastSum.Load(); time.Duration(now-last) >= u.interval && u.lastSum.CompareAndSwap(last, now) {
+	if u.due.Load() && u.due.CompareAndSwap(true, false) {
 		u.summary()
+		u.timer.Reset(u.interval)
 	}
 }
 

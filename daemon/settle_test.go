@@ -649,6 +649,7 @@ func TestSettleUnsupportedSummary(t *testing.T) {
 		checkLogs(t, e.logs.all(), []wantLog{l6, first("ack"), first("drop")})
 
 		time.Sleep(time.Second)
+		synctest.Wait()  // the minute's timer has fired
 		settle(retry, 1) // at the cap without a dead letter: a reject
 		settle(retry, 1)
 		want := []wantLog{l6, first("ack"), first("drop"), {slog.LevelWarn, msgL3, nil}, first("reject"),
@@ -664,6 +665,7 @@ func TestSettleUnsupportedSummary(t *testing.T) {
 		settle(ack, 5)
 		checkLogs(t, e.logs.all(), want)
 		time.Sleep(30 * time.Second)
+		synctest.Wait()
 		settle(ack, 1)
 		checkLogs(t, e.logs.all(), append(want, summary(map[string]string{"ack": "6"})))
 		checkMetrics(t, e.m, map[string]float64{"ack": 107, "drop": 3, "retry": 2, "rejects": 2,
