@@ -219,14 +219,14 @@ func (s *subscription) fileID() string {
 	return s.idHash
 }
 
-// foreign reports whether a record is a retry copy made by another
-// subscription, of this daemon or of another one reading the same file: a
-// copy that carries an origin is for that origin only, which handles it
-// again; every other subscription passes over it. Subscription names must
-// therefore be unique among the daemons that read one file.
-func (s *subscription) foreign(h envelope.Headers) bool {
-	origin, ok := h.Get(OriginHeader)
-	return ok && string(origin) != s.cfg.Name
+// foreign reports whether a record whose origin header is origin (when it
+// carries one) is a retry copy made by another subscription, of this
+// daemon or of another one reading the same file: a copy that carries an
+// origin is for that origin only, which handles it again; every other
+// subscription passes over it. Subscription names must therefore be unique
+// among the daemons that read one file.
+func (s *subscription) foreign(origin []byte, carried bool) bool {
+	return carried && string(origin) != s.cfg.Name
 }
 
 // wanted reports whether rec is for this subscription's handler.
@@ -245,15 +245,14 @@ func (s *subscription) open(d *handler.Delivery, w int, blind bool) bool {
 	sc := &s.scratch[w]
 	sc.record, sc.unread = d.Payload, blind
 	if blind {
-		h, ok := sc.env.Peek(sc.record)
-		if ok && s.foreign(h) && sc.env.Check() {
+		if s.foreign(sc.env.PeekHeader(sc.record, OriginHeader)) && sc.env.Check() {
 			return false
 		}
 		d.Headers, d.Payload, d.Attempt = nil, nil, 0
 		return true
 	}
 	h, enveloped := sc.env.Parse(sc.record)
-	if s.foreign(h) {
+	if s.foreign(h.Get(OriginHeader)) {
 		return false
 	}
 	s.fill(d, sc, h, enveloped)

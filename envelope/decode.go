@@ -93,35 +93,51 @@ func blockEnd(head []byte, n int) (int, bool) {
 // when an rs2 block is malformed.
 func (b *builder) parse(rs1 bool, block []byte) bool {
 	if rs1 {
-		b.parseRS1(block)
+		walkRS1(b.utf8(block), func(name, value []byte) {
+			b.set(bytes.TrimSpace(name), trimValue(value))
+		})
 		return true
 	}
-	return b.parseRS2(block)
+	return walkRS2(block, b.set)
 }
 
-// parseRS1 parses an rs1 block: UTF-8 text, invalid bytes replaced, one
-// header per line that contains ':'. It never fails.
-func (b *builder) parseRS1(block []byte) {
-	if !utf8.Valid(block) {
-		b.lossy = appendLossy(b.lossy[:0], block)
-		block = b.lossy
+// utf8 returns an rs1 block as UTF-8 text: itself, or a copy in b's memory
+// with its invalid bytes replaced.
+func (b *builder) utf8(block []byte) []byte {
+	if utf8.Valid(block) {
+		return block
 	}
+	b.lossy = appendLossy(b.lossy[:0], block)
+	return b.lossy
+}
+
+// walkRS1 calls fn with each header line of an rs1 block (UTF-8 text, one
+// header per line that contains ':'), in order, cut at its first ':' and
+// untrimmed: the header's name is bytes.TrimSpace of the first part, its
+// value trimValue of the second. It never fails.
+func walkRS1(block []byte, fn func(name, value []byte)) {
 	for len(block) > 0 {
 		var line []byte
 		line, block, _ = bytes.Cut(block, []byte{'\n'})
 		line = bytes.TrimSuffix(line, []byte{'\r'})
-		name, value, ok := bytes.Cut(line, []byte{':'})
-		if !ok {
-			continue
+		if name, value, ok := bytes.Cut(line, []byte{':'}); ok {
+			fn(name, value)
 		}
-		value = bytes.TrimSpace(value)
-		b.set(bytes.TrimSpace(name), value[:len(value):len(value)])
 	}
 }
 
-// parseRS2 parses an rs2 block of length-prefixed names and values,
-// reporting false for a truncated field or a name that is not UTF-8.
-func (b *builder) parseRS2(block []byte) bool {
+// trimValue returns an rs1 header's value as its line holds it: trimmed,
+// and with no room to grow into the block after it.
+func trimValue(v []byte) []byte {
+	v = bytes.TrimSpace(v)
+	return v[:len(v):len(v)]
+}
+
+// walkRS2 calls fn with the name and value of each header of an rs2 block
+// of length-prefixed names and values, in order, reporting false for a
+// truncated field or a name that is not UTF-8 (fn has then been called for
+// the headers before it).
+func walkRS2(block []byte, fn func(name, value []byte)) bool {
 	for len(block) > 0 {
 		name, rest, ok := cutField(block)
 		if !ok || !utf8.Valid(name) {
@@ -131,7 +147,7 @@ func (b *builder) parseRS2(block []byte) bool {
 		if !ok {
 			return false
 		}
-		b.set(name, value)
+		fn(name, value)
 		block = rest
 	}
 	return true

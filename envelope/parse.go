@@ -1,6 +1,7 @@
 package envelope
 
 import (
+	"bytes"
 	"encoding/binary"
 	"slices"
 )
@@ -13,7 +14,8 @@ import (
 // a record whose payload nobody reads costs a check of its text and the
 // decoding of its headers. [Parser.Peek] and [Parser.Check] split Parse in
 // two, for a reader that needs to know whether the record is an envelope
-// only for some headers.
+// only for some headers; [Parser.PeekHeader] is Peek for a reader that
+// needs one header, and costs less.
 //
 // What a Parser returns is valid until its next Parse or Peek: the header
 // values and the payload are in its memory, which the next record
@@ -63,14 +65,81 @@ func (p *Parser) Parse(record []byte) (Headers, bool) {
 // needs to know whether the record is an envelope only when it carries
 // some header.
 func (p *Parser) Peek(record []byte) (Headers, bool) {
-	p.text, p.valid = nil, false
-	rs1, ok := prefixRS1(record)
+	text, rs1, block, ok := p.block(record)
 	if !ok {
 		return nil, false
 	}
-	text := record[len(rs1Prefix):]
+	if p.b.names == nil {
+		p.b.names = make(map[string]string)
+	}
+	p.b.reset()
+	if !p.b.parse(rs1, block) {
+		return nil, false
+	}
+	p.text = text
+	return p.b.h, true
+}
+
+// PeekHeader is Peek for a reader that needs one header: it returns the
+// value of the header name that Peek's headers would hold, without making
+// them. It reports false when record is certainly plain, or carries no
+// such header; then as after Peek, whether it is an envelope is
+// [Parser.Check]'s to say.
+func (p *Parser) PeekHeader(record []byte, name string) (value []byte, found bool) {
+	text, rs1, block, ok := p.block(record)
+	if !ok {
+		return nil, false
+	}
+	name = lowerASCII(name)
+	if rs1 {
+		walkRS1(p.b.utf8(block), func(n, v []byte) {
+			// A name shorter than the one sought is none of its spellings.
+			if len(n) >= len(name) && lowerEqual(bytes.TrimSpace(n), name) {
+				value, found = trimValue(v), true // the last one, as Headers.Set keeps
+			}
+		})
+	} else if !walkRS2(block, func(n, v []byte) {
+		if lowerEqual(n, name) {
+			value, found = v, true
+		}
+	}) {
+		return nil, false
+	}
+	p.text = text
+	return value, found
+}
+
+// lowerEqual reports whether raw, lowercased as header names are
+// ([lowerASCII]), is name.
+func lowerEqual(raw []byte, name string) bool {
+	if len(raw) != len(name) {
+		return false
+	}
+	for i, c := range raw {
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != name[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// block decodes the header block at the front of record into p's memory
+// and returns it, with the record's base64 text and whether it is rs1:
+// false when record is certainly plain (its prefix, its length or its
+// block length say so). Peek and PeekHeader keep the text, for Check and
+// Payload, once they have read the block.
+func (p *Parser) block(record []byte) (text []byte, rs1 bool, block []byte, ok bool) {
+	p.text, p.valid = nil, false
+	rs1, ok = prefixRS1(record)
+	if !ok {
+		return nil, false, nil, false
+	}
+	text = record[len(rs1Prefix):]
 	if len(text)%4 != 0 {
-		return nil, false // padding is required: whole quanta only
+		return nil, false, nil, false // padding is required: whole quanta only
 	}
 	pad := 0
 	for pad < 2 && pad < len(text) && text[len(text)-1-pad] == '=' {
@@ -78,25 +147,18 @@ func (p *Parser) Peek(record []byte) (Headers, bool) {
 	}
 	n := len(text)/4*3 - pad
 	if n < 4 {
-		return nil, false
+		return nil, false, nil, false
 	}
 	// The block length is in the first 4 of the 6 bytes the first 8
 	// characters decode to; then decode the quanta that hold the block.
 	p.head = appendQuanta(p.head[:0], text[:8])
 	end, ok := blockEnd(p.head, n)
 	if !ok {
-		return nil, false
+		return nil, false, nil, false
 	}
 	p.head = appendQuanta(p.head, text[8:quantaLen(end)]) // end is 4 or more
-	if p.b.names == nil {
-		p.b.names = make(map[string]string)
-	}
-	p.b.reset()
-	if !p.b.parse(rs1, p.head[4:end:end]) {
-		return nil, false
-	}
-	p.text, p.n, p.pad, p.start = text, n, pad, end
-	return p.b.h, true
+	p.n, p.pad, p.start = n, pad, end
+	return text, rs1, p.head[4:end:end], true
 }
 
 // Check reports whether the record last peeked is an envelope, deciding

@@ -29,6 +29,24 @@ func checkParse(t testing.TB, p *Parser, record []byte) {
 	case !bytes.Equal(record, original):
 		t.Fatalf("Parse(%q) modified its input", original)
 	}
+	// PeekHeader finds what Peek's headers hold, and leaves Check to
+	// decide as Parse does.
+	names := []string{"x-a", "X-A", "x", "x-streamd-origin", "missing"}
+	for _, e := range wantH {
+		names = append(names, e.Name, strings.ToUpper(e.Name))
+	}
+	for _, name := range names {
+		ph, peeked := p.Peek(record)
+		want, wantFound := ph.Get(name)
+		want = bytes.Clone(want)
+		v, found := p.PeekHeader(record, name)
+		if found != (peeked && wantFound) || !bytes.Equal(v, want) {
+			t.Fatalf("PeekHeader(%q, %q) = %q, %v; Peek's headers %s hold %q, %v", record, name, v, found, fmtHeaders(ph), want, peeked && wantFound)
+		}
+		if p.Check() == plain || (!plain && !bytes.Equal(p.Payload(), wantP)) {
+			t.Fatalf("after PeekHeader(%q, %q), Check says envelope %v; Decode gives %s, %q", record, name, !plain, fmtHeaders(wantH), wantP)
+		}
+	}
 }
 
 // parseWarmUp is a record a Parser parses before the one under test, so
@@ -48,6 +66,7 @@ func FuzzParse(f *testing.F) {
 	for _, s := range []string{
 		frame(rs1Prefix, []byte("garbage\nX-A :  1 \nx-a: 2\n"), []byte("p")),
 		frame(rs1Prefix, []byte("x-\xff: caf\xc3\r\n"), nil),
+		frame(rs1Prefix, []byte("X-Streamd-Origin: billing\n"), []byte("p")),
 		frame(rs2Prefix, rs2Block("X-A", "1", "x-b", "\x00\xff", "x-a", "2"), []byte("p")),
 		frame(rs2Prefix, rs2Block("x-a", "1")[:5], []byte("p")),
 		frameLen(rs1Prefix, 100, []byte("x: 1\n"), nil),
