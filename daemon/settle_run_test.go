@@ -681,19 +681,30 @@ func TestRunItem51PanicFailsFast(t *testing.T) {
 	}
 }
 
-// TestRunPanicOnQuietFile: a panic stops the daemon at once whatever the
-// subscription's concurrency, also when the panicking record is the last
-// one of a file that stays quiet (no later record wakes the reader).
-func TestRunPanicOnQuietFile(t *testing.T) {
+// TestRunPanicStopsAtOnce: a panic stops the daemon at once whatever the
+// subscription's concurrency: also when the panicking record is the last
+// one of a file that stays quiet (no later record wakes the reader), and
+// while another worker holds a delivery that keeps failing.
+func TestRunPanicStopsAtOnce(t *testing.T) {
 	t.Parallel()
-	for _, extra := range []string{"", "concurrency = 4"} {
-		t.Run(strings.ReplaceAll(extra, " ", ""), func(t *testing.T) {
+	for _, tc := range []struct {
+		name, extra string
+		records     []string
+	}{
+		{"quiet file", "", []string{"first", "boom"}},
+		{"quiet file, concurrency 4", "concurrency = 4", []string{"first", "boom"}},
+		{"another delivery held, concurrency 2", "concurrency = 2\nbackoff = [\"10ms\"]", []string{"stuck", "boom"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			e := newRunEnv(t, runSub("billing", "orders", extra))
-			e.put("orders", nil, "first", "boom")
+			e := newRunEnv(t, runSub("billing", "orders", tc.extra))
+			e.put("orders", nil, tc.records...)
 			h := newRecorder(func(_ context.Context, d *handler.Delivery) handler.Outcome {
-				if string(d.Payload) == "boom" {
+				switch string(d.Payload) {
+				case "boom":
 					panic("handler exploded")
+				case "stuck":
+					return handler.Failed(handler.FailureUnreachable, errors.New("connection refused"))
 				}
 				return ack
 			})

@@ -82,17 +82,20 @@ type scratch struct {
 func (s *subscription) run(ctx, hctx context.Context) error {
 	s.ahead.start(ctx)
 	defer s.ahead.Close()
+	defer s.settler.unsupported.stop()
 	workers := max(s.cfg.Concurrency, 1)
 	jobs := make(chan job)
 	var wg sync.WaitGroup
-	// A worker that fails (a handler panic) stops the reading at once,
-	// also while the reader waits for a quiet file to grow.
-	readCtx, stopReading := context.WithCancel(ctx)
-	defer stopReading()
+	// A worker that fails (a handler panic) stops the subscription at
+	// once: the reading, also while it waits for a quiet file to grow, and
+	// the other workers' deliveries held in place, whose records stay
+	// unsettled as at any stop.
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
 	errc := make(chan error, workers)
 	fail := func(err error) {
 		errc <- err
-		stopReading()
+		stop()
 	}
 	switch {
 	case s.batches != nil:
@@ -110,7 +113,7 @@ func (s *subscription) run(ctx, hctx context.Context) error {
 			})
 		}
 	}
-	err := s.read(readCtx, hctx, jobs)
+	err := s.read(ctx, hctx, jobs)
 	close(jobs)
 	wg.Wait()
 	if err == nil {
