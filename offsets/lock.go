@@ -63,14 +63,14 @@ func acquireLock(dir string) (*lockFile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("offsets: lock: %w", err)
 	}
-	ok, err := durable.TryLock(f.Fd())
+	ok, err := durable.TryLock(f.Fd(), durable.Exclusive)
 	// A streamd killed while it started an exec handler leaves the child
 	// between fork and exec sharing the lock for a moment, until the
 	// parent-death signal ends it: when the PID in the file is a process
 	// that has gone, wait for the lock a little.
 	for deadline := time.Now().Add(lockOrphanWait); err == nil && !ok && !running(readPID(f)) && time.Now().Before(deadline); {
 		time.Sleep(lockOrphanWait / 100)
-		ok, err = durable.TryLock(f.Fd())
+		ok, err = durable.TryLock(f.Fd(), durable.Exclusive)
 	}
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("offsets: lock %s: %w", path, err), f.Close())

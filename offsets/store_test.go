@@ -605,7 +605,7 @@ func TestOpenLockedByOrphan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := durable.TryLock(f.Fd()); !ok || err != nil {
+	if ok, err := durable.TryLock(f.Fd(), durable.Exclusive); !ok || err != nil {
 		t.Fatalf("lock: %v %v", ok, err)
 	}
 	if _, err := f.WriteString(strconv.Itoa(dead.Process.Pid) + "\n"); err != nil {

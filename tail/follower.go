@@ -142,7 +142,8 @@ type Follower struct {
 	// which ReadOn may lift.
 	replayEnd bool
 	// replayRecheckAt is where a replay last found the data ending inside
-	// a frame, and read it again once writers let go of the file.
+	// a frame, and read it again once writers let go of the file; -1 after
+	// a record was read since.
 	replayRecheckAt int64
 
 	records   int64 // delivered since the last report to the Observer
@@ -310,7 +311,7 @@ func (fl *Follower) Next(ctx context.Context) (*Record, error) {
 		}
 		rec, err := fl.dec.Next()
 		if err == nil {
-			fl.damage.recheckAt = -1
+			fl.damage.recheckAt, fl.replayRecheckAt = -1, -1
 			if fl.readTrouble.Failing() {
 				fl.readTrouble.Passed(fl.log, "stream file can be read again", "offset", rec.Offset)
 			}
@@ -494,7 +495,11 @@ func (fl *Follower) fail(err error) error {
 // It returns nil when Next should read again.
 func (fl *Follower) idle(ctx context.Context, err error) error {
 	if r := &fl.replace; r.draining {
-		if fl.grewUnderLock() {
+		grew, err := fl.grewUnderLock(ctx)
+		if err != nil {
+			return err
+		}
+		if grew {
 			r.grew = time.Now()
 			return nil // read what a writer finished before the lock
 		}
@@ -509,7 +514,11 @@ func (fl *Follower) idle(ctx context.Context, err error) error {
 			// replay's own copies, while it reads ahead): read it again
 			// once no writer holds the file's lock.
 			fl.replayRecheckAt = at
-			if _, ok := fl.sizeUnderLock(); ok {
+			_, ok, err := fl.sizeUnderLock(ctx)
+			if err != nil {
+				return err
+			}
+			if ok {
 				return nil
 			}
 		}

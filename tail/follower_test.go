@@ -8,10 +8,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -617,68 +615,67 @@ func TestReadOn(t *testing.T) {
 
 // TestReplayWaitsForWriter: a replay that finds the data ending inside a
 // frame while a writer holds the file's lock (in the middle of an append)
-// reads the frame once the writer is done, instead of failing on it.
+// waits, the wait counted as a stall, and reads the frame once the writer
+// is done instead of failing on it; stopped while it waits, it says so.
 func TestReplayWaitsForWriter(t *testing.T) {
-	dir := t.TempDir()
-	h := streamfile.Header{FileName: "w.ss", CreatedAtMs: 1, BeaconInterval: 1024}
-	path, whole := filepath.Join(dir, "w.ss"), filepath.Join(dir, "whole.ss")
-	writeFile(t, path, h, frames("k", 1, 3, 1, 10))
-	writeFile(t, whole, h, frames("k", 1, 4, 1, 10))
-	have, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	all, err := os.ReadFile(whole)
-	if err != nil {
-		t.Fatal(err)
-	}
-	last := all[len(have):] // the fourth frame
-	w, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	if err := durable.Lock(w.Fd(), durable.Exclusive); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.Write(last[:len(last)/2]); err != nil {
-		t.Fatal(err)
-	}
-	fl, err := New(Options{Path: path, Replay: true, Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fl.Close()
-	items, stop := follow(t, fl)
-	defer stop()
-	collect(t, items, 3, 10*time.Second)
-	fi, err := w.Stat()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ino := fmt.Sprintf(":%d ", fi.Sys().(*syscall.Stat_t).Ino)
-	waitFor(t, 10*time.Second, "the replay to wait for the lock", func() bool {
-		locks, err := os.ReadFile("/proc/locks")
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, l := range strings.Split(string(locks), "\n") {
-			if strings.Contains(l, "-> FLOCK") && strings.Contains(l, ino) {
-				return true
+	for _, writerFinishes := range []bool{true, false} {
+		t.Run(fmt.Sprintf("writer finishes %v", writerFinishes), func(t *testing.T) {
+			dir := t.TempDir()
+			h := streamfile.Header{FileName: "w.ss", CreatedAtMs: 1, BeaconInterval: 1024}
+			path, whole := filepath.Join(dir, "w.ss"), filepath.Join(dir, "whole.ss")
+			writeFile(t, path, h, frames("k", 1, 3, 1, 10))
+			writeFile(t, whole, h, frames("k", 1, 4, 1, 10))
+			have, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-		return false
-	})
-	if _, err := w.Write(last[len(last)/2:]); err != nil {
-		t.Fatal(err)
-	}
-	if err := durable.Unlock(w.Fd()); err != nil {
-		t.Fatal(err)
-	}
-	if r := collect(t, items, 1, 10*time.Second)[0]; r.Seq != 4 {
-		t.Fatalf("after the append: %s, want the fourth record", r)
-	}
-	if it := <-items; !errors.Is(it.err, io.EOF) {
-		t.Fatalf("after the fourth record: %v, want io.EOF", it.err)
+			all, err := os.ReadFile(whole)
+			if err != nil {
+				t.Fatal(err)
+			}
+			last := all[len(have):] // the fourth frame
+			w, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			if err := durable.Lock(w.Fd(), durable.Exclusive); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := w.Write(last[:len(last)/2]); err != nil {
+				t.Fatal(err)
+			}
+			fl, err := New(Options{Path: path, Replay: true, Logger: testLogger(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer fl.Close()
+			items, stop := follow(t, fl)
+			defer stop()
+			collect(t, items, 3, 10*time.Second)
+			waitFor(t, 10*time.Second, "the replay to wait for the writer, stalled", func() bool { return fl.Stalled() > 0 })
+			if !writerFinishes {
+				stop()
+				if it := <-items; !errors.Is(it.err, context.Canceled) {
+					t.Fatalf("stopped while waiting for the writer: %v, want context.Canceled", it.err)
+				}
+				return
+			}
+			if _, err := w.Write(last[len(last)/2:]); err != nil {
+				t.Fatal(err)
+			}
+			if err := durable.Unlock(w.Fd()); err != nil {
+				t.Fatal(err)
+			}
+			if r := collect(t, items, 1, 10*time.Second)[0]; r.Seq != 4 {
+				t.Fatalf("after the append: %s, want the fourth record", r)
+			}
+			if it := <-items; !errors.Is(it.err, io.EOF) {
+				t.Fatalf("after the fourth record: %v, want io.EOF", it.err)
+			}
+			if s := fl.Stalled(); s != 0 {
+				t.Fatalf("Stalled() = %v after the wait, want 0", s)
+			}
+		})
 	}
 }

@@ -1,6 +1,7 @@
 package tail
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -130,37 +131,64 @@ func (fl *Follower) checkInPlace(size int64) bool {
 // batch once the shared lock is granted, and any later one finds the
 // replacement and writes to the new file: reading the old one up to that
 // size loses none of its copies. The lock is not held while reading, so no
-// writer waits on a subscription's handler.
-func (fl *Follower) grewUnderLock() bool {
-	size, ok := fl.sizeUnderLock()
+// writer waits on a subscription's handler. The error is ctx's.
+func (fl *Follower) grewUnderLock(ctx context.Context) (bool, error) {
+	size, ok, err := fl.sizeUnderLock(ctx)
 	if !ok || size <= fl.replace.drainSize {
-		return false
+		return false, err
 	}
 	fl.replace.drainSize = size
-	return true
+	return true, nil
 }
+
+// lockPoll bounds the wait between two tries of a shared flock.
+const lockPoll = 50 * time.Millisecond
 
 // sizeUnderLock returns the size of the open file as a shared flock finds
 // it: once no writer holds its exclusive lock, so not in the middle of an
-// append. It reports false when the file cannot be locked or looked at.
-func (fl *Follower) sizeUnderLock() (int64, bool) {
+// append. While a writer holds it, it tries again, the wait counted as a
+// stall (Stalled: a writer stuck on a hung disk must reach the watchdog),
+// until ctx ends, whose error it returns. ok is false when the file cannot
+// be locked or looked at.
+func (fl *Follower) sizeUnderLock(ctx context.Context) (size int64, ok bool, err error) {
 	var inner any = fl.f
-	if t, ok := fl.f.(timedFile); ok {
+	if t, isTimed := fl.f.(timedFile); isTimed {
 		inner = t.file
 	}
-	f, ok := inner.(interface{ Fd() uintptr })
-	if !ok {
-		return 0, false
+	f, canLock := inner.(interface{ Fd() uintptr })
+	if !canLock {
+		return 0, false, nil
 	}
-	if durable.Lock(f.Fd(), durable.Shared) != nil {
-		return 0, false
+	stalled := false
+	defer func() {
+		if stalled {
+			fl.reading.Store(0)
+		}
+	}()
+	for wait := time.Millisecond; ; wait = min(2*wait, lockPoll) {
+		locked, err := durable.TryLock(f.Fd(), durable.Shared)
+		if err != nil {
+			return 0, false, nil
+		}
+		if locked {
+			break
+		}
+		if !stalled {
+			stalled = true
+			fl.reading.Store(time.Now().UnixNano())
+		}
+		select {
+		case <-ctx.Done():
+			return 0, false, ctx.Err()
+		case <-time.After(wait):
+		}
 	}
-	fi, err := fl.f.Stat()
+	fi, statErr := fl.f.Stat()
 	durable.Unlock(f.Fd())
-	if err != nil {
-		return 0, false
+	if statErr != nil {
+		return 0, false, nil
 	}
-	return fi.Size(), true
+	return fi.Size(), true, nil
 }
 
 // switchFile opens the file that now has the path, after the old one was

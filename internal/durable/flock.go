@@ -26,11 +26,12 @@ func Lock(fd uintptr, kind LockKind) error {
 	return ignoringEINTR(func() error { return unix.Flock(int(fd), int(kind)) })
 }
 
-// TryLock takes an exclusive flock(2) lock on the open file fd without
-// waiting. It reports false, with no error, when another open file
-// description holds a lock on the file, in this process or another.
-func TryLock(fd uintptr) (bool, error) {
-	err := ignoringEINTR(func() error { return unix.Flock(int(fd), unix.LOCK_EX|unix.LOCK_NB) })
+// TryLock takes a flock(2) lock of the given kind on the open file fd
+// without waiting. It reports false, with no error, when another open file
+// description holds a conflicting lock on the file, in this process or
+// another.
+func TryLock(fd uintptr, kind LockKind) (bool, error) {
+	err := ignoringEINTR(func() error { return unix.Flock(int(fd), int(kind)|unix.LOCK_NB) })
 	if errors.Is(err, unix.EWOULDBLOCK) {
 		return false, nil
 	}

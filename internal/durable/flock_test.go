@@ -32,24 +32,27 @@ func openTwice(t *testing.T) (*os.File, *os.File) {
 
 func TestTryLock(t *testing.T) {
 	for _, tt := range []struct {
-		name string
-		held LockKind
+		name      string
+		held, try LockKind
+		granted   bool // while held
 	}{
-		{"exclusive held", Exclusive},
-		{"shared held", Shared},
+		{"exclusive held, exclusive tried", Exclusive, Exclusive, false},
+		{"shared held, exclusive tried", Shared, Exclusive, false},
+		{"exclusive held, shared tried", Exclusive, Shared, false},
+		{"shared held, shared tried", Shared, Shared, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			a, b := openTwice(t)
 			if err := Lock(a.Fd(), tt.held); err != nil {
 				t.Fatalf("Lock: %v", err)
 			}
-			if ok, err := TryLock(b.Fd()); ok || err != nil {
-				t.Fatalf("TryLock while another lock is held: %v, %v; want false, nil", ok, err)
+			if ok, err := TryLock(b.Fd(), tt.try); ok != tt.granted || err != nil {
+				t.Fatalf("TryLock while another lock is held: %v, %v; want %v, nil", ok, err, tt.granted)
 			}
 			if err := Unlock(a.Fd()); err != nil {
 				t.Fatalf("Unlock: %v", err)
 			}
-			if ok, err := TryLock(b.Fd()); !ok || err != nil {
+			if ok, err := TryLock(b.Fd(), tt.try); !ok || err != nil {
 				t.Fatalf("TryLock after Unlock: %v, %v; want true, nil", ok, err)
 			}
 		})
@@ -87,7 +90,7 @@ func TestLockWaits(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("Lock after the holder let go: %v", err)
 	}
-	if ok, err := TryLock(a.Fd()); ok || err != nil {
+	if ok, err := TryLock(a.Fd(), Exclusive); ok || err != nil {
 		t.Fatalf("TryLock while the shared lock is held: %v, %v; want false, nil", ok, err)
 	}
 }
@@ -128,7 +131,7 @@ func TestLockBadDescriptor(t *testing.T) {
 	if err := Lock(fd, Exclusive); !errors.Is(err, unix.EBADF) {
 		t.Errorf("Lock of a closed file: %v, want EBADF", err)
 	}
-	if _, err := TryLock(fd); !errors.Is(err, unix.EBADF) {
+	if _, err := TryLock(fd, Exclusive); !errors.Is(err, unix.EBADF) {
 		t.Errorf("TryLock of a closed file: %v, want EBADF", err)
 	}
 }
