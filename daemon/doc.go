@@ -5,8 +5,8 @@
 // subscription's position past the longest settled prefix of its records.
 //
 // Each subscription reads its file ahead of its handling, on a goroutine
-// of its own (readahead.go): checking the frames and handling the records
-// run on two cores while a subscription catches up.
+// of its own (readahead.go), so that checking the frames and handling the
+// records can run on two cores while a subscription catches up.
 //
 // [Daemon] is `streamd run`: it opens the configured stream files, the
 // positions sidecar and the durable retry spool, starts one subscription

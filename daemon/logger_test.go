@@ -39,7 +39,7 @@ func TestNewLoggerDurations(t *testing.T) {
 				}
 				t.Setenv("JOURNAL_STREAM", fmt.Sprintf("%d:%d", st.Dev, st.Ino))
 			}
-			logger, err := NewLogger(f, "info", tc.format)
+			logger, err := newLogger(f, "info", tc.format)
 			if err != nil {
 				t.Fatal(err)
 			}

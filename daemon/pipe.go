@@ -145,6 +145,7 @@ func (st *setup) pipeSubscriptions(cfg *conf.Config, copies pipeCopies) ([]*deli
 func (st *setup) closePipeHandlers(subs []*deliverer) {
 	for _, s := range subs {
 		st.closeHandler(s.cfg.Name, s.handler)
+		s.settler.unsupported.stop()
 	}
 }
 

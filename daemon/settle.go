@@ -427,6 +427,13 @@ func (u *unsupportedLog) report(op int, d *handler.Delivery) {
 	}
 }
 
+// stop stops the timer of the summaries, for a subscription that ends.
+func (u *unsupportedLog) stop() {
+	if u.timer != nil {
+		u.timer.Stop()
+	}
+}
+
 // summary logs and resets the counts since the last summary.
 func (u *unsupportedLog) summary() {
 	var attrs []any

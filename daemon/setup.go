@@ -36,10 +36,10 @@ type Options struct {
 	Build metrics.BuildInfo
 }
 
-// NewLogger returns the logger writing to w: text with timestamps in a
+// newLogger returns the logger writing to w: text with timestamps in a
 // terminal, JSON with format "json", and, when w is the journal's stream,
 // the journal's form ([systemd.NewJournalHandler]).
-func NewLogger(w *os.File, level, format string) (*slog.Logger, error) {
+func newLogger(w *os.File, level, format string) (*slog.Logger, error) {
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("log level %q: use debug, info, warn or error", level)
@@ -56,12 +56,12 @@ func NewLogger(w *os.File, level, format string) (*slog.Logger, error) {
 	return slog.New(slog.NewTextHandler(w, opts)), nil
 }
 
-// NewProcessLogger returns [NewLogger]'s logger for the process that runs
+// NewProcessLogger returns newLogger's logger for the process that runs
 // the daemon or a pipe stage, and routes what the standard library logs
 // (net/http: a response on an idle connection) to the same log, as a
 // warning.
 func NewProcessLogger(w *os.File, level, format string) (*slog.Logger, error) {
-	logger, err := NewLogger(w, level, format)
+	logger, err := newLogger(w, level, format)
 	if err != nil {
 		return nil, err
 	}

@@ -17,10 +17,10 @@ import (
 // only for some headers; [Parser.PeekHeader] is Peek for a reader that
 // needs one header, and costs less.
 //
-// What a Parser returns is valid until its next Parse or Peek: the header
-// values and the payload are in its memory, which the next record
-// overwrites. The header names are strings, which stay valid; a name seen
-// before is not allocated again. A caller that keeps headers or a payload
+// What a Parser returns is valid until its next Parse, Peek or PeekHeader:
+// the header values and the payload are in its memory, which the next
+// record overwrites. The header names are strings, which stay valid; a
+// name seen before is not allocated again. A caller that keeps headers or a payload
 // longer copies them ([Headers.Clone], bytes.Clone). The record must stay
 // unchanged until the Parser is done with it: Check and Payload read it
 // again.
@@ -182,9 +182,9 @@ func (p *Parser) Check() bool {
 }
 
 // Payload returns the payload of the envelope the last Parse, or the last
-// Peek and Check, accepted, decoded into p's memory: valid until the next
-// Parse, Peek or Payload. It returns nil when they did not accept the
-// record: its payload is then the record itself.
+// Peek (or PeekHeader) and Check, accepted, decoded into p's memory: valid
+// until the next Parse, Peek, PeekHeader or Payload. It returns nil when
+// they did not accept the record: its payload is then the record itself.
 func (p *Parser) Payload() []byte {
 	if !p.valid {
 		return nil
