@@ -16,14 +16,7 @@ import (
 func TestTrouble(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var buf bytes.Buffer
-		logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{
-			ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
-				if a.Key == slog.TimeKey {
-					return slog.Attr{}
-				}
-				return a
-			},
-		}))
+		logger := textLogger(&buf)
 		var l Trouble
 		errFull := errors.New("no space left on device")
 		steps := []struct {
@@ -59,14 +52,7 @@ func TestTrouble(t *testing.T) {
 func TestLine(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var buf bytes.Buffer
-		logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{
-			ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
-				if a.Key == slog.TimeKey {
-					return slog.Attr{}
-				}
-				return a
-			},
-		}))
+		logger := textLogger(&buf)
 		var l Line
 		for i, wait := range []time.Duration{0, time.Second, time.Second, 8 * time.Second, time.Second} {
 			time.Sleep(wait)
@@ -77,4 +63,17 @@ func TestLine(t *testing.T) {
 			t.Errorf("logged\n%s\nwant\n%s", got, want)
 		}
 	})
+}
+
+// textLogger returns a text logger writing to buf without timestamps, so
+// that its lines can be compared.
+func textLogger(buf *bytes.Buffer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{
+		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey {
+				return slog.Attr{}
+			}
+			return a
+		},
+	}))
 }
