@@ -304,15 +304,15 @@ func (w *Writer) batch(frames []Frame, assignSeq bool) error {
 		if err != nil {
 			return err
 		}
+		var whole *scanEnd
 		if assignSeq {
 			// Before catching up, which may truncate a torn tail: the whole
 			// file is read, and damage anywhere leaves it as it is.
-			if err := w.loadSeqs(size); err != nil {
-				w.seqs = nil
+			if whole, err = w.loadSeqs(size); err != nil {
 				return err
 			}
 		}
-		if err := w.catchUp(size); err != nil {
+		if err := w.catchUp(size, whole); err != nil {
 			return err
 		}
 		if assignSeq && !w.seeded && len(frames) > 0 {
@@ -396,26 +396,23 @@ func (w *Writer) forget() {
 
 // catchUp makes w.end the end of the last complete frame in the file of the
 // given size, reading what other writers appended, and truncates anything
-// after it.
-func (w *Writer) catchUp(size int64) error {
+// after it. whole is where a scan of the whole file, made under the same
+// lock, found the records end (loadSeqs), or nil: a new writing run takes
+// it instead of reading the file again.
+func (w *Writer) catchUp(size int64, whole *scanEnd) error {
 	if size == w.end {
 		return nil
 	}
-	start, track := w.end, func(r *Record) { w.track(&r.Frame, r.Checksum) }
-	if start < 0 {
+	var se scanEnd
+	var err error
+	switch {
+	case w.end >= 0:
+		se, err = w.scan(w.end, size, func(r *Record) { w.track(&r.Frame, r.Checksum) })
+	case whole != nil:
 		// A new writing run: markers describe only what this run writes.
-		var err error
-		if start, err = w.lastFrameStart(size); err != nil {
-			return err
-		}
-		track = nil
-	}
-	se, err := w.scan(start, size, track)
-	if err == nil && se.zeros && track == nil && start > HeaderSize {
-		// Zeros may span beacon boundaries, where they pass for empty
-		// beacons and the scan may have started inside them: find the
-		// last good frame from the start.
-		se, err = w.scan(HeaderSize, size, nil)
+		se = *whole
+	default:
+		se, err = w.scanLast(size)
 	}
 	if err != nil {
 		return err
@@ -604,6 +601,25 @@ func (w *Writer) zerosFrom(off, end int64) (int64, error) {
 	return off, nil
 }
 
+// scanLast returns where the readable records of the file of the given size
+// end, as scan does, for a new writing run: markers describe only what this
+// run writes, so the scan starts at a frame boundary before the last frame
+// (lastFrameStart), not at the header.
+func (w *Writer) scanLast(size int64) (scanEnd, error) {
+	start, err := w.lastFrameStart(size)
+	if err != nil {
+		return scanEnd{}, err
+	}
+	se, err := w.scan(start, size, nil)
+	if err == nil && se.zeros && start > HeaderSize {
+		// Zeros may span beacon boundaries, where they pass for empty
+		// beacons and the scan may have started inside them: find the
+		// last good frame from the start.
+		return w.scan(HeaderSize, size, nil)
+	}
+	return se, err
+}
+
 // lastFrameStart returns a frame boundary before the last complete frame of
 // a file of the given size, found through the last beacons (spec §11.3,
 // stepping back as §10 describes), so that appending does not read the whole
@@ -629,20 +645,26 @@ func (w *Writer) lastFrameStart(size int64) (int64, error) {
 	return HeaderSize, nil
 }
 
-// loadSeqs scans the whole file once for the highest sequence of every
-// stream, so that Publish continues them.
-func (w *Writer) loadSeqs(size int64) error {
+// loadSeqs scans the whole file of the given size once for the highest
+// sequence of every stream, so that Publish continues them, unless it did
+// already. It returns where that scan found the records end (see scan), or
+// nil when it did not scan; w.seqs is set only when the scan succeeds.
+func (w *Writer) loadSeqs(size int64) (*scanEnd, error) {
 	if w.seqs != nil {
-		return nil
+		return nil, nil
 	}
-	w.seqs = make(map[streamShard]seqInfo)
-	_, err := w.scan(HeaderSize, size, func(r *Record) {
+	seqs := make(map[streamShard]seqInfo)
+	se, err := w.scan(HeaderSize, size, func(r *Record) {
 		k := streamShard{r.Key, r.Shard}
-		if s, ok := w.seqs[k]; !ok || r.Seq >= s.seq {
-			w.seqs[k] = seqInfo{seq: r.Seq, ts: r.TimestampMs, checksum: r.Checksum}
+		if s, ok := seqs[k]; !ok || r.Seq >= s.seq {
+			seqs[k] = seqInfo{seq: r.Seq, ts: r.TimestampMs, checksum: r.Checksum}
 		}
 	})
-	return err
+	if err != nil {
+		return nil, err
+	}
+	w.seqs = seqs
+	return &se, nil
 }
 
 // addEntry adds the marker entry of a stream, in key and shard order.
