@@ -206,14 +206,11 @@ func (w *Writer) writeHeader(h Header) error {
 // startOver makes the writer continue the file as it is now when it was
 // truncated under it (logrotate's copytruncate, or another rewrite): when
 // the file is shorter than a header, or shorter than what this writer
-// wrote, or has another header. A file shorter than a header gets a new
-// header (the old one's name and interval, the time now) before any frame.
-// It returns the file's size.
-func (w *Writer) startOver() (int64, error) {
-	size, err := w.size()
-	if err != nil {
-		return 0, err
-	}
+// wrote, or has another header. size is the file's size as the batch found
+// it. A file shorter than a header gets a new header (the old one's name and
+// interval, the time now) before any frame. It returns the file's size
+// after that.
+func (w *Writer) startOver(size int64) (int64, error) {
 	if size < HeaderSize {
 		w.forget()
 		h := w.hdr
@@ -295,12 +292,16 @@ func (w *Writer) batch(frames []Frame, assignSeq bool) error {
 		}
 	}
 	return w.locked(func() error {
+		open, err := w.f.Stat()
+		if err != nil {
+			return fmt.Errorf("streamfile: stat: %w", err)
+		}
 		if w.refuseReplaced {
-			if err := w.checkPath(); err != nil {
+			if err := w.checkPath(open); err != nil {
 				return err
 			}
 		}
-		size, err := w.startOver()
+		size, err := w.startOver(open.Size())
 		if err != nil {
 			return err
 		}
@@ -337,18 +338,14 @@ func (w *Writer) batch(frames []Frame, assignSeq bool) error {
 }
 
 // checkPath returns ErrReplaced when the path names another file than the
-// open one.
-func (w *Writer) checkPath() error {
+// open one, whose FileInfo is open.
+func (w *Writer) checkPath(open os.FileInfo) error {
 	at, err := os.Stat(w.path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("streamfile: %w", err)
-	}
-	open, err := w.f.Stat()
-	if err != nil {
-		return fmt.Errorf("streamfile: stat %s: %w", w.f.Name(), err)
 	}
 	if !os.SameFile(at, open) {
 		return fmt.Errorf("%w (%s)", ErrReplaced, w.path)
