@@ -20,19 +20,10 @@ import (
 // the file is returned as it is, a failure to write as a
 // [*streamfile.WriteError].
 func Print(ctx context.Context, out io.Writer, path string, p streamfile.Format, logger *slog.Logger) error {
+	// The first failure to write sticks in w: every later Write and Flush
+	// returns it, so the one of a flush before a wait is not lost.
 	w := bufio.NewWriterSize(out, 64<<10)
-	var werr error // the first failure to write
-	write := func(b []byte) {
-		if werr == nil {
-			_, werr = w.Write(b)
-		}
-	}
-	flush := func() {
-		if werr == nil {
-			werr = w.Flush()
-		}
-	}
-	fl, err := New(Options{Path: path, OnCorrupt: StopOnCorrupt, Logger: logger, OnWait: flush})
+	fl, err := New(Options{Path: path, OnCorrupt: StopOnCorrupt, Logger: logger, OnWait: func() { w.Flush() }})
 	if err != nil {
 		return err
 	}
@@ -43,9 +34,8 @@ func Print(ctx context.Context, out io.Writer, path string, p streamfile.Format,
 		line = p.AppendHeader(line, &h)
 	}
 	for {
-		write(line)
-		if werr != nil {
-			return &streamfile.WriteError{Err: werr}
+		if _, err := w.Write(line); err != nil {
+			return &streamfile.WriteError{Err: err}
 		}
 		line = line[:0]
 		r, err := fl.Next(ctx)
@@ -61,11 +51,10 @@ func Print(ctx context.Context, out io.Writer, path string, p streamfile.Format,
 			err = nil
 		default:
 			// A follower waits at a torn tail: err is damage or a failure.
-			write(p.AppendError(line, err, 0, 0))
+			w.Write(p.AppendError(line, err, 0, 0)) // a failure shows in Flush
 		}
-		flush()
-		if werr != nil {
-			return errors.Join(err, &streamfile.WriteError{Err: werr})
+		if ferr := w.Flush(); ferr != nil {
+			return errors.Join(err, &streamfile.WriteError{Err: ferr})
 		}
 		return err
 	}
