@@ -275,7 +275,7 @@ func (fl *Follower) Next(ctx context.Context) (*Record, error) {
 				return nil, err
 			}
 			ready, err := fl.prepare()
-			_, badHeader := errors.AsType[*headerError](err)
+			_, badHeader := errors.AsType[*streamfile.HeaderError](err)
 			switch {
 			case badHeader && !fl.opts.Replay:
 				if err := fl.notStreamFile(ctx, err); err != nil {
@@ -436,12 +436,6 @@ func (fl *Follower) retryable(err error) bool {
 	return ok && !fl.opts.Replay
 }
 
-// headerError is a file whose first bytes are not a stream file header.
-type headerError struct{ err error }
-
-func (e *headerError) Error() string { return e.err.Error() }
-func (e *headerError) Unwrap() error { return e.err }
-
 // notStreamFile counts a file that is not a stream file as [EventFormat]
 // when it is first seen, logs it (at once, then at most every 10 s) and
 // waits as at the end of the data: someone may have copied the wrong file
@@ -587,7 +581,7 @@ func (fl *Follower) readHeader() (bool, error) {
 		return false, nil
 	}
 	if err != nil {
-		return false, &headerError{fmt.Errorf("tail: %s: %w", fl.path, err)}
+		return false, fmt.Errorf("tail: %w", &streamfile.HeaderError{Path: fl.path, Err: err})
 	}
 	fi, err := fl.f.Stat()
 	if err != nil {
