@@ -32,14 +32,18 @@ type damageState struct {
 	skipAt    int64           // >= 0: find the first frame boundary after this offset (after a format error)
 	recheckAt int64           // the frame read again after damage met there (see readAgain), or -1
 	logLimit  ratelog.Limiter // of the log lines about corrupt frames, across files
+	// replayRecheckAt is where a replay last found the data ending inside
+	// a frame, and read it again once writers let go of the file (idle);
+	// -1 after a record was read since.
+	replayRecheckAt int64
 }
 
 // noDamage returns the state of a file where no damage was met.
-func noDamage() damageState { return damageState{skipAt: -1, recheckAt: -1} }
+func noDamage() damageState { return damageState{skipAt: -1, recheckAt: -1, replayRecheckAt: -1} }
 
 // forget drops what is known of damage in the open file, which is read
 // again from its header. The log limit carries over.
-func (d *damageState) forget() { d.skipAt, d.recheckAt = -1, -1 }
+func (d *damageState) forget() { d.skipAt, d.recheckAt, d.replayRecheckAt = -1, -1, -1 }
 
 // readAgain reports whether the damage met at the frame at off is met there
 // for the first time; if so the frame is read again from the file with a

@@ -141,10 +141,6 @@ type Follower struct {
 	// replayEnd: err is the io.EOF of a replay at the end of the data,
 	// which ReadOn may lift.
 	replayEnd bool
-	// replayRecheckAt is where a replay last found the data ending inside
-	// a frame, and read it again once writers let go of the file; -1 after
-	// a record was read since.
-	replayRecheckAt int64
 
 	records   int64 // delivered since the last report to the Observer
 	reportPos int64 // read position at the last report
@@ -311,7 +307,7 @@ func (fl *Follower) Next(ctx context.Context) (*Record, error) {
 		}
 		rec, err := fl.dec.Next()
 		if err == nil {
-			fl.damage.recheckAt, fl.replayRecheckAt = -1, -1
+			fl.damage.recheckAt, fl.damage.replayRecheckAt = -1, -1
 			if fl.readTrouble.Failing() {
 				fl.readTrouble.Passed(fl.log, "stream file can be read again", "offset", rec.Offset)
 			}
@@ -503,11 +499,11 @@ func (fl *Follower) idle(ctx context.Context, err error) error {
 		return fl.switchFile(err)
 	}
 	if fl.opts.Replay {
-		if at := fl.pos(); errors.Is(err, streamfile.ErrTruncated) && fl.replayRecheckAt != at {
+		if at := fl.pos(); errors.Is(err, streamfile.ErrTruncated) && fl.damage.replayRecheckAt != at {
 			// A writer may be in the middle of appending the frame (the
 			// replay's own copies, while it reads ahead): read it again
 			// once no writer holds the file's lock.
-			fl.replayRecheckAt = at
+			fl.damage.replayRecheckAt = at
 			_, ok, err := fl.sizeUnderLock(ctx)
 			if err != nil {
 				return err
