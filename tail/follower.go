@@ -504,7 +504,7 @@ func (fl *Follower) idle(ctx context.Context, err error) error {
 			// replay's own copies, while it reads ahead): read it again
 			// once no writer holds the file's lock.
 			fl.damage.replayRecheckAt = at
-			_, ok, err := fl.sizeUnderLock(ctx)
+			ok, err := fl.underSharedLock(ctx, nil)
 			if err != nil {
 				return err
 			}

@@ -133,31 +133,33 @@ func (fl *Follower) checkInPlace(size int64) bool {
 // size loses none of its copies. The lock is not held while reading, so no
 // writer waits on a subscription's handler. The error is ctx's.
 func (fl *Follower) grewUnderLock(ctx context.Context) (bool, error) {
-	size, ok, err := fl.sizeUnderLock(ctx)
-	if !ok || size <= fl.replace.drainSize {
+	var fi os.FileInfo
+	var statErr error
+	ok, err := fl.underSharedLock(ctx, func() { fi, statErr = fl.f.Stat() })
+	if !ok || statErr != nil || fi.Size() <= fl.replace.drainSize {
 		return false, err
 	}
-	fl.replace.drainSize = size
+	fl.replace.drainSize = fi.Size()
 	return true, nil
 }
 
 // lockPoll bounds the wait between two tries of a shared flock.
 const lockPoll = 50 * time.Millisecond
 
-// sizeUnderLock returns the size of the open file as a shared flock finds
-// it: once no writer holds its exclusive lock, so not in the middle of an
-// append. While a writer holds it, it tries again, the wait counted as a
-// stall (Stalled: a writer stuck on a hung disk must reach the watchdog),
-// until ctx ends, whose error it returns. ok is false when the file cannot
-// be locked or looked at.
-func (fl *Follower) sizeUnderLock(ctx context.Context) (size int64, ok bool, err error) {
+// underSharedLock runs fn, when not nil, under a shared flock on the open
+// file: once no writer holds its exclusive lock, so not in the middle of
+// an append. While a writer holds it, it tries again, the wait counted as
+// a stall (Stalled: a writer stuck on a hung disk must reach the
+// watchdog), until ctx ends, whose error it returns. It reports false,
+// without running fn, when the file cannot be locked.
+func (fl *Follower) underSharedLock(ctx context.Context, fn func()) (ok bool, err error) {
 	var inner any = fl.f
 	if t, isTimed := fl.f.(timedFile); isTimed {
 		inner = t.file
 	}
 	f, canLock := inner.(interface{ Fd() uintptr })
 	if !canLock {
-		return 0, false, nil
+		return false, nil
 	}
 	stalled := false
 	defer func() {
@@ -168,7 +170,7 @@ func (fl *Follower) sizeUnderLock(ctx context.Context) (size int64, ok bool, err
 	for wait := time.Millisecond; ; wait = min(2*wait, lockPoll) {
 		locked, err := durable.TryLock(f.Fd(), durable.Shared)
 		if err != nil {
-			return 0, false, nil
+			return false, nil
 		}
 		if locked {
 			break
@@ -179,16 +181,15 @@ func (fl *Follower) sizeUnderLock(ctx context.Context) (size int64, ok bool, err
 		}
 		select {
 		case <-ctx.Done():
-			return 0, false, ctx.Err()
+			return false, ctx.Err()
 		case <-time.After(wait):
 		}
 	}
-	fi, statErr := fl.f.Stat()
-	durable.Unlock(f.Fd())
-	if statErr != nil {
-		return 0, false, nil
+	if fn != nil {
+		fn()
 	}
-	return fi.Size(), true, nil
+	durable.Unlock(f.Fd())
+	return true, nil
 }
 
 // switchFile opens the file that now has the path, after the old one was
