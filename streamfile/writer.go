@@ -103,8 +103,12 @@ type CreateOptions struct {
 	// on to the new file, after a last read of the old one under a shared
 	// lock, would never see it. A path that is gone is no replacement.
 	RefuseReplaced bool
-	// Log receives what the writer repairs on its own (zeros after the last
-	// frame); nil discards it.
+	// Log receives, as warnings, what the writer repairs or works around on
+	// its own: an incomplete header written anew (with Create), zeros after
+	// the last frame removed (and a torn frame before them, if any), a file
+	// shorter than a header given a new one, a file that shrank or got
+	// another header under the writer continued as it is now. nil discards
+	// it.
 	Log *slog.Logger
 }
 
@@ -157,7 +161,9 @@ func openFile(path string, flags int, mode fs.FileMode) (*os.File, error) {
 	return f, nil
 }
 
-// init reads the header of the file, or writes it into an empty file.
+// init reads the header of the file, or writes it into an empty file or,
+// when opts.Create is set, into one whose header is incomplete (a writer
+// died while creating it, logged).
 func (w *Writer) init(opts CreateOptions) error {
 	size, err := w.size()
 	if err != nil {
@@ -392,8 +398,10 @@ func (w *Writer) forget() {
 }
 
 // catchUp makes w.end the end of the last complete frame in the file of the
-// given size, reading what other writers appended, and truncates anything
-// after it. whole is where a scan of the whole file, made under the same
+// given size, reading what other writers appended, and truncates a torn
+// frame or zeros after it (scan); other bytes after it, or frames after an
+// end-of-stream frame, are a [*DamageError], and the file is left as it
+// is. whole is where a scan of the whole file, made under the same
 // lock, found the records end (loadSeqs), or nil: a new writing run takes
 // it instead of reading the file again.
 func (w *Writer) catchUp(size int64, whole *scanEnd) error {

@@ -377,10 +377,13 @@ func (fl *Follower) ReadOn() bool {
 }
 
 // Stalled returns how long the read or stat of the followed file under
-// way has been running, 0 when none is: a read that hangs (a stuck disk or
-// network file system) grows it, which the systemd watchdog must learn.
-// Waiting for the file to change is not a stall. Unlike the other methods,
-// it may be called from any goroutine.
+// way has been running, or the wait for a writer to release the file's
+// lock (a replay reading again a frame cut short, a replaced file read to
+// its end before the switch), 0 when none is: a read that hangs (a stuck
+// disk or network file system), or a writer that holds its lock as long,
+// grows it, which the systemd watchdog must learn. Waiting for the file to
+// change is not a stall. Unlike the other methods, it may be called from
+// any goroutine.
 func (fl *Follower) Stalled() time.Duration {
 	if since := fl.reading.Load(); since != 0 {
 		return time.Since(time.Unix(0, since))
