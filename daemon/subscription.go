@@ -102,16 +102,9 @@ func (s *subscription) run(ctx, hctx context.Context) error {
 		jobs = make(chan job, s.batches.maxRecords)
 		s.runBatches(ctx, hctx, &wg, jobs, fail, workers)
 	case workers > 1:
-		for w := range workers {
-			wg.Go(func() {
-				for j := range jobs {
-					if err := s.deliver(ctx, hctx, &j.d, j.ticket, w); err != nil {
-						fail(err)
-						return
-					}
-				}
-			})
-		}
+		startWorkers(&wg, workers, jobs, fail, func(j job, w int) error {
+			return s.deliver(ctx, hctx, &j.d, j.ticket, w)
+		})
 	}
 	err := s.read(ctx, hctx, jobs)
 	close(jobs)
@@ -199,6 +192,22 @@ func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job) error {
 		case <-ctx.Done():
 			return nil
 		}
+	}
+}
+
+// startWorkers starts n workers in wg, numbered from 0, that each do the
+// values they take from in until it closes; a worker whose do fails gives
+// its error to fail and stops.
+func startWorkers[T any](wg *sync.WaitGroup, n int, in <-chan T, fail func(error), do func(v T, w int) error) {
+	for w := range n {
+		wg.Go(func() {
+			for v := range in {
+				if err := do(v, w); err != nil {
+					fail(err)
+					return
+				}
+			}
+		})
 	}
 }
 
