@@ -69,10 +69,10 @@ type scratch struct {
 	env     envelope.Parser
 	headers envelope.Headers
 	seq     [20]byte // the stream-sequence value
-	// record is the record of the delivery in hand, as read; unread is
-	// set when the delivery was made without it, for a blind handler.
+	// record is the record of the delivery in hand, as read. A blind
+	// handler's delivery is made without it; deliver opens it when the
+	// answer makes a copy.
 	record []byte
-	unread bool
 }
 
 // run reads until ctx ends, the replay finishes, or the subscription fails.
@@ -255,7 +255,7 @@ func (s *subscription) wanted(rec *tail.Record) bool {
 // whether it is an envelope.
 func (s *subscription) open(d *handler.Delivery, w int, blind bool) bool {
 	sc := &s.scratch[w]
-	sc.record, sc.unread = d.Payload, blind
+	sc.record = d.Payload
 	if blind {
 		if s.foreign(sc.env.PeekHeader(sc.record, OriginHeader)) && sc.env.Check() {
 			return false
@@ -289,7 +289,6 @@ func (s *subscription) fill(d *handler.Delivery, sc *scratch, h envelope.Headers
 		d.Payload = sc.env.Payload()
 	}
 	d.Attempt = envelope.RetryCount(d.Headers) + 1
-	sc.unread = false
 }
 
 // deliver hands d, with the record as its Payload, to the handler on
@@ -313,7 +312,8 @@ func (s *subscription) deliver(ctx, hctx context.Context, d *handler.Delivery, t
 	case err != nil:
 		return err
 	}
-	if sc := &s.scratch[w]; sc.unread && writesCopy(o) {
+	if s.blind && writesCopy(o) {
+		sc := &s.scratch[w]
 		h, enveloped := sc.env.Parse(sc.record)
 		s.fill(d, sc, h, enveloped) // the copy is made of the record
 	}
