@@ -68,7 +68,6 @@ func (dl *deliverer) answerBatch(ctx context.Context, stop <-chan struct{}, bh h
 			return err
 		}
 		var failed []int // in ds
-		first := -1      // in pending
 		for j := range pending {
 			i := j
 			if at != nil {
@@ -77,9 +76,6 @@ func (dl *deliverer) answerBatch(ctx context.Context, stop <-chan struct{}, bh h
 			}
 			if pouts[j].Kind == handler.OutcomeFailed {
 				failed = append(failed, i)
-				if first < 0 {
-					first = j
-				}
 			}
 		}
 		if len(failed) == 0 {
@@ -89,7 +85,7 @@ func (dl *deliverer) answerBatch(ctx context.Context, stop <-chan struct{}, bh h
 			return nil
 		}
 		d := &ds[failed[0]]
-		retry, err := dl.failedDelivery(ctx, stop, pouts[first], &failures, len(failed), d, d.Offset)
+		retry, err := dl.failedDelivery(ctx, stop, outs[failed[0]], &failures, len(failed), d, d.Offset)
 		switch {
 		case err != nil:
 			return err
