@@ -48,13 +48,13 @@ type readAhead struct {
 	// the end of a replay's data.
 	readOn chan struct{}
 
-	// The subscription's side: the batch it reads, and where; the records
-	// it took since it last asked the reader to read on (or since the
-	// start).
-	cur   *aheadBatch
-	next  int
-	rec   tail.Record
-	since int
+	// The subscription's side: the batch it reads, and where; whether it
+	// took a record since it last asked the reader to read on (or since
+	// the start).
+	cur  *aheadBatch
+	next int
+	rec  tail.Record
+	took bool
 }
 
 // aheadBatch is records of one file, in file order, then the follower's
@@ -172,7 +172,7 @@ func (ra *readAhead) Next(ctx context.Context) (*tail.Record, error) {
 	}
 	for ra.cur == nil || ra.next == len(ra.cur.records) {
 		if b := ra.cur; b != nil {
-			readOn := errors.Is(b.err, io.EOF) && ra.since > 0
+			readOn := errors.Is(b.err, io.EOF) && ra.took
 			if b.err != nil && !readOn {
 				return nil, b.err
 			}
@@ -182,7 +182,7 @@ func (ra *readAhead) Next(ctx context.Context) (*tail.Record, error) {
 				// the replay reads as it would have without reading ahead
 				// (tail.Follower.ReadOn). Another end with nothing read
 				// since is the end.
-				ra.since = 0
+				ra.took = false
 				ra.readOn <- struct{}{}
 			}
 			clear(b.records) // not to keep arrays b.payload outgrew, or the one dropped below
@@ -202,7 +202,7 @@ func (ra *readAhead) Next(ctx context.Context) (*tail.Record, error) {
 	}
 	ra.rec.Record, ra.rec.File = &ra.cur.records[ra.next], ra.cur.file
 	ra.next++
-	ra.since++
+	ra.took = true
 	return &ra.rec, nil
 }
 
