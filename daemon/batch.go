@@ -153,14 +153,15 @@ func (s *subscription) gather(ctx context.Context, jobs <-chan job, batches chan
 // stops while the batch is held, the records without an answer stay
 // unsettled, and are read again after a restart.
 func (s *subscription) deliverBatch(ctx, hctx context.Context, b *batch, w int) error {
-	s.handed[w].Store(monoNow())
+	handed := monoNow()
+	s.handed[w].Store(handed)
 	s.batched[w].Store(int32(len(b.ds)))
 	defer func() {
 		s.handed[w].Store(0)
 		s.batched[w].Store(0)
 	}()
 	b.outs = slices.Grow(b.outs[:0], len(b.ds))[:len(b.ds)]
-	err := s.answerBatch(hctx, ctx.Done(), s.batches.handler, b.ds, b.outs, w)
+	err := s.answerBatch(hctx, ctx.Done(), s.batches.handler, b.ds, b.outs, w, handed)
 	if err != nil && !errors.Is(err, errStopped) {
 		return err
 	}

@@ -473,7 +473,7 @@ func TestAnswerBatch(t *testing.T) {
 				}
 				ds := []handler.Delivery{{Key: "orders", Seq: 1}, {Key: "orders", Seq: 2}, {Key: "orders", Seq: 3}}
 				outs := make([]handler.Outcome, len(ds))
-				err := e.dl.answerBatch(t.Context(), stop, bh, ds, outs, 0)
+				err := e.dl.answerBatch(t.Context(), stop, bh, ds, outs, 0, monoNow())
 				if stopped := errors.Is(err, errStopped); stopped != tc.stopped || err != nil && !stopped {
 					t.Fatalf("answerBatch = %v, want stopped %v", err, tc.stopped)
 				}

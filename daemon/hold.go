@@ -58,13 +58,14 @@ func (dl *deliverer) answer(ctx context.Context, stop <-chan struct{}, d *handle
 // delivered again together, in place, as answer holds one delivery; those
 // answered are not delivered again. It ends when every one has an answer,
 // with errStopped (the outs of those not answered then say OutcomeFailed),
-// or with the *panicError of a handler that panicked.
-func (dl *deliverer) answerBatch(ctx context.Context, stop <-chan struct{}, bh handler.BatchHandler, ds []handler.Delivery, outs []handler.Outcome, w int) error {
+// or with the *panicError of a handler that panicked. The first delivery
+// starts at handed, when the batch was handed out ([monoNow]).
+func (dl *deliverer) answerBatch(ctx context.Context, stop <-chan struct{}, bh handler.BatchHandler, ds []handler.Delivery, outs []handler.Outcome, w int, handed int64) error {
 	failures := 0
 	pending, pouts := ds, outs // those without an answer yet, and their outcomes
 	var at []int               // where each of pending is in ds; nil while it is ds
-	for {
-		if err := dl.handleBatch(ctx, bh, pending, pouts, w, monoNow()); err != nil {
+	for start := handed; ; start = monoNow() {
+		if err := dl.handleBatch(ctx, bh, pending, pouts, w, start); err != nil {
 			return err
 		}
 		var failed []int // in ds
