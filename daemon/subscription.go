@@ -278,8 +278,8 @@ func (s *subscription) passOver(ticket offsets.Ticket) {
 }
 
 // fill sets the record of d from the record in sc, which sc.env parsed
-// into h, reporting whether it is an envelope: the headers (none for a
-// plain record) with stream-sequence set to the record's sequence, in
+// into h (enveloped says whether it is an envelope): the headers (none for
+// a plain record) with stream-sequence set to the record's sequence, in
 // sc's memory; the payload; the attempt.
 func (s *subscription) fill(d *handler.Delivery, sc *scratch, h envelope.Headers, enveloped bool) {
 	sc.headers = append(sc.headers[:0], h...)
@@ -293,10 +293,11 @@ func (s *subscription) fill(d *handler.Delivery, sc *scratch, h envelope.Headers
 
 // deliver hands d, with the record as its Payload, to the handler on
 // worker w until it answers (answer: a failed delivery is held in place),
-// and settles the answer; a foreign copy is passed over, settled at once. A copy that cannot be written is retried with the
-// backoff until it is. When the subscription stops (ctx) while the
-// delivery is held, or before a copy could be written, the record stays
-// unsettled, and is read again after a restart. Handlers run with hctx.
+// and settles the answer; a foreign copy is passed over, settled at once.
+// A copy that cannot be written is retried with the backoff until it is.
+// When the subscription stops (ctx) while the delivery is held, or before
+// a copy could be written, the record stays unsettled, and is read again
+// after a restart. Handlers run with hctx.
 func (s *subscription) deliver(ctx, hctx context.Context, d *handler.Delivery, ticket offsets.Ticket, w int) error {
 	if !s.open(d, w, s.blind) {
 		s.passOver(ticket)
