@@ -82,31 +82,21 @@ func (s *subscription) window() int {
 // runBatches starts, in wg, the goroutines of a subscription that sends
 // batches: one gathers the records the reader hands out on jobs into
 // batches, and the workers deliver them; a worker that fails gives its
-// error to failRun and stops, and gathering stops with it.
+// error to failRun, which ends ctx, and gathering stops with it.
 func (s *subscription) runBatches(ctx, hctx context.Context, wg *sync.WaitGroup, jobs <-chan job, failRun func(error), workers int) {
 	batches := make(chan *batch)
-	failed := make(chan struct{})
-	fail := sync.OnceFunc(func() { close(failed) })
-	wg.Go(func() { s.gather(ctx, jobs, batches, failed) })
-	for w := range workers {
-		wg.Go(func() {
-			for b := range batches {
-				if err := s.deliverBatch(ctx, hctx, b, w); err != nil {
-					failRun(err)
-					fail()
-					return
-				}
-			}
-		})
-	}
+	wg.Go(func() { s.gather(ctx, jobs, batches) })
+	startWorkers(wg, workers, batches, failRun, func(b *batch, w int) error {
+		return s.deliverBatch(ctx, hctx, b, w)
+	})
 }
 
 // gather reads the records handed out on jobs into batches for the
 // workers, and closes batches when it returns. When jobs closes it sends
 // the batch it holds, unless ctx ended (the subscription stops: those
 // records stay unsettled, and are read again after a restart). It returns
-// at once when failed closes.
-func (s *subscription) gather(ctx context.Context, jobs <-chan job, batches chan<- *batch, failed <-chan struct{}) {
+// at once when ctx ends.
+func (s *subscription) gather(ctx context.Context, jobs <-chan job, batches chan<- *batch) {
 	defer close(batches)
 	lim := s.batches
 	linger := time.NewTimer(lim.linger)
@@ -120,7 +110,7 @@ func (s *subscription) gather(ctx context.Context, jobs <-chan job, batches chan
 		case batches <- b:
 			b = nil
 			return true
-		case <-failed:
+		case <-ctx.Done():
 			return false
 		}
 	}
@@ -151,7 +141,7 @@ func (s *subscription) gather(ctx context.Context, jobs <-chan job, batches chan
 			if b != nil && !send() {
 				return
 			}
-		case <-failed:
+		case <-ctx.Done():
 			return
 		}
 	}
@@ -163,14 +153,15 @@ func (s *subscription) gather(ctx context.Context, jobs <-chan job, batches chan
 // stops while the batch is held, the records without an answer stay
 // unsettled, and are read again after a restart.
 func (s *subscription) deliverBatch(ctx, hctx context.Context, b *batch, w int) error {
-	s.handed[w].Store(monoNow())
+	handed := monoNow()
+	s.handed[w].Store(handed)
 	s.batched[w].Store(int32(len(b.ds)))
 	defer func() {
 		s.handed[w].Store(0)
 		s.batched[w].Store(0)
 	}()
 	b.outs = slices.Grow(b.outs[:0], len(b.ds))[:len(b.ds)]
-	err := s.answerBatch(hctx, ctx.Done(), s.batches.handler, b.ds, b.outs, w)
+	err := s.answerBatch(hctx, ctx.Done(), s.batches.handler, b.ds, b.outs, w, handed)
 	if err != nil && !errors.Is(err, errStopped) {
 		return err
 	}

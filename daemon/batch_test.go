@@ -295,7 +295,6 @@ func TestBatchHeldWhole(t *testing.T) {
 type gatherEnv struct {
 	jobs    chan job
 	batches chan *batch
-	failed  chan struct{}
 	done    chan struct{}
 }
 
@@ -303,9 +302,9 @@ func newGatherEnv(ctx context.Context) *gatherEnv {
 	var sc conf.Subscription
 	sc.Handler.BatchMaxRecords, sc.Handler.BatchMaxBytes, sc.Handler.BatchLinger = 3, 100, conf.Duration(50*time.Millisecond)
 	s := &subscription{batches: newBatching(sc, &batchScript{})}
-	e := &gatherEnv{jobs: make(chan job), batches: make(chan *batch), failed: make(chan struct{}), done: make(chan struct{})}
+	e := &gatherEnv{jobs: make(chan job), batches: make(chan *batch), done: make(chan struct{})}
 	go func() {
-		s.gather(ctx, e.jobs, e.batches, e.failed)
+		s.gather(ctx, e.jobs, e.batches)
 		close(e.done)
 	}()
 	return e
@@ -386,9 +385,10 @@ func TestGather(t *testing.T) {
 		}
 	})
 	synctest.Test(t, func(t *testing.T) {
-		e := newGatherEnv(t.Context())
+		ctx, cancel := context.WithCancel(t.Context())
+		e := newGatherEnv(ctx)
 		e.send(1, 1)
-		close(e.failed) // a worker failed
+		cancel() // a worker failed
 		<-e.done
 	})
 }
@@ -473,7 +473,7 @@ func TestAnswerBatch(t *testing.T) {
 				}
 				ds := []handler.Delivery{{Key: "orders", Seq: 1}, {Key: "orders", Seq: 2}, {Key: "orders", Seq: 3}}
 				outs := make([]handler.Outcome, len(ds))
-				err := e.dl.answerBatch(t.Context(), stop, bh, ds, outs, 0)
+				err := e.dl.answerBatch(t.Context(), stop, bh, ds, outs, 0, monoNow())
 				if stopped := errors.Is(err, errStopped); stopped != tc.stopped || err != nil && !stopped {
 					t.Fatalf("answerBatch = %v, want stopped %v", err, tc.stopped)
 				}

@@ -122,8 +122,9 @@ func (a Account) searchable(dir string) error {
 
 // checkFiles checks, writing nothing, what `streamd run` checks at start
 // before it uses the files of cfg: the state directory and each stream
-// file, as a may use them. `streamd check-config` and the daemon call it
-// alike, so both give the same message for each problem.
+// file, as a may use them. `streamd check-config` calls it; the daemon
+// calls the checks it is made of, checkStateDir and checkStream, so both
+// give the same message for each problem.
 func checkFiles(cfg *conf.Config, a Account) error {
 	errs := []error{checkStateDir(cfg.StateDir, a)}
 	for _, s := range cfg.Streams {

@@ -52,8 +52,9 @@ type ConfigReport struct {
 // machine, found before anything else is checked.
 func (c ConfigCheck) Run() (ConfigReport, error) {
 	var r ConfigReport
-	r.Account = currentAccount()
-	if c.User != "" {
+	if c.User == "" {
+		r.Account = self()
+	} else {
 		var err error
 		if r.Account, err = lookupAccount(c.User); err != nil {
 			return r, err

@@ -58,17 +58,17 @@ func (dl *deliverer) answer(ctx context.Context, stop <-chan struct{}, d *handle
 // delivered again together, in place, as answer holds one delivery; those
 // answered are not delivered again. It ends when every one has an answer,
 // with errStopped (the outs of those not answered then say OutcomeFailed),
-// or with the *panicError of a handler that panicked.
-func (dl *deliverer) answerBatch(ctx context.Context, stop <-chan struct{}, bh handler.BatchHandler, ds []handler.Delivery, outs []handler.Outcome, w int) error {
+// or with the *panicError of a handler that panicked. The first delivery
+// starts at handed, when the batch was handed out ([monoNow]).
+func (dl *deliverer) answerBatch(ctx context.Context, stop <-chan struct{}, bh handler.BatchHandler, ds []handler.Delivery, outs []handler.Outcome, w int, handed int64) error {
 	failures := 0
 	pending, pouts := ds, outs // those without an answer yet, and their outcomes
 	var at []int               // where each of pending is in ds; nil while it is ds
-	for {
-		if err := dl.handleBatch(ctx, bh, pending, pouts, w, monoNow()); err != nil {
+	for start := handed; ; start = monoNow() {
+		if err := dl.handleBatch(ctx, bh, pending, pouts, w, start); err != nil {
 			return err
 		}
 		var failed []int // in ds
-		first := -1      // in pending
 		for j := range pending {
 			i := j
 			if at != nil {
@@ -77,9 +77,6 @@ func (dl *deliverer) answerBatch(ctx context.Context, stop <-chan struct{}, bh h
 			}
 			if pouts[j].Kind == handler.OutcomeFailed {
 				failed = append(failed, i)
-				if first < 0 {
-					first = j
-				}
 			}
 		}
 		if len(failed) == 0 {
@@ -89,7 +86,7 @@ func (dl *deliverer) answerBatch(ctx context.Context, stop <-chan struct{}, bh h
 			return nil
 		}
 		d := &ds[failed[0]]
-		retry, err := dl.failedDelivery(ctx, stop, pouts[first], &failures, len(failed), d, d.Offset)
+		retry, err := dl.failedDelivery(ctx, stop, outs[failed[0]], &failures, len(failed), d, d.Offset)
 		switch {
 		case err != nil:
 			return err

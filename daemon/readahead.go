@@ -12,7 +12,9 @@ import (
 
 // Read-ahead bounds: a batch holds at most aheadRecords records and, but
 // for a single larger payload, aheadBytes of payload; aheadBatches batches
-// exist per subscription (one filled, one waiting, one handled).
+// exist per subscription (one filled, one waiting, one handled). A batch
+// starts empty and grows to what it is given to hold, so that a quiet
+// subscription holds little; the memory it grew to is used again.
 const (
 	aheadRecords = 1024
 	aheadBytes   = 256 << 10
@@ -24,11 +26,12 @@ const (
 // checksum per payload) runs on one core while the handling runs on
 // another. Records travel in batches, their payloads copied into the
 // batch's memory, which is used again once the batch was handled. A batch
-// goes when it is full, when the follower is about to wait for the file
-// to change, and at the follower's end or error, so that a record read is
-// handed on at once when the file is quiet. (A read that hangs, on a stuck
-// disk, holds back the records read before it in the batch; the watchdog
-// learns of the stall from the follower.)
+// goes when it is full (the next record would take it past a bound), when
+// the next record is of another file, when the follower is about to wait
+// for the file to change, and at the follower's end or error, so that a
+// record read is handed on at once when the file is quiet. (A read that
+// hangs, on a stuck disk, holds back the records read before it in the
+// batch; the watchdog learns of the stall from the follower.)
 type readAhead struct {
 	follower *tail.Follower
 	full     chan *aheadBatch // to the subscription, in file order
@@ -45,13 +48,13 @@ type readAhead struct {
 	// the end of a replay's data.
 	readOn chan struct{}
 
-	// The subscription's side: the batch it reads, and where; the records
-	// it took since it last asked the reader to read on (or since the
-	// start).
-	cur   *aheadBatch
-	next  int
-	rec   tail.Record
-	since int
+	// The subscription's side: the batch it reads, and where; whether it
+	// took a record since it last asked the reader to read on (or since
+	// the start).
+	cur  *aheadBatch
+	next int
+	rec  tail.Record
+	took bool
 }
 
 // aheadBatch is records of one file, in file order, then the follower's
@@ -71,7 +74,7 @@ func followAhead(opts tail.Options) (*readAhead, error) {
 		readOn: make(chan struct{}, 1),
 	}
 	for range aheadBatches {
-		ra.free <- &aheadBatch{records: make([]streamfile.Record, 0, aheadRecords), payload: make([]byte, 0, aheadBytes)}
+		ra.free <- &aheadBatch{}
 	}
 	opts.OnWait = ra.flush
 	var err error
@@ -117,8 +120,8 @@ func (ra *readAhead) read() {
 			continue
 		}
 		b := ra.filling
-		if len(b.records) > 0 && (b.file != rec.File || len(b.records) == cap(b.records) ||
-			len(b.payload)+len(rec.Payload) > cap(b.payload)) {
+		if len(b.records) > 0 && (b.file != rec.File || len(b.records) == aheadRecords ||
+			len(b.payload)+len(rec.Payload) > aheadBytes) {
 			if !ra.handOn() {
 				return
 			}
@@ -126,9 +129,9 @@ func (ra *readAhead) read() {
 		}
 		b.file = rec.File
 		r := *rec.Record
-		if n := len(r.Payload); len(b.payload)+n > cap(b.payload) {
-			b.payload = make([]byte, 0, n) // a payload larger than a batch's memory
-		}
+		// When the payloads outgrow b.payload, append moves on to a new
+		// array: the payloads already in the batch stay in the old one,
+		// which nothing writes again.
 		start := len(b.payload)
 		b.payload = append(b.payload, r.Payload...)
 		r.Payload = b.payload[start:len(b.payload):len(b.payload)]
@@ -169,7 +172,7 @@ func (ra *readAhead) Next(ctx context.Context) (*tail.Record, error) {
 	}
 	for ra.cur == nil || ra.next == len(ra.cur.records) {
 		if b := ra.cur; b != nil {
-			readOn := errors.Is(b.err, io.EOF) && ra.since > 0
+			readOn := errors.Is(b.err, io.EOF) && ra.took
 			if b.err != nil && !readOn {
 				return nil, b.err
 			}
@@ -179,13 +182,13 @@ func (ra *readAhead) Next(ctx context.Context) (*tail.Record, error) {
 				// the replay reads as it would have without reading ahead
 				// (tail.Follower.ReadOn). Another end with nothing read
 				// since is the end.
-				ra.since = 0
+				ra.took = false
 				ra.readOn <- struct{}{}
 			}
-			clear(b.records) // no payload larger than a batch stays reachable
+			clear(b.records) // not to keep arrays b.payload outgrew, or the one dropped below
 			b.records, b.payload, b.err = b.records[:0], b.payload[:0], nil
-			if cap(b.payload) > aheadBytes {
-				b.payload = make([]byte, 0, aheadBytes)
+			if cap(b.payload) > 2*aheadBytes {
+				b.payload = nil // it held a payload larger than a batch's bound
 			}
 			ra.free <- b
 			ra.cur = nil
@@ -199,7 +202,7 @@ func (ra *readAhead) Next(ctx context.Context) (*tail.Record, error) {
 	}
 	ra.rec.Record, ra.rec.File = &ra.cur.records[ra.next], ra.cur.file
 	ra.next++
-	ra.since++
+	ra.took = true
 	return &ra.rec, nil
 }
 

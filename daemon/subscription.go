@@ -69,10 +69,10 @@ type scratch struct {
 	env     envelope.Parser
 	headers envelope.Headers
 	seq     [20]byte // the stream-sequence value
-	// record is the record of the delivery in hand, as read; unread is
-	// set when the delivery was made without it, for a blind handler.
+	// record is the record of the delivery in hand, as read. A blind
+	// handler's delivery is made without it; deliver opens it when the
+	// answer makes a copy.
 	record []byte
-	unread bool
 }
 
 // run reads until ctx ends, the replay finishes, or the subscription fails.
@@ -102,16 +102,9 @@ func (s *subscription) run(ctx, hctx context.Context) error {
 		jobs = make(chan job, s.batches.maxRecords)
 		s.runBatches(ctx, hctx, &wg, jobs, fail, workers)
 	case workers > 1:
-		for w := range workers {
-			wg.Go(func() {
-				for j := range jobs {
-					if err := s.deliver(ctx, hctx, &j.d, j.ticket, w); err != nil {
-						fail(err)
-						return
-					}
-				}
-			})
-		}
+		startWorkers(&wg, workers, jobs, fail, func(j job, w int) error {
+			return s.deliver(ctx, hctx, &j.d, j.ticket, w)
+		})
 	}
 	err := s.read(ctx, hctx, jobs)
 	close(jobs)
@@ -202,6 +195,22 @@ func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job) error {
 	}
 }
 
+// startWorkers starts n workers in wg, numbered from 0, that each do the
+// values they take from in until it closes; a worker whose do fails gives
+// its error to fail and stops.
+func startWorkers[T any](wg *sync.WaitGroup, n int, in <-chan T, fail func(error), do func(v T, w int) error) {
+	for w := range n {
+		wg.Go(func() {
+			for v := range in {
+				if err := do(v, w); err != nil {
+					fail(err)
+					return
+				}
+			}
+		})
+	}
+}
+
 // inline reports whether the reader delivers each record itself before it
 // reads the next: concurrency 1, without batches.
 func (s *subscription) inline() bool {
@@ -246,7 +255,7 @@ func (s *subscription) wanted(rec *tail.Record) bool {
 // whether it is an envelope.
 func (s *subscription) open(d *handler.Delivery, w int, blind bool) bool {
 	sc := &s.scratch[w]
-	sc.record, sc.unread = d.Payload, blind
+	sc.record = d.Payload
 	if blind {
 		if s.foreign(sc.env.PeekHeader(sc.record, OriginHeader)) && sc.env.Check() {
 			return false
@@ -269,8 +278,8 @@ func (s *subscription) passOver(ticket offsets.Ticket) {
 }
 
 // fill sets the record of d from the record in sc, which sc.env parsed
-// into h, reporting whether it is an envelope: the headers (none for a
-// plain record) with stream-sequence set to the record's sequence, in
+// into h (enveloped says whether it is an envelope): the headers (none for
+// a plain record) with stream-sequence set to the record's sequence, in
 // sc's memory; the payload; the attempt.
 func (s *subscription) fill(d *handler.Delivery, sc *scratch, h envelope.Headers, enveloped bool) {
 	sc.headers = append(sc.headers[:0], h...)
@@ -280,15 +289,15 @@ func (s *subscription) fill(d *handler.Delivery, sc *scratch, h envelope.Headers
 		d.Payload = sc.env.Payload()
 	}
 	d.Attempt = envelope.RetryCount(d.Headers) + 1
-	sc.unread = false
 }
 
 // deliver hands d, with the record as its Payload, to the handler on
 // worker w until it answers (answer: a failed delivery is held in place),
-// and settles the answer; a foreign copy is passed over, settled at once. A copy that cannot be written is retried with the
-// backoff until it is. When the subscription stops (ctx) while the
-// delivery is held, or before a copy could be written, the record stays
-// unsettled, and is read again after a restart. Handlers run with hctx.
+// and settles the answer; a foreign copy is passed over, settled at once.
+// A copy that cannot be written is retried with the backoff until it is.
+// When the subscription stops (ctx) while the delivery is held, or before
+// a copy could be written, the record stays unsettled, and is read again
+// after a restart. Handlers run with hctx.
 func (s *subscription) deliver(ctx, hctx context.Context, d *handler.Delivery, ticket offsets.Ticket, w int) error {
 	if !s.open(d, w, s.blind) {
 		s.passOver(ticket)
@@ -304,7 +313,8 @@ func (s *subscription) deliver(ctx, hctx context.Context, d *handler.Delivery, t
 	case err != nil:
 		return err
 	}
-	if sc := &s.scratch[w]; sc.unread && writesCopy(o) {
+	if s.blind && writesCopy(o) {
+		sc := &s.scratch[w]
 		h, enveloped := sc.env.Parse(sc.record)
 		s.fill(d, sc, h, enveloped) // the copy is made of the record
 	}
