@@ -179,7 +179,10 @@ const maxInterned = 64
 // quadratic to decode, so past indexAfter headers the builder keeps a map
 // from name to position.
 type builder struct {
-	h   Headers
+	h Headers
+	// pos maps each name in h to its position once the block has reached
+	// indexAfter headers, and is empty before; reset clears it but keeps
+	// its memory for the next block.
 	pos map[string]int
 	// names, when not nil, interns names: each name as the block spells
 	// it, mapped to its lowercased string, so that a name seen before is
@@ -190,9 +193,11 @@ type builder struct {
 	lossy []byte
 }
 
-// reset empties b for the next block, keeping its memory.
+// reset empties b for the next block, keeping its memory, the index's
+// too.
 func (b *builder) reset() {
-	b.h, b.pos = b.h[:0], nil
+	b.h = b.h[:0]
+	clear(b.pos)
 }
 
 // name returns the header name spelt raw, lowercased.
@@ -214,12 +219,14 @@ func (b *builder) name(raw []byte) string {
 // set inserts the header spelt raw with value, as [Headers.Set] does.
 func (b *builder) set(raw, value []byte) {
 	name := b.name(raw)
-	if b.pos == nil {
-		if len(b.h) < indexAfter {
-			b.h.set(name, value)
-			return
+	if len(b.h) < indexAfter {
+		b.h.set(name, value)
+		return
+	}
+	if len(b.pos) == 0 { // the block reaches indexAfter headers: index them
+		if b.pos == nil {
+			b.pos = make(map[string]int, 2*len(b.h))
 		}
-		b.pos = make(map[string]int, 2*len(b.h))
 		for i, e := range b.h {
 			b.pos[e.Name] = i
 		}
