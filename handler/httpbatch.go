@@ -50,7 +50,7 @@ const (
 func (h *httpHandler) HandleBatch(ctx context.Context, ds []Delivery, outs []Outcome) {
 	header := h.newHeader(2)
 	header["Content-Type"] = []string{httpBatchContentType}
-	header["Streamd-Subscription"] = []string{ds[0].Subscription}
+	header[subscriptionHeader] = []string{ds[0].Subscription}
 	resp, o := h.send(ctx, batchBody(ds), header)
 	if resp == nil {
 		fill(outs, o)
