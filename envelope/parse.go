@@ -138,15 +138,8 @@ func (p *Parser) block(record []byte) (text []byte, rs1 bool, block []byte, ok b
 		return nil, false, nil, false
 	}
 	text = record[len(rs1Prefix):]
-	if len(text)%4 != 0 {
-		return nil, false, nil, false // padding is required: whole quanta only
-	}
-	pad := 0
-	for pad < 2 && pad < len(text) && text[len(text)-1-pad] == '=' {
-		pad++
-	}
-	n := len(text)/4*3 - pad
-	if n < 4 {
+	n, pad, ok := decodedLen(text)
+	if !ok {
 		return nil, false, nil, false
 	}
 	// The block length is in the first 4 of the 6 bytes the first 8
@@ -171,10 +164,7 @@ func (p *Parser) Check() bool {
 	if p.text == nil || p.valid {
 		return p.valid
 	}
-	body := p.text[:len(p.text)-p.pad]
-	// The unused bits are the low 4 of the last character's 6 before
-	// "==", the low 2 before "=".
-	p.valid = inAlphabet(body) && sextets[body[len(body)-1]]&(1<<(2*p.pad)-1) == 0
+	p.valid = wellFormed(p.text, p.pad)
 	if !p.valid {
 		p.text = nil
 	}
