@@ -208,12 +208,11 @@ type Blind interface {
 	Blind() bool
 }
 
-// ReadsRecord reports whether h reads a delivery's record (Headers,
-// Payload, Attempt): true unless it is a [Blind] that declares it does
-// not.
-func ReadsRecord(h Handler) bool {
+// IsBlind reports whether h decides without reading a delivery's record
+// (Headers, Payload, Attempt): whether it is a [Blind] that declares so.
+func IsBlind(h Handler) bool {
 	b, ok := h.(Blind)
-	return !ok || !b.Blind()
+	return ok && b.Blind()
 }
 
 // BatchHandler is a Handler that also takes several deliveries in one
