@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/streamd/streamd/envelope"
+	"github.com/streamd/streamd/streamfile"
 )
 
 // OutcomeKind is what a handler decided about a delivery.
@@ -145,6 +146,12 @@ func (d *Delivery) RecordID() string {
 		return ""
 	}
 	return d.File + "-" + strconv.FormatInt(d.Offset, 10)
+}
+
+// frame is d's record as the streamfile formats write it: its key,
+// shard, seq, timestamp and payload.
+func (d *Delivery) frame() *streamfile.Frame {
+	return &streamfile.Frame{Key: d.Key, Shard: d.Shard, Seq: d.Seq, TimestampMs: d.TimestampMs, Payload: d.Payload}
 }
 
 // deliveryMeta is the metadata of a delivery that the exec and http

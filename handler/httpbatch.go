@@ -92,9 +92,7 @@ func batchBody(ds []Delivery) []byte {
 	b := make([]byte, 0, n)
 	for i := range ds {
 		d := &ds[i]
-		b = streamfile.FormatNDJSON.AppendFrame(b,
-			&streamfile.Frame{Key: d.Key, Shard: d.Shard, Seq: d.Seq, TimestampMs: d.TimestampMs, Payload: d.Payload},
-			&streamfile.FrameContext{ShowHeaders: true, Headers: d.Headers})
+		b = streamfile.FormatNDJSON.AppendFrame(b, d.frame(), &streamfile.FrameContext{ShowHeaders: true, Headers: d.Headers})
 	}
 	return b
 }
