@@ -154,10 +154,10 @@ func (d *Delivery) frame() *streamfile.Frame {
 	return &streamfile.Frame{Key: d.Key, Shard: d.Shard, Seq: d.Seq, TimestampMs: d.TimestampMs, Payload: d.Payload}
 }
 
-// deliveryMeta is the metadata of a delivery that the exec and http
+// deliveryMeta is the metadata of a delivery that the exec, http and nats
 // handlers pass besides the payload and the record headers, in the order
 // they pass it, with the name each gives it: an environment variable, a
-// request header. value returns the value as text: the subscription's
+// request or message header. value returns the value as text: the subscription's
 // name, the stream key, or a number in decimal.
 var deliveryMeta = [...]struct {
 	env, header string
