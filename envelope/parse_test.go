@@ -29,19 +29,19 @@ func checkParse(t testing.TB, p *Parser, record []byte) {
 	case !bytes.Equal(record, original):
 		t.Fatalf("Parse(%q) modified its input", original)
 	}
-	// PeekHeader finds what Peek's headers hold, and leaves Check to
+	// PeekHeader finds what peek's headers hold, and leaves Check to
 	// decide as Parse does.
 	names := []string{"x-a", "X-A", "x", "x-streamd-origin", "missing"}
 	for _, e := range wantH {
 		names = append(names, e.Name, strings.ToUpper(e.Name))
 	}
 	for _, name := range names {
-		ph, peeked := p.Peek(record)
+		ph, peeked := p.peek(record)
 		want, wantFound := ph.Get(name)
 		want = bytes.Clone(want)
 		v, found := p.PeekHeader(record, name)
 		if found != (peeked && wantFound) || !bytes.Equal(v, want) {
-			t.Fatalf("PeekHeader(%q, %q) = %q, %v; Peek's headers %s hold %q, %v", record, name, v, found, fmtHeaders(ph), want, peeked && wantFound)
+			t.Fatalf("PeekHeader(%q, %q) = %q, %v; peek's headers %s hold %q, %v", record, name, v, found, fmtHeaders(ph), want, peeked && wantFound)
 		}
 		if p.Check() == plain || (!plain && !bytes.Equal(p.Payload(), wantP)) {
 			t.Fatalf("after PeekHeader(%q, %q), Check says envelope %v; Decode gives %s, %q", record, name, !plain, fmtHeaders(wantH), wantP)
