@@ -83,7 +83,7 @@ func newDeliverer(sc conf.Subscription, h handler.Handler, t transport, copies c
 		busy:    make([]atomic.Int64, max(sc.Concurrency, 1)),
 		handed:  make([]atomic.Int64, max(sc.Concurrency, 1)),
 		batched: make([]atomic.Int32, max(sc.Concurrency, 1)),
-		blind:   !handler.ReadsRecord(h),
+		blind:   handler.IsBlind(h),
 	}
 	for f := range handler.NumFailures {
 		if f != handler.FailureCanceled { // the daemon stopping: not a failure

@@ -26,8 +26,10 @@ func RetryCount(h Headers) uint64 {
 	if !ok {
 		return 0
 	}
-	// Digits only, as strconv.ParseUint reads them in base 10, without
-	// the string it would need: every delivery reads its count.
+	// Digits only, as strconv.ParseUint reads them in base 10. Every
+	// delivery reads its count, and the loop never allocates, where
+	// ParseUint(string(v)) allocates its error for a value it rejects,
+	// and the string for a value longer than 32 bytes.
 	v = bytes.TrimPrefix(v, []byte{'+'})
 	if len(v) == 0 {
 		return 0

@@ -2,14 +2,9 @@ package envelope
 
 import (
 	"bytes"
-	"encoding/base64"
 	"encoding/binary"
 	"unicode/utf8"
 )
-
-// strictBase64 is the envelope's base64 (settlement.md §9.4): standard
-// alphabet, '=' padding required, and unused trailing bits zero.
-var strictBase64 = base64.StdEncoding.Strict()
 
 // Decode splits record into its envelope headers and payload (settlement.md
 // §9.4). A record that is not a well-formed rs1: or rs2: envelope is plain:
@@ -28,26 +23,20 @@ func Decode(record []byte) (Headers, []byte) {
 	return h, payload
 }
 
-// decode decodes an envelope, reporting false when record is plain.
+// decode decodes an envelope, reporting false when record is plain. It
+// takes the steps a [Parser] takes, in another order: it checks the whole
+// text before it decodes it, into new memory.
 func decode(record []byte) (Headers, []byte, bool) {
 	rs1, ok := prefixRS1(record)
 	if !ok {
-		return nil, nil, false
+		return nil, nil, false // most plain records
 	}
 	text := record[len(rs1Prefix):]
-	// Go's base64 decoder skips '\r' and '\n'; the envelope forbids them.
-	// Every other byte outside the base64 alphabet fails to decode, so a
-	// record that gets past here is ASCII and thus valid UTF-8, as §9.4
-	// step 1 requires.
-	if bytes.ContainsAny(text, "\r\n") {
+	n, pad, ok := decodedLen(text)
+	if !ok || !wellFormed(text, pad) {
 		return nil, nil, false
 	}
-	framed := make([]byte, strictBase64.DecodedLen(len(text)))
-	n, err := strictBase64.Decode(framed, text)
-	if err != nil || n < 4 {
-		return nil, nil, false
-	}
-	framed = framed[:n]
+	framed := appendQuanta(nil, text)[:n]
 	end, ok := blockEnd(framed, n)
 	if !ok {
 		return nil, nil, false
@@ -57,6 +46,34 @@ func decode(record []byte) (Headers, []byte, bool) {
 		return nil, nil, false
 	}
 	return b.h, framed[end:], true
+}
+
+// decodedLen returns the length n the base64 text of an envelope (the
+// record after its prefix) decodes to, and the count of '=' that pad it.
+// It reports false when the length of text says the record is plain: the
+// padding is required (whole quanta only), and n is at least 4, for the
+// block length. Whether the text is base64 is [wellFormed]'s to say.
+func decodedLen(text []byte) (n, pad int, ok bool) {
+	if len(text)%4 != 0 {
+		return 0, 0, false
+	}
+	for pad < 2 && pad < len(text) && text[len(text)-1-pad] == '=' {
+		pad++
+	}
+	n = len(text)/4*3 - pad
+	return n, pad, n >= 4
+}
+
+// wellFormed reports whether text, whole quanta that end in pad '=', is
+// strict standard base64 (settlement.md §9.4): every other byte in the
+// alphabet (so no '\r' or '\n', which Go's decoder would skip), and the
+// bits the padding leaves unused zero. Text that is well-formed is ASCII,
+// and thus valid UTF-8, as §9.4 step 1 requires.
+func wellFormed(text []byte, pad int) bool {
+	body := text[:len(text)-pad]
+	// The unused bits are the low 4 of the last character's 6 before
+	// "==", the low 2 before "=".
+	return inAlphabet(body) && sextets[body[len(body)-1]]&(1<<(2*pad)-1) == 0
 }
 
 // prefixRS1 reports whether record starts with an envelope prefix, and
@@ -179,7 +196,10 @@ const maxInterned = 64
 // quadratic to decode, so past indexAfter headers the builder keeps a map
 // from name to position.
 type builder struct {
-	h   Headers
+	h Headers
+	// pos maps each name in h to its position once the block has reached
+	// indexAfter headers, and is empty before; reset clears it but keeps
+	// its memory for the next block.
 	pos map[string]int
 	// names, when not nil, interns names: each name as the block spells
 	// it, mapped to its lowercased string, so that a name seen before is
@@ -190,9 +210,11 @@ type builder struct {
 	lossy []byte
 }
 
-// reset empties b for the next block, keeping its memory.
+// reset empties b for the next block, keeping its memory, the index's
+// too.
 func (b *builder) reset() {
-	b.h, b.pos = b.h[:0], nil
+	b.h = b.h[:0]
+	clear(b.pos)
 }
 
 // name returns the header name spelt raw, lowercased.
@@ -214,12 +236,14 @@ func (b *builder) name(raw []byte) string {
 // set inserts the header spelt raw with value, as [Headers.Set] does.
 func (b *builder) set(raw, value []byte) {
 	name := b.name(raw)
-	if b.pos == nil {
-		if len(b.h) < indexAfter {
-			b.h.set(name, value)
-			return
+	if len(b.h) < indexAfter {
+		b.h.set(name, value)
+		return
+	}
+	if len(b.pos) == 0 { // the block reaches indexAfter headers: index them
+		if b.pos == nil {
+			b.pos = make(map[string]int, 2*len(b.h))
 		}
-		b.pos = make(map[string]int, 2*len(b.h))
 		for i, e := range b.h {
 			b.pos[e.Name] = i
 		}

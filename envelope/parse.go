@@ -12,15 +12,15 @@ import (
 // envelope exactly as [Decode] does, but decodes only the header block at
 // its front; [Parser.Payload] decodes the payload when it is wanted, so that
 // a record whose payload nobody reads costs a check of its text and the
-// decoding of its headers. [Parser.Peek] and [Parser.Check] split Parse in
-// two, for a reader that needs to know whether the record is an envelope
-// only for some headers; [Parser.PeekHeader] is Peek for a reader that
-// needs one header, and costs less.
+// decoding of its headers. [Parser.PeekHeader] and [Parser.Check] split
+// Parse in two, for a reader that needs one header, and needs to know
+// whether the record is an envelope only when it carries that header.
 //
-// What a Parser returns is valid until its next Parse, Peek or PeekHeader:
-// the header values and the payload are in its memory, which the next
-// record overwrites. The header names are strings, which stay valid; a
-// name seen before is not allocated again. A caller that keeps headers or a payload
+// What a Parser returns is in its memory, which the next record
+// overwrites: the header values are valid until its next Parse or
+// PeekHeader, the payload until then or its next Payload. The header
+// names are strings, which stay valid; a name seen before is not
+// allocated again. A caller that keeps headers or a payload
 // longer copies them ([Headers.Clone], bytes.Clone). The record must stay
 // unchanged until the Parser is done with it: Check and Payload read it
 // again.
@@ -45,26 +45,25 @@ type Parser struct {
 // (settlement.md §9.4), deciding exactly as [Decode] does, and returns its
 // headers, with the lowercased unique names and the values Decode returns.
 // A record that is not an envelope is plain: Parse reports false, and its
-// payload is the whole record. Parse is Peek then Check.
+// payload is the whole record. Parse decodes the header block at the
+// front of record, then checks its text as [Parser.Check] does.
 func (p *Parser) Parse(record []byte) (Headers, bool) {
-	h, ok := p.Peek(record)
+	h, ok := p.peek(record)
 	if !ok || !p.Check() {
 		return nil, false
 	}
 	return h, true
 }
 
-// Peek decodes the header block at the front of record and returns the
+// peek decodes the header block at the front of record and returns the
 // headers record carries if it is an envelope, without checking its base64
-// text: whether it is an envelope is [Parser.Check]'s to say. Until Check
-// says so, the headers are only what the record would carry: decoded from
-// a text that may hold bytes outside the alphabet, they may be garbage.
-// Peek reports false when record is certainly plain (its prefix, its
-// length, its block length or its rs2 block say so); Check then reports
-// false too. Peek then Check is Parse; Peek alone suits a reader that
-// needs to know whether the record is an envelope only when it carries
-// some header.
-func (p *Parser) Peek(record []byte) (Headers, bool) {
+// text: whether it is an envelope is Check's to say. Until Check says so,
+// the headers are only what the record would carry: decoded from a text
+// that may hold bytes outside the alphabet, they may be garbage. peek
+// reports false when record is certainly plain (its prefix, its length,
+// its block length or its rs2 block say so); Check then reports false
+// too. peek then Check is Parse.
+func (p *Parser) peek(record []byte) (Headers, bool) {
 	text, rs1, block, ok := p.block(record)
 	if !ok {
 		return nil, false
@@ -80,11 +79,18 @@ func (p *Parser) Peek(record []byte) (Headers, bool) {
 	return p.b.h, true
 }
 
-// PeekHeader is Peek for a reader that needs one header: it returns the
-// value of the header name that Peek's headers would hold, without making
-// them. It reports false when record is certainly plain, or carries no
-// such header; then as after Peek, whether it is an envelope is
-// [Parser.Check]'s to say.
+// PeekHeader is the first half of Parse for a reader that needs one
+// header: it decodes the header block at the front of record and returns
+// the value of the header name that Parse's headers would hold, without
+// making them, and without checking the record's base64 text: whether it
+// is an envelope is [Parser.Check]'s to say. Until Check says so, the
+// value is only what the record would carry: decoded from a text that may
+// hold bytes outside the alphabet, it may be garbage. PeekHeader reports
+// false when record is certainly plain (its prefix, its length, its block
+// length or its rs2 block say so; Check then reports false too), or
+// carries no such header. PeekHeader then Check suits a reader that needs
+// to know whether the record is an envelope only when it carries the
+// header.
 func (p *Parser) PeekHeader(record []byte, name string) (value []byte, found bool) {
 	text, rs1, block, ok := p.block(record)
 	if !ok {
@@ -129,7 +135,7 @@ func lowerEqual(raw []byte, name string) bool {
 // block decodes the header block at the front of record into p's memory
 // and returns it, with the record's base64 text and whether it is rs1:
 // false when record is certainly plain (its prefix, its length or its
-// block length say so). Peek and PeekHeader keep the text, for Check and
+// block length say so). peek and PeekHeader keep the text, for Check and
 // Payload, once they have read the block.
 func (p *Parser) block(record []byte) (text []byte, rs1 bool, block []byte, ok bool) {
 	p.text, p.valid = nil, false
@@ -138,15 +144,8 @@ func (p *Parser) block(record []byte) (text []byte, rs1 bool, block []byte, ok b
 		return nil, false, nil, false
 	}
 	text = record[len(rs1Prefix):]
-	if len(text)%4 != 0 {
-		return nil, false, nil, false // padding is required: whole quanta only
-	}
-	pad := 0
-	for pad < 2 && pad < len(text) && text[len(text)-1-pad] == '=' {
-		pad++
-	}
-	n := len(text)/4*3 - pad
-	if n < 4 {
+	n, pad, ok := decodedLen(text)
+	if !ok {
 		return nil, false, nil, false
 	}
 	// The block length is in the first 4 of the 6 bytes the first 8
@@ -171,10 +170,7 @@ func (p *Parser) Check() bool {
 	if p.text == nil || p.valid {
 		return p.valid
 	}
-	body := p.text[:len(p.text)-p.pad]
-	// The unused bits are the low 4 of the last character's 6 before
-	// "==", the low 2 before "=".
-	p.valid = inAlphabet(body) && sextets[body[len(body)-1]]&(1<<(2*p.pad)-1) == 0
+	p.valid = wellFormed(p.text, p.pad)
 	if !p.valid {
 		p.text = nil
 	}
@@ -182,8 +178,8 @@ func (p *Parser) Check() bool {
 }
 
 // Payload returns the payload of the envelope the last Parse, or the last
-// Peek (or PeekHeader) and Check, accepted, decoded into p's memory: valid
-// until the next Parse, Peek, PeekHeader or Payload. It returns nil when
+// PeekHeader and Check, accepted, decoded into p's memory: valid until the
+// next Parse, PeekHeader or Payload. It returns nil when
 // they did not accept the record: its payload is then the record itself.
 func (p *Parser) Payload() []byte {
 	if !p.valid {

@@ -29,19 +29,19 @@ func checkParse(t testing.TB, p *Parser, record []byte) {
 	case !bytes.Equal(record, original):
 		t.Fatalf("Parse(%q) modified its input", original)
 	}
-	// PeekHeader finds what Peek's headers hold, and leaves Check to
+	// PeekHeader finds what peek's headers hold, and leaves Check to
 	// decide as Parse does.
 	names := []string{"x-a", "X-A", "x", "x-streamd-origin", "missing"}
 	for _, e := range wantH {
 		names = append(names, e.Name, strings.ToUpper(e.Name))
 	}
 	for _, name := range names {
-		ph, peeked := p.Peek(record)
+		ph, peeked := p.peek(record)
 		want, wantFound := ph.Get(name)
 		want = bytes.Clone(want)
 		v, found := p.PeekHeader(record, name)
 		if found != (peeked && wantFound) || !bytes.Equal(v, want) {
-			t.Fatalf("PeekHeader(%q, %q) = %q, %v; Peek's headers %s hold %q, %v", record, name, v, found, fmtHeaders(ph), want, peeked && wantFound)
+			t.Fatalf("PeekHeader(%q, %q) = %q, %v; peek's headers %s hold %q, %v", record, name, v, found, fmtHeaders(ph), want, peeked && wantFound)
 		}
 		if p.Check() == plain || (!plain && !bytes.Equal(p.Payload(), wantP)) {
 			t.Fatalf("after PeekHeader(%q, %q), Check says envelope %v; Decode gives %s, %q", record, name, !plain, fmtHeaders(wantH), wantP)
@@ -168,6 +168,32 @@ func TestParseMemory(t *testing.T) {
 	}
 }
 
+// TestParseManyHeadersMemory checks that a record with more than
+// indexAfter headers, which the builder indexes by name, also costs no
+// allocation once seen: the index is kept from one record to the next.
+func TestParseManyHeadersMemory(t *testing.T) {
+	record := Encode(manyHeaders(indexAfter+4), []byte(`{"id":7}`), false)
+	var p Parser
+	if h, ok := p.Parse(record); !ok || len(h) != indexAfter+4 {
+		t.Fatalf("Parse: %d headers, %v; want %d, true", len(h), ok, indexAfter+4)
+	}
+	if allocs := testing.AllocsPerRun(100, func() {
+		p.Parse(record)
+		p.Payload()
+	}); allocs != 0 {
+		t.Errorf("Parse and Payload of a record of %d headers seen before: %v allocations, want 0", indexAfter+4, allocs)
+	}
+}
+
+// manyHeaders returns n headers of distinct names.
+func manyHeaders(n int) Headers {
+	var h Headers
+	for i := range n {
+		h.Set("x-h"+strconv.Itoa(i), []byte("v"+strconv.Itoa(i)))
+	}
+	return h
+}
+
 // TestParseInternBound checks that a stream of ever new names does not
 // grow a Parser's memory past maxInterned names, and that names beyond it
 // still decode.
@@ -196,6 +222,7 @@ func BenchmarkParse(b *testing.B) {
 		{"rs1_two_headers_512B/headers", hdrs("x-trace-id", "4bf92f3577b34da6a3ce929d0e0e4736", "content-type", "application/json"), false},
 		{"rs1_two_headers_512B/payload", hdrs("x-trace-id", "4bf92f3577b34da6a3ce929d0e0e4736", "content-type", "application/json"), true},
 		{"rs2_two_headers_512B/headers", hdrs("x-note", "two\nlines", "content-type", "application/json"), false},
+		{"rs1_twelve_headers_512B/headers", manyHeaders(12), false},
 	} {
 		record := Encode(bc.headers, payload, false)
 		b.Run(bc.name, func(b *testing.B) {

@@ -29,12 +29,14 @@ const (
 // execHandler runs a command per record: cfg.Command as argv, without a
 // shell, the payload on stdin, the delivery's metadata and headers in the
 // environment (after the daemon's environment and the configured env,
-// which the metadata variables override). When two header names map to
-// one variable, the later header in the record wins.
+// which the metadata variables override), with the payload's length in
+// STREAMD_PAYLOAD_LENGTH. When two header names map to one variable, the
+// later header in the record wins.
 //
 // The command runs in a process group of its own. When the timeout passes
 // or the handler's ctx ends (shutdown), the whole group is killed with
-// SIGKILL, so nothing it started outlives it.
+// SIGKILL, so nothing it started outlives it; when the daemon dies, even
+// by kill -9, the kernel kills the command (Pdeathsig, see runGroup).
 //
 // The outcome:
 //

@@ -39,7 +39,7 @@ func execBaseEnv(env map[string]string) []string {
 
 // environ is the command's environment for d.
 func (h *execHandler) environ(d *Delivery) []string {
-	env := make([]string, 0, len(h.env)+len(d.Headers)+len(deliveryMeta))
+	env := make([]string, 0, len(h.env)+len(d.Headers)+len(deliveryMeta)+1) // +1: the payload's length
 	env = append(env, h.env...)
 	for _, e := range d.Headers {
 		if utf8.Valid(e.Value) && bytes.IndexByte(e.Value, 0) < 0 {
@@ -48,10 +48,8 @@ func (h *execHandler) environ(d *Delivery) []string {
 			env = append(env, execBase64HeaderEnvPrefix+envName(e.Name)+"="+base64Value(e.Value))
 		}
 	}
-	var b []byte
 	for _, m := range deliveryMeta {
-		b = append(append(b[:0], m.env...), '=')
-		env = append(env, string(m.appendValue(b, d)))
+		env = append(env, m.env+"="+m.value(d))
 	}
 	// A command killed or cut off mid-read can tell a short payload.
 	env = append(env, string(strconv.AppendInt([]byte(execPayloadLengthEnv+"="), int64(len(d.Payload)), 10)))

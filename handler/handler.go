@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/streamd/streamd/envelope"
+	"github.com/streamd/streamd/streamfile"
 )
 
 // OutcomeKind is what a handler decided about a delivery.
@@ -147,22 +148,32 @@ func (d *Delivery) RecordID() string {
 	return d.File + "-" + strconv.FormatInt(d.Offset, 10)
 }
 
-// deliveryMeta is the metadata of a delivery that the exec and http
+// frame is d's record as the streamfile formats write it: its key,
+// shard, seq, timestamp and payload.
+func (d *Delivery) frame() *streamfile.Frame {
+	return &streamfile.Frame{Key: d.Key, Shard: d.Shard, Seq: d.Seq, TimestampMs: d.TimestampMs, Payload: d.Payload}
+}
+
+// deliveryMeta is the metadata of a delivery that the exec, http and nats
 // handlers pass besides the payload and the record headers, in the order
 // they pass it, with the name each gives it: an environment variable, a
-// request header. appendValue appends the value as text: the subscription's
+// request or message header. value returns the value as text: the subscription's
 // name, the stream key, or a number in decimal.
 var deliveryMeta = [...]struct {
 	env, header string
-	appendValue func(b []byte, d *Delivery) []byte
+	value       func(d *Delivery) string
 }{
-	{"STREAMD_SUBSCRIPTION", "Streamd-Subscription", func(b []byte, d *Delivery) []byte { return append(b, d.Subscription...) }},
-	{"STREAMD_STREAM_KEY", "Streamd-Stream-Key", func(b []byte, d *Delivery) []byte { return append(b, d.Key...) }},
-	{"STREAMD_SEQ", "Streamd-Seq", func(b []byte, d *Delivery) []byte { return strconv.AppendUint(b, d.Seq, 10) }},
-	{"STREAMD_SHARD", "Streamd-Shard", func(b []byte, d *Delivery) []byte { return strconv.AppendUint(b, d.Shard, 10) }},
-	{"STREAMD_TIMESTAMP_MS", "Streamd-Timestamp-Ms", func(b []byte, d *Delivery) []byte { return strconv.AppendUint(b, d.TimestampMs, 10) }},
-	{"STREAMD_ATTEMPT", "Streamd-Attempt", func(b []byte, d *Delivery) []byte { return strconv.AppendUint(b, d.Attempt, 10) }},
+	{"STREAMD_SUBSCRIPTION", subscriptionHeader, func(d *Delivery) string { return d.Subscription }},
+	{"STREAMD_STREAM_KEY", "Streamd-Stream-Key", func(d *Delivery) string { return d.Key }},
+	{"STREAMD_SEQ", "Streamd-Seq", func(d *Delivery) string { return strconv.FormatUint(d.Seq, 10) }},
+	{"STREAMD_SHARD", "Streamd-Shard", func(d *Delivery) string { return strconv.FormatUint(d.Shard, 10) }},
+	{"STREAMD_TIMESTAMP_MS", "Streamd-Timestamp-Ms", func(d *Delivery) string { return strconv.FormatUint(d.TimestampMs, 10) }},
+	{"STREAMD_ATTEMPT", "Streamd-Attempt", func(d *Delivery) string { return strconv.FormatUint(d.Attempt, 10) }},
 }
+
+// subscriptionHeader is the request header, and the NATS message header,
+// that names the delivery's subscription; a batch request carries it too.
+const subscriptionHeader = "Streamd-Subscription"
 
 // putRecordFields puts d's record headers (see httpRecordHeaderPrefix) and
 // its metadata into the header fields h of an HTTP request or a NATS
@@ -176,10 +187,8 @@ func putRecordFields(h map[string][]string, d *Delivery) {
 			h[httpBase64RecordHeaderPrefix+name] = []string{base64Value(e.Value)}
 		}
 	}
-	var b []byte
 	for _, m := range deliveryMeta {
-		b = m.appendValue(b[:0], d)
-		h[m.header] = []string{string(b)}
+		h[m.header] = []string{m.value(d)}
 	}
 }
 
@@ -206,12 +215,11 @@ type Blind interface {
 	Blind() bool
 }
 
-// ReadsRecord reports whether h reads a delivery's record (Headers,
-// Payload, Attempt): true unless it is a [Blind] that declares it does
-// not.
-func ReadsRecord(h Handler) bool {
+// IsBlind reports whether h decides without reading a delivery's record
+// (Headers, Payload, Attempt): whether it is a [Blind] that declares so.
+func IsBlind(h Handler) bool {
 	b, ok := h.(Blind)
-	return !ok || !b.Blind()
+	return ok && b.Blind()
 }
 
 // BatchHandler is a Handler that also takes several deliveries in one

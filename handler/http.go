@@ -356,9 +356,9 @@ func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	return max(t.Sub(now), 0), true
 }
 
-// transportFailure is the failure of a request that got no response: the
-// handler's ctx ended (shutdown), the timeout passed, or the transport
-// failed.
+// transportFailure is the failure of a request that got no whole
+// response, none or not all of a batch's answer: the handler's ctx ended
+// (shutdown), the timeout passed, or the transport failed.
 func (h *httpHandler) transportFailure(ctx context.Context, err error) Outcome {
 	switch {
 	case ctx.Err() != nil:

@@ -50,7 +50,7 @@ const (
 func (h *httpHandler) HandleBatch(ctx context.Context, ds []Delivery, outs []Outcome) {
 	header := h.newHeader(2)
 	header["Content-Type"] = []string{httpBatchContentType}
-	header["Streamd-Subscription"] = []string{ds[0].Subscription}
+	header[subscriptionHeader] = []string{ds[0].Subscription}
 	resp, o := h.send(ctx, batchBody(ds), header)
 	if resp == nil {
 		fill(outs, o)
@@ -92,9 +92,7 @@ func batchBody(ds []Delivery) []byte {
 	b := make([]byte, 0, n)
 	for i := range ds {
 		d := &ds[i]
-		b = streamfile.FormatNDJSON.AppendFrame(b,
-			&streamfile.Frame{Key: d.Key, Shard: d.Shard, Seq: d.Seq, TimestampMs: d.TimestampMs, Payload: d.Payload},
-			&streamfile.FrameContext{ShowHeaders: true, Headers: d.Headers})
+		b = streamfile.FormatNDJSON.AppendFrame(b, d.frame(), &streamfile.FrameContext{ShowHeaders: true, Headers: d.Headers})
 	}
 	return b
 }

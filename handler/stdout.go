@@ -63,8 +63,7 @@ func newStdoutHandler(cfg conf.Handler, w io.Writer) (*stdoutHandler, error) {
 func (h *stdoutHandler) Handle(_ context.Context, d *Delivery) Outcome {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	b := h.format.AppendFrame(h.buf[:0],
-		&streamfile.Frame{Key: d.Key, Shard: d.Shard, Seq: d.Seq, TimestampMs: d.TimestampMs, Payload: d.Payload},
+	b := h.format.AppendFrame(h.buf[:0], d.frame(),
 		&streamfile.FrameContext{Delivered: true, Subscription: d.Subscription, Attempt: d.Attempt, Headers: d.Headers})
 	_, err := h.w.Write(b)
 	if cap(b) <= stdoutKeepBuffer {
