@@ -69,7 +69,7 @@ type deliverer struct {
 	failed  [handler.NumFailures]prometheus.Counter
 	hold    holdLog
 	// blind is set when the handler does not read the records it is
-	// handed (handler.ReadsRecord).
+	// handed (handler.IsBlind).
 	blind bool
 }
 
