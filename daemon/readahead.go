@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"slices"
 	"sync"
 
 	"github.com/streamd/streamd/streamfile"
@@ -129,13 +130,13 @@ func (ra *readAhead) read() {
 		}
 		b.file = rec.File
 		r := *rec.Record
-		// When the payloads outgrow b.payload, append moves on to a new
-		// array: the payloads already in the batch stay in the old one,
-		// which nothing writes again.
+		// When the payloads outgrow b.payload, it moves on to a new array:
+		// the payloads already in the batch stay in the old one, which
+		// nothing writes again.
 		start := len(b.payload)
-		b.payload = append(b.payload, r.Payload...)
+		b.payload = append(grow(b.payload, len(r.Payload), 4<<10, aheadBytes), r.Payload...)
 		r.Payload = b.payload[start:len(b.payload):len(b.payload)]
-		b.records = append(b.records, r)
+		b.records = append(grow(b.records, 1, 16, aheadRecords), r)
 	}
 }
 
@@ -214,4 +215,20 @@ func (ra *readAhead) Close() {
 		ra.wg.Wait()
 	}
 	ra.follower.Close()
+}
+
+// grow returns s with room for n more elements: a batch's memory starts
+// at small, enough for a quiet file's records, and grows at once to bound
+// when it has to grow again, for a subscription catching up (growing a
+// little at a time would leave several times a batch's memory behind as
+// garbage on the way).
+func grow[E any](s []E, n, small, bound int) []E {
+	need := len(s) + n
+	switch {
+	case need <= cap(s):
+		return s
+	case cap(s) == 0:
+		return slices.Grow(s, max(need, small)-len(s))
+	}
+	return slices.Grow(s, max(need, bound)-len(s))
 }
