@@ -39,7 +39,7 @@ type holdEnv struct {
 func newHoldEnv(t *testing.T, sc conf.Subscription, answers ...handler.Outcome) *holdEnv {
 	t.Helper()
 	e := &holdEnv{copies: &fakeCopies{}, logs: &logCapture{}, answers: answers}
-	e.m = metrics.New(prometheus.NewRegistry(), metrics.BuildInfo{}).Subscription(sc.Name, "orders")
+	e.m = metrics.New(prometheus.NewRegistry()).Subscription(sc.Name, "orders")
 	start := time.Now()
 	h := handler.HandlerFunc(func(ctx context.Context, d *handler.Delivery) handler.Outcome {
 		e.at = append(e.at, time.Since(start))

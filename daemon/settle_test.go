@@ -272,7 +272,7 @@ type settleEnv struct {
 func newSettleEnv(sub settleSub, origin bool) *settleEnv {
 	e := &settleEnv{copies: &fakeCopies{}, logs: &logCapture{}}
 	sc := sub.config()
-	e.m = metrics.New(prometheus.NewRegistry(), metrics.BuildInfo{}).Subscription(sc.Name, "orders")
+	e.m = metrics.New(prometheus.NewRegistry()).Subscription(sc.Name, "orders")
 	t := stdioTransport
 	if origin {
 		t = fileTransport

@@ -32,8 +32,6 @@ type Options struct {
 	// Registry collects the metrics; nil makes one with the Go and process
 	// collectors.
 	Registry *prometheus.Registry
-	// Build is reported in streamd_build_info.
-	Build metrics.BuildInfo
 }
 
 // newLogger returns the logger writing to w: text with timestamps in a
@@ -100,7 +98,7 @@ func newSetup(opts Options) setup {
 	if reg == nil {
 		reg = metrics.NewRegistry()
 	}
-	return setup{opts: opts, logger: opts.Logger, reg: reg, metrics: metrics.New(reg, opts.Build)}
+	return setup{opts: opts, logger: opts.Logger, reg: reg, metrics: metrics.New(reg)}
 }
 
 // ownsHandler reports whether the named subscription's handler is built,

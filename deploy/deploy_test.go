@@ -112,7 +112,7 @@ var metricName = regexp.MustCompile(`\b(?:streamd|process|go)_[a-z0-9_]*[a-z0-9]
 // series. up is the one name Prometheus itself adds.
 func TestMetricNamesExist(t *testing.T) {
 	reg := metrics.NewRegistry()
-	m := metrics.New(reg, metrics.BuildInfo{Version: "test"})
+	m := metrics.New(reg)
 	m.Stream("orders")
 	m.Subscription("billing", "orders").FailedDeliveries("unreachable")
 	families, err := reg.Gather()

@@ -5,7 +5,7 @@
 // # Usage
 //
 //	reg := metrics.NewRegistry()                 // Go runtime and process collectors
-//	m := metrics.New(reg, metrics.BuildInfo{Version: version, Revision: revision})
+//	m := metrics.New(reg)                        // the catalog, and streamd_build_info
 //	m.ObserveReload(time.Now(), err)             // after the first load, and after each reload
 //	st := m.Stream("orders")                     // per configured stream
 //	sub := m.Subscription("billing", "orders")   // per configured subscription
@@ -98,7 +98,7 @@
 //	| streamd_offset_commit_duration_seconds               | histogram |                              | time a commit took, fsyncs included (etcd's fsync buckets, 1 ms to 8.2 s)  |
 //	| streamd_config_last_reload_successful                | gauge     |                              | 1 if the last configuration load or reload succeeded, else 0               |
 //	| streamd_config_last_reload_success_timestamp_seconds | gauge     |                              | timestamp of the last successful load or reload                            |
-//	| streamd_build_info                                   | gauge     | version, revision, goversion | always 1                                                                   |
+//	| streamd_build_info                                   | gauge     | version, revision, branch, goversion, goos, goarch, tags | always 1 |
 //
 // Enum label values: reason is checksum, format, truncation, replacement,
 // removal, torn_tail, overflow (the per-subscription view of a watch

@@ -1,14 +1,13 @@
 package metrics
 
 import (
-	"cmp"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
@@ -31,15 +30,6 @@ var (
 	// commitBuckets are etcd's WAL fsync buckets, 1 ms to about 8 s.
 	commitBuckets = prometheus.ExponentialBuckets(0.001, 2, 14)
 )
-
-// BuildInfo is what streamd_build_info says about the binary. An empty
-// Version or Revision is exposed as "unknown", an empty GoVersion as
-// [runtime.Version].
-type BuildInfo struct {
-	Version   string
-	Revision  string
-	GoVersion string
-}
 
 // NewRegistry returns a registry with the Go runtime and process
 // collectors registered, for [New] and [NewServer].
@@ -111,7 +101,7 @@ type Metrics struct {
 // (commits, config reload, build info) start at once; per-stream and
 // per-subscription series start when [Metrics.Stream] and
 // [Metrics.Subscription] create their handles.
-func New(reg prometheus.Registerer, build BuildInfo) *Metrics {
+func New(reg prometheus.Registerer) *Metrics {
 	f := promauto.With(reg)
 	streamLabels := []string{labelStream}
 	readLabels := []string{labelStream, labelSubscription}
@@ -241,15 +231,11 @@ func New(reg prometheus.Registerer, build BuildInfo) *Metrics {
 	m.commitSuccess = commits.WithLabelValues(resultSuccess)
 	m.commitFailure = commits.WithLabelValues(resultFailure)
 
-	f.NewGauge(prometheus.GaugeOpts{
-		Namespace: namespace, Name: "build_info",
-		Help: "Always 1; the labels say which streamd this is.",
-		ConstLabels: prometheus.Labels{
-			"version":   cmp.Or(build.Version, "unknown"),
-			"revision":  cmp.Or(build.Revision, "unknown"),
-			"goversion": cmp.Or(build.GoVersion, runtime.Version()),
-		},
-	}).Set(1)
+	if reg != nil {
+		// streamd_build_info, with the labels of every Prometheus exporter:
+		// what github.com/prometheus/common/version holds.
+		reg.MustRegister(versioncollector.NewCollector(namespace))
+	}
 
 	m.streamVecs = []*prometheus.MetricVec{m.streamSize.MetricVec, m.watchOverflows.MetricVec, m.pollReads.MetricVec}
 	m.subscriptionVecs = []*prometheus.MetricVec{

@@ -39,7 +39,7 @@ func trustTestCert(t *testing.T) *x509.CertPool {
 // gets no metrics.
 func TestWebConfig(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	New(reg, BuildInfo{Version: "test"})
+	New(reg)
 	addr := startServerWith(t, webConfigFile, reg, nil)
 
 	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: trustTestCert(t)}, DisableKeepAlives: true}

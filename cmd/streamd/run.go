@@ -9,10 +9,8 @@ import (
 	"syscall"
 
 	"github.com/alecthomas/kingpin/v2"
-	"github.com/prometheus/common/version"
 	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/daemon"
-	"github.com/streamd/streamd/metrics"
 	"github.com/streamd/streamd/pipe"
 )
 
@@ -68,7 +66,7 @@ func (st *stage) load(s stdio) int {
 		fmt.Fprintf(s.err, "%s: %v\n", st.name, err)
 		return exitUsage
 	}
-	st.opts = daemon.Options{Logger: logger, Build: metrics.BuildInfo{Version: version.Version, Revision: version.GetRevision(), GoVersion: version.GoVersion}}
+	st.opts = daemon.Options{Logger: logger}
 	return exitOK
 }
 
