@@ -52,9 +52,9 @@ func newStdoutHandler(cfg conf.Handler, w io.Writer) (*stdoutHandler, error) {
 	if w == nil {
 		return nil, errors.New("no output writer")
 	}
-	f, err := streamfile.ParseFormat(cmp.Or(cfg.Format, "log"))
-	if err != nil {
-		return nil, fmt.Errorf("format: %w", err)
+	var f streamfile.Format
+	if err := f.UnmarshalText([]byte(cmp.Or(cfg.Format, "log"))); err != nil {
+		return nil, err
 	}
 	return &stdoutHandler{w: w, format: f}, nil
 }

@@ -142,7 +142,7 @@ func TestNewHandlerErrors(t *testing.T) {
 		{name: "unknown kind", cfg: conf.Handler{Kind: "kafka"}, stdout: io.Discard,
 			err: `unknown handler kind "kafka": use http, exec, stdout, discard or nats`},
 		{name: "unknown stdout format", cfg: conf.Handler{Kind: conf.HandlerStdout, Format: "xml"}, stdout: io.Discard,
-			err: `stdout handler: format: unknown "xml": use log or ndjson`},
+			err: `stdout handler: unknown format "xml": use log or ndjson`},
 		{name: "stdout without a writer", cfg: conf.Handler{Kind: conf.HandlerStdout},
 			err: "stdout handler: no output writer"},
 	}

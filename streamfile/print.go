@@ -10,6 +10,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"slices"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -47,15 +48,21 @@ func (p Format) WithHeaders() Format { return p | withHeaders }
 // text returns the text format of p, without the WithHeaders bit.
 func (p Format) text() Format { return p &^ withHeaders }
 
-// ParseFormat returns the format called name: "log" or "ndjson".
-func ParseFormat(name string) (Format, error) {
-	switch name {
-	case "log":
-		return FormatLog, nil
-	case "ndjson":
-		return FormatNDJSON, nil
+// formatNames are the names of the text formats, as flags and
+// configuration files give them.
+var formatNames = [...]string{FormatLog: "log", FormatNDJSON: "ndjson"}
+
+// MarshalText returns the name of p's text format: "log" or "ndjson".
+func (p Format) MarshalText() ([]byte, error) { return []byte(formatNames[p.text()]), nil }
+
+// UnmarshalText sets p to the format text names, "log" or "ndjson".
+func (p *Format) UnmarshalText(text []byte) error {
+	i := slices.Index(formatNames[:], string(text))
+	if i < 0 {
+		return fmt.Errorf("unknown format %q: use log or ndjson", text)
 	}
-	return 0, fmt.Errorf("unknown %q: use log or ndjson", name)
+	*p = Format(i)
+	return nil
 }
 
 // FrameContext is what a message line says of its frame beyond the

@@ -116,15 +116,20 @@ func (w *failingWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// TestParseFormat: the two names, and the message for any other.
-func TestParseFormat(t *testing.T) {
+// TestFormatUnmarshalText: the two names, and the message for any other.
+func TestFormatUnmarshalText(t *testing.T) {
 	for name, want := range map[string]Format{"log": FormatLog, "ndjson": FormatNDJSON} {
-		if f, err := ParseFormat(name); f != want || err != nil {
-			t.Errorf("ParseFormat(%q) = %d, %v", name, f, err)
+		var f Format
+		if err := f.UnmarshalText([]byte(name)); f != want || err != nil {
+			t.Errorf("UnmarshalText(%q): %d, %v", name, f, err)
+		}
+		if text, _ := f.WithHeaders().MarshalText(); string(text) != name {
+			t.Errorf("MarshalText of %s with headers: %s", name, text)
 		}
 	}
-	if _, err := ParseFormat("xml"); err == nil || err.Error() != `unknown "xml": use log or ndjson` {
-		t.Errorf("ParseFormat(xml) = %v", err)
+	var f Format
+	if err := f.UnmarshalText([]byte("xml")); err == nil || err.Error() != `unknown format "xml": use log or ndjson` {
+		t.Errorf("UnmarshalText(xml): %v", err)
 	}
 }
 

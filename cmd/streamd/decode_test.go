@@ -110,7 +110,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"missing file", []string{"decode", filepath.Join(dir, "nope.ss")}, exitUsage, "no such file or directory"},
 		{"a directory, named once", []string{"decode", dir}, exitUsage, "streamd decode: read " + dir + ": is a directory\n"},
 		{"no file", []string{"decode"}, exitUsage, "streamd decode: required argument 'FILE' not provided; see 'streamd decode --help'"},
-		{"bad format", []string{"decode", "--format=xml", notSS}, exitUsage, "streamd decode: enum value must be one of log,ndjson, got 'xml'"},
+		{"bad format", []string{"decode", "--format=xml", notSS}, exitUsage, `streamd decode: unknown format "xml": use log or ndjson`},
 		{"unknown command", []string{"frobnicate"}, exitUsage, `unknown command "frobnicate"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,10 +1,9 @@
 // Command streamd tails SeaStreamer stream files and hands each record of a
 // subscribed stream key to a handler, settling retries as the reference
-// runtime does. This file builds the command line; the subcommands live in
-// the other files (run.go: running, checking and reloading a configuration;
-// offsets.go: its stored positions; decode.go, publish.go, repair.go: a
-// stream file) and only parse, wire and report: the work is done by the
-// packages they call.
+// runtime does. This file builds the command line; run.go holds the
+// commands on a configuration (run, pipe, check-config, reload, offsets),
+// file.go those on a stream file (decode, publish, repair). They only
+// parse, wire and report: the work is done by the packages they call.
 package main
 
 import (
@@ -44,6 +43,13 @@ func failureExit(err error) int {
 type stdio struct {
 	in       io.Reader
 	out, err io.Writer
+}
+
+// exitWith says on s.err what stopped a command, a line of format and
+// args, and returns the command's exit code.
+func (s stdio) exitWith(code int, format string, args ...any) int {
+	fmt.Fprintf(s.err, format+"\n", args...)
+	return code
 }
 
 // action runs a parsed subcommand and returns its exit code.
@@ -102,8 +108,7 @@ func run(args []string, s stdio) (code int) {
 		} else if ctx, _ := app.ParseContext(args); ctx != nil && ctx.SelectedCommand != nil {
 			name += " " + ctx.SelectedCommand.FullCommand()
 		}
-		fmt.Fprintf(s.err, "%s: %v; see '%s --help'\n", name, err, name)
-		return exitUsage
+		return s.exitWith(exitUsage, "%s: %v; see '%s --help'", name, err, name)
 	}
 	return actions[cmd](s)
 }
@@ -119,19 +124,14 @@ func init() {
 
 // manPage returns kingpin's man page template with a title line that roff
 // reads (kingpin's writes the version unquoted, and --version's text is
-// several lines) and a NAME section that says what streamd is. It panics
-// if kingpin's template changed so that either is not found.
+// several lines) and a NAME section that says what streamd is;
+// TestManPageAndCompletions sees both, so a kingpin whose template changed
+// fails it.
 func manPage(tmpl string) string {
-	for _, r := range [][2]string{
-		{`.TH {{.App.Name}} 1 {{.App.Version}} "{{.App.Author}}"`, `.TH STREAMD 1 "" "streamd ` + version.Version + `" "User Commands"`},
-		{".SH \"NAME\"\n{{.App.Name}}\n", ".SH \"NAME\"\n{{.App.Name}} \\- {{.App.Help}}\n"},
-	} {
-		if !strings.Contains(tmpl, r[0]) {
-			panic("kingpin's man page template has no " + r[0])
-		}
-		tmpl = strings.Replace(tmpl, r[0], r[1], 1)
-	}
-	return tmpl
+	return strings.NewReplacer(
+		`.TH {{.App.Name}} 1 {{.App.Version}} "{{.App.Author}}"`, `.TH STREAMD 1 "" "streamd `+version.Version+`" "User Commands"`,
+		".SH \"NAME\"\n{{.App.Name}}\n", ".SH \"NAME\"\n{{.App.Name}} \\- {{.App.Help}}\n",
+	).Replace(tmpl)
 }
 
 func versionCommand(app *kingpin.Application) action {

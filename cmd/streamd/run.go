@@ -12,6 +12,7 @@ import (
 	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/daemon"
 	"github.com/streamd/streamd/pipe"
+	"github.com/streamd/streamd/tail"
 )
 
 // configFile is a command's --config.file flag, for the mode it loads in.
@@ -63,8 +64,7 @@ func (st *stage) load(s stdio) int {
 	}
 	logger, err := daemon.NewProcessLogger(os.Stderr, cmp.Or(*st.level, st.cfg.Log.Level), cmp.Or(*st.format, st.cfg.Log.Format))
 	if err != nil {
-		fmt.Fprintf(s.err, "%s: %v\n", st.name, err)
-		return exitUsage
+		return s.exitWith(exitUsage, "%s: %v", st.name, err)
 	}
 	st.opts = daemon.Options{Logger: logger}
 	return exitOK
@@ -132,8 +132,7 @@ func reloadCommand(app *kingpin.Application) action {
 		}
 		r, err := daemon.RequestReload(cfg.StateDir, *timeout)
 		if err != nil {
-			fmt.Fprintf(s.err, "streamd reload: %v\n", err)
-			return exitError
+			return s.exitWith(exitError, "streamd reload: %v", err)
 		}
 		if !r.Print(s.out, s.err) {
 			return exitError
@@ -153,21 +152,60 @@ func checkConfigCommand(app *kingpin.Application) action {
 	cmd.Flag("handlers", "Also build each handler as streamd does at start on this machine: the exec command found, bearer_token_file and ca_file read, the proxy from the environment, NATS reached and a JetStream stream capturing the subject; and read the metrics web_config_file with its certificates.").BoolVar(&c.Handlers)
 	cmd.Flag("files", "Check the state directory and each stream file as streamd run opens them (--no-files: the file alone, as on another machine).").Default("true").BoolVar(&c.Files)
 	cmd.Flag("user", "Judge access to the stream files and the state directory for this user (the unit's User=) instead of the one running the check.").PlaceHolder("NAME").StringVar(&c.User)
-	return func(s stdio) int { return checkConfig(c, s) }
+	return func(s stdio) int {
+		r, err := c.Run()
+		switch {
+		case err != nil:
+			return s.exitWith(exitUsage, "streamd check-config: --user: %v", err)
+		case r.Load != nil && failureExit(r.Load) == exitUsage:
+			return s.exitWith(exitUsage, "streamd check-config: %v", r.Load)
+		case !r.Print(s.out, s.err, c.Path):
+			return exitError
+		}
+		return exitOK
+	}
 }
 
-// checkConfig runs c and says what it found.
-func checkConfig(c daemon.ConfigCheck, s stdio) int {
-	r, err := c.Run()
-	switch {
-	case err != nil:
-		fmt.Fprintf(s.err, "streamd check-config: --user: %v\n", err)
-		return exitUsage
-	case r.Load != nil && failureExit(r.Load) == exitUsage:
-		fmt.Fprintf(s.err, "streamd check-config: %v\n", r.Load)
-		return exitUsage
-	case !r.Print(s.out, s.err, c.Path):
-		return exitError
+// addOffsetsCommands adds `streamd offsets show` and `streamd offsets
+// set`: read or rewrite the stored positions of a configuration's
+// subscriptions.
+func addOffsetsCommands(app *kingpin.Application, actions map[string]action) {
+	cmd := app.Command("offsets", "Show or set the stored positions of subscriptions.")
+	show := cmd.Command("show", "Print each subscription's stored position, its stream file's size and the lag.")
+	showConfig := configFlag(show, conf.ModeRun, "streamd offsets show")
+	set := cmd.Command("set", "Rewind or skip one subscription; refused while the daemon runs.")
+	setConfig := configFlag(set, conf.ModeRun, "streamd offsets set")
+	name := set.Flag("subscription", "The subscription to move.").Required().String()
+	var to tail.Start
+	set.Flag("to", "The new position: beginning, end, seq:N, time:RFC3339 or offset:N.").Required().SetText(&to)
+	actions[show.FullCommand()] = func(s stdio) int {
+		cfg, code := showConfig.load(s)
+		if cfg == nil {
+			return code
+		}
+		reports, err := daemon.Positions(cfg)
+		if err != nil {
+			return s.exitWith(exitError, "streamd offsets show: %v", err)
+		}
+		if daemon.WritePositions(s.out, reports) != nil {
+			return exitError
+		}
+		return exitOK
 	}
-	return exitOK
+	actions[set.FullCommand()] = func(s stdio) int {
+		cfg, code := setConfig.load(s)
+		if cfg == nil {
+			return code
+		}
+		pos, err := daemon.SetPosition(cfg, *name, to)
+		if err != nil {
+			fmt.Fprintf(s.err, "streamd offsets set: %v\n", err)
+			if _, unknown := errors.AsType[*daemon.UnknownSubscriptionError](err); unknown {
+				return exitUsage
+			}
+			return exitError
+		}
+		fmt.Fprintf(s.out, "streamd: subscription %q now resumes at offset %d of %s (%s)\n", *name, pos.Offset, pos.Stream, to)
+		return exitOK
+	}
 }

@@ -1,0 +1,146 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/alecthomas/kingpin/v2"
+	"github.com/streamd/streamd/envelope"
+	"github.com/streamd/streamd/streamfile"
+	"github.com/streamd/streamd/tail"
+)
+
+// decodeCommand is `streamd decode`: print the records of a stream file.
+func decodeCommand(app *kingpin.Application) action {
+	cmd := app.Command("decode", "Print the records of a stream file, up to its size when the command starts.")
+	var p streamfile.Format
+	cmd.Flag("format", "Output format: log (stdio lines) or ndjson.").Default("log").SetText(&p)
+	headers := cmd.Flag("headers", `Decode each record's header envelope (rs1:, rs2:): show its headers (ndjson: a "headers" object; log: a "#   name: value" line each) and the payload inside it.`).Bool()
+	follow := cmd.Flag("follow", "Print the messages as the file grows, until its end-of-stream frame or SIGINT/SIGTERM; beacons are not printed.").Bool()
+	path := cmd.Arg("FILE", "The stream file.").Required().String()
+	return func(s stdio) int {
+		if *headers {
+			p = p.WithHeaders()
+		}
+		if *follow {
+			ctx, stop := stopContext()
+			defer stop()
+			logger := slog.New(slog.NewTextHandler(s.err, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			return decodeExit(s.err, tail.Print(ctx, s.out, *path, p, logger))
+		}
+		pos, size, err := p.PrintFile(s.out, *path)
+		if _, bad := errors.AsType[*streamfile.HeaderError](err); !bad && errors.Is(err, streamfile.ErrTruncated) {
+			return s.exitWith(exitOK, "streamd decode: %s: file ends inside the frame at offset %d (size %d): it may have been truncated or still be written", *path, pos, size)
+		}
+		return decodeExit(s.err, err)
+	}
+}
+
+// decodeExit says on errw why a decode stopped, unless it ended cleanly or
+// its reader went away (EPIPE), and returns its exit code: 2 for a file
+// that cannot be opened or read, 1 for data that is not a stream file's or
+// is damaged, and for a failed write.
+func decodeExit(errw io.Writer, err error) int {
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, syscall.EPIPE):
+		return exitError
+	}
+	fmt.Fprintf(errw, "streamd decode: %v\n", err)
+	if _, unwritable := errors.AsType[*streamfile.WriteError](err); unwritable {
+		return exitError
+	}
+	return failureExit(err)
+}
+
+// headerFlags collects repeated --header=name=value flags.
+type headerFlags struct{ h envelope.Headers }
+
+func (f *headerFlags) String() string { return "" }
+
+// IsCumulative makes the flag repeatable.
+func (f *headerFlags) IsCumulative() bool { return true }
+
+func (f *headerFlags) Set(v string) error {
+	switch name, value, ok := strings.Cut(v, "="); {
+	case !ok:
+		return fmt.Errorf("header %q has no '=': write name=value", v)
+	case name == "":
+		return fmt.Errorf("header %q has an empty name", v)
+	default:
+		f.h.Set(name, []byte(value))
+		return nil
+	}
+}
+
+// publishCommand is `streamd publish`: append stdio-format lines from
+// stdin to a stream file.
+func publishCommand(app *kingpin.Application) action {
+	cmd := app.Command("publish", "Append one record per stdin line (SeaStreamer stdio format) to a stream file, created when missing. "+
+		"A line's bracketed key (and shard) wins over --key; sequences continue each key's last one; timestamps are the current time.")
+	path := cmd.Flag("file", "Stream file to append to (created when missing).").Required().String()
+	key := cmd.Flag("key", "Stream key for lines without a bracketed key.").String()
+	interval := cmd.Flag("beacon-interval", "Beacon interval in bytes when the file is created: a positive multiple of 1024.").
+		Default(strconv.Itoa(streamfile.DefaultBeaconInterval)).Uint()
+	var headers headerFlags
+	cmd.Flag("header", "Header for every record (repeatable).").PlaceHolder("name=value").SetValue(&headers)
+	return func(s stdio) int {
+		if err := streamfile.CheckBeaconInterval(int64(*interval)); err != nil {
+			return s.exitWith(exitUsage, "streamd publish: %v", err)
+		}
+		if *key != "" {
+			if err := errors.Join(streamfile.ValidKey(*key), streamfile.ReservedKey(*key)); err != nil {
+				return s.exitWith(exitUsage, "streamd publish: --key: %v", err)
+			}
+		}
+		n, err := streamfile.PublishFile(*path, s.in, streamfile.LineOptions{Key: *key, Headers: headers.h},
+			streamfile.AppendOptions{Create: true, BeaconInterval: uint32(*interval), Log: slog.New(slog.NewTextHandler(s.err, nil))})
+		if _, noKey := errors.AsType[*streamfile.NoKeyError](err); noKey {
+			err = fmt.Errorf("%w and --key is not set", err)
+		} else if _, damaged := errors.AsType[*streamfile.DamageError](err); damaged {
+			err = fmt.Errorf("%w; `streamd repair %s` does so after saying what it discards", err, *path)
+		}
+		if err == nil {
+			return exitOK
+		}
+		code := exitError
+		if pe, ok := errors.AsType[*fs.PathError](err); ok && pe.Op == "open" {
+			code = exitUsage // the file cannot be opened
+		}
+		return s.exitWith(code, "streamd publish: %v (%d records were published before it)", err, n)
+	}
+}
+
+// repairCommand is `streamd repair`: truncate a stream file that writers
+// refuse (an end-of-stream frame in the middle, damage after the last good
+// frame) to its last frame readers reach. It is a command of its own, not a
+// publish flag, so that discarding bytes is always an operator's choice
+// made once, after reading what is there, never a side effect of a script
+// that publishes.
+func repairCommand(app *kingpin.Application) action {
+	cmd := app.Command("repair", "Truncate a stream file that publish and the daemon refuse to append to (an end-of-stream frame in the middle, "+
+		"damage after the last good frame) to its last frame readers reach, saying first what it discards. Stop every writer of the file first.")
+	path := cmd.Arg("file", "Stream file to repair.").Required().String()
+	return func(s stdio) int {
+		de, err := streamfile.Repair(*path, func(de *streamfile.DamageError) {
+			fmt.Fprintf(s.out, "%s: readers stop at offset %d: %s\n%s: discarding the %d bytes from offset %d to the end\n",
+				*path, de.Offset, de.What, *path, de.Size-de.Offset, de.Offset)
+		})
+		switch {
+		case err != nil:
+			return s.exitWith(exitError, "streamd repair: %v", err)
+		case de == nil:
+			fmt.Fprintf(s.out, "%s: its records reach its end; nothing to repair\n", *path)
+		default:
+			fmt.Fprintf(s.out, "%s: truncated to %d bytes; it can be appended to\n", *path, de.Offset)
+		}
+		return exitOK
+	}
+}
