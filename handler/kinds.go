@@ -24,6 +24,13 @@ import (
 // http handler's idle connections, the nats handler's connection) implements [io.Closer]; the caller
 // closes it, once no Handle call is running, when it implements it.
 func New(cfg conf.Handler, stdout io.Writer, logger *slog.Logger) (Handler, error) {
+	return build(cfg, stdout, logger, false)
+}
+
+// build builds the handler cfg configures. With checking (check-config),
+// a nats handler whose servers do not answer is an error rather than a
+// handler that waits for them.
+func build(cfg conf.Handler, stdout io.Writer, logger *slog.Logger, checking bool) (Handler, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -42,7 +49,7 @@ func New(cfg conf.Handler, stdout io.Writer, logger *slog.Logger) (Handler, erro
 	case conf.HandlerDiscard:
 		h = discardHandler{}
 	case conf.HandlerNATS:
-		h, err = newNATSHandler(cfg, logger)
+		h, err = newNATSHandler(cfg, logger, checking)
 	default:
 		return nil, fmt.Errorf("unknown handler kind %q: use %s, %s, %s, %s or %s", cfg.Kind, conf.HandlerHTTP, conf.HandlerExec, conf.HandlerStdout, conf.HandlerDiscard, conf.HandlerNATS)
 	}
@@ -61,7 +68,7 @@ func New(cfg conf.Handler, stdout io.Writer, logger *slog.Logger) (Handler, erro
 func Check(cfg *conf.Config) error {
 	var errs []error
 	for _, sc := range cfg.Subscriptions {
-		h, err := New(sc.Handler, io.Discard, nil)
+		h, err := build(sc.Handler, io.Discard, nil, true)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("subscription %q: %w", sc.Name, err))
 			continue

@@ -8,12 +8,14 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/streamd/streamd/conf"
+	"github.com/streamd/streamd/internal/ratelog"
 )
 
 // natsMsgIDHeader is the header JetStream reads to drop a message it has
@@ -34,10 +36,11 @@ const natsMaxPending = 4096
 // (Streamd-Header-<name>, or Streamd-Base64-Header-<name> for a value that
 // is not plain text), the delivery's metadata (Streamd-Subscription,
 // Streamd-Stream-Key, Streamd-Seq, Streamd-Shard, Streamd-Timestamp-Ms,
-// Streamd-Attempt), and Nats-Msg-Id, the record's identity in its file
-// ([Delivery.RecordID]), which lets JetStream drop a record published again
-// after a crash. A delivery without a RecordID (a pipe stage's) is
-// published without Nats-Msg-Id: at least once.
+// Streamd-Attempt), and Nats-Msg-Id (natsMsgID: the subscription and the
+// record's identity in its file, [Delivery.RecordID]), which lets JetStream
+// drop a record the subscription publishes again after a crash. A delivery
+// without a RecordID (a pipe stage's) is published without Nats-Msg-Id: at
+// least once.
 //
 // The outcome:
 //
@@ -51,18 +54,27 @@ const natsMaxPending = 4096
 //
 // One connection serves every delivery; with a subscription's concurrency
 // above 1, that many publishes wait for their acknowledgement at once.
-// The connection reconnects without end while the daemon runs; a publish
-// while it is disconnected fails at once. Close drains nothing: it closes
-// the connection.
+// The connection reconnects without end while the daemon runs, through
+// outages and refused credentials alike; a publish while it is
+// disconnected fails at once. A handler built while no server answers
+// starts so, waiting like one that lost its servers (its deliveries fail
+// and are held), and looks for the stream that captures its subject once
+// it connects. Close drains nothing: it closes the connection.
 type natsHandler struct {
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	subject string
 	timeout time.Duration
 	logger  *slog.Logger
+	late    sync.WaitGroup // the stream check of a connection made after the start
+	errLog  ratelog.Line   // the server's errors, at most one line per ratelog.Every
 }
 
-func newNATSHandler(cfg conf.Handler, logger *slog.Logger) (*natsHandler, error) {
+// newNATSHandler connects to cfg's servers and checks that a JetStream
+// stream captures the subject. With mustReach (check-config), servers
+// that do not answer are an error; otherwise the handler starts without
+// them and connects when one answers.
+func newNATSHandler(cfg conf.Handler, logger *slog.Logger, mustReach bool) (*natsHandler, error) {
 	if strings.Contains(cfg.Subject, "{key}") {
 		return nil, fmt.Errorf("subject %q: replace {key} by the subscription's stream key, as loading a configuration file does", cfg.Subject)
 	}
@@ -75,6 +87,9 @@ func newNATSHandler(cfg conf.Handler, logger *slog.Logger) (*natsHandler, error)
 		nats.Name("streamd"),
 		nats.Timeout(h.timeout),
 		nats.MaxReconnects(-1),
+		// Credentials refused twice in a row (a rotation under way) do not
+		// end the connection for good, as by default: it keeps trying.
+		nats.IgnoreAuthErrorAbort(),
 		// A publish while disconnected fails at once (a failed delivery,
 		// held) rather than waiting in a buffer for the timeout.
 		nats.ReconnectBufSize(-1),
@@ -86,7 +101,13 @@ func newNATSHandler(cfg conf.Handler, logger *slog.Logger) (*natsHandler, error)
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			logger.Info("reconnected to NATS", "server", nc.ConnectedUrlRedacted())
 		}),
+		// What the server says outside a publish's answer, such as a
+		// permission it refuses.
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			h.errLog.Warn(logger, "NATS error", "err", err)
+		}),
 	}
+
 	switch {
 	case cfg.CredsFile != "":
 		opts = append(opts, nats.UserCredentials(cfg.CredsFile))
@@ -110,12 +131,25 @@ func newNATSHandler(cfg conf.Handler, logger *slog.Logger) (*natsHandler, error)
 		opts = append(opts, nats.ClientCert(cfg.CertFile, cfg.KeyFile))
 	}
 	nc, err := nats.Connect(cfg.URL, opts...)
+	waiting := err != nil && !mustReach
+	if waiting {
+		// Start as a handler that lost its servers does: connect in the
+		// background, and look for the stream once connected.
+		logger.Warn("no NATS server answers yet: deliveries fail and are held until one does", "url", cfg.URL, "err", err)
+		nc, err = nats.Connect(cfg.URL, append(opts, nats.RetryOnFailedConnect(true), nats.ConnectHandler(func(nc *nats.Conn) {
+			h.late.Go(func() {
+				if err := h.checkStream(nc); err != nil && !nc.IsClosed() { // not closed by Close meanwhile
+					logger.Error("connected to NATS, but deliveries fail and are held until this is mended", "err", err)
+				}
+			})
+		}))...)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("connecting to %s: %w", cfg.URL, err)
 	}
 	h.nc = nc
-	if h.js, err = jetstream.New(nc, jetstream.WithPublishAsyncTimeout(h.timeout), jetstream.WithPublishAsyncMaxPending(natsMaxPending)); err == nil {
-		err = h.checkStream()
+	if h.js, err = jetstream.New(nc, jetstream.WithPublishAsyncTimeout(h.timeout), jetstream.WithPublishAsyncMaxPending(natsMaxPending)); err == nil && !waiting {
+		err = h.checkStream(nc)
 	}
 	if err != nil {
 		nc.Close()
@@ -124,26 +158,31 @@ func newNATSHandler(cfg conf.Handler, logger *slog.Logger) (*natsHandler, error)
 	return h, nil
 }
 
-// checkStream checks that a JetStream stream captures the subject, and
-// logs which.
-func (h *natsHandler) checkStream() error {
+// checkStream checks on nc that a JetStream stream captures the subject,
+// and logs which.
+func (h *natsHandler) checkStream(nc *nats.Conn) error {
 	subject := h.subject
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), h.timeout)
 	defer cancel()
-	name, err := h.js.StreamNameBySubject(ctx, subject)
+	name, err := js.StreamNameBySubject(ctx, subject)
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
 		return fmt.Errorf("subject %q: no JetStream stream captures it; create one whose subjects match it (nats stream add --subjects %q), or change subject", subject, subject)
 	case err != nil:
 		return fmt.Errorf("subject %q: looking up the JetStream stream that captures it: %w", subject, err)
 	}
-	h.logger.Info("forwarding into JetStream", "subject", subject, "stream", name, "server", h.nc.ConnectedUrlRedacted())
+	h.logger.Info("forwarding into JetStream", "subject", subject, "stream", name, "server", nc.ConnectedUrlRedacted())
 	return nil
 }
 
 // Close closes the connection.
 func (h *natsHandler) Close() error {
 	h.nc.Close()
+	h.late.Wait()
 	return nil
 }
 
@@ -191,7 +230,15 @@ func natsHeader(d *Delivery) nats.Header {
 	h := make(nats.Header, len(d.Headers)+len(deliveryMeta)+1)
 	putRecordFields(h, d)
 	if id := d.RecordID(); id != "" {
-		h[natsMsgIDHeader] = []string{id}
+		h[natsMsgIDHeader] = []string{natsMsgID(d.Subscription, id)}
 	}
 	return h
+}
+
+// natsMsgID is the Nats-Msg-Id of a subscription's record: two
+// subscriptions forwarding one record into one stream (under two subjects)
+// publish two messages, where the record's id alone would make JetStream
+// drop the second as a duplicate.
+func natsMsgID(subscription, recordID string) string {
+	return subscription + ":" + recordID
 }

@@ -1,12 +1,19 @@
 package handler
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
+	"net"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/streamd/streamd/conf"
@@ -76,7 +83,7 @@ func TestNATSHandlerPublish(t *testing.T) {
 		"Streamd-Shard":                         "3",
 		"Streamd-Timestamp-Ms":                  "1700000000500",
 		"Streamd-Attempt":                       "2",
-		"Nats-Msg-Id":                           "abc-4096",
+		"Nats-Msg-Id":                           "billing:abc-4096",
 	}
 	if m.Subject() != "orders.eu" || string(m.Data()) != "hello" {
 		t.Errorf("message %q %q, want orders.eu hello", m.Subject(), m.Data())
@@ -117,4 +124,164 @@ func TestNATSHandlerFailures(t *testing.T) {
 	if o := h.Handle(ctx, d); o.Kind != OutcomeFailed || o.Failure != FailureCanceled || !errors.Is(o.Err, context.Canceled) {
 		t.Errorf("cancelled: %+v, want failed (canceled)", o)
 	}
+}
+
+// TestNATSHandlerSubscriptionsShareNoID: two subscriptions forwarding one
+// record into one stream, under two subjects, store two messages.
+func TestNATSHandlerSubscriptionsShareNoID(t *testing.T) {
+	srv := natstest.Start(t)
+	srv.AddStream(jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}})
+	raw, audit := natsConfig(srv), natsConfig(srv)
+	raw.Subject, audit.Subject = "orders.raw", "orders.audit"
+	for _, sub := range []struct {
+		name string
+		cfg  conf.Handler
+	}{{"raw", raw}, {"audit", audit}} {
+		d := testDelivery()
+		d.Subscription, d.File, d.Offset = sub.name, "abc", 4096
+		if o := mustNewHandler(t, sub.cfg).Handle(t.Context(), d); o.Kind != OutcomeAck || o.Duplicate {
+			t.Errorf("subscription %s: %+v, want an ack that is no duplicate", sub.name, o)
+		}
+	}
+	if n := len(srv.Messages("ORDERS")); n != 2 {
+		t.Errorf("the stream holds %d messages, want 2", n)
+	}
+}
+
+// TestNATSHandlerStartsWithoutServers: a handler built while no server
+// answers (the daemon starting during an outage) fails its deliveries
+// until one does, then looks for its stream and publishes; check-config
+// refuses the unreachable servers.
+func TestNATSHandlerStartsWithoutServers(t *testing.T) {
+	srv := natstest.Start(t)
+	srv.AddStream(jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}})
+	cfg := natsConfig(srv)
+	srv.Stop()
+	check := &conf.Config{Subscriptions: []conf.Subscription{{Name: "billing", Key: "eu", Handler: cfg}}}
+	if err := Check(check); err == nil || !strings.Contains(err.Error(), "connecting to "+cfg.URL) {
+		t.Fatalf("Check while no server answers: %v, want the servers named", err)
+	}
+	var logs syncBuffer
+	h, err := New(cfg, nil, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatalf("New while no server answers: %v", err)
+	}
+	defer Close(h)
+	d := testDelivery()
+	d.File, d.Offset = "abc", 1
+	if o := h.Handle(t.Context(), d); o.Kind != OutcomeFailed || o.Failure != FailureUnreachable {
+		t.Fatalf("no server: %+v, want failed (unreachable)", o)
+	}
+	srv.Restart()
+	deadline := time.Now().Add(15 * time.Second)
+	for o := h.Handle(t.Context(), d); o.Kind != OutcomeAck; o = h.Handle(t.Context(), d) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the server is back, but deliveries still fail: %+v", o)
+		}
+		time.Sleep(50 * time.Millisecond) // the client reconnects on its own schedule (every 2 s)
+	}
+	// The stream check runs once connected, beside the deliveries.
+	for !strings.Contains(logs.String(), "subject=orders.eu stream=ORDERS") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the log does not say it found the stream:\n%s", logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !strings.Contains(logs.String(), "no NATS server answers yet") || strings.Contains(logs.String(), "level=ERROR") {
+		t.Errorf("the log does not say it waited for the servers, or has an error:\n%s", logs.String())
+	}
+}
+
+// TestNATSHandlerOutlivesRefusedCredentials: a server that refuses the
+// client for a while (credentials being rotated) and then accepts it
+// again gets its publishes again; by default the client would give up
+// for good after two refusals in a row.
+func TestNATSHandlerOutlivesRefusedCredentials(t *testing.T) {
+	auth := &switchAuth{}
+	auth.accept.Store(true)
+	opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
+		CustomClientAuthentication: auth}
+	srv := startServer(t, opts)
+	opts.Port = srv.Addr().(*net.TCPAddr).Port
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(nc)
+	if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}, Storage: jetstream.FileStorage}); err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
+	h := mustNewHandler(t, conf.Handler{Kind: conf.HandlerNATS, URL: srv.ClientURL(), Subject: "orders.eu", Timeout: conf.Duration(time.Second)})
+	d := testDelivery()
+	d.File, d.Offset = "abc", 1
+	checkOutcome(t, h.Handle(t.Context(), d), OutcomeAck, 0, 0, "")
+
+	auth.accept.Store(false)
+	srv.Shutdown()
+	srv.WaitForShutdown()
+	startServer(t, opts) // on the same port and store; the cleanup stops it
+	// Three refusals: the client went on after the second.
+	for deadline := time.Now().Add(20 * time.Second); auth.refused.Load() < 3; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the client stopped trying after %d refusals", auth.refused.Load())
+		}
+	}
+	auth.accept.Store(true)
+	deadline := time.Now().Add(15 * time.Second)
+	for o := h.Handle(t.Context(), d); o.Kind != OutcomeAck; o = h.Handle(t.Context(), d) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the server accepts the client again, but deliveries still fail: %+v", o)
+		}
+		time.Sleep(50 * time.Millisecond) // the client reconnects on its own schedule (every 2 s)
+	}
+}
+
+// switchAuth accepts or refuses every client, as accept says, and counts
+// the refusals.
+type switchAuth struct {
+	accept  atomic.Bool
+	refused atomic.Int32
+}
+
+func (a *switchAuth) Check(server.ClientAuthentication) bool {
+	if a.accept.Load() {
+		return true
+	}
+	a.refused.Add(1)
+	return false
+}
+
+// startServer starts a NATS server with opts; the test's cleanup stops it.
+func startServer(t *testing.T, opts *server.Options) *server.Server {
+	t.Helper()
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats server: not ready for connections after 10s")
+	}
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	return srv
+}
+
+// syncBuffer is a log that the handler's connection writes from its own
+// goroutines while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

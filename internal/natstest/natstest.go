@@ -112,7 +112,7 @@ func (s *Server) Messages(stream string) []jetstream.Msg {
 	}
 	msgs := make([]jetstream.Msg, 0, info.State.Msgs)
 	for uint64(len(msgs)) < info.State.Msgs {
-		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(5*time.Second))
+		batch, err := cons.Fetch(min(1000, int(info.State.Msgs)-len(msgs)), jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
 			s.t.Fatalf("stream %s: fetching: %v", stream, err)
 		}
