@@ -105,8 +105,8 @@ func (ra *readAhead) read() {
 			if !errors.Is(err, io.EOF) {
 				return
 			}
-			// Perhaps a replay's end: read on if the subscription, its
-			// handling caught up, asks to (Next).
+			// Perhaps a replay's end: read on if the subscription asks
+			// to (Next), once it took every record read.
 			select {
 			case <-ra.readOn:
 			case <-ctx.Done():
@@ -182,7 +182,10 @@ func (ra *readAhead) Next(ctx context.Context) (*tail.Record, error) {
 				// records handled since may have appended copies, which
 				// the replay reads as it would have without reading ahead
 				// (tail.Follower.ReadOn). Another end with nothing read
-				// since is the end.
+				// since is the end. Inline, every record taken is handled
+				// by now; with workers or batches, records still in hand
+				// may append copies after the replay ended, as they could
+				// without reading ahead.
 				ra.took = false
 				ra.readOn <- struct{}{}
 			}

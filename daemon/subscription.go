@@ -39,9 +39,14 @@ type subscription struct {
 	// subscription sends none.
 	batches *batching
 
-	ahead   *readAhead // its follower, read ahead
+	ahead *readAhead // its follower, read ahead
+	// tracker holds the records handed out of file. The reader replaces
+	// both, under fileMu, once every record of the old ones has settled;
+	// settled reads them under fileMu's read lock, so that a worker still
+	// storing the old file's last position does not mix the two.
+	fileMu  sync.RWMutex
 	tracker *offsets.Tracker
-	file    streamfile.Identity // of the records the tracker holds
+	file    streamfile.Identity
 
 	// scratch holds, per worker, the memory its deliveries are made in;
 	// with batches, the reader's is the first.
@@ -122,7 +127,9 @@ func (s *subscription) run(ctx, hctx context.Context) error {
 // before it is handed out. It returns nil when ctx ends.
 func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job) error {
 	var delivery handler.Delivery
-	lastSeq := s.tracker.Committable().Seq // of the last record of the key handed out
+	start := s.tracker.Committable()
+	lastSeq := start.Seq   // of the last record of the key handed out
+	readTo := start.Offset // the end of the last record begun
 	for {
 		rec, err := s.ahead.Next(ctx)
 		switch {
@@ -133,14 +140,18 @@ func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job) error {
 		case err != nil:
 			return err // the log and /healthz name the subscription
 		}
-		if rec.File != s.file {
-			// Another file: its offsets start over, so settle everything of
-			// the old one first.
+		if rec.File != s.file || rec.Offset < readTo {
+			// Another file, or this one read again from an earlier offset
+			// (truncated in place, and written again under the same
+			// header): offsets start over, so settle everything read
+			// before first.
 			if err := s.tracker.Wait(ctx); err != nil {
 				return nil
 			}
-			s.file, s.idHash = rec.File, ""
-			s.tracker = offsets.NewTracker(offsets.Mark{Offset: rec.Offset}, s.window())
+			s.fileMu.Lock()
+			s.file, s.tracker = rec.File, offsets.NewTracker(offsets.Mark{Offset: rec.Offset}, s.window())
+			s.fileMu.Unlock()
+			s.idHash = ""
 		}
 		if rec.IsEOS() {
 			// The position stays at the end-of-stream frame: a writer that
@@ -152,16 +163,17 @@ func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job) error {
 			// record of the key, which the stored position names.
 			ticket, err := s.tracker.Begin(ctx, rec.Offset, rec.End, lastSeq)
 			if err != nil {
-				return nil // ctx ended while the window was full
+				return stopped(ctx, err)
 			}
+			readTo = rec.End
 			s.settled(ticket)
 			continue
 		}
 		ticket, err := s.tracker.Begin(ctx, rec.Offset, rec.End, rec.Seq)
 		if err != nil {
-			return nil
+			return stopped(ctx, err)
 		}
-		lastSeq = rec.Seq
+		lastSeq, readTo = rec.Seq, rec.End
 		s.metrics.LastRecordTimestamp.Set(float64(rec.TimestampMs) / 1000)
 		d := &delivery
 		*d = handler.Delivery{
@@ -193,6 +205,15 @@ func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job) error {
 			return nil
 		}
 	}
+}
+
+// stopped returns nil for an error that ctx's end caused, the end of the
+// subscription, and err for any other.
+func stopped(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
 }
 
 // startWorkers starts n workers in wg, numbered from 0, that each do the
@@ -352,6 +373,8 @@ func (s *subscription) finish(hctx context.Context, d *handler.Delivery, o handl
 
 // settled marks records final and stores the committable position.
 func (s *subscription) settled(tickets ...offsets.Ticket) {
+	s.fileMu.RLock()
+	defer s.fileMu.RUnlock()
 	for _, ticket := range tickets {
 		if err := s.tracker.Settle(ticket); err != nil {
 			s.logger.Error("settling a record", "err", err)

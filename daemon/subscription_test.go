@@ -1,0 +1,101 @@
+package daemon
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/streamd/streamd/handler"
+	"github.com/streamd/streamd/offsets"
+	"github.com/streamd/streamd/streamfile"
+)
+
+// TestFileSwitchWithWorkers: a subscription with workers meets a new file
+// (the old one replaced) while workers still store the old file's
+// positions; the position stored in the end is the new file's, at its end.
+// Under the race detector it also checks that the reader replaces its
+// file and tracker only once the workers are done with them.
+func TestFileSwitchWithWorkers(t *testing.T) {
+	e := newRunEnv(t, "rotation_grace = \"0s\"\n"+runSub("s", "k", "start_at = \"beginning\"\nconcurrency = 2"))
+	e.put("k", nil, "a0", "a1", "a2")
+	rec := newRecorder(nil)
+	e.start(map[string]handler.Handler{"s": rec})
+	rec.waitN(t, 3)
+
+	created := uint64(time.Now().UnixMilli()) + 7 // another file
+	next := filepath.Join(e.dir, "next.ss")
+	w, err := streamfile.OpenWriter(next, streamfile.CreateOptions{Create: true, Header: streamfile.Header{
+		FileName: "orders.ss", CreatedAtMs: created, BeaconInterval: 1024}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Publish([]streamfile.Frame{{Key: "k", Payload: []byte("b0"), TimestampMs: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(next, e.stream); err != nil {
+		t.Fatal(err)
+	}
+	rec.waitN(t, 4)
+	size := e.fileSize()
+	storedPositionWhen(t, e, "s", func(p offsets.Position) bool { return p.File.CreatedAtMs == created && p.Offset == size })
+	// The old file's records in any order (two workers), then the new one's.
+	got := rec.seen()
+	slices.Sort(got[:3])
+	if !slices.Equal(got, []string{"1/1/a0", "2/1/a1", "3/1/a2", "1/1/b0"}) {
+		t.Errorf("delivered %q, want a0 a1 a2 (in any order), then b0", got)
+	}
+}
+
+// TestTruncatedInPlace: a file truncated to its header and written again
+// under the same header (so the same identity) is read again from its
+// beginning, and the subscription goes on: its new records are delivered
+// and its position follows them.
+func TestTruncatedInPlace(t *testing.T) {
+	e := newRunEnv(t, runSub("s", "k", "start_at = \"beginning\""))
+	e.put("k", nil, "a0", "a1", "a2", "a3", "a4")
+	rec := newRecorder(nil)
+	e.start(map[string]handler.Handler{"s": rec})
+	rec.waitN(t, 5)
+	before := storedPositionWhen(t, e, "s", func(p offsets.Position) bool { return p.Offset == e.fileSize() })
+
+	if err := os.Truncate(e.stream, streamfile.HeaderSize); err != nil {
+		t.Fatal(err)
+	}
+	e.put("k", nil, "b0")
+	rec.waitN(t, 6)
+	size := e.fileSize()
+	after := storedPositionWhen(t, e, "s", func(p offsets.Position) bool { return p.Offset == size })
+	if after.File != before.File {
+		t.Errorf("stored file %+v, want the same identity %+v", after.File, before.File)
+	}
+	if got := rec.seen(); got[5] != "1/1/b0" {
+		t.Errorf("delivered %q, want b0 last", got)
+	}
+}
+
+// storedPosition returns the subscription's committed position.
+func storedPosition(t *testing.T, e *runEnv, sub string) offsets.Position {
+	t.Helper()
+	stored, err := offsets.Load(filepath.Join(e.dir, "state"))
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	return stored[sub]
+}
+
+// storedPositionWhen waits until the subscription's committed position
+// satisfies cond, and returns it.
+func storedPositionWhen(t *testing.T, e *runEnv, sub string, cond func(offsets.Position) bool) offsets.Position {
+	t.Helper()
+	var p offsets.Position
+	waitFor(t, "the stored position", func() bool {
+		p = storedPosition(t, e, sub)
+		return cond(p)
+	})
+	return p
+}
