@@ -53,8 +53,8 @@ const (
 // outcome=<directive> with ack, drop, retry or retry_after=<duration> (see
 // parseOutcomeDirective). It wins over the exit status, and the last one
 // printed counts; other stdout lines are ignored. Failed carries the exit
-// status and the last lines of stderr; the settlement turns it into
-// retry_after(the next backoff step).
+// status and the last lines of stderr; the delivery is held in place and
+// made again after the next backoff step.
 type execHandler struct {
 	path    string   // the program, found in $PATH at construction
 	args    []string // argv, as configured

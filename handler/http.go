@@ -81,7 +81,8 @@ const (
 //	Streamd-Outcome response header     what it names (an invalid value: failed)
 //	2xx                                 ack
 //	429 or 503                          failed, held for its Retry-After (delay-seconds or an HTTP-date)
-//	                                    when it has a valid one, else for the next backoff step
+//	                                    when it has a valid one in the future, else for the next
+//	                                    backoff step
 //	408                                 failed
 //	other 4xx                           drop
 //	1xx, 3xx, 5xx                       failed (redirects are not followed)
@@ -298,7 +299,10 @@ func (h *httpHandler) outcome(resp *http.Response) Outcome {
 			if !ok {
 				return Failed(FailureHTTPStatus, statusError(resp, fmt.Sprintf("invalid Retry-After %q", v)))
 			}
-			o.Delay = max(d, time.Nanosecond) // 0 would mean the backoff step
+			// A Retry-After of 0 or a date gone by leaves the next backoff
+			// step: asking again at once would storm a server that says
+			// it is overloaded.
+			o.Delay = max(d, 0)
 		}
 		return o
 	case code == http.StatusRequestTimeout:

@@ -114,7 +114,9 @@ func TestHTTPHandlerOutcomes(t *testing.T) {
 			w.WriteHeader(503)
 		}, kind: OutcomeFailed, minDelay: 8 * time.Second, maxDelay: 10 * time.Second, err: "http: 503 Service Unavailable"},
 		{name: "503 Retry-After past date", server: respond(503, "Retry-After", "Sun, 06 Nov 1994 08:49:37 GMT"),
-			kind: OutcomeFailed, minDelay: time.Nanosecond, maxDelay: time.Nanosecond, err: "http: 503 Service Unavailable"},
+			kind: OutcomeFailed, err: "http: 503 Service Unavailable"}, // the backoff step
+		{name: "429 Retry-After 0", server: respond(429, "Retry-After", "0"),
+			kind: OutcomeFailed, err: "http: 429 Too Many Requests"}, // the backoff step
 		{name: "503 without Retry-After", server: respond(503), kind: OutcomeFailed,
 			err: "http: 503 Service Unavailable"},
 		{name: "429 without Retry-After", server: respond(429), kind: OutcomeFailed,

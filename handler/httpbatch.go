@@ -18,8 +18,9 @@ const (
 	httpBatchContentType = "application/x-ndjson"
 	// httpBatchLineLimit bounds, with httpDrainLimit, the answer to a
 	// batch: httpDrainLimit plus this much per record. An answer line
-	// needs less than 100 bytes.
-	httpBatchLineLimit = 256
+	// needs less than 100 bytes; the rest is room for members of the
+	// server's own, such as a reason.
+	httpBatchLineLimit = 1024
 	// httpBatchLineFields is about what a record's line takes besides
 	// its payload and header values: the field names and numbers.
 	httpBatchLineFields = 128
@@ -31,7 +32,8 @@ const (
 // A record's line is its object in the schema of streamd decode --headers
 // --format=ndjson ([streamfile.FormatNDJSON] with
 // [streamfile.FrameContext.ShowHeaders]), without the offset and the
-// checksum:
+// checksum, and with the headers a handler gets (stream-sequence is the
+// record's seq):
 //
 //	{"stream_key":"orders","shard_id":0,"seq":7,"timestamp_ms":1700000000500,
 //	 "headers":{"stream-sequence":"7"},"payload_b64":"aGVsbG8="}
