@@ -364,6 +364,13 @@ const (
 
 var opNames = [numOps]string{"ack", "drop", "retry", "reject"}
 
+// opHints say, on the first record of the outcomes that lose a record,
+// what to declare to keep it.
+var opHints = [numOps]string{
+	opRetry:  "a retry makes a copy only under a declared max_attempts or dead_letter; this record is passed and not delivered again (declare one, or answer retry_after)",
+	opReject: "the record reached max_attempts and no dead_letter is declared: it is passed (declare dead_letter to keep such records)",
+}
+
 // msgUnsupportedFirst is the record of the first settlement of each kind
 // the transport cannot perform, under log_unsupported = "first". An ack or
 // a drop is no problem: positions are streamd's job, and the record is
@@ -416,8 +423,11 @@ func (u *unsupportedLog) report(op int, d *handler.Delivery) {
 		if op == opRetry || op == opReject {
 			level = slog.LevelWarn
 		}
-		u.logger.Log(context.Background(), level, msgUnsupportedFirst, "outcome", opNames[op], "seq", d.Seq,
-			"note", "logged once per outcome; counted in streamd_handler_unsupported_total")
+		attrs := []any{"outcome", opNames[op], "seq", d.Seq, "note", "logged once per outcome; counted in streamd_handler_unsupported_total"}
+		if hint := opHints[op]; hint != "" {
+			attrs = append(attrs, "hint", hint)
+		}
+		u.logger.Log(context.Background(), level, msgUnsupportedFirst, attrs...)
 		return
 	}
 	u.pending[op].Add(1)

@@ -625,8 +625,12 @@ func TestSettleUnsupportedSummary(t *testing.T) {
 			if outcome == "reject" {
 				level = slog.LevelWarn
 			}
-			return wantLog{level, msgUnsupportedFirst, map[string]string{"subscription": "billing", "outcome": outcome,
-				"note": "logged once per outcome; counted in streamd_handler_unsupported_total"}}
+			attrs := map[string]string{"subscription": "billing", "outcome": outcome,
+				"note": "logged once per outcome; counted in streamd_handler_unsupported_total"}
+			if outcome == "reject" {
+				attrs["hint"] = opHints[opReject]
+			}
+			return wantLog{level, msgUnsupportedFirst, attrs}
 		}
 		summary := func(counts map[string]string) wantLog {
 			counts["subscription"] = "billing"
@@ -772,4 +776,18 @@ func TestSettleCountWraps(t *testing.T) {
 			t.Errorf("copies %v, want %v", counts, want)
 		}
 	})
+}
+
+// TestSettleRetryWithoutCapHint: a retry on a subscription that declares
+// neither max_attempts nor dead_letter writes nothing (item 3), and its
+// first record says what to declare to keep such records.
+func TestSettleRetryWithoutCapHint(t *testing.T) {
+	e := newSettleEnv(settleSub{}, false)
+	if err := e.s.settle(t.Context(), settleDelivery(1, nil, []byte("x")), retry); err != nil {
+		t.Fatal(err)
+	}
+	if c := e.copies.written(); len(c) != 0 {
+		t.Fatalf("copies %+v, want none", c)
+	}
+	checkLogs(t, e.logs.all(), []wantLog{{slog.LevelWarn, msgUnsupportedFirst, map[string]string{"outcome": "retry", "hint": opHints[opRetry]}}})
 }
