@@ -158,7 +158,9 @@ func (d *Decoder) readFrame() (*Record, error) {
 	l := int64(d.buf[start-d.bufOff])
 	if hdr := l + 29; hdr <= room {
 		if err := d.fill(start, start+hdr); err != nil {
-			return nil, err
+			// Too short for the fields: the slow path tells a torn
+			// frame from one whose key is already wrong.
+			return d.readFrameSlow(start)
 		}
 		n := int64(binary.BigEndian.Uint32(d.buf[start-d.bufOff+l+25:]))
 		if total := l + n + frameOverhead; total <= room && n <= int64(d.maxPayload()) {
@@ -189,20 +191,25 @@ func (d *Decoder) readFrameSlow(start int64) (*Record, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := int(lb[0])
-	head, _, err := d.take(&c, l+28, d.small[:0]) // key, shard, seq, ts, size
+	// The key first: a frame whose key is wrong is damage even when the
+	// file ends before its other fields, not a frame still being written.
+	kb, _, err := d.take(&c, int(lb[0]), d.small[:0])
 	if err != nil {
 		return nil, err
 	}
-	n := int(binary.BigEndian.Uint32(head[l+24:]))
-	if n > d.maxPayload() {
-		return nil, &FormatError{start, fmt.Sprintf("payload size %d exceeds the decoder limit of %d bytes", n, d.maxPayload())}
-	}
-	fields := [24]byte(head[l:])
-	key, ok := d.intern(head[:l])
+	key, ok := d.intern(kb)
 	if !ok {
 		return nil, &FormatError{start, fmt.Sprintf("invalid stream key %q", key)}
 	}
+	head, _, err := d.take(&c, 28, d.small[:0]) // shard, seq, ts, size
+	if err != nil {
+		return nil, err
+	}
+	n := int(binary.BigEndian.Uint32(head[24:]))
+	if n > d.maxPayload() {
+		return nil, &FormatError{start, fmt.Sprintf("payload size %d exceeds the decoder limit of %d bytes", n, d.maxPayload())}
+	}
+	fields := [24]byte(head)
 	payload, copied, err := d.take(&c, n, d.scratch[:0])
 	if err != nil {
 		return nil, err

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -71,6 +74,60 @@ func TestBeaconFillingTheInterval(t *testing.T) {
 		var fe *FormatError
 		if _, err := d.Next(); !errors.As(err, &fe) || fe.Offset != 128 {
 			t.Errorf("read size %d: Next = %v, want a format error at 128", size, err)
+		}
+	}
+}
+
+// TestTornFrameOrDamage: a file that ends inside a frame is a torn frame
+// (ErrTruncated: a writer may still be writing it) only while the bytes
+// that are there could begin a frame; a key that is already wrong is
+// damage at once, a format error, whatever the read size.
+func TestTornFrameOrDamage(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "torn.ss")
+	w, err := OpenWriter(path, CreateOptions{Create: true, Header: Header{FileName: "torn.ss", BeaconInterval: 1024}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	frames := []Frame{{Key: "first", Payload: []byte("one")}, {Key: "orders", Payload: []byte("two")}}
+	if err := w.Publish(frames); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	file, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := HeaderSize + 1 + len("first") + 28 + len("one") + 3 // the offset of the second frame
+	tests := []struct {
+		name   string
+		tail   []byte // after the first frame
+		damage bool
+	}{
+		{"cut inside the key", file[second : second+4], false},
+		{"cut inside the fields", file[second : second+1+len("orders")+10], false},
+		{"cut inside the payload", file[second : len(file)-4], false},
+		{"a wrong key, then too few bytes for the fields", []byte("\x05ab cd\x00\x00garbage here!!!"), true},
+	}
+	for _, tt := range tests {
+		for _, size := range readSizes {
+			t.Run(fmt.Sprintf("%s/readsize=%d", tt.name, size), func(t *testing.T) {
+				f := append(slices.Clip(file[:second]), tt.tail...)
+				h, _ := ReadHeader(bytes.NewReader(f))
+				d := newTestDecoder(f, h, size)
+				if _, err := d.Next(); err != nil {
+					t.Fatalf("first frame: %v", err)
+				}
+				_, err := d.Next()
+				var fe *FormatError
+				switch {
+				case tt.damage && (!errors.As(err, &fe) || fe.Offset != int64(second)):
+					t.Errorf("Next = %v, want a format error at %d", err, second)
+				case !tt.damage && !errors.Is(err, ErrTruncated):
+					t.Errorf("Next = %v, want ErrTruncated", err)
+				}
+			})
 		}
 	}
 }
