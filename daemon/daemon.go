@@ -169,6 +169,11 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	if err := os.MkdirAll(cfg.StateDir, 0o750); err != nil {
 		return fmt.Errorf("state directory: %w", err)
 	}
+	defer func() { // last: once the positions are committed and the spool closed
+		if err == nil {
+			d.logger.Info("stopped; positions committed", "retries_pending", d.queue.Pending())
+		}
+	}()
 	// The retry spool, created below, marks the directory as used: a
 	// sidecar missing next to it is refused rather than taken for a first
 	// start.

@@ -99,3 +99,20 @@ func storedPositionWhen(t *testing.T, e *runEnv, sub string, cond func(offsets.P
 	})
 	return p
 }
+
+// TestStopSaysCommitted: a graceful stop ends with a line that says the
+// positions are committed and how many retry copies wait in the spool.
+func TestStopSaysCommitted(t *testing.T) {
+	e := newRunEnv(t, runSub("s", "k", "start_at = \"beginning\""))
+	e.put("k", nil, "a0")
+	rec := newRecorder(nil)
+	r := e.start(map[string]handler.Handler{"s": rec})
+	rec.waitN(t, 1)
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	rs := r.logs.with("stopped; positions committed")
+	if len(rs) != 1 || rs[0].attrs["retries_pending"] != "0" {
+		t.Errorf("stop lines %v, want one with retries_pending 0", rs)
+	}
+}
