@@ -2,7 +2,19 @@
 GO       ?= go
 BIN      := bin/streamd
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
-LDFLAGS  := -X github.com/prometheus/common/version.Version=$(VERSION)
+# The rest of the version information that `streamd version` and the
+# metric streamd_build_info show, as promu sets it, but reproducible like
+# the -trimpath builds below: the date is the last commit's (in UTC), not
+# the build's, and the user a fixed name, so that two builds of one commit
+# are the same binary. Outside a git checkout (a tarball) revision, branch
+# and date stay empty, and the revision shows as "unknown".
+REVISION   ?= $(shell git rev-parse HEAD 2>/dev/null)
+BRANCH     ?= $(shell git rev-parse --abbrev-ref HEAD 2>/dev/null)
+BUILD_DATE ?= $(shell TZ=UTC0 git log -1 --format=%cd --date=format-local:%Y%m%d-%H:%M:%S 2>/dev/null)
+BUILD_USER ?= streamd
+VERSION_PKG := github.com/prometheus/common/version
+LDFLAGS  := -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Revision=$(REVISION) -X $(VERSION_PKG).Branch=$(BRANCH) \
+	-X $(VERSION_PKG).BuildUser=$(BUILD_USER) -X $(VERSION_PKG).BuildDate=$(BUILD_DATE)
 FUZZTIME ?= 10s
 BENCHTIME ?= 1s
 
