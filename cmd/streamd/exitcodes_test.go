@@ -103,6 +103,11 @@ handler.kind = "discard"
 		{"usage or unreadable", "c\n", []string{"publish", "--file=" + filepath.Join(dir, "other.ss"), "--key=bad key"}},
 		{"usage or unreadable", "c\n", []string{"publish"}},
 
+		{"done", "", []string{"repair", stream}},
+		{"invalid or failed", "", []string{"repair", replay}},
+		{"usage or unreadable", "", []string{"repair", filepath.Join(dir, "nope.ss")}},
+		{"usage or unreadable", "", []string{"repair"}},
+
 		{"done", "", []string{"offsets", "show", "--config.file=" + replay}},
 		{"invalid or failed", "", []string{"offsets", "show", "--config.file=" + invalid}},
 		{"usage or unreadable", "", []string{"offsets", "show", "--config.file=" + missing}},

@@ -135,7 +135,7 @@ func repairCommand(app *kingpin.Application) action {
 		})
 		switch {
 		case err != nil:
-			return s.exitWith(exitError, "streamd repair: %v", err)
+			return s.exitWith(failureExit(err), "streamd repair: %v", err)
 		case de == nil:
 			fmt.Fprintf(s.out, "%s: its records reach its end; nothing to repair\n", *path)
 		default:
