@@ -335,8 +335,8 @@ func firstEntry(list string) string {
 // (without ":line" for a key that is not in the file). Unknown keys,
 // misspelt ones (keys are case-sensitive) and values of the wrong type are
 // reported first; the other checks need a well-typed file. A TOML syntax
-// error is one error that wraps a [toml.ParseError], whose ErrorWithPosition
-// shows where it is.
+// error is one error, written "path:line:column: problem", that wraps a
+// [toml.ParseError]; [Detail] adds the lines around it.
 //
 // Load reads path and $STATE_DIRECTORY, and writes nothing.
 func Load(path string, mode Mode) (*Config, error) {
@@ -411,15 +411,24 @@ var oneLine = strings.NewReplacer("\n", `\n`, "\r", `\r`)
 func (e *syntaxError) Unwrap() error { return e.err }
 
 // Detail returns what check-config shows of an error [Load] returned: for
-// a TOML syntax error, the message with the lines around the place it is
-// at and a caret under it, since a syntax error's one line rarely says
-// enough; for any other error, its message, which already names each
-// problem's file, line and key.
+// a TOML syntax error, its "path:line:column: problem" line, as every other
+// problem is written, then the lines around the place with a caret under
+// it, since a syntax error's one line rarely says enough; for any other
+// error, its message, which already names each problem's file, line and
+// key.
 func Detail(err error) string {
-	if pe, ok := errors.AsType[toml.ParseError](err); ok {
-		return strings.TrimRight(pe.ErrorWithPosition(), "\n")
+	se, ok := errors.AsType[*syntaxError](err)
+	if !ok {
+		return err.Error()
 	}
-	return err.Error()
+	// The decoder's excerpt starts with its own message and position,
+	// "toml: error: ...\n\nAt line 2, column 13:\n\n", which the first
+	// line already says.
+	_, rest, found := strings.Cut(se.err.ErrorWithPosition(), "\n\nAt line ")
+	if _, excerpt, ok := strings.Cut(rest, ":\n\n"); found && ok {
+		return se.Error() + "\n\n" + strings.TrimRight(excerpt, "\n")
+	}
+	return se.Error()
 }
 
 // loader checks one configuration file and collects its problems.

@@ -212,8 +212,10 @@ func TestLoadConfigSyntaxError(t *testing.T) {
 	}
 }
 
-// TestDetail: a syntax error is shown with the lines around it and a caret
-// under the place, without a trailing newline; other errors as they are.
+// TestDetail: a syntax error is shown as "file:line:column: message", like
+// every other problem, then the lines around it with a caret under the
+// place, without the decoder's own "toml: error:" and "At line" text and
+// without a trailing newline; other errors as they are.
 func TestDetail(t *testing.T) {
 	parseErr := func(src string) error {
 		_, err := parse("f.toml", "/etc/streamd", src, ModeRun)
@@ -225,12 +227,20 @@ func TestDetail(t *testing.T) {
 		err  error
 		want string
 	}{
-		{"syntax", parseErr("state_dir = \"/x\"\nshutdown_timeout = 20s\n"),
-			"toml: error: expected a top-level item to end with a newline, comment, or EOF, but got 's' instead\n\n" +
-				"At line 2, column 22:\n\n" +
+		{"bare duration", parseErr("state_dir = \"/x\"\nshutdown_timeout = 20s\n"),
+			"f.toml:2:22: expected a top-level item to end with a newline, comment, or EOF, but got 's' instead\n\n" +
 				"      1 | state_dir = \"/x\"\n" +
 				"      2 | shutdown_timeout = 20s\n" +
 				"                               ^"},
+		{"unquoted path", parseErr("shutdown_timeout = \"20s\"\nstate_dir = /var/lib\n"),
+			"f.toml:2:13: expected value but found '/' instead\n\n" +
+				"      1 | shutdown_timeout = \"20s\"\n" +
+				"      2 | state_dir = /var/lib\n" +
+				"                      ^"},
+		{"unclosed table", parseErr("[metrics\nlisten = \"\"\n"),
+			"f.toml:1:9: expected '.' or ']' to end table name, but got '\\n' instead\n\n" +
+				"      1 | [metrics\n" +
+				"                  ^"},
 		{"key problems", parseErr("state_dir = \"/x\"\nshutdown_timeout = 20\n"),
 			"f.toml:2: shutdown_timeout: must be a duration string such as \"5s\", not the integer 20"},
 		{"missing file", func() error { _, err := Load(missing, ModeRun); return err }(),

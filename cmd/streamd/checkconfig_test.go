@@ -75,8 +75,7 @@ bearer_token_file = "none.token"
 				pipe + `:1: subscription[0].out_retry: subscription "jobs": a pipe stage must name a retry destination: set out_retry = "jobs.retry" (copies leave on stdout under that key)` + "\n"},
 		{"syntax error", []string{"--config.file=" + syntax}, exitError, "",
 			"streamd: configuration file " + syntax + " is invalid:\n" +
-				"toml: error: expected a top-level item to end with a newline, comment, or EOF, but got 's' instead\n\n" +
-				"At line 2, column 22:\n\n" +
+				syntax + ":2:22: expected a top-level item to end with a newline, comment, or EOF, but got 's' instead\n\n" +
 				"      1 | state_dir = \"/var/lib/streamd\"\n" +
 				"      2 | shutdown_timeout = 20s\n" +
 				"                               ^\n"},
