@@ -43,11 +43,9 @@ type PositionReport struct {
 // without its sidecar is an [*offsets.MissingError], as at start.
 func Positions(cfg *conf.Config) ([]PositionReport, error) {
 	// Without its sidecar, a used state directory has no positions to
-	// show, and streamd run refuses to start: say so, and how to go on.
-	if err := offsets.CheckMissing(cfg.StateDir, retrytimer.SpoolName); err != nil {
-		return nil, err
-	}
-	stored, err := offsets.Load(cfg.StateDir)
+	// show, and streamd run refuses to start: say so, and how to go on,
+	// as for a corrupt sidecar.
+	stored, err := offsets.LoadMarked(cfg.StateDir, retrytimer.SpoolName)
 	if err != nil {
 		return nil, err
 	}
@@ -134,7 +132,14 @@ func SetPosition(cfg *conf.Config, name string, start tail.Start) (offsets.Posit
 	if err := os.MkdirAll(cfg.StateDir, 0o750); err != nil {
 		return offsets.Position{}, err
 	}
+	// Without the marker, so that a missing sidecar is created here: that
+	// is one way out of a lost one.
 	store, err := offsets.Open(cfg.StateDir, offsets.Options{})
+	if _, corrupt := errors.AsType[*offsets.CorruptError](err); corrupt {
+		if _, lerr := offsets.LoadMarked(cfg.StateDir, retrytimer.SpoolName); lerr != nil {
+			err = lerr // the same refusal, its advice naming the retry spool as run's does
+		}
+	}
 	if _, locked := errors.AsType[*offsets.LockedError](err); locked {
 		return offsets.Position{}, fmt.Errorf("refusing while streamd runs: %w\nStop the daemon (systemctl stop streamd), set the position, and start it again", err)
 	}

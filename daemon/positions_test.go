@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/offsets"
+	"github.com/streamd/streamd/retrytimer"
 	"github.com/streamd/streamd/streamfile"
 	"github.com/streamd/streamd/tail"
 )
@@ -125,6 +127,43 @@ func TestSetPosition(t *testing.T) {
 			}
 			if len(reports) != 1 || reports[0].Stored == nil || reports[0].Stored.Offset != pos.Offset || reports[0].Lag != size-pos.Offset {
 				t.Errorf("reports %+v, want billing at offset %d with lag %d", reports, pos.Offset, size-pos.Offset)
+			}
+		})
+	}
+}
+
+// TestCorruptSidecarAdvice: offsets show and offsets set refuse a corrupt
+// sidecar next to the retry spool with the advice streamd run gives, which
+// names the spool: the sidecar moved aside alone is refused at the next
+// start.
+func TestCorruptSidecarAdvice(t *testing.T) {
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state")
+	cfg, err := loadTestConfig(t, fmt.Sprintf("state_dir = %q\n[[stream]]\nname = \"orders\"\npath = %q\n", state, filepath.Join(dir, "orders.ss"))+
+		"[[subscription]]\nname = \"billing\"\nstream = \"orders\"\nkey = \"orders\"\n[subscription.handler]\nkind = \"discard\"\n", conf.ModeRun)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := errors.Join(os.MkdirAll(state, 0o750), os.WriteFile(filepath.Join(state, offsets.SidecarName), []byte("{"), 0o600),
+		os.WriteFile(filepath.Join(state, retrytimer.SpoolName), nil, 0o600)); err != nil {
+		t.Fatal(err)
+	}
+	var end tail.Start
+	if err := end.UnmarshalText([]byte("end")); err != nil {
+		t.Fatal(err)
+	}
+	want := "or move it aside together with " + filepath.Join(state, retrytimer.SpoolName) + " to start every subscription from its start_at"
+	for _, tc := range []struct {
+		name string
+		run  func() error
+	}{
+		{"offsets show", func() error { _, err := Positions(cfg); return err }},
+		{"offsets set", func() error { _, err := SetPosition(cfg, "billing", end); return err }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.run()
+			if _, corrupt := errors.AsType[*offsets.CorruptError](err); !corrupt || !strings.Contains(err.Error(), want) {
+				t.Errorf("error %v\nwant a corrupt sidecar, with the advice %q", err, want)
 			}
 		})
 	}

@@ -27,12 +27,24 @@ type CorruptError struct {
 	Path string
 	// Err says what is wrong with it.
 	Err error
+	// Marker is the state directory's marker file ([Options.Marker]) if
+	// it exists (or cannot be checked), else "". A sidecar moved aside
+	// without it is a [*MissingError] at the next Open, so the advice
+	// names it too.
+	Marker string
 }
 
 func (e *CorruptError) Error() string {
-	return fmt.Sprintf("offsets: corrupt sidecar %s: %v (move the file aside to start every "+
-		"subscription from its start_at, or restore it from a backup; \"streamd offsets set\" "+
-		"can then rewrite a position)", e.Path, e.Err)
+	if e.Marker == "" {
+		return fmt.Sprintf("offsets: corrupt sidecar %s: %v (move the file aside to start every "+
+			"subscription from its start_at, or restore it from a backup; \"streamd offsets set\" "+
+			"can then rewrite a position)", e.Path, e.Err)
+	}
+	return fmt.Sprintf("offsets: corrupt sidecar %s: %v (restore it from a backup; or move it aside "+
+		"together with %s to start every subscription from its start_at, as on a first start, dropping "+
+		"what %s holds; or move it aside alone and store each subscription's position with "+
+		"\"streamd offsets set --subscription=NAME --to=POSITION\", which writes a new sidecar, a "+
+		"subscription left out starting at its start_at)", e.Path, e.Err, e.Marker, e.Marker)
 }
 
 func (e *CorruptError) Unwrap() error { return e.Err }

@@ -135,6 +135,74 @@ func TestOpenCorrupt(t *testing.T) {
 	}
 }
 
+// TestCorruptAdvice follows each way out that a corrupt sidecar's error
+// names, to the letter, and checks that Open with the daemon's marker, and
+// LoadMarked, succeed after it: with no marker file, the sidecar moved
+// aside; with one, both moved aside, or the sidecar moved aside and a
+// position stored as "streamd offsets set" stores it (Open without the
+// marker). Open and LoadMarked give the same advice.
+func TestCorruptAdvice(t *testing.T) {
+	const marker = "retry.spool"
+	for _, tc := range []struct {
+		name       string
+		withMarker bool     // the marker file exists
+		advice     string   // in the error, MARKER standing for the marker's path
+		moveAside  []string // the files the advice moves aside
+		set        bool     // then a position is stored, as offsets set does
+	}{
+		{"unused directory", false, "(move the file aside to start every subscription from its start_at", []string{SidecarName}, false},
+		{"both moved aside", true, "or move it aside together with MARKER to start every subscription from its start_at",
+			[]string{SidecarName, marker}, false},
+		{"offsets set", true, `or move it aside alone and store each subscription's position with "streamd offsets set`,
+			[]string{SidecarName}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, SidecarName), []byte("{"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if tc.withMarker {
+				if err := os.WriteFile(filepath.Join(dir, marker), []byte("pending"), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			opts := Options{Marker: marker}
+			_, err := Open(dir, opts)
+			var corrupt *CorruptError
+			if !errors.As(err, &corrupt) {
+				t.Fatalf("Open: %v, want a *CorruptError", err)
+			}
+			if want := strings.ReplaceAll(tc.advice, "MARKER", filepath.Join(dir, marker)); !strings.Contains(err.Error(), want) {
+				t.Fatalf("Open: %v\nwant the advice %q", err, want)
+			}
+			if _, lerr := LoadMarked(dir, marker); lerr == nil || lerr.Error() != err.Error() {
+				t.Fatalf("LoadMarked: %v\nwant %v", lerr, err)
+			}
+
+			for _, name := range tc.moveAside {
+				if err := os.Rename(filepath.Join(dir, name), filepath.Join(dir, name+".bad")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.set {
+				s := openStore(t, dir, Options{})
+				mustSet(t, s, "billing", testPosition(100))
+				if err := errors.Join(s.Commit(), s.Close()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			positions, err := LoadMarked(dir, marker)
+			if err != nil {
+				t.Fatalf("LoadMarked after following the advice: %v", err)
+			}
+			s := openStore(t, dir, opts)
+			if _, ok := s.Get("billing"); ok != tc.set || len(positions) != len(s.entries) {
+				t.Errorf("positions after following the advice: Open %v, LoadMarked %v; want billing's stored: %v", s.entries, positions, tc.set)
+			}
+		})
+	}
+}
+
 func TestDecodeValid(t *testing.T) {
 	got, err := decode([]byte(validSidecar))
 	if err != nil {

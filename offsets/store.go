@@ -118,7 +118,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	positions, found, err := load(dir)
+	positions, found, err := load(dir, opts.Marker)
 	if err == nil && !found && opts.Marker != "" {
 		err = startFresh(dir, opts.Marker)
 	}
@@ -145,12 +145,26 @@ func Open(dir string, opts Options) (*Store, error) {
 // replaced by rename, so Load sees one whole commit. A missing sidecar gives
 // an empty map; a corrupt one a [*CorruptError].
 func Load(dir string) (map[string]Position, error) {
-	positions, _, err := load(dir)
+	positions, _, err := load(dir, "")
 	return positions, err
 }
 
-// load is Load, and reports whether the sidecar exists.
-func load(dir string) (map[string]Position, bool, error) {
+// LoadMarked is [Load] for a state directory whose marker file is marker
+// ([Options.Marker]), and refuses what [Open] with that marker refuses: a
+// missing sidecar next to the marker is a [*MissingError], and a corrupt
+// one a [*CorruptError] whose advice names the marker. Like Load, it
+// takes no lock.
+func LoadMarked(dir, marker string) (map[string]Position, error) {
+	if err := CheckMissing(dir, marker); err != nil {
+		return nil, err
+	}
+	positions, _, err := load(dir, marker)
+	return positions, err
+}
+
+// load is Load, and reports whether the sidecar exists. A [*CorruptError]
+// names the marker file, if marker is set and the file may exist.
+func load(dir, marker string) (map[string]Position, bool, error) {
 	path := filepath.Join(dir, SidecarName)
 	data, err := readSidecar(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -161,7 +175,14 @@ func load(dir string) (map[string]Position, bool, error) {
 	}
 	positions, err := decode(data)
 	if err != nil {
-		return nil, true, &CorruptError{Path: path, Err: err}
+		ce := &CorruptError{Path: path, Err: err}
+		if marker != "" {
+			m := filepath.Join(dir, marker)
+			if _, err := os.Lstat(m); !errors.Is(err, fs.ErrNotExist) {
+				ce.Marker = m
+			}
+		}
+		return nil, true, ce
 	}
 	return positions, true, nil
 }
