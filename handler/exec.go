@@ -31,7 +31,9 @@ const (
 // environment (after the daemon's environment and the configured env,
 // which the metadata variables override), with the payload's length in
 // STREAMD_PAYLOAD_LENGTH. When two header names map to one variable, the
-// later header in the record wins.
+// later header in the record wins. The daemon's own STREAMD_HEADER_* and
+// STREAMD_BASE64_HEADER_* variables, a record's of an outer streamd that
+// runs this one, are not passed on (see execBaseEnv).
 //
 // The command runs in a process group of its own. When the timeout passes
 // or the handler's ctx ends (shutdown), the whole group is killed with

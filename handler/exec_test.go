@@ -69,10 +69,15 @@ func TestExecHandlerOutcomes(t *testing.T) {
 func TestExecHandlerStdinAndEnv(t *testing.T) {
 	dir := t.TempDir()
 	t.Setenv("STREAMD_TEST_INHERITED", "yes")
+	// A record header of an outer streamd's exec handler, when streamd runs
+	// under one: not a header of this record.
+	t.Setenv("STREAMD_HEADER_STALE", "outer")
+	t.Setenv("STREAMD_BASE64_HEADER_STALE", "b3V0ZXI=")
 	h := mustNewHandler(t, conf.Handler{
 		Kind:    conf.HandlerExec,
 		Command: sh(`cat > "$OUT/payload" && env > "$OUT/env"`),
-		Env:     map[string]string{"OUT": dir, "STREAMD_SEQ": "999", "STREAMD_TEST_INHERITED": "configured"},
+		Env: map[string]string{"OUT": dir, "STREAMD_SEQ": "999", "STREAMD_TEST_INHERITED": "configured",
+			"STREAMD_HEADER_CONFIGURED": "kept"},
 		Timeout: conf.Duration(10 * time.Second),
 	})
 	d := testDelivery()
@@ -109,6 +114,7 @@ func TestExecHandlerStdinAndEnv(t *testing.T) {
 		"STREAMD_HEADER_STREAM_SEQUENCE": "7",
 		"STREAMD_BASE64_HEADER_BIN":      "AP8=",
 		"STREAMD_TEST_INHERITED":         "configured", // env wins over the daemon's environment
+		"STREAMD_HEADER_CONFIGURED":      "kept",       // env may set a header variable
 		"OUT":                            dir,
 	}
 	for name, value := range want {
@@ -116,8 +122,10 @@ func TestExecHandlerStdinAndEnv(t *testing.T) {
 			t.Errorf("%s=%q (set: %v), want %q", name, got, ok, value)
 		}
 	}
-	if v, ok := env["STREAMD_HEADER_BIN"]; ok {
-		t.Errorf("STREAMD_HEADER_BIN=%q, want it unset", v)
+	for _, name := range []string{"STREAMD_HEADER_BIN", "STREAMD_HEADER_STALE", "STREAMD_BASE64_HEADER_STALE"} {
+		if v, ok := env[name]; ok {
+			t.Errorf("%s=%q, want it unset", name, v)
+		}
 	}
 	if _, ok := env["PATH"]; !ok {
 		t.Error("PATH is not inherited")

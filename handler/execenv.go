@@ -6,12 +6,14 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
 // The environment of the exec handler's command carries, besides the
-// daemon's own and the configured env, the delivery's metadata (see
-// deliveryMeta) and the record headers.
+// daemon's own (without its record header variables, see execBaseEnv) and
+// the configured env, the delivery's metadata (see deliveryMeta) and the
+// record headers.
 const (
 	// execHeaderEnvPrefix carries a record header whose value is valid
 	// UTF-8 without NUL, as is. The name follows the prefix in upper case,
@@ -28,9 +30,14 @@ const (
 
 // execBaseEnv is the environment every command of an exec handler starts
 // from: the daemon's own, then the configured env in name order, so that a
-// configured variable wins over an inherited one.
+// configured variable wins over an inherited one. Inherited record header
+// variables are left out: a daemon run by another streamd's exec handler
+// (chained stages) has those of the outer record, which a record without
+// such a header must not seem to carry. The configured env may set them.
 func execBaseEnv(env map[string]string) []string {
-	base := os.Environ()
+	base := slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		return strings.HasPrefix(kv, execHeaderEnvPrefix) || strings.HasPrefix(kv, execBase64HeaderEnvPrefix)
+	})
 	for _, name := range slices.Sorted(maps.Keys(env)) {
 		base = append(base, name+"="+env[name])
 	}
