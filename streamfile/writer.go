@@ -335,8 +335,9 @@ func (w *Writer) batch(frames []Frame, assignSeq bool) error {
 		}
 		failpoint.TornWrite(failpoint.StreamfileAppend, w.f, w.buf, w.end) // crash tests: a torn batch, under the flock, before any fsync
 		if _, err := w.f.WriteAt(w.buf, w.end); err != nil {
+			at := w.end
 			w.forget()
-			return fmt.Errorf("streamfile: append to %s at offset %d: %w", w.f.Name(), w.end, err)
+			return fmt.Errorf("streamfile: append to %s at offset %d: %w", w.f.Name(), at, err)
 		}
 		w.end += int64(len(w.buf))
 		return nil
@@ -436,6 +437,9 @@ func (w *Writer) catchUp(size int64, whole *scanEnd) error {
 		// The file ends on a boundary without its beacon: write it.
 		b := appendBeacon(nil, &Beacon{})
 		if _, err := w.f.WriteAt(b, end); err != nil {
+			// Not caught up: the next batch looks at the file again, and
+			// writes the beacon before any frame.
+			w.forget()
 			return fmt.Errorf("streamfile: write beacon of %s at %d: %w", w.f.Name(), end, err)
 		}
 		w.end += int64(len(b))

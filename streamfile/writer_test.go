@@ -7,9 +7,11 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -590,5 +592,55 @@ func TestWriterKeepsBeaconAfterLastFrame(t *testing.T) {
 	}
 	if !slices.Equal(got, []string{"a", "b", "c", "d"}) {
 		t.Errorf("the file holds %q, want a b c d", got)
+	}
+}
+
+// TestWriterFullDiskAtBoundary: the disk fills up exactly at a beacon
+// boundary (RLIMIT_FSIZE makes every write at or past it fail without
+// writing, as a full disk does on a block not yet allocated). The failed
+// batches name the offset they were written at; once there is room again,
+// the beacon is written at the boundary before the next frame, and the
+// file reads to its end. Not parallel: the limit holds for the process.
+func TestWriterFullDiskAtBoundary(t *testing.T) {
+	signal.Ignore(syscall.SIGXFSZ) // a write past the limit fails with EFBIG instead
+	var unlimited syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_FSIZE, &unlimited); err != nil {
+		t.Fatal(err)
+	}
+	setLimit := func(l syscall.Rlimit) {
+		if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { setLimit(unlimited) })
+	path := filepath.Join(t.TempDir(), "full.ss")
+	h := Header{FileName: "full.ss", CreatedAtMs: 1, BeaconInterval: 1024}
+	w, err := OpenWriter(path, CreateOptions{Create: true, Header: h})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+
+	setLimit(syscall.Rlimit{Cur: 1024, Max: unlimited.Max})
+	// 1 + 1 + 28 + 863 + 3 = 896 bytes from 128: the frame ends at 1024,
+	// and its beacon there does not fit.
+	err = w.Append(Frame{Key: "k", Seq: 1, TimestampMs: 1, Payload: make([]byte, 863)})
+	if err == nil || !strings.Contains(err.Error(), "at offset 128:") {
+		t.Errorf("the batch that filled the disk: %v, want an error naming offset 128", err)
+	}
+	if err := w.Append(Frame{Key: "k", Seq: 2, TimestampMs: 2, Payload: []byte("x")}); err == nil {
+		t.Error("a batch while the disk is full succeeded")
+	}
+	setLimit(unlimited)
+	if err := w.Append(Frame{Key: "k", Seq: 3, TimestampMs: 3, Payload: []byte("after")}); err != nil {
+		t.Fatalf("once there is room: %v", err)
+	}
+	frames, _ := readFrames(t, path)
+	if len(frames) != 2 || frames[0].Seq != 1 || frames[1].Seq != 3 {
+		t.Errorf("the file holds %+v, want the frames of seq 1 and 3", frames)
+	}
+	b := make([]byte, 1)
+	if _, err := w.f.ReadAt(b, 1024); err != nil || b[0] != trailer {
+		t.Errorf("byte at the boundary: %x, %v; want a beacon's first byte", b, err)
 	}
 }
