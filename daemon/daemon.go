@@ -218,7 +218,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	wg.Go(func() {
 		if err := queue.Run(bg); err != nil {
 			d.logger.Error("retry spool failed; stopping, so that a restart resumes from the spool", "err", err)
-			d.broken <- fmt.Errorf("retry spool: %w", err)
+			d.fail(fmt.Errorf("retry spool: %w", err))
 		}
 	})
 	wg.Go(func() { d.updateSizes(bg, time.Duration(cfg.CommitInterval)) })
@@ -503,7 +503,10 @@ func (d *Daemon) applyReload(cfg *conf.Config) error {
 	}
 	for name, st := range d.streams {
 		if !slices.ContainsFunc(cfg.Streams, func(s conf.Stream) bool { return s.Name == name }) {
-			st.close()
+			if err := st.close(); err != nil {
+				// Its copies may be lost, and no commit syncs it again.
+				d.fail(fmt.Errorf("closing stream %q, which the reload removed: %w", name, err))
+			}
 			d.setStream(name, nil)
 			d.metrics.Stream(name).Remove()
 		}
@@ -561,7 +564,8 @@ func (d *Daemon) closeStreams() {
 
 // syncStreams makes appended copies durable before a commit moves a
 // position past them (Invariant 2), and delayed copies before the spool
-// records them done: one fsync per stream that received copies.
+// records them done: one fsync per stream that received copies. A failed
+// fsync stops the daemon (it fails for good, see stream.sync).
 func (d *Daemon) syncStreams() error {
 	d.mu.Lock()
 	streams := slices.Collect(maps.Values(d.streams))
@@ -570,7 +574,20 @@ func (d *Daemon) syncStreams() error {
 	for _, st := range streams {
 		errs = append(errs, st.sync())
 	}
-	return errors.Join(errs...)
+	err := errors.Join(errs...)
+	if err != nil {
+		d.fail(err)
+	}
+	return err
+}
+
+// fail stops the daemon with err, a part it cannot run without that
+// failed, unless another failure stops it already.
+func (d *Daemon) fail(err error) {
+	select {
+	case d.broken <- err:
+	default:
+	}
 }
 
 // updateSizes sets streamd_stream_size_bytes of every stream each interval,

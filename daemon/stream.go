@@ -33,10 +33,17 @@ const reservedKey = "ruststream-internal"
 type stream struct {
 	cfg conf.Stream
 
-	mu    sync.Mutex
-	a     *streamfile.Appender
-	dirty bool // appended since the last sync
-	wrote bool // appended to since it was opened
+	mu       sync.Mutex
+	a        *streamfile.Appender
+	appended uint64 // copies appended since the stream was opened
+	wrote    bool   // appended to since it was opened
+
+	// syncMu makes one fsync at a time, and a caller that comes during
+	// one wait for it: a copy is durable only once an fsync that began
+	// after its append succeeded. synced is appended as the last such
+	// fsync found it.
+	syncMu sync.Mutex
+	synced uint64
 }
 
 // self is the account of this process, which checkStream judges.
@@ -82,32 +89,37 @@ func (s *stream) append(key string, record []byte) error {
 	if err := s.a.Publish(f); err != nil {
 		return fmt.Errorf("stream %q: %w", s.cfg.Name, err)
 	}
-	s.dirty, s.wrote = true, true
+	s.appended++
+	s.wrote = true
 	return nil
 }
 
-// sync makes the appended copies durable; a commit that moves a position
-// past a copy calls it first (Invariant 2).
+// sync makes the copies appended before it was called durable; a commit
+// that moves a position past a copy, and the retry queue before it marks
+// a copy written, call it first (Invariant 2). Once an fsync failed, it
+// fails for good (streamfile.Writer.Sync): the copies since the last good
+// one may be lost, and only a restart, which reads their records again
+// from the last commit, makes them anew.
 func (s *stream) sync() error {
+	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
 	s.mu.Lock()
-	dirty, w := s.dirty, s.a.Writer()
-	s.dirty = false
+	target, w := s.appended, s.a.Writer()
 	s.mu.Unlock()
-	if !dirty {
+	if s.synced >= target {
 		return nil
 	}
 	if err := w.Sync(); err != nil {
 		s.mu.Lock()
 		swapped := s.a.Writer() != w
-		if !swapped {
-			s.dirty = true
-		}
 		s.mu.Unlock()
-		if swapped {
-			return nil // the appender synced w before it closed it
+		if !swapped {
+			return fmt.Errorf("stream %q: %w; the retry copies appended since the last fsync may be lost: streamd stops, and reads their records again from the last commit when it starts", s.cfg.Name, err)
 		}
-		return fmt.Errorf("stream %q: %w", s.cfg.Name, err)
+		// The appender synced w before it closed it for the file that
+		// took the path: the copies counted in target are durable.
 	}
+	s.synced = target
 	return nil
 }
 
@@ -115,13 +127,14 @@ func (s *stream) sync() error {
 // is not flushed: that is its writer's business), and closes the writer.
 func (s *stream) close() error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	wrote := s.wrote
+	s.mu.Unlock()
 	var err error
-	if s.wrote {
-		// Even when not dirty: a sync running alongside may have taken the
-		// flag and not be done yet.
-		err = s.a.Sync()
+	if wrote {
+		err = s.sync()
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	return errors.Join(err, s.a.Close())
 }
 

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/streamd/streamd/internal/durable"
@@ -50,7 +51,8 @@ import (
 // A Writer is not safe for concurrent use.
 type Writer struct {
 	f              *os.File
-	path           string // checked before each batch when refuseReplaced is set
+	syncFailed     atomic.Pointer[error] // the first failed fsync (Sync)
+	path           string                // checked before each batch when refuseReplaced is set
 	refuseReplaced bool
 	hdr            Header
 	interval       int64
@@ -258,10 +260,18 @@ func (w *Writer) Name() string { return w.f.Name() }
 // Size returns the offset after the last byte this writer knows to be valid.
 func (w *Writer) Size() int64 { return w.end }
 
-// Sync flushes the file to stable storage.
+// Sync flushes the file to stable storage. Once an fsync failed, Sync
+// fails for good with that error: the kernel may have dropped the pages
+// the failure was about, and a later fsync would report success without
+// them.
 func (w *Writer) Sync() error {
+	if err := w.syncFailed.Load(); err != nil {
+		return *err
+	}
 	if err := w.f.Sync(); err != nil {
-		return fmt.Errorf("streamfile: fsync %s: %w", w.f.Name(), err)
+		err = fmt.Errorf("streamfile: fsync %s: %w", w.f.Name(), err)
+		w.syncFailed.CompareAndSwap(nil, &err)
+		return *w.syncFailed.Load()
 	}
 	return nil
 }
