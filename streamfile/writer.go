@@ -526,7 +526,7 @@ func (w *Writer) scan(start, size int64, each func(*Record)) (scanEnd, error) {
 				// Past a complete beacon after the last frame: another
 				// writer's end may be there, and the next frame too.
 				good = d.Pos()
-				damage = w.tornFrame(good, size)
+				damage = tornFrame(w.f, w.interval, good, size)
 			}
 			return w.tail(good, eos, size, damage)
 		default:
@@ -554,31 +554,45 @@ func (w *Writer) tail(good, eos, size int64, damage error) (scanEnd, error) {
 	if damage == nil {
 		return scanEnd{next: next}, nil // nothing after it, or a torn frame
 	}
-	z, err := w.zerosFrom(good, size)
+	leftovers, err := CrashLeftovers(w.f, w.interval, good, size)
 	if err != nil {
-		return scanEnd{}, err
+		return scanEnd{}, fmt.Errorf("%w (%s)", err, w.f.Name())
 	}
-	// A crash can leave zeros in place of the pages of an append that
-	// never reached the disk: all of it, or its pages after the first
-	// bytes of a torn frame (which may end in zeros of their own).
-	page := int64(os.Getpagesize())
-	if p := (z + page - 1) / page * page; z == good || p < size && w.tornFrame(good, p) == nil {
+	if leftovers {
 		return scanEnd{next: next, zeros: true}, nil
 	}
 	return scanEnd{}, w.damage(good, size, damage.Error())
 }
 
-// tornFrame returns nil when the bytes from off to size can be the start
-// of a frame an interrupted writer left (its key length, key and fields as
-// far as they go), and a [*FormatError] saying why not otherwise. Bytes
-// that reach a boundary are taken as torn: a beacon lies among them.
-func (w *Writer) tornFrame(off, size int64) error {
-	if off%w.interval == 0 || off/w.interval != size/w.interval {
+// CrashLeftovers reports whether the bytes of f from off, where its last
+// good frame ends, to size are what a crash can leave there: zeros in
+// place of the pages of an append that never reached the disk, all of it,
+// or its pages after the first bytes of a torn frame (which may end in
+// zeros of its own). interval is the file's beacon interval. A writer
+// removes them before it appends; a follower waits there, as at a torn
+// frame, rather than read them as corrupt frames.
+func CrashLeftovers(f io.ReaderAt, interval, off, size int64) (bool, error) {
+	z, err := zerosFrom(f, off, size)
+	if err != nil {
+		return false, err
+	}
+	page := int64(os.Getpagesize())
+	p := (z + page - 1) / page * page
+	return z == off || p < size && tornFrame(f, interval, off, p) == nil, nil
+}
+
+// tornFrame returns nil when the bytes of f from off to size can be the
+// start of a frame an interrupted writer left (its key length, key and
+// fields as far as they go), and a [*FormatError] saying why not
+// otherwise. Bytes that reach a boundary are taken as torn: a beacon lies
+// among them.
+func tornFrame(f io.ReaderAt, interval, off, size int64) error {
+	if off%interval == 0 || off/interval != size/interval {
 		return nil
 	}
 	b := make([]byte, size-off)
-	if _, err := w.f.ReadAt(b, off); err != nil {
-		return fmt.Errorf("streamfile: read %s at %d: %w", w.f.Name(), off, err)
+	if _, err := f.ReadAt(b, off); err != nil {
+		return fmt.Errorf("streamfile: read at %d: %w", off, err)
 	}
 	l := int(b[0])
 	key := b[1:min(len(b), 1+l)]
@@ -601,14 +615,14 @@ func (w *Writer) damage(offset, size int64, what string) error {
 	return &DamageError{File: w.f.Name(), Offset: offset, Size: size, What: fmt.Sprintf("%s (bytes there: % x)", what, b[:n])}
 }
 
-// zerosFrom returns where the zeros that end the file's bytes from off to
+// zerosFrom returns where the zeros that end the bytes of f from off to
 // end begin: end when the last byte is not zero, off when all are zeros.
-func (w *Writer) zerosFrom(off, end int64) (int64, error) {
+func zerosFrom(f io.ReaderAt, off, end int64) (int64, error) {
 	buf := make([]byte, 64<<10)
 	for end > off {
 		n := min(int64(len(buf)), end-off)
-		if _, err := w.f.ReadAt(buf[:n], end-n); err != nil {
-			return 0, fmt.Errorf("streamfile: read %s at %d: %w", w.f.Name(), end-n, err)
+		if _, err := f.ReadAt(buf[:n], end-n); err != nil {
+			return 0, fmt.Errorf("streamfile: read at %d: %w", end-n, err)
 		}
 		for i := n - 1; i >= 0; i-- {
 			if buf[i] != 0 {

@@ -59,6 +59,30 @@ func (fl *Follower) readAgain(off int64) bool {
 	return true
 }
 
+// atLeftovers reports whether the damage met at the frame at off is what a
+// crash leaves after the last frame (streamfile.CrashLeftovers: zeros, or a
+// torn frame ending in zeros), and if so puts the decoder back at off. The
+// next writer removes such bytes and appends at off, so a live follower
+// waits there as at a torn frame: read as corrupt frames, they would take
+// it past off, and the repair would then cut the file below its position
+// (read again from the beginning) or put a frame's middle there (skipped).
+// A replay reads them as damage: it ends at the end of the file.
+func (fl *Follower) atLeftovers(off int64) bool {
+	if fl.opts.Replay {
+		return false
+	}
+	size := fl.size()
+	if size <= off {
+		return false
+	}
+	ok, err := streamfile.CrashLeftovers(fl.f, int64(fl.hdr.BeaconInterval), off, size)
+	if err != nil || !ok {
+		return false
+	}
+	fl.dec = streamfile.NewDecoder(fl.f, fl.hdr, off)
+	return true
+}
+
 // damaged handles a corrupt frame by the policy.
 func (fl *Follower) damaged(e Event, err error, off int64) error {
 	fl.obs.Event(e)

@@ -334,6 +334,12 @@ func (fl *Follower) Next(ctx context.Context) (*Record, error) {
 				return nil, err
 			}
 		case errors.As(err, &ce):
+			if fl.atLeftovers(ce.Offset) {
+				if err := fl.idle(ctx, streamfile.ErrTruncated); err != nil {
+					return nil, err
+				}
+				continue
+			}
 			if fl.changedInPlace() || fl.readAgain(ce.Offset) {
 				continue
 			}
@@ -341,6 +347,12 @@ func (fl *Follower) Next(ctx context.Context) (*Record, error) {
 				return nil, err
 			}
 		case errors.As(err, &fe):
+			if fl.atLeftovers(fe.Offset) {
+				if err := fl.idle(ctx, streamfile.ErrTruncated); err != nil {
+					return nil, err
+				}
+				continue
+			}
 			if fl.changedInPlace() || fl.readAgain(fl.dec.Pos()) {
 				continue
 			}
