@@ -77,6 +77,11 @@ func (fl *Follower) check(polled bool) error {
 		if !r.draining {
 			r.draining, r.drainSize, r.grew, r.drained = true, -1, time.Now(), 0
 		}
+	case r.draining:
+		// The path names the open file again (a symlink turned back, a
+		// rename undone) before the follower left it: it stays.
+		r.draining = false
+		fl.log.Info("the path names the stream file being read again; reading on in it", "offset", fl.pos())
 	case r.removed:
 		r.removed = false
 		fl.log.Info("stream file is back")
@@ -207,6 +212,15 @@ func (fl *Follower) switchFile(err error) error {
 	if errors.Is(oerr, fs.ErrNotExist) {
 		r.draining = false
 		return nil // check notices the removal at the next wake-up
+	}
+	if oerr == nil {
+		st, serr := nf.Stat()
+		if fi, ferr := fl.f.Stat(); serr == nil && ferr == nil && os.SameFile(fi, st) {
+			// The path names the open file again: nothing to switch to.
+			nf.Close()
+			r.draining = false
+			return nil
+		}
 	}
 	if oerr != nil {
 		r.draining = false // check sets it again at the next wake-up
