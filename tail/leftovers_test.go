@@ -1,7 +1,6 @@
 package tail
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -53,18 +52,7 @@ func TestCrashLeftovers(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer fl.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			var gotten []got
-			for range 8 {
-				r, err := fl.Next(ctx)
-				if err != nil {
-					t.Fatalf("after %d records: %v", len(gotten), err)
-				}
-				gotten = append(gotten, copyRecord(r))
-				read++
-			}
-			if err := sameFrames(gotten, fs); err != nil {
+			if err := sameFrames(nextN(t, fl, 8, &read), fs); err != nil {
 				t.Error(err)
 			}
 			for _, e := range []Event{EventChecksum, EventFormat, EventTruncated} {

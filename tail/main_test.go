@@ -190,6 +190,25 @@ func follow(t testing.TB, fl *Follower) (items <-chan item, stop func()) {
 	return c, func() { cancel(); <-done }
 }
 
+// nextN calls fl.Next n times, within 10 s in all, and returns copies of
+// the records; *read counts them as they come, for an OnWait hook that
+// acts on the count.
+func nextN(t testing.TB, fl *Follower, n int, read *int) []got {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var out []got
+	for range n {
+		r, err := fl.Next(ctx)
+		if err != nil {
+			t.Fatalf("after %d records: %v", len(out), err)
+		}
+		out = append(out, copyRecord(r))
+		*read++
+	}
+	return out
+}
+
 // collect receives n records, failing at an error or after timeout.
 func collect(t testing.TB, items <-chan item, n int, timeout time.Duration) []got {
 	t.Helper()

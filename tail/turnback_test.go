@@ -1,7 +1,6 @@
 package tail
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -52,18 +51,7 @@ func TestSymlinkTurnedBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	var gotten []got
-	for range 10 {
-		r, err := fl.Next(ctx)
-		if err != nil {
-			t.Fatalf("after %d records: %v", len(gotten), err)
-		}
-		gotten = append(gotten, copyRecord(r))
-		read++
-	}
-	if err := sameFrames(gotten, fa); err != nil {
+	if err := sameFrames(nextN(t, fl, 10, &read), fa); err != nil {
 		t.Error(err)
 	}
 	if n := obs.count(EventReplaced); n != 0 {
