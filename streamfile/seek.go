@@ -150,7 +150,9 @@ func FrameBoundaryAfter(r io.ReaderAt, h Header, off int64) (int64, error) {
 
 // End returns the offset after the last complete frame of a file of the
 // given size: where a reader that starts at the end begins (spec §11.3). It
-// reads from the last beacon whose interrupted frame is complete.
+// reads from the last beacon whose interrupted frame is complete. What a
+// crash left after the last frame ([CrashLeftovers]) is not passed over:
+// the next writer appends where it begins.
 func End(r io.ReaderAt, h Header, size int64) (int64, error) {
 	interval := int64(h.BeaconInterval)
 	start := int64(HeaderSize)
@@ -166,17 +168,42 @@ func End(r io.ReaderAt, h Header, size int64) (int64, error) {
 			return 0, err
 		}
 	}
+	end, left, err := endFrom(r, h, start, size)
+	if err == nil && left && end == start && start > HeaderSize {
+		// Zeros that reach a boundary pass for an empty beacon there: the
+		// records may end before it. Read from the beginning, as a writer
+		// does (Writer.scanLast).
+		end, _, err = endFrom(r, h, HeaderSize, size)
+	}
+	return end, err
+}
+
+// endFrom reads the file from the frame at start and returns where its
+// complete frames end, and whether what follows is a crash's leftovers.
+func endFrom(r io.ReaderAt, h Header, start, size int64) (end int64, leftovers bool, err error) {
+	interval := int64(h.BeaconInterval)
 	d := NewDecoder(r, h, start)
 	d.ReadSize = int(min(interval, defaultReadSize))
+	crashed := func(off int64) bool {
+		ok, err := CrashLeftovers(r, interval, off, size)
+		return err == nil && ok
+	}
 	for {
 		_, err := d.Next()
 		var ce *ChecksumError
+		var fe *FormatError
 		switch {
-		case err == nil, errors.As(err, &ce):
+		case err == nil:
 		case errors.Is(err, io.EOF), errors.Is(err, ErrTruncated), errors.Is(err, ErrEndOfStream):
-			return d.Pos(), nil
+			return d.Pos(), false, nil
+		case errors.As(err, &ce):
+			if crashed(ce.Offset) {
+				return ce.Offset, true, nil
+			}
+		case errors.As(err, &fe) && crashed(fe.Offset):
+			return fe.Offset, true, nil
 		default:
-			return 0, err
+			return 0, false, err
 		}
 	}
 }

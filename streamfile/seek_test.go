@@ -203,3 +203,36 @@ func (s *sliceReader) ReadAt(p []byte, off int64) (int, error) {
 	}
 	return n, nil
 }
+
+// TestEndBeforeCrashLeftovers: End stops where a crash's zeros begin after
+// the last frame, where the next writer appends, whether the zeros reach a
+// beacon boundary or not.
+func TestEndBeforeCrashLeftovers(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "z.ss")
+	h := Header{FileName: "z.ss", BeaconInterval: 1024}
+	w, err := OpenWriter(path, CreateOptions{Create: true, Header: h})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Publish([]Frame{{Key: "k", Payload: []byte("one")}, {Key: "k", Payload: []byte("two")}}); err != nil {
+		t.Fatal(err)
+	}
+	last := w.Size()
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, size := range []int64{last + 100, 4096} {
+		if err := os.Truncate(path, size); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := End(f, h, size)
+		f.Close()
+		if err != nil || got != last {
+			t.Errorf("zeros to %d: End = %d, %v; want %d, where the zeros begin", size, got, err, last)
+		}
+	}
+}

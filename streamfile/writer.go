@@ -306,6 +306,11 @@ func (w *Writer) batch(frames []Frame, assignSeq bool) error {
 		if int64(len(frames[i].Payload)) > 1<<32-1 {
 			return fmt.Errorf("streamfile: frame %d: payload of %d bytes exceeds the 4 GiB limit", i, len(frames[i].Payload))
 		}
+		if frames[i].TimestampMs > maxTimestampMs {
+			// Readers, this writer's own scan among them, refuse such a
+			// frame: the file would be damaged from it on.
+			return fmt.Errorf("streamfile: frame %d: timestamp %d ms is after year 9999", i, frames[i].TimestampMs)
+		}
 	}
 	return w.locked(func() error {
 		open, err := w.f.Stat()

@@ -644,3 +644,22 @@ func TestWriterFullDiskAtBoundary(t *testing.T) {
 		t.Errorf("byte at the boundary: %x, %v; want a beacon's first byte", b, err)
 	}
 }
+
+// TestWriterRefusesTimestampsPastYear9999: a frame readers would refuse
+// (this writer's own scan among them) is not written: the file would be
+// damaged from it on.
+func TestWriterRefusesTimestampsPastYear9999(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ts.ss")
+	w, err := OpenWriter(path, CreateOptions{Create: true, Header: Header{FileName: "ts.ss", BeaconInterval: 1024}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	err = w.Append(Frame{Key: "k", Seq: 1, TimestampMs: maxTimestampMs + 1, Payload: []byte("x")})
+	if err == nil || !strings.Contains(err.Error(), "after year 9999") {
+		t.Errorf("Append past year 9999: %v, want it refused", err)
+	}
+	if w.Size() > HeaderSize {
+		t.Errorf("the writer wrote %d bytes, want none", w.Size()-HeaderSize)
+	}
+}
