@@ -43,11 +43,16 @@ func RunPipe(ctx context.Context, cfg *conf.Config, opts PipeOptions) (err error
 	defer cancelHandlers()
 	context.AfterFunc(readCtx, func() { time.AfterFunc(time.Duration(cfg.ShutdownTimeout), cancelHandlers) })
 	out := pipe.NewWriter(opts.Out)
+	// outClosed ends when the next stage closed stdout: no copy can leave
+	// any more, so neither reading nor draining goes on.
+	outClosed, closeOut := context.WithCancel(context.Background())
+	defer closeOut()
 	queue, err := retrytimer.Open(retrytimer.Options{
 		Fire: func(_ context.Context, c retrytimer.Copy) error {
 			err := out.Write(c.Key, c.Record)
 			if errors.Is(err, pipe.ErrClosed) {
 				stopReading()
+				closeOut()
 			}
 			if err == nil {
 				st.countFired(c)
@@ -96,7 +101,12 @@ func RunPipe(ctx context.Context, cfg *conf.Config, opts PipeOptions) (err error
 	}
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Duration(cfg.ShutdownTimeout))
 	defer cancel()
+	defer context.AfterFunc(outClosed, cancel)()
 	abandoned, derr := queue.Drain(dctx)
+	if out.Closed() {
+		logger.Info("stdout was closed by the next stage; stopping", "pending_copies", abandoned)
+		return pipe.ErrClosed
+	}
 	if abandoned > 0 {
 		logger.Warn("graceful shutdown timed out; abandoning in-flight continuations", "abandoned", abandoned)
 		derr = errors.Join(derr, fmt.Errorf("%d delayed copies abandoned after shutdown_timeout (%s)", abandoned, time.Duration(cfg.ShutdownTimeout)))
@@ -239,6 +249,7 @@ func readLines(ctx, hctx context.Context, in io.Reader, subs []*deliverer, m *me
 			continue
 		}
 		payload := l.Payload // as the upstream reader keeps it (stdio-format §2.4)
+		stopping := false    // the stage stops: the rest of the line's subscriptions get copies
 		for _, s := range subs {
 			if l.HasStreamKey && s.cfg.Key != key {
 				continue
@@ -251,25 +262,38 @@ func readLines(ctx, hctx context.Context, in io.Reader, subs []*deliverer, m *me
 			if !l.HasTimestamp {
 				ts = time.Now()
 			}
-			d = handler.Delivery{Subscription: s.cfg.Name, Key: key, Shard: shard, Seq: seq, TimestampMs: uint64(ts.UnixMilli()),
+			// A record's timestamp counts from 1970: an earlier one (the
+			// stdio format allows it) is 0, not a wrapped-around number.
+			d = handler.Delivery{Subscription: s.cfg.Name, Key: key, Shard: shard, Seq: seq, TimestampMs: uint64(max(ts.UnixMilli(), 0)),
 				Headers: headers, Payload: body, Attempt: envelope.RetryCount(headers) + 1}
-			handed := monoNow()
-			s.handed[0].Store(handed)
-			o, err := s.answer(hctx, ctx.Done(), &d, 0, -1, handed)
-			s.handed[0].Store(0)
-			switch {
-			case errors.Is(err, errStopped):
-				// A stage keeps no position: a record the handler did not
-				// answer before the stage stops leaves as a retry copy (the
-				// cap and the dead letter apply), not to be lost.
-				s.logger.Info("the stage stops before the handler answered; the record leaves as a retry copy", "seq", d.Seq)
-				return lost(s, s.settler.redeliver(hctx, &d, 0))
-			case err != nil:
-				return err // a panic
+			if !stopping {
+				handed := monoNow()
+				s.handed[0].Store(handed)
+				o, err := s.answer(hctx, ctx.Done(), &d, 0, -1, handed)
+				s.handed[0].Store(0)
+				switch {
+				case errors.Is(err, errStopped):
+					stopping = true
+				case err != nil:
+					return err // a panic
+				default:
+					if err := lost(s, s.settler.settle(hctx, &d, o)); err != nil {
+						return err
+					}
+					continue
+				}
 			}
-			if err := lost(s, s.settler.settle(hctx, &d, o)); err != nil {
+			// A stage keeps no position: a record the handler did not
+			// answer before the stage stops (or, for a line of every
+			// subscription, was not given) leaves as a retry copy (the cap
+			// and the dead letter apply), not to be lost.
+			s.logger.Info("the stage stops before the handler answered; the record leaves as a retry copy", "seq", d.Seq)
+			if err := lost(s, s.settler.redeliver(hctx, &d, 0)); err != nil {
 				return err
 			}
+		}
+		if stopping {
+			return nil
 		}
 	}
 }

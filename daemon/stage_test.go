@@ -20,6 +20,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -514,4 +516,87 @@ func TestStageUnsubscribedKeys(t *testing.T) {
 		}
 		checkLogs(t, r.logs.with(msgUnsubscribedLine), []wantLog{{slog.LevelWarn, msgUnsubscribedLine, map[string]string{"line": "1", "key": "audit"}}})
 	})
+}
+
+// TestStageStopsInABroadcastLine: a line without a key goes to every
+// subscription; when the stage stops while the first one's delivery is
+// held, the line leaves as a retry copy of every subscription, not only
+// of the one in hand.
+func TestStageStopsInABroadcastLine(t *testing.T) {
+	cfg, err := loadTestConfig(t, "shutdown_timeout = \"2s\"\n"+
+		stageSub("a", "ka", "out_retry = \"ka.retry\"\nbackoff = [\"50ms\"]")+
+		stageSub("b", "kb", "out_retry = \"kb.retry\""), conf.ModePipe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(t.Context())
+	var bGot atomic.Int32
+	hs := map[string]handler.Handler{
+		"a": handler.HandlerFunc(func(context.Context, *handler.Delivery) handler.Outcome {
+			stop() // SIGTERM while a's delivery is held
+			return handler.Outcome{Kind: handler.OutcomeFailed, Failure: handler.FailureTempFail, Err: errors.New("down")}
+		}),
+		"b": handler.HandlerFunc(func(context.Context, *handler.Delivery) handler.Outcome {
+			bGot.Add(1)
+			return handler.Outcome{Kind: handler.OutcomeAck}
+		}),
+	}
+	in, feed := io.Pipe() // stdin stays open
+	go io.WriteString(feed, "hello\n")
+	defer feed.Close()
+	out := &stageOut{start: time.Now()}
+	if err := RunPipe(ctx, cfg, PipeOptions{Options: Options{Logger: (&logCapture{}).logger(), Handlers: hs}, In: in, Out: out}); err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	if !strings.Contains(got, "| ka.retry |") || bGot.Load() == 0 && !strings.Contains(got, "| kb.retry |") {
+		t.Errorf("stdout:\n%s\nwant a copy for a, and for b a delivery (%d) or a copy", got, bGot.Load())
+	}
+}
+
+// TestStageStdoutClosedWhileDraining: stdout closed by the next stage while
+// the delayed copies drain at the end of stdin ends the stage at once, as
+// a closed stdout does while it reads, instead of retrying for
+// shutdown_timeout and failing.
+func TestStageStdoutClosedWhileDraining(t *testing.T) {
+	cfg, err := loadTestConfig(t, "shutdown_timeout = \"10s\"\n"+stageSub("a", "k", "out_retry = \"k.retry\""), conf.ModePipe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := map[string]handler.Handler{
+		"a": handler.HandlerFunc(func(context.Context, *handler.Delivery) handler.Outcome {
+			return handler.Outcome{Kind: handler.OutcomeRetryAfter, Delay: 10 * time.Millisecond}
+		}),
+	}
+	err = RunPipe(t.Context(), cfg, PipeOptions{Options: Options{Logger: (&logCapture{}).logger(), Handlers: hs},
+		In: strings.NewReader("[k] a\n"), Out: closedOutput{}})
+	if !errors.Is(err, pipe.ErrClosed) {
+		t.Errorf("RunPipe: %v, want pipe.ErrClosed at once", err)
+	}
+}
+
+// closedOutput is a stdout the next stage closed.
+type closedOutput struct{}
+
+func (closedOutput) Write([]byte) (int, error) { return 0, syscall.EPIPE }
+
+// TestStageTimestampBefore1970: a line timestamped before 1970, which the
+// stdio format allows, is delivered with timestamp 0, not a wrapped-around
+// number.
+func TestStageTimestampBefore1970(t *testing.T) {
+	cfg, err := loadTestConfig(t, stageSub("a", "jobs", "out_retry = \"jobs.retry\""), conf.ModePipe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ts atomic.Uint64
+	ts.Store(1)
+	hs := map[string]handler.Handler{"a": handler.HandlerFunc(func(_ context.Context, d *handler.Delivery) handler.Outcome {
+		ts.Store(d.TimestampMs)
+		return handler.Outcome{Kind: handler.OutcomeAck}
+	})}
+	err = RunPipe(t.Context(), cfg, PipeOptions{Options: Options{Logger: (&logCapture{}).logger(), Handlers: hs},
+		In: strings.NewReader("[1969-12-31T23:59:59 | jobs] x\n"), Out: &stageOut{start: time.Now()}})
+	if err != nil || ts.Load() != 0 {
+		t.Errorf("RunPipe: %v; timestamp %d, want 0", err, ts.Load())
+	}
 }
