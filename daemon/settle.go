@@ -213,7 +213,7 @@ func newSettler(sc conf.Subscription, t transport, copies copyWriter, m *metrics
 	return &settler{
 		name: sc.Name, maxAttempts: maxAttempts, deadLetter: sc.DeadLetter, retryKey: retryKey,
 		backoff: backoff, maxRetryAfter: time.Duration(cmp.Or(sc.MaxRetryAfter, conf.DefaultMaxRetryAfter)), transport: t, copies: copies, metrics: m, logger: logger, now: time.Now,
-		unsupported: newUnsupportedLog(sc.LogUnsupported, logger),
+		unsupported: newUnsupportedLog(sc.LogUnsupported, t, logger),
 	}
 }
 
@@ -378,6 +378,10 @@ var opHints = [numOps]string{
 // and is logged at WARN.
 const msgUnsupportedFirst = "stream files keep no acknowledgements: streamd's stored position settles the record"
 
+// msgUnsupportedFirstStdio is msgUnsupportedFirst in a pipe stage, which
+// keeps no positions either.
+const msgUnsupportedFirstStdio = "the stdio transport keeps no acknowledgements: a record is done once its handler answered"
+
 // msgUnsupportedSummary is the summary, once a minute at most, of the
 // settlements counted since the first of each outcome was logged.
 const msgUnsupportedSummary = "settlements stream files keep no record of, since the last summary"
@@ -390,6 +394,7 @@ const msgUnsupportedSummary = "settlements stream files keep no record of, since
 // atomic operations.
 type unsupportedLog struct {
 	mode   string // log_unsupported
+	first  string // the message of the first record of an outcome
 	logger *slog.Logger
 
 	seen    [numOps]atomic.Bool
@@ -402,8 +407,11 @@ type unsupportedLog struct {
 	interval time.Duration
 }
 
-func newUnsupportedLog(mode string, logger *slog.Logger) *unsupportedLog {
-	u := &unsupportedLog{mode: mode, logger: logger, interval: time.Minute}
+func newUnsupportedLog(mode string, t transport, logger *slog.Logger) *unsupportedLog {
+	u := &unsupportedLog{mode: mode, first: msgUnsupportedFirst, logger: logger, interval: time.Minute}
+	if t == stdioTransport {
+		u.first = msgUnsupportedFirstStdio
+	}
 	if mode != "every" && mode != "off" {
 		u.timer = time.AfterFunc(u.interval, func() { u.due.Store(true) })
 	}
@@ -427,7 +435,7 @@ func (u *unsupportedLog) report(op int, d *handler.Delivery) {
 		if hint := opHints[op]; hint != "" {
 			attrs = append(attrs, "hint", hint)
 		}
-		u.logger.Log(context.Background(), level, msgUnsupportedFirst, attrs...)
+		u.logger.Log(context.Background(), level, u.first, attrs...)
 		return
 	}
 	u.pending[op].Add(1)

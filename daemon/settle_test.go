@@ -361,7 +361,7 @@ func TestSettle(t *testing.T) {
 		name: "02 drop writes nothing, not even to the dead letter", sub: capped, outcomes: []handler.Outcome{drop},
 		seen: []string{"-"},
 		logs: []wantLog{l6(map[string]string{"max_attempts": "3", "dead_letter": "orders.dead"}),
-			{slog.LevelInfo, msgUnsupportedFirst, map[string]string{"subscription": "billing", "outcome": "drop"}}},
+			{slog.LevelInfo, msgUnsupportedFirstStdio, map[string]string{"subscription": "billing", "outcome": "drop"}}},
 		metrics: map[string]float64{"drop": 1, "unsupported/drop": 1},
 	}, {
 		name: "02 drop with a dead letter and no cap", sub: settleSub{deadLetter: "orders.dead", every: true}, outcomes: []handler.Outcome{drop},
@@ -630,7 +630,7 @@ func TestSettleUnsupportedSummary(t *testing.T) {
 			if outcome == "reject" {
 				attrs["hint"] = opHints[opReject]
 			}
-			return wantLog{level, msgUnsupportedFirst, attrs}
+			return wantLog{level, msgUnsupportedFirstStdio, attrs}
 		}
 		summary := func(counts map[string]string) wantLog {
 			counts["subscription"] = "billing"
@@ -789,5 +789,5 @@ func TestSettleRetryWithoutCapHint(t *testing.T) {
 	if c := e.copies.written(); len(c) != 0 {
 		t.Fatalf("copies %+v, want none", c)
 	}
-	checkLogs(t, e.logs.all(), []wantLog{{slog.LevelWarn, msgUnsupportedFirst, map[string]string{"outcome": "retry", "hint": opHints[opRetry]}}})
+	checkLogs(t, e.logs.all(), []wantLog{{slog.LevelWarn, msgUnsupportedFirstStdio, map[string]string{"outcome": "retry", "hint": opHints[opRetry]}}})
 }

@@ -594,9 +594,15 @@ func TestStageTimestampBefore1970(t *testing.T) {
 		ts.Store(d.TimestampMs)
 		return handler.Outcome{Kind: handler.OutcomeAck}
 	})}
-	err = RunPipe(t.Context(), cfg, PipeOptions{Options: Options{Logger: (&logCapture{}).logger(), Handlers: hs},
+	logs := &logCapture{}
+	err = RunPipe(t.Context(), cfg, PipeOptions{Options: Options{Logger: logs.logger(), Handlers: hs},
 		In: strings.NewReader("[1969-12-31T23:59:59 | jobs] x\n"), Out: &stageOut{start: time.Now()}})
 	if err != nil || ts.Load() != 0 {
 		t.Errorf("RunPipe: %v; timestamp %d, want 0", err, ts.Load())
+	}
+	// The ack is reported in the stage's own words: it has no stream
+	// file and no stored position.
+	if n := len(logs.with(msgUnsupportedFirstStdio)); n != 1 || len(logs.with(msgUnsupportedFirst)) != 0 {
+		t.Errorf("%d records of the stdio transport's first ack, want 1 and none of a stream file's", n)
 	}
 }
