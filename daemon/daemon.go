@@ -203,7 +203,9 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		err = errors.Join(err, finalCommit)
 		select {
 		case berr := <-d.broken: // failed while stopping, after loop returned
-			err = errors.Join(err, berr)
+			if !errors.Is(err, berr) { // a failed fsync fails the final commit too
+				err = errors.Join(err, berr)
+			}
 		default:
 		}
 	}()

@@ -43,16 +43,16 @@ func RunPipe(ctx context.Context, cfg *conf.Config, opts PipeOptions) (err error
 	defer cancelHandlers()
 	context.AfterFunc(readCtx, func() { time.AfterFunc(time.Duration(cfg.ShutdownTimeout), cancelHandlers) })
 	out := pipe.NewWriter(opts.Out)
-	// outClosed ends when the next stage closed stdout: no copy can leave
-	// any more, so neither reading nor draining goes on.
-	outClosed, closeOut := context.WithCancel(context.Background())
-	defer closeOut()
+	// A closed stdout (the next stage ended) stops reading, and the drain
+	// of the delayed copies at the end: no copy can leave any more.
+	drainCtx, stopDrain := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopDrain()
 	queue, err := retrytimer.Open(retrytimer.Options{
 		Fire: func(_ context.Context, c retrytimer.Copy) error {
 			err := out.Write(c.Key, c.Record)
 			if errors.Is(err, pipe.ErrClosed) {
 				stopReading()
-				closeOut()
+				stopDrain()
 			}
 			if err == nil {
 				st.countFired(c)
@@ -99,9 +99,8 @@ func RunPipe(ctx context.Context, cfg *conf.Config, opts PipeOptions) (err error
 		logger.Info("stdout was closed by the next stage; stopping", "pending_copies", queue.Pending())
 		return readErr
 	}
-	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Duration(cfg.ShutdownTimeout))
+	dctx, cancel := context.WithTimeout(drainCtx, time.Duration(cfg.ShutdownTimeout))
 	defer cancel()
-	defer context.AfterFunc(outClosed, cancel)()
 	abandoned, derr := queue.Drain(dctx)
 	if out.Closed() {
 		logger.Info("stdout was closed by the next stage; stopping", "pending_copies", abandoned)
@@ -271,17 +270,16 @@ func readLines(ctx, hctx context.Context, in io.Reader, subs []*deliverer, m *me
 				s.handed[0].Store(handed)
 				o, err := s.answer(hctx, ctx.Done(), &d, 0, -1, handed)
 				s.handed[0].Store(0)
-				switch {
-				case errors.Is(err, errStopped):
-					stopping = true
-				case err != nil:
-					return err // a panic
-				default:
+				if err == nil {
 					if err := lost(s, s.settler.settle(hctx, &d, o)); err != nil {
 						return err
 					}
 					continue
 				}
+				if !errors.Is(err, errStopped) {
+					return err // a panic
+				}
+				stopping = true
 			}
 			// A stage keeps no position: a record the handler did not
 			// answer before the stage stops (or, for a line of every

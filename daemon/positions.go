@@ -132,14 +132,9 @@ func SetPosition(cfg *conf.Config, name string, start tail.Start) (offsets.Posit
 	if err := os.MkdirAll(cfg.StateDir, 0o750); err != nil {
 		return offsets.Position{}, err
 	}
-	// Without the marker, so that a missing sidecar is created here: that
-	// is one way out of a lost one.
-	store, err := offsets.Open(cfg.StateDir, offsets.Options{})
-	if _, corrupt := errors.AsType[*offsets.CorruptError](err); corrupt {
-		if _, lerr := offsets.LoadMarked(cfg.StateDir, retrytimer.SpoolName); lerr != nil {
-			err = lerr // the same refusal, its advice naming the retry spool as run's does
-		}
-	}
+	// A missing sidecar is created here (one way out of a lost one); a
+	// corrupt one is refused with the advice run gives, naming the spool.
+	store, err := offsets.Open(cfg.StateDir, offsets.Options{Marker: retrytimer.SpoolName, AllowMissing: true})
 	if _, locked := errors.AsType[*offsets.LockedError](err); locked {
 		return offsets.Position{}, fmt.Errorf("refusing while streamd runs: %w\nStop the daemon (systemctl stop streamd), set the position, and start it again", err)
 	}

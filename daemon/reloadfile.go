@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -106,7 +105,7 @@ func signalReload(dir string, pid int, timeout time.Duration) (ReloadResult, err
 		switch {
 		case err == nil && r.PID == pid && !r.Started.Before(sent):
 			return r, nil
-		case err != nil && !errors.Is(err, fs.ErrNotExist):
+		case err != nil && !errors.Is(err, os.ErrNotExist):
 			return r, err
 		case errors.Is(syscall.Kill(pid, 0), syscall.ESRCH):
 			return r, fmt.Errorf("streamd (pid %d) stopped before it answered the reload", pid)

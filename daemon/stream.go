@@ -36,7 +36,6 @@ type stream struct {
 	mu       sync.Mutex
 	a        *streamfile.Appender
 	appended uint64 // copies appended since the stream was opened
-	wrote    bool   // appended to since it was opened
 
 	// syncMu makes one fsync at a time, and a caller that comes during
 	// one wait for it: a copy is durable only once an fsync that began
@@ -90,7 +89,6 @@ func (s *stream) append(key string, record []byte) error {
 		return fmt.Errorf("stream %q: %w", s.cfg.Name, err)
 	}
 	s.appended++
-	s.wrote = true
 	return nil
 }
 
@@ -123,16 +121,10 @@ func (s *stream) sync() error {
 	return nil
 }
 
-// close syncs the file if this daemon appended to it (a file it only read
-// is not flushed: that is its writer's business), and closes the writer.
+// close syncs the copies this daemon appended (a file it only read is not
+// flushed: that is its writer's business), and closes the writer.
 func (s *stream) close() error {
-	s.mu.Lock()
-	wrote := s.wrote
-	s.mu.Unlock()
-	var err error
-	if wrote {
-		err = s.sync()
-	}
+	err := s.sync()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return errors.Join(err, s.a.Close())

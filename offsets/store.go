@@ -77,6 +77,11 @@ type Options struct {
 	// writes a sidecar with no positions before it returns, so that a
 	// directory with the marker always has a sidecar.
 	Marker string
+	// AllowMissing takes a missing sidecar for an empty one even next to
+	// the marker, which then only names itself in the advice of a
+	// [*CorruptError]: for streamd offsets set, one way out of a lost
+	// sidecar.
+	AllowMissing bool
 }
 
 // Store holds the positions of all subscriptions of one state directory and
@@ -119,7 +124,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	positions, found, err := load(dir, opts.Marker)
-	if err == nil && !found && opts.Marker != "" {
+	if err == nil && !found && opts.Marker != "" && !opts.AllowMissing {
 		err = startFresh(dir, opts.Marker)
 	}
 	if err != nil {
@@ -155,11 +160,14 @@ func Load(dir string) (map[string]Position, error) {
 // one a [*CorruptError] whose advice names the marker. Like Load, it
 // takes no lock.
 func LoadMarked(dir, marker string) (map[string]Position, error) {
-	if err := CheckMissing(dir, marker); err != nil {
+	positions, found, err := load(dir, marker)
+	if err == nil && !found {
+		err = checkMarker(dir, marker)
+	}
+	if err != nil {
 		return nil, err
 	}
-	positions, _, err := load(dir, marker)
-	return positions, err
+	return positions, nil
 }
 
 // load is Load, and reports whether the sidecar exists. A [*CorruptError]
@@ -185,21 +193,6 @@ func load(dir, marker string) (map[string]Position, bool, error) {
 		return nil, true, ce
 	}
 	return positions, true, nil
-}
-
-// CheckMissing returns a [*MissingError] when the marker file (see
-// [Options.Marker]) exists in the state directory dir and the sidecar does
-// not, and nil when the sidecar exists or the directory was not used. Like
-// [Load], it takes no lock.
-func CheckMissing(dir, marker string) error {
-	_, err := os.Lstat(filepath.Join(dir, SidecarName))
-	switch {
-	case err == nil:
-		return nil
-	case !errors.Is(err, fs.ErrNotExist):
-		return fmt.Errorf("offsets: %w", err)
-	}
-	return checkMarker(dir, marker)
 }
 
 // checkMarker returns a [*MissingError] if the marker file exists in the

@@ -83,7 +83,7 @@ func TestOpenFresh(t *testing.T) {
 // a *MissingError that names both and the remedies, releases the lock and
 // writes nothing; a sidecar with the marker loads as usual. Without a
 // marker, a missing sidecar stays a fresh start that writes nothing.
-// CheckMissing finds what Open with the marker would refuse.
+// LoadMarked finds what Open with the marker would refuse.
 func TestOpenMarker(t *testing.T) {
 	const marker = "retry.spool"
 	for _, tc := range []struct {
@@ -113,8 +113,8 @@ func TestOpenMarker(t *testing.T) {
 				}
 			}
 			var lost *MissingError
-			if err := CheckMissing(dir, marker); errors.As(err, &lost) != (tc.withMarker && !tc.sidecar) {
-				t.Fatalf("CheckMissing: %v", err)
+			if _, err := LoadMarked(dir, marker); errors.As(err, &lost) != (tc.withMarker && !tc.sidecar) {
+				t.Fatalf("LoadMarked: %v", err)
 			}
 			var opts Options
 			if tc.marker {

@@ -158,6 +158,9 @@ func (d *Decoder) readFrame() (*Record, error) {
 	l := int64(d.buf[start-d.bufOff])
 	if hdr := l + 29; hdr <= room {
 		if err := d.fill(start, start+hdr); err != nil {
+			if !errors.Is(err, ErrTruncated) {
+				return nil, err
+			}
 			// Too short for the fields: the slow path tells a torn
 			// frame from one whose key is already wrong.
 			return d.readFrameSlow(start)

@@ -36,14 +36,24 @@ type damageState struct {
 	// a frame, and read it again once writers let go of the file (idle);
 	// -1 after a record was read since.
 	replayRecheckAt int64
+	// leftoversAt and leftoversSize: a crash's leftovers were found from
+	// that offset to the end of a file of that size (atLeftovers), which
+	// each wake-up meets again until a writer removes them; -1 if none.
+	leftoversAt, leftoversSize int64
 }
 
 // noDamage returns the state of a file where no damage was met.
-func noDamage() damageState { return damageState{skipAt: -1, recheckAt: -1, replayRecheckAt: -1} }
+func noDamage() damageState {
+	return damageState{skipAt: -1, recheckAt: -1, replayRecheckAt: -1, leftoversAt: -1, leftoversSize: -1}
+}
 
 // forget drops what is known of damage in the open file, which is read
 // again from its header. The log limit carries over.
-func (d *damageState) forget() { d.skipAt, d.recheckAt, d.replayRecheckAt = -1, -1, -1 }
+func (d *damageState) forget() {
+	limit := d.logLimit
+	*d = noDamage()
+	d.logLimit = limit
+}
 
 // readAgain reports whether the damage met at the frame at off is met there
 // for the first time; if so the frame is read again from the file with a
@@ -75,9 +85,13 @@ func (fl *Follower) atLeftovers(off int64) bool {
 	if size <= off {
 		return false
 	}
-	ok, err := streamfile.CrashLeftovers(fl.f, int64(fl.hdr.BeaconInterval), off, size)
-	if err != nil || !ok {
-		return false
+	d := &fl.damage
+	if off != d.leftoversAt || size != d.leftoversSize { // not read already, as they are
+		ok, err := streamfile.CrashLeftovers(fl.f, int64(fl.hdr.BeaconInterval), off, size)
+		if err != nil || !ok {
+			return false
+		}
+		d.leftoversAt, d.leftoversSize = off, size
 	}
 	fl.dec = streamfile.NewDecoder(fl.f, fl.hdr, off)
 	return true

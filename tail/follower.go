@@ -333,13 +333,12 @@ func (fl *Follower) Next(ctx context.Context) (*Record, error) {
 			if err := fl.idle(ctx, err); err != nil {
 				return nil, err
 			}
-		case errors.As(err, &ce):
-			if fl.atLeftovers(ce.Offset) {
-				if err := fl.idle(ctx, streamfile.ErrTruncated); err != nil {
-					return nil, err
-				}
-				continue
+		case errors.As(err, &ce) && fl.atLeftovers(ce.Offset), errors.As(err, &fe) && fl.atLeftovers(fe.Offset):
+			// A crash's leftovers: wait at them as at a torn frame.
+			if err := fl.idle(ctx, streamfile.ErrTruncated); err != nil {
+				return nil, err
 			}
+		case errors.As(err, &ce):
 			if fl.changedInPlace() || fl.readAgain(ce.Offset) {
 				continue
 			}
@@ -347,12 +346,6 @@ func (fl *Follower) Next(ctx context.Context) (*Record, error) {
 				return nil, err
 			}
 		case errors.As(err, &fe):
-			if fl.atLeftovers(fe.Offset) {
-				if err := fl.idle(ctx, streamfile.ErrTruncated); err != nil {
-					return nil, err
-				}
-				continue
-			}
 			if fl.changedInPlace() || fl.readAgain(fl.dec.Pos()) {
 				continue
 			}

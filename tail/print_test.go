@@ -7,30 +7,12 @@ import (
 	"io/fs"
 	"path/filepath"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/streamd/streamd/streamfile"
 )
-
-// lockedBuffer is a buffer Print writes to while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestPrint: the header and the messages print as the file grows, and
 // Print returns nil once ctx ends.
@@ -38,7 +20,7 @@ func TestPrint(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "p.ss")
 	writeFile(t, path, streamfile.Header{FileName: "p.ss", CreatedAtMs: 1, BeaconInterval: 1024}, frames("k", 1, 2, 1, 10))
 	ctx, cancel := context.WithCancel(context.Background())
-	var out lockedBuffer
+	var out syncBuffer
 	done := make(chan error, 1)
 	go func() { done <- Print(ctx, &out, path, streamfile.FormatLog, testLogger(t)) }()
 	messages := func() int { return strings.Count(out.String(), " | k | ") } // payloads hold newlines
@@ -63,15 +45,13 @@ func TestPrintMissingFile(t *testing.T) {
 
 // countingWriter counts the writes made to it.
 type countingWriter struct {
-	lockedBuffer
-	writes int
+	syncBuffer
+	writes atomic.Int32
 }
 
 func (c *countingWriter) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	c.writes++
-	c.mu.Unlock()
-	return c.lockedBuffer.Write(p)
+	c.writes.Add(1)
+	return c.syncBuffer.Write(p)
 }
 
 // TestPrintCatchingUp: the records a follower reads without waiting leave
@@ -88,7 +68,7 @@ func TestPrintCatchingUp(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if out.writes > 20 {
-		t.Errorf("2000 messages in %d writes, want a few large ones", out.writes)
+	if n := out.writes.Load(); n > 20 {
+		t.Errorf("2000 messages in %d writes, want a few large ones", n)
 	}
 }

@@ -121,18 +121,8 @@ func TestReplaceLive(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer fl.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			next := func(n int) (out []got) {
-				for range n {
-					r, err := fl.Next(ctx)
-					if err != nil {
-						t.Fatalf("after %d records: %v", len(out), err)
-					}
-					out = append(out, copyRecord(r))
-				}
-				return out
-			}
+			read := 0
+			next := func(n int) []got { return nextN(t, fl, n, &read) }
 			gotten := next(50)
 			if rp.inPlace {
 				gotten = append(gotten, next(30)...)

@@ -16,8 +16,8 @@ import (
 	"time"
 )
 
-// syncBuffer is a bytes.Buffer that a follower's goroutine writes logs to
-// while the test reads them.
+// syncBuffer is a bytes.Buffer that a follower's goroutine (its logs) or
+// Print writes to while the test reads it.
 type syncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer

@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"os/signal"
 	"strings"
@@ -29,10 +28,10 @@ const (
 )
 
 // failureExit is the exit code of a command that failed with err: 2 when
-// a file it was given cannot be opened or read (an *fs.PathError), 1 for
+// a file it was given cannot be opened or read (an *os.PathError), 1 for
 // anything else, such as a file whose contents are wrong.
 func failureExit(err error) int {
-	if _, unreadable := errors.AsType[*fs.PathError](err); unreadable {
+	if _, unreadable := errors.AsType[*os.PathError](err); unreadable {
 		return exitUsage
 	}
 	return exitError

@@ -199,11 +199,11 @@ func addOffsetsCommands(app *kingpin.Application, actions map[string]action) {
 		}
 		pos, err := daemon.SetPosition(cfg, *name, to)
 		if err != nil {
-			fmt.Fprintf(s.err, "streamd offsets set: %v\n", err)
+			code := exitError
 			if _, unknown := errors.AsType[*daemon.UnknownSubscriptionError](err); unknown {
-				return exitUsage
+				code = exitUsage
 			}
-			return exitError
+			return s.exitWith(code, "streamd offsets set: %v", err)
 		}
 		fmt.Fprintf(s.out, "streamd: subscription %q now resumes at offset %d of %s (%s)\n", *name, pos.Offset, pos.Stream, to)
 		return exitOK
