@@ -1,9 +1,9 @@
 package tail
 
 // The benchmarks of issue 3's acceptance figures, for `make bench` and
-// BENCHMARKS.md (tools/benchreport names each benchmark and metric it
-// reads). They run only with -bench; the tests of the same figures are in
-// large_test.go.
+// BENCHMARKS.md (tools/benchreport/goals.toml names each benchmark and
+// metric it reads). They run only with -bench; the tests of the same
+// figures are in large_test.go.
 
 import (
 	"context"

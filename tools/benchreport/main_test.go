@@ -27,7 +27,7 @@ PASS
 	if _, ok := f.median("BenchmarkDecode/payload=64B", "MB/s"); ok {
 		t.Fatal("a benchmark that did not run has a median")
 	}
-	g := goals()[0]
+	g := loadGoals(t)[0]
 	text, met := g.measure(f)
 	if text != "0.90×" || met != "" {
 		t.Fatalf("decode vs CRC: %q %q", text, met)
@@ -63,11 +63,11 @@ func TestNotMeasured(t *testing.T) {
 		t.Fatal(err)
 	}
 	var follow, seek goal
-	for _, g := range goals() {
-		if strings.Contains(g.what, "64 B payloads from the beginning") {
+	for _, g := range loadGoals(t) {
+		if strings.Contains(g.What, "64 B payloads from the beginning") {
 			follow = g
 		}
-		if strings.HasPrefix(g.what, "seek by sequence") {
+		if strings.HasPrefix(g.What, "seek by sequence") {
 			seek = g
 		}
 	}
@@ -84,23 +84,23 @@ func TestNotMeasured(t *testing.T) {
 // each marked not measured.
 func TestEveryGoalInReport(t *testing.T) {
 	var buf bytes.Buffer
-	if err := report(&buf, figures{}, "Test CPU", nil, time.Unix(0, 0), "0.00 0.00 0.00"); err != nil {
+	if err := report(&buf, loadGoals(t), figures{}, "Test CPU", nil, time.Unix(0, 0), "0.00 0.00 0.00"); err != nil {
 		t.Fatal(err)
 	}
 	out := buf.String()
 	seen := map[string]bool{}
-	for _, g := range goals() {
-		if seen[g.what] {
-			t.Errorf("two goals say %q", g.what)
+	for _, g := range loadGoals(t) {
+		if seen[g.What] {
+			t.Errorf("two goals say %q", g.What)
 		}
-		seen[g.what] = true
-		line := "| " + g.issue + " | " + g.what + " | " + notMeasured
+		seen[g.What] = true
+		line := "| " + g.Issue + " | " + g.What + " | " + notMeasured
 		if !strings.Contains(out, line) {
 			t.Errorf("report lacks %q", line)
 		}
 	}
-	if n := strings.Count(out, notMeasured); n != len(goals())+1 { // +1: the explanation above the table
-		t.Errorf("%d mentions of %q for %d goals", n, notMeasured, len(goals()))
+	if n := strings.Count(out, notMeasured); n != len(loadGoals(t))+1 { // +1: the explanation above the table
+		t.Errorf("%d mentions of %q for %d goals", n, notMeasured, len(loadGoals(t)))
 	}
 }
 
@@ -108,8 +108,8 @@ func TestEveryGoalInReport(t *testing.T) {
 // MB against MiB included.
 func TestGoalThresholds(t *testing.T) {
 	find := func(prefix string) goal {
-		for _, g := range goals() {
-			if strings.HasPrefix(g.what, prefix) {
+		for _, g := range loadGoals(t) {
+			if strings.HasPrefix(g.What, prefix) {
 				return g
 			}
 		}
@@ -140,7 +140,7 @@ func TestGoalThresholds(t *testing.T) {
 		{"streamd run, replay of the 1 000 000 plain records", 0.65, true},
 		{"streamd run, replay of the 1 000 000 plain records", 0.64, false},
 	} {
-		if got := find(tc.goal).met(tc.v); got != tc.met {
+		if got, ok := find(tc.goal).met(tc.v); !ok || got != tc.met {
 			t.Errorf("%s at %v: met %v, want %v", tc.goal, tc.v, got, tc.met)
 		}
 	}
@@ -159,9 +159,9 @@ func TestEnvelopeGoals(t *testing.T) {
 		"streamd run, replay 1 000 000 × 512 B JSON records each enveloped": "0.73× (enveloped 1100000 records/s, plain 1500000 records/s)",
 		"streamd run, replay of the 1 000 000 plain records":                "0.89× (CRC pass 1690422 records/s)",
 	}
-	for _, g := range goals() {
+	for _, g := range loadGoals(t) {
 		for prefix, text := range want {
-			if !strings.HasPrefix(g.what, prefix) {
+			if !strings.HasPrefix(g.What, prefix) {
 				continue
 			}
 			if got, met := g.measure(f); got != text || met != "yes" {
@@ -172,5 +172,43 @@ func TestEnvelopeGoals(t *testing.T) {
 	}
 	if len(want) > 0 {
 		t.Errorf("no goals %q", want)
+	}
+}
+
+func loadGoals(t *testing.T) []goal {
+	t.Helper()
+	g, err := goals()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// TestGoalsFileChecked: goals refuses a goals.toml it would misreport.
+func TestGoalsFileChecked(t *testing.T) {
+	good := `[[goal]]
+issue = "#1"
+what = "w"
+figures = [{bench = "B", unit = "u", format = "%.0f"}]
+`
+	for _, tc := range []struct{ name, file, err string }{
+		{"unknown key", good + "at_mots = 1\ntarget = \"t\"\n", "unknown keys"},
+		{"two thresholds", good + "at_most = 1\nat_least = 0\ntarget = \"t\"\n", "more than one threshold"},
+		{"threshold without target", good + "at_most = 1\n", "needs its target"},
+		{"ratio of one figure", good + "ratio = true\n", "two figures"},
+		{"optional value", strings.Replace(good, `format = "%.0f"`, `optional = true`, 1), "not optional"},
+		{"figure without unit", strings.Replace(good, `unit = "u", `, "", 1), "bench and unit"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			defer func(f string) { goalsFile = f }(goalsFile)
+			goalsFile = good
+			if _, err := goals(); err != nil {
+				t.Fatalf("the good file: %v", err)
+			}
+			goalsFile = tc.file
+			if _, err := goals(); err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("err %v, want %q", err, tc.err)
+			}
+		})
 	}
 }
