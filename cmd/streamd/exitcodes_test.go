@@ -1,12 +1,14 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -131,6 +133,29 @@ handler.kind = "discard"
 		r := runBinary(t, []byte(tc.stdin), tc.args...)
 		if r.code != want {
 			t.Errorf("streamd %s: exit %d, want %d (%s); stderr:\n%s", strings.Join(tc.args, " "), r.code, want, tc.kind, r.stderr)
+		}
+	}
+}
+
+// TestFailureExit: a file that cannot be opened or read is exit 2, as a
+// wrong command line is; a failed write, truncate or fsync (repair's, on a
+// file it could open) is a failed operation, exit 1.
+func TestFailureExit(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		err  error
+		want int
+	}{
+		{&os.PathError{Op: "open", Path: "f.ss", Err: os.ErrNotExist}, exitUsage},
+		{fmt.Errorf("streamd: %w", &os.PathError{Op: "read", Path: "dir", Err: syscall.EISDIR}), exitUsage},
+		{&os.PathError{Op: "stat", Path: "f.ss", Err: syscall.EACCES}, exitUsage},
+		{&os.PathError{Op: "truncate", Path: "f.ss", Err: syscall.EIO}, exitError},
+		{fmt.Errorf("repair: %w", &os.PathError{Op: "sync", Path: "f.ss", Err: syscall.EIO}), exitError},
+		{&os.PathError{Op: "write", Path: "f.ss", Err: syscall.ENOSPC}, exitError},
+		{errors.New("checksum mismatch at offset 64"), exitError},
+	} {
+		if got := failureExit(tc.err); got != tc.want {
+			t.Errorf("failureExit(%v) = %d, want %d", tc.err, got, tc.want)
 		}
 	}
 }

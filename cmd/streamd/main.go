@@ -28,11 +28,15 @@ const (
 )
 
 // failureExit is the exit code of a command that failed with err: 2 when
-// a file it was given cannot be opened or read (an *os.PathError), 1 for
-// anything else, such as a file whose contents are wrong.
+// a file it was given cannot be opened or read (an *os.PathError of those
+// operations), 1 for anything else, such as a file whose contents are
+// wrong or a write, truncate or fsync that failed.
 func failureExit(err error) int {
-	if _, unreadable := errors.AsType[*os.PathError](err); unreadable {
-		return exitUsage
+	if pe, ok := errors.AsType[*os.PathError](err); ok {
+		switch pe.Op {
+		case "open", "read", "stat", "lstat":
+			return exitUsage
+		}
 	}
 	return exitError
 }
