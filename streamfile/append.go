@@ -116,7 +116,9 @@ func headerFileName(path string) string {
 }
 
 // Publish writes frames in one batch to the file at the path, as
-// [Writer.Publish] does, following the path to the file that took it.
+// [Writer.Publish] does, following the path to the file that took it. A
+// write that fails part way returns the [*AppendError] of Writer.Publish,
+// which counts the frames it left whole.
 func (a *Appender) Publish(frames []Frame) error {
 	err := a.w.Publish(frames)
 	if !errors.Is(err, ErrReplaced) {

@@ -199,3 +199,56 @@ func TestHeaderFileName(t *testing.T) {
 		}
 	}
 }
+
+// TestPublishFileFullDisk: the disk fills up in the middle of a batch, at
+// each of its bytes in turn (inside a frame, at a frame's end, inside a
+// beacon, after a frame that ends on a boundary). PublishFile counts the
+// records the batch left whole in the file, which readers see, and no
+// other; publishing the input from the line after them, once there is room,
+// makes the file hold every line once, in order, with sequences 1 to N. Not
+// parallel: the limit holds for the process.
+func TestPublishFileFullDisk(t *testing.T) {
+	var lines []string
+	for i := range 16 {
+		n := 95 // frames of 128 bytes from 128: the 7th ends on the boundary at 1024
+		if i >= 7 {
+			n = 40 + i*37%120
+		}
+		lines = append(lines, fmt.Sprintf("%02d%s", i, strings.Repeat("x", n-2)))
+	}
+	input := func(from int) *strings.Reader { return strings.NewReader(strings.Join(lines[from:], "\n") + "\n") }
+	lo, ao := LineOptions{Key: "k"}, AppendOptions{Create: true, BeaconInterval: 1024}
+	var want []string
+	for i, l := range lines {
+		want = append(want, fmt.Sprintf("%d %s", i+1, l))
+	}
+	dir := t.TempDir()
+	whole := filepath.Join(dir, "whole.ss")
+	if n, err := PublishFile(whole, input(0), lo, ao); n != len(lines) || err != nil {
+		t.Fatalf("PublishFile = %d, %v", n, err)
+	}
+	fi, err := os.Stat(whole)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for limit := int64(HeaderSize + 1); limit < fi.Size(); limit++ {
+		path := filepath.Join(dir, fmt.Sprint(limit))
+		lift := limitFileSize(t, uint64(limit))
+		n, err := PublishFile(path, input(0), lo, ao)
+		lift()
+		if _, failed := errors.AsType[*AppendError](err); !failed {
+			t.Fatalf("limit %d: PublishFile = %d, %v; want an AppendError", limit, n, err)
+		}
+		if frames, _ := readFramesLenient(t, path); len(frames) != n {
+			t.Fatalf("limit %d: PublishFile counts %d records, readers see %d (%v)", limit, n, len(frames), err)
+		}
+		if rest, err := PublishFile(path, input(n), lo, ao); rest != len(lines)-n || err != nil {
+			t.Fatalf("limit %d: publishing from line %d = %d, %v", limit, n+1, rest, err)
+		}
+		if got := publishedPayloads(t, path); !slices.Equal(got, want) {
+			t.Fatalf("limit %d: after the rerun from line %d the file holds %q, want %q", limit, n+1, got, want)
+		}
+		checkBeacons(t, path)
+		os.Remove(path)
+	}
+}

@@ -34,7 +34,9 @@ type LineOptions struct {
 // are valid during the call of publish only. The first line that cannot be
 // read or parsed, or the first error of publish, stops it: the lines
 // before it in its batch are not handed out. It returns the number of
-// records publish took.
+// records publish took, those an [*AppendError] of publish counts as
+// written among them: they are always the first lines of r, so that
+// publishing r from the line after them neither loses nor repeats one.
 func PublishLines(r io.Reader, o LineOptions, publish func([]Frame) error) (published int, err error) {
 	lines := pipe.NewReader(r)
 	var (
@@ -57,6 +59,9 @@ func PublishLines(r io.Reader, o LineOptions, publish func([]Frame) error) (publ
 		}
 		if len(batch) > 0 && (rerr != nil || !lines.Buffered() || len(batch) >= lineBatchFrames || size >= lineBatchBytes) {
 			if err := publish(batch); err != nil {
+				if ae, ok := errors.AsType[*AppendError](err); ok {
+					published += ae.Frames
+				}
 				return published, err
 			}
 			published += len(batch)
@@ -105,7 +110,8 @@ func lineFrame(line []byte, n int, o *LineOptions, arena *[]byte) (Frame, error)
 // [PublishLines] makes records of them, through an [Appender] opened with
 // ao at the first batch, so that input that fails at once writes nothing.
 // What it appended is synced before it returns, even after an error. It
-// returns the number of records appended.
+// returns the number of records appended, the first lines of r, as
+// PublishLines counts them.
 func PublishFile(path string, r io.Reader, lo LineOptions, ao AppendOptions) (int, error) {
 	var a *Appender
 	n, err := PublishLines(r, lo, func(batch []Frame) error {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"slices"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/streamd/streamd/internal/durable"
@@ -68,6 +69,7 @@ type Writer struct {
 	seqs map[streamShard]seqInfo // highest sequence per stream; nil until scanned
 
 	buf    []byte
+	ends   []int // where each frame of the batch ends in buf: how many a failed write left whole
 	beacon Beacon
 	log    *slog.Logger
 }
@@ -287,7 +289,8 @@ func (w *Writer) Append(frames ...Frame) error {
 // Publish writes frames in one batch, giving each the next sequence number of
 // its stream key and shard in the file (the first is 1). The assigned numbers
 // are stored into frames[i].Seq. A batch with a key the format reserves
-// ([ReservedKey]) writes nothing.
+// ([ReservedKey]) writes nothing. A write that fails part way returns an
+// [*AppendError] saying how many of the frames it left whole in the file.
 func (w *Writer) Publish(frames []Frame) error {
 	return w.batch(frames, true)
 }
@@ -340,23 +343,71 @@ func (w *Writer) batch(frames []Frame, assignSeq bool) error {
 		if assignSeq && !w.seeded && len(frames) > 0 {
 			w.seed(&frames[0])
 		}
-		w.buf = w.buf[:0]
+		w.buf, w.ends = w.buf[:0], w.ends[:0]
 		for i := range frames {
 			f := &frames[i]
 			if assignSeq {
 				f.Seq = w.seqs[streamShard{f.Key, f.Shard}].seq + 1
 			}
-			w.encode(f)
+			w.ends = append(w.ends, w.encode(f))
 		}
 		failpoint.TornWrite(failpoint.StreamfileAppend, w.f, w.buf, w.end) // crash tests: a torn batch, under the flock, before any fsync
-		if _, err := w.f.WriteAt(w.buf, w.end); err != nil {
+		if n, err := writeAt(w.f, w.buf, w.end); err != nil {
 			at := w.end
 			w.forget()
-			return fmt.Errorf("streamfile: append to %s at offset %d: %w", w.f.Name(), at, err)
+			whole, _ := slices.BinarySearch(w.ends, n+1) // the frames that end within the n bytes written
+			return &AppendError{File: w.f.Name(), Offset: at, Frames: whole, Err: err}
 		}
 		w.end += int64(len(w.buf))
 		return nil
 	})
+}
+
+// AppendError is a batch whose write failed part way (a full disk, an I/O
+// error). The first Frames frames of the batch are whole in the file from
+// Offset on, as readers and writers see them (a frame that ends on a
+// boundary is whole without the beacon after it, which the next batch
+// writes). The bytes written after them, if any, are a torn frame (or
+// beacon): readers wait at it as at a frame being written, and the next
+// batch of any writer removes it before writing.
+type AppendError struct {
+	File   string
+	Offset int64 // where the batch was written
+	Frames int   // the frames of the batch left whole in the file
+	Err    error
+}
+
+func (e *AppendError) Error() string {
+	return fmt.Sprintf("streamfile: append to %s at offset %d: %v", e.File, e.Offset, e.Err)
+}
+
+func (e *AppendError) Unwrap() error { return e.Err }
+
+// writeAt writes b at offset off of f, as f.WriteAt does, but returns the
+// number of bytes written before a failure too: os.File.WriteAt returns 0
+// when the pwrite after a short one fails (a disk that fills up part way).
+func writeAt(f *os.File, b []byte, off int64) (n int, err error) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	cerr := rc.Write(func(fd uintptr) bool {
+		for n < len(b) && err == nil {
+			var m int
+			switch m, err = syscall.Pwrite(int(fd), b[n:], off+int64(n)); {
+			case err == syscall.EINTR:
+				err = nil
+			case err == nil && m == 0:
+				err = io.ErrUnexpectedEOF
+			case err != nil:
+				err = &fs.PathError{Op: "write", Path: f.Name(), Err: err}
+			default:
+				n += m
+			}
+		}
+		return true // a regular file never waits for the poller
+	})
+	return n, cmp.Or(cerr, err)
 }
 
 // checkPath returns ErrReplaced when the path names another file than the
@@ -756,9 +807,11 @@ func (w *Writer) track(f *Frame, checksum uint16) {
 	}
 }
 
-// encode appends f to w.buf, splicing in a beacon at every boundary reached.
-// The payload is copied once, straight into the batch buffer.
-func (w *Writer) encode(f *Frame) {
+// encode appends f to w.buf, splicing in a beacon at every boundary reached,
+// and returns the length of w.buf after the frame's last byte (before the
+// beacon that follows a frame ending on a boundary). The payload is copied
+// once, straight into the batch buffer.
+func (w *Writer) encode(f *Frame) int {
 	sum := CRC16(f.Payload)
 	w.track(f, sum)
 	left := f.Size()
@@ -768,23 +821,27 @@ func (w *Writer) encode(f *Frame) {
 		w.buf = appendFrameHead(w.buf, f)
 		w.buf = append(w.buf, f.Payload...)
 		w.buf = append(w.buf, byte(sum>>8), byte(sum), trailer)
-		return
+		return len(w.buf)
 	}
 	var headBuf [1 + 255 + 28]byte
 	head := appendFrameHead(headBuf[:0], f)
 	tail := [3]byte{byte(sum >> 8), byte(sum), trailer}
 	w.emit(head, &left)
 	w.emit(f.Payload, &left)
-	w.emit(tail[:], &left)
+	return w.emit(tail[:], &left)
 }
 
 // emit appends frame bytes p to w.buf, writing a beacon whenever the offset
-// reaches a boundary; left counts the frame's bytes not yet emitted.
-func (w *Writer) emit(p []byte, left *int64) {
+// reaches a boundary; left counts the frame's bytes not yet emitted. It
+// returns the length of w.buf after the last byte of p, before a beacon
+// that follows it.
+func (w *Writer) emit(p []byte, left *int64) int {
 	off := w.end + int64(len(w.buf))
+	end := len(w.buf)
 	for len(p) > 0 {
 		n := min(int64(len(p)), w.interval-off%w.interval)
 		w.buf = append(w.buf, p[:n]...)
+		end = len(w.buf)
 		p = p[n:]
 		off += n
 		*left -= n
@@ -795,6 +852,7 @@ func (w *Writer) emit(p []byte, left *int64) {
 			off += int64(len(w.buf) - before)
 		}
 	}
+	return end
 }
 
 // fillBeacon picks the markers of the next beacon round-robin over the

@@ -602,17 +602,6 @@ func TestWriterKeepsBeaconAfterLastFrame(t *testing.T) {
 // the beacon is written at the boundary before the next frame, and the
 // file reads to its end. Not parallel: the limit holds for the process.
 func TestWriterFullDiskAtBoundary(t *testing.T) {
-	signal.Ignore(syscall.SIGXFSZ) // a write past the limit fails with EFBIG instead
-	var unlimited syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_FSIZE, &unlimited); err != nil {
-		t.Fatal(err)
-	}
-	setLimit := func(l syscall.Rlimit) {
-		if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &l); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() { setLimit(unlimited) })
 	path := filepath.Join(t.TempDir(), "full.ss")
 	h := Header{FileName: "full.ss", CreatedAtMs: 1, BeaconInterval: 1024}
 	w, err := OpenWriter(path, CreateOptions{Create: true, Header: h})
@@ -621,7 +610,7 @@ func TestWriterFullDiskAtBoundary(t *testing.T) {
 	}
 	defer w.Close()
 
-	setLimit(syscall.Rlimit{Cur: 1024, Max: unlimited.Max})
+	lift := limitFileSize(t, 1024)
 	// 1 + 1 + 28 + 863 + 3 = 896 bytes from 128: the frame ends at 1024,
 	// and its beacon there does not fit.
 	err = w.Append(Frame{Key: "k", Seq: 1, TimestampMs: 1, Payload: make([]byte, 863)})
@@ -631,7 +620,7 @@ func TestWriterFullDiskAtBoundary(t *testing.T) {
 	if err := w.Append(Frame{Key: "k", Seq: 2, TimestampMs: 2, Payload: []byte("x")}); err == nil {
 		t.Error("a batch while the disk is full succeeded")
 	}
-	setLimit(unlimited)
+	lift()
 	if err := w.Append(Frame{Key: "k", Seq: 3, TimestampMs: 3, Payload: []byte("after")}); err != nil {
 		t.Fatalf("once there is room: %v", err)
 	}
@@ -643,6 +632,30 @@ func TestWriterFullDiskAtBoundary(t *testing.T) {
 	if _, err := w.f.ReadAt(b, 1024); err != nil || b[0] != trailer {
 		t.Errorf("byte at the boundary: %x, %v; want a beacon's first byte", b, err)
 	}
+}
+
+// limitFileSize makes every write of the process at or past offset n of a
+// file fail with EFBIG (RLIMIT_FSIZE), as a full disk does: a write that
+// crosses n writes the bytes before it. The limit holds until lift is called
+// or the test ends; a test that sets it must not be parallel.
+func limitFileSize(t *testing.T, n uint64) (lift func()) {
+	t.Helper()
+	signal.Ignore(syscall.SIGXFSZ) // a write past the limit fails with EFBIG instead
+	var unlimited syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_FSIZE, &unlimited); err != nil {
+		t.Fatal(err)
+	}
+	limit := syscall.Rlimit{Cur: n, Max: unlimited.Max}
+	if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &limit); err != nil {
+		t.Fatal(err)
+	}
+	lift = func() {
+		if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &unlimited); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(lift)
+	return lift
 }
 
 // TestWriterRefusesTimestampsPastYear9999: a frame readers would refuse
