@@ -114,8 +114,29 @@ func publishCommand(app *kingpin.Application) action {
 		if pe, ok := errors.AsType[*fs.PathError](err); ok && pe.Op == "open" {
 			code = exitUsage // the file cannot be opened
 		}
-		return s.exitWith(code, "streamd publish: %v (%d records were published before it)", err, n)
+		return s.exitWith(code, "streamd publish: %v (%s)", err, publishedNote(n, err))
 	}
+}
+
+// publishedNote says how far a publish that stopped on err got: the records
+// it published are those of the first n stdin lines, so that a rerun from
+// line n+1 neither loses nor repeats one. After a failed write it also says
+// what becomes of an incomplete record the write left at the end of the
+// file.
+func publishedNote(n int, err error) string {
+	var note string
+	switch n {
+	case 0:
+		note = "no records were published"
+	case 1:
+		note = "the record of stdin line 1 was published; rerun from line 2, e.g. with tail -n +2"
+	default:
+		note = fmt.Sprintf("the records of stdin lines 1 to %d were published; rerun from line %d, e.g. with tail -n +%d", n, n+1, n+1)
+	}
+	if _, failed := errors.AsType[*streamfile.AppendError](err); failed {
+		note += "; the failed write may have left an incomplete record at the end of the file: readers wait at it, and the next publish removes it"
+	}
+	return note
 }
 
 // repairCommand is `streamd repair`: truncate a stream file that writers

@@ -6,10 +6,12 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -322,4 +324,74 @@ func TestPublishLongFileName(t *testing.T) {
 	if frames := framesAt(t, path, "k"); len(frames) != 1 || string(frames[0].Payload) != "x" {
 		t.Errorf("frames %+v, want the one published", frames)
 	}
+}
+
+// TestPublishFullDisk: a publish whose write fails in the middle of a batch
+// (the disk is full in the middle of the 4th record) names the first line it
+// did not publish, after the 3 records readers see; a rerun from that line
+// makes the file hold every line once, in order. In-process and not
+// parallel: the file size limit that fills the disk holds for the process.
+func TestPublishFullDisk(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "full.ss")
+	var lines []string
+	for i := range 20 {
+		lines = append(lines, fmt.Sprintf("line %02d %s", i+1, strings.Repeat("x", 90))) // 131-byte frames
+	}
+	publish := func(from int) (int, string) {
+		var out, errb bytes.Buffer
+		in := strings.NewReader(strings.Join(lines[from:], "\n") + "\n")
+		code := run([]string{"publish", "--file=" + path, "--key=k", "--beacon-interval=1024"}, stdio{in, &out, &errb})
+		return code, errb.String()
+	}
+
+	lift := limitFileSize(t, streamfile.HeaderSize+3*131+50)
+	code, stderr := publish(0)
+	lift()
+	want := "file too large (the records of stdin lines 1 to 3 were published; rerun from line 4, e.g. with tail -n +4; " +
+		"the failed write may have left an incomplete record at the end of the file: readers wait at it, and the next publish removes it)"
+	if code != exitError || !strings.Contains(stderr, want) {
+		t.Fatalf("publish on a full disk: exit %d, stderr %q; want exit %d and %q", code, stderr, exitError, want)
+	}
+	if n := countFrames(path); n != 3 {
+		t.Fatalf("readers see %d records, publish said 3", n)
+	}
+
+	if code, stderr := publish(3); code != exitOK {
+		t.Fatalf("rerun from line 4: exit %d: %s", code, stderr)
+	}
+	var got []string
+	for _, f := range framesAt(t, path, "k") {
+		got = append(got, fmt.Sprintf("%d %s", f.Seq, f.Payload))
+	}
+	var all []string
+	for i, l := range lines {
+		all = append(all, fmt.Sprintf("%d %s", i+1, l))
+	}
+	if !slices.Equal(got, all) {
+		t.Errorf("after the rerun the file holds %q, want %q", got, all)
+	}
+}
+
+// limitFileSize makes every write of the process at or past offset n of a
+// file fail with EFBIG (RLIMIT_FSIZE), as a full disk does: a write that
+// crosses n writes the bytes before it. The limit holds until lift is called
+// or the test ends; a test that sets it must not be parallel.
+func limitFileSize(t *testing.T, n uint64) (lift func()) {
+	t.Helper()
+	signal.Ignore(syscall.SIGXFSZ) // a write past the limit fails with EFBIG instead
+	var unlimited syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_FSIZE, &unlimited); err != nil {
+		t.Fatal(err)
+	}
+	limit := syscall.Rlimit{Cur: n, Max: unlimited.Max}
+	if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &limit); err != nil {
+		t.Fatal(err)
+	}
+	lift = func() {
+		if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &unlimited); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(lift)
+	return lift
 }
