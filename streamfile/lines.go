@@ -34,9 +34,10 @@ type LineOptions struct {
 // are valid during the call of publish only. The first line that cannot be
 // read or parsed, or the first error of publish, stops it: the lines
 // before it in its batch are not handed out. It returns the number of
-// records publish took, those an [*AppendError] of publish counts as
-// written among them: they are always the first lines of r, so that
-// publishing r from the line after them neither loses nor repeats one.
+// records publish took, counting those of a failed batch that an
+// [*AppendError] of publish counts as written: they are the records of the
+// first lines of r, so that publishing r from the line after them neither
+// loses nor repeats one.
 func PublishLines(r io.Reader, o LineOptions, publish func([]Frame) error) (published int, err error) {
 	lines := pipe.NewReader(r)
 	var (
