@@ -308,13 +308,15 @@ func TestLocalConfig(t *testing.T) {
 }
 
 // TestStreamdTomlDefaults checks that configs/streamd.toml writes every key
-// it sets at its default, apart from those of the minimal file here.
+// it sets at its default, apart from those of the minimal file here (and
+// file_mode, group-writable for the shared directory the path is in).
 func TestStreamdTomlDefaults(t *testing.T) {
 	const minimal = `
 state_dir = "/var/lib/streamd"
 [[stream]]
 name = "orders"
 path = "/var/lib/seastreamer/orders.ss"
+file_mode = "0660"
 [[subscription]]
 name = "billing"
 stream = "orders"

@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/alecthomas/kingpin/v2"
+	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/envelope"
 	"github.com/streamd/streamd/streamfile"
 	"github.com/streamd/streamd/tail"
@@ -80,6 +81,18 @@ func (f *headerFlags) Set(v string) error {
 	}
 }
 
+// fileModeFlag reads --file-mode as the configuration reads file_mode.
+type fileModeFlag struct{ m *conf.FileMode }
+
+func (f fileModeFlag) Set(v string) error { return f.m.UnmarshalText([]byte(v)) }
+
+func (f fileModeFlag) String() string {
+	if f.m == nil || *f.m == 0 {
+		return ""
+	}
+	return f.m.String()
+}
+
 // publishCommand is `streamd publish`: append stdio-format lines from
 // stdin to a stream file.
 func publishCommand(app *kingpin.Application) action {
@@ -91,6 +104,10 @@ func publishCommand(app *kingpin.Application) action {
 		Default(strconv.Itoa(streamfile.DefaultBeaconInterval)).Uint()
 	var headers headerFlags
 	cmd.Flag("header", "Header for every record (repeatable).").PlaceHolder("name=value").SetValue(&headers)
+	var mode conf.FileMode
+	cmd.Flag("file-mode", "Permission bits of the file when publish creates it, in octal, whatever the umask: "+
+		"0660 in a directory shared with streamd, which appends retry copies to it. Default: 0644 less the umask.").
+		PlaceHolder("MODE").SetValue(fileModeFlag{&mode})
 	return func(s stdio) int {
 		if err := streamfile.CheckBeaconInterval(int64(*interval)); err != nil {
 			return s.exitWith(exitUsage, "streamd publish: %v", err)
@@ -101,7 +118,7 @@ func publishCommand(app *kingpin.Application) action {
 			}
 		}
 		n, err := streamfile.PublishFile(*path, s.in, streamfile.LineOptions{Key: *key, Headers: headers.h},
-			streamfile.AppendOptions{Create: true, BeaconInterval: uint32(*interval), Log: slog.New(slog.NewTextHandler(s.err, nil))})
+			streamfile.AppendOptions{Create: true, BeaconInterval: uint32(*interval), Mode: fs.FileMode(mode), Log: slog.New(slog.NewTextHandler(s.err, nil))})
 		if _, noKey := errors.AsType[*streamfile.NoKeyError](err); noKey {
 			err = fmt.Errorf("%w and --key is not set", err)
 		} else if _, damaged := errors.AsType[*streamfile.DamageError](err); damaged {

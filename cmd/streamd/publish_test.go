@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -394,4 +396,38 @@ func limitFileSize(t *testing.T, n uint64) (lift func()) {
 	}
 	t.Cleanup(lift)
 	return lift
+}
+
+// TestPublishFileMode: --file-mode sets the bits of a file publish creates
+// whatever the umask (the shared-directory recipe: 0660), leaves those of
+// an existing file alone, and is refused when it is no octal mode that
+// lets the owner read and write.
+func TestPublishFileMode(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "shared.ss")
+	runBinaryOK(t, "a", "publish", "--file="+path, "--key=k", "--file-mode=0660")
+	mode := func() fs.FileMode {
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Mode().Perm()
+	}
+	if m := mode(); m != 0o660 {
+		t.Errorf("created with mode %04o, want 0660 (whatever the umask)", m)
+	}
+	runBinaryOK(t, "b", "publish", "--file="+path, "--key=k", "--file-mode=0600")
+	if m := mode(); m != 0o660 {
+		t.Errorf("an existing file's mode became %04o, want 0660 left alone", m)
+	}
+	for _, bad := range []string{"rw", "0440", "01777"} {
+		r := runBinary(t, []byte("c\n"), "publish", "--file="+filepath.Join(dir, "other.ss"), "--key=k", "--file-mode="+bad)
+		if r.code != exitUsage || !strings.Contains(r.stderr, "file mode") {
+			t.Errorf("--file-mode=%s: exit %d, stderr %q; want exit 2 naming the file mode", bad, r.code, r.stderr)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "other.ss")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a refused --file-mode created the file: %v", err)
+	}
 }
