@@ -432,6 +432,8 @@ func (d *Daemon) applyReload(cfg *conf.Config) error {
 		return fmt.Errorf("metrics web_config_file changed from %q to %q: restart required (a change of the file's content needs none)", old.Metrics.WebConfigFile, cfg.Metrics.WebConfigFile)
 	case cfg.CommitInterval != old.CommitInterval:
 		return fmt.Errorf("commit_interval changed from %s to %s: restart required", old.CommitInterval, cfg.CommitInterval)
+	case cfg.Log.Format != old.Log.Format:
+		return fmt.Errorf("log format changed from %q to %q: restart required", old.Log.Format, cfg.Log.Format)
 	}
 	oldStreams := map[string]conf.Stream{}
 	for _, s := range old.Streams {
@@ -495,6 +497,7 @@ func (d *Daemon) applyReload(cfg *conf.Config) error {
 		}
 		handlers[sc.Name] = h
 	}
+	d.setLogLevel(old.Log.Level, cfg.Log.Level) // before the subscriptions start, which log
 	d.stopSubscriptions(stop)
 	d.dropWaiting()
 	d.cfg = cfg
@@ -517,6 +520,17 @@ func (d *Daemon) applyReload(cfg *conf.Config) error {
 		m.Remove()
 	}
 	return nil
+}
+
+// setLogLevel makes the log level of a reloaded configuration the
+// logger's, when the daemon was given the level's variable.
+func (d *Daemon) setLogLevel(from, to string) {
+	var level slog.Level
+	if from == to || d.opts.LogLevel == nil || level.UnmarshalText([]byte(to)) != nil {
+		return
+	}
+	d.opts.LogLevel.Set(level)
+	d.logger.Info("log level changed", "from", from, "to", to)
 }
 
 // openStreams opens the configured stream files. One that cannot be

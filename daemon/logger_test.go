@@ -39,7 +39,7 @@ func TestNewLoggerDurations(t *testing.T) {
 				}
 				t.Setenv("JOURNAL_STREAM", fmt.Sprintf("%d:%d", st.Dev, st.Ino))
 			}
-			logger, err := newLogger(f, "info", tc.format)
+			logger, _, err := newLogger(f, "info", tc.format)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -82,7 +82,7 @@ func TestNewProcessLogger(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer f.Close()
-			if _, err := NewProcessLogger(f, tc.level, "text"); !hasPrefix(err, tc.err) {
+			if _, _, err := NewProcessLogger(f, tc.level, "text"); !hasPrefix(err, tc.err) {
 				t.Fatalf("error %v, want %q", err, tc.err)
 			}
 			log.Print("http: response on idle connection")

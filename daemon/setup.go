@@ -23,6 +23,10 @@ import (
 type Options struct {
 	// Logger receives the logs; nil discards them.
 	Logger *slog.Logger
+	// LogLevel is the level of Logger's handler, which a reload sets to
+	// the new configuration's [log] level; nil leaves the level to the
+	// caller.
+	LogLevel *slog.LevelVar
 	// Stdout is where the stdout handler prints; nil is os.Stdout.
 	Stdout io.Writer
 	// Handlers replace the configured handler of the subscriptions they
@@ -37,35 +41,35 @@ type Options struct {
 // newLogger returns the logger writing to w: text with timestamps in a
 // terminal, JSON with format "json", and, when w is the journal's stream,
 // the journal's form ([systemd.NewJournalHandler]).
-func newLogger(w *os.File, level, format string) (*slog.Logger, error) {
-	var lvl slog.Level
+func newLogger(w *os.File, level, format string) (*slog.Logger, *slog.LevelVar, error) {
+	lvl := new(slog.LevelVar)
 	if err := lvl.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("log level %q: use debug, info, warn or error", level)
+		return nil, nil, fmt.Errorf("log level %q: use debug, info, warn or error", level)
 	}
 	opts := &slog.HandlerOptions{Level: lvl, ReplaceAttr: durationString}
 	switch {
 	case format == "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+		return slog.New(slog.NewJSONHandler(w, opts)), lvl, nil
 	case format != "" && format != "text" && format != "auto":
-		return nil, fmt.Errorf("log format %q: use auto, text or json", format)
+		return nil, nil, fmt.Errorf("log format %q: use auto, text or json", format)
 	case format != "text" && systemd.IsJournalStream(w):
-		return slog.New(systemd.NewJournalHandler(w, opts)), nil
+		return slog.New(systemd.NewJournalHandler(w, opts)), lvl, nil
 	}
-	return slog.New(slog.NewTextHandler(w, opts)), nil
+	return slog.New(slog.NewTextHandler(w, opts)), lvl, nil
 }
 
 // NewProcessLogger returns newLogger's logger for the process that runs
-// the daemon or a pipe stage, and routes what the standard library logs
-// (net/http: a response on an idle connection) to the same log, as a
-// warning.
-func NewProcessLogger(w *os.File, level, format string) (*slog.Logger, error) {
-	logger, err := newLogger(w, level, format)
+// the daemon or a pipe stage, and the level it logs at, for
+// [Options.LogLevel]. It routes what the standard library logs (net/http:
+// a response on an idle connection) to the same log, as a warning.
+func NewProcessLogger(w *os.File, level, format string) (*slog.Logger, *slog.LevelVar, error) {
+	logger, lvl, err := newLogger(w, level, format)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	log.SetFlags(0)
 	log.SetOutput(slog.NewLogLogger(logger.Handler(), slog.LevelWarn).Writer())
-	return logger, nil
+	return logger, lvl, nil
 }
 
 // durationString writes a duration as Go writes it, "20s", in every log

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -760,5 +761,53 @@ func TestEmbedderHandlerStaysOpen(t *testing.T) {
 	}
 	if h.closed.Load() {
 		t.Error("the daemon closed a handler it was given")
+	}
+}
+
+// TestReloadLogLevel: a reload that changes the file's [log] level logs
+// at the new level at once (a subscription it adds says at DEBUG which
+// file it reads); one that changes [log] format is refused, restart
+// required, unless --log.format fixes the format, as the tests' daemons
+// run it.
+func TestReloadLogLevel(t *testing.T) {
+	t.Parallel()
+	billing := lifecycleSub("billing", "orders", "", "")
+	audit := lifecycleSub("audit", "audit", "", "")
+	e := newEnv(t, billing)
+	e.publish("o1")
+	p := e.start()
+	eventually(t, 20*time.Second, "o1", func() bool { return len(e.ended()) == 1 })
+	reading := "level=DEBUG msg=reading"
+	if n := p.logCount(reading); n != 0 {
+		t.Fatalf("%d DEBUG lines at level info:\n%s", n, p.stderr.String())
+	}
+	hup := func(msg string, want int) {
+		t.Helper()
+		p.cmd.Process.Signal(syscall.SIGHUP)
+		eventually(t, 10*time.Second, fmt.Sprintf("log %q", msg), func() bool { return p.logCount(msg) >= want })
+	}
+	e.writeConfig(billing + audit + "\n[log]\nlevel = \"debug\"\nformat = \"json\"\n")
+	hup("configuration reloaded", 1)
+	eventually(t, 10*time.Second, "a DEBUG line from the subscription the reload added", func() bool { return p.logCount(reading) >= 1 })
+	if n := p.logCount("log level changed"); n != 1 {
+		t.Errorf("%d lines say the log level changed, want 1:\n%s", n, p.stderr.String())
+	}
+
+	// Started without --log.format, the same daemon refuses a change of
+	// format, and keeps its level.
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+	e.writeConfig(billing + "\n[log]\nlevel = \"debug\"\nformat = \"text\"\n")
+	cmd := exec.Command(streamdBinary(t), "run", "--config.file="+e.config)
+	p = e.launch(cmd)
+	eventually(t, 20*time.Second, "billing's file read at DEBUG", func() bool { return p.logCount(reading) >= 1 })
+	e.writeConfig(billing + "\n[log]\nlevel = \"debug\"\nformat = \"json\"\n")
+	hup("reload failed; the previous configuration keeps running", 1)
+	if log := p.stderr.String(); !strings.Contains(log, `log format changed from \"text\" to \"json\": restart required`) {
+		t.Errorf("the log does not say why:\n%s", log)
+	}
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("exit code %d", code)
 	}
 }

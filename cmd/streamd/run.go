@@ -62,12 +62,20 @@ func (st *stage) load(s stdio) int {
 	if st.cfg, code = st.configFile.load(s); st.cfg == nil {
 		return code
 	}
-	logger, err := daemon.NewProcessLogger(os.Stderr, cmp.Or(*st.level, st.cfg.Log.Level), cmp.Or(*st.format, st.cfg.Log.Format))
+	st.logFlags(st.cfg)
+	logger, level, err := daemon.NewProcessLogger(os.Stderr, st.cfg.Log.Level, st.cfg.Log.Format)
 	if err != nil {
 		return s.exitWith(exitUsage, "%s: %v", st.name, err)
 	}
-	st.opts = daemon.Options{Logger: logger}
+	st.opts = daemon.Options{Logger: logger, LogLevel: level}
 	return exitOK
+}
+
+// logFlags puts --log.level and --log.format, when given, in place of the
+// [log] settings of cfg: they win at the start and at every reload.
+func (st *stage) logFlags(cfg *conf.Config) {
+	cfg.Log.Level = cmp.Or(*st.level, cfg.Log.Level)
+	cfg.Log.Format = cmp.Or(*st.format, cfg.Log.Format)
 }
 
 // exit logs why a stage stopped, if it failed, and returns its exit code.
@@ -96,7 +104,13 @@ func runCommand(app *kingpin.Application) action {
 		}
 		st.opts.Stdout = s.out
 		d := daemon.New(st.cfg, st.opts)
-		return st.exit(d.Serve(ctx, hup, func() (*conf.Config, error) { return conf.Load(*st.path, st.mode) }))
+		return st.exit(d.Serve(ctx, hup, func() (*conf.Config, error) {
+			cfg, err := conf.Load(*st.path, st.mode)
+			if err == nil {
+				st.logFlags(cfg)
+			}
+			return cfg, err
+		}))
 	}
 }
 
