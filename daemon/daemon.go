@@ -46,6 +46,13 @@ type Daemon struct {
 	streams map[string]*stream // the streams whose file is open
 	subs    map[string]*runningSub
 	waiting map[string]*waitingSub // used by Run's goroutine only
+
+	// watchdog ticks when WATCHDOG=1 is due while the main loop runs, nil
+	// when systemd asks for no pings or once the daemon stops (systemd
+	// disarms the watchdog of a stopping service); watchdogTimeout is the
+	// timeout systemd applies. Used by Run's goroutine only.
+	watchdog        <-chan time.Time
+	watchdogTimeout time.Duration
 }
 
 // runningSub is a subscription and the goroutine that runs it.
@@ -250,12 +257,11 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 // try of the waiting ones.
 func (d *Daemon) loop(ctx context.Context) error {
 	defer close(d.stopping)
-	var watchdog <-chan time.Time
-	iv := systemd.WatchdogInterval()
-	if iv > 0 {
+	if iv := systemd.WatchdogInterval(); iv > 0 {
 		t := time.NewTicker(iv)
 		defer t.Stop()
-		watchdog = t.C
+		d.watchdog, d.watchdogTimeout = t.C, 2*iv
+		defer func() { d.watchdog = nil }()
 	}
 	gauges := time.NewTicker(time.Duration(d.cfg.CommitInterval))
 	defer gauges.Stop()
@@ -276,12 +282,8 @@ func (d *Daemon) loop(ctx context.Context) error {
 			}
 		case req := <-d.reloads:
 			req.done <- d.reload(req.load)
-		case <-watchdog:
-			if reason := d.wedged(2 * iv); reason != "" {
-				d.logger.Error("not pinging the watchdog", "reason", reason)
-			} else {
-				d.notify.Send("WATCHDOG=1")
-			}
+		case <-d.watchdog:
+			d.pingWatchdog()
 		case rs := <-d.ended:
 			if d.subs[rs.sub.cfg.Name] != rs {
 				continue // stopped by a reload
@@ -379,16 +381,32 @@ func (d *Daemon) startSubscription(sc conf.Subscription, h handler.Handler) erro
 }
 
 // stopSubscriptions stops the named subscriptions at once, each within the
-// shutdown timeout.
+// shutdown timeout. A reload that stops a subscription waits for its
+// deliveries in flight, as long as the shutdown timeout: meanwhile the
+// watchdog is pinged as the main loop pings it, so that a busy daemon is
+// not taken for a hung one, and wedged still judges the subscriptions
+// being stopped.
 func (d *Daemon) stopSubscriptions(names []string) {
 	deadline := time.Now().Add(time.Duration(d.cfg.ShutdownTimeout))
-	var wg sync.WaitGroup
+	stopped := make(chan struct{}, len(names))
 	for _, name := range names {
 		rs := d.subs[name]
-		delete(d.subs, name)
-		wg.Go(func() { rs.stop(deadline, d.logger) })
+		go func() {
+			rs.stop(deadline, d.logger)
+			stopped <- struct{}{}
+		}()
 	}
-	wg.Wait()
+	for left := len(names); left > 0; {
+		select {
+		case <-stopped:
+			left--
+		case <-d.watchdog:
+			d.pingWatchdog()
+		}
+	}
+	for _, name := range names {
+		delete(d.subs, name)
+	}
 }
 
 // stopAll stops every subscription, and forgets those that wait.
@@ -667,6 +685,16 @@ func (d *Daemon) status() string {
 		}
 	}
 	return fmt.Sprintf("%d of %d subscriptions running", up, len(d.subs)+len(d.waiting))
+}
+
+// pingWatchdog sends WATCHDOG=1, unless the daemon is wedged: then it logs
+// why not: systemd, missing the pings, ends the daemon.
+func (d *Daemon) pingWatchdog() {
+	if reason := d.wedged(d.watchdogTimeout); reason != "" {
+		d.logger.Error("not pinging the watchdog", "reason", reason)
+		return
+	}
+	d.notify.Send("WATCHDOG=1")
 }
 
 // wedged says why the daemon should not ping the watchdog, whose timeout
