@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"time"
 
@@ -49,8 +50,9 @@ func (fl *Follower) check(polled bool) error {
 		fl.obs.Event(EventPollRead)
 		fl.log.Debug("poll found new data", "size", size)
 	}
+	seen := fl.lastSize
 	fl.lastSize = size
-	if fl.checkInPlace(size) {
+	if fl.checkInPlace(size, seen) {
 		return nil
 	}
 	r := &fl.replace
@@ -99,18 +101,28 @@ func (fl *Follower) changedInPlace() bool {
 	if err != nil {
 		return false
 	}
-	return fl.checkInPlace(fi.Size())
+	return fl.checkInPlace(fi.Size(), fl.lastSize)
 }
 
 // checkInPlace starts over in the open file when it shrank below the read
-// position or its header changed.
-func (fl *Follower) checkInPlace(size int64) bool {
+// position or its header changed. seen is the largest size the follower
+// saw the file have: what it had not read of it is gone, and logged as an
+// error (logrotate's copytruncate moves it to the copy, which nobody
+// follows).
+func (fl *Follower) checkInPlace(size, seen int64) bool {
 	if fl.hdr.BeaconInterval == 0 {
 		return false
 	}
-	var what string
+	level, what := slog.LevelWarn, "stream file was rewritten with a new header; reading it from the beginning"
+	attrs := []any{"offset", fl.pos(), "size", size}
 	if size < fl.pos() {
 		what = "stream file was truncated below the read position; reading it from the beginning"
+		if unread := seen - fl.pos(); unread > 0 {
+			level = slog.LevelError
+			what = "stream file was truncated before its records were all read: those not read are lost to this reader " +
+				"(copytruncate leaves them only in the copy; rotate by renaming the file instead); reading it from the beginning"
+			attrs = append(attrs, "unread_bytes_at_least", unread)
+		}
 	} else {
 		var b [streamfile.HeaderSize]byte
 		n, err := fl.f.ReadAt(b[:], 0)
@@ -120,10 +132,9 @@ func (fl *Follower) checkInPlace(size int64) bool {
 		if n < len(b) && err != nil && !errors.Is(err, io.EOF) {
 			return false // cannot tell: an I/O error is no new header
 		}
-		what = "stream file was rewritten with a new header; reading it from the beginning"
 	}
 	fl.report()
-	fl.log.Warn(what, "offset", fl.pos(), "size", size, "file_name", fl.id.FileName, "created_at_ms", fl.id.CreatedAtMs)
+	fl.log.Log(context.Background(), level, what, append(attrs, "file_name", fl.id.FileName, "created_at_ms", fl.id.CreatedAtMs)...)
 	fl.obs.Event(EventTruncated)
 	fl.startOver()
 	return true

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -441,5 +443,51 @@ func TestReplaceByNonStreamFile(t *testing.T) {
 	}
 	if n := obs.count(EventFormat); n != 1 {
 		t.Errorf("%d format events, want 1", n)
+	}
+}
+
+// TestTruncatedUnread: a file truncated under the follower (logrotate's
+// copytruncate) and written again is read from its beginning; when the
+// follower had not read all it saw of the old file, that rest is lost to
+// it, and it says so at ERROR with how much at least; when it had read
+// everything, the truncation is only a warning.
+func TestTruncatedUnread(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		read    int // of the 3000 old records, before the truncation
+		lostLog bool
+	}{
+		{"behind", 10, true},
+		{"caught up", 3000, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "r.ss")
+			old := frames("old", 1, 3000, 1, 100) // far more than one read
+			writeFile(t, path, oldHeader, old)
+			var log syncBuffer
+			fl, err := New(Options{Path: path, PollInterval: time.Hour, Logger: slog.New(slog.NewTextHandler(&log, nil))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer fl.Close()
+			read := 0
+			gotten := nextN(t, fl, tc.read, &read)
+			if err := os.Truncate(path, 0); err != nil {
+				t.Fatal(err)
+			}
+			writeFile(t, path, newHeader, frames("new", 1, 5, 1, 100))
+			for gotten[len(gotten)-1].Key != "new" {
+				gotten = append(gotten, nextN(t, fl, 1, &read)...)
+			}
+			checkDelivery(t, gotten)
+			oldRead := len(gotten) - 1
+			lost := strings.Contains(log.String(), "level=ERROR") && strings.Contains(log.String(), "unread_bytes_at_least=")
+			switch {
+			case tc.lostLog && (oldRead == len(old) || !lost):
+				t.Errorf("%d of %d old records read, and the log does not say the rest is lost:\n%s", oldRead, len(old), log.String())
+			case !tc.lostLog && (oldRead != len(old) || lost || !strings.Contains(log.String(), "level=WARN")):
+				t.Errorf("%d of %d old records read; want all, and the truncation only warned of:\n%s", oldRead, len(old), log.String())
+			}
+		})
 	}
 }
