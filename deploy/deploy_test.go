@@ -11,7 +11,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/metrics"
 )
 
@@ -19,6 +21,8 @@ const (
 	rulesFile     = "prometheus/streamd.rules.yml"
 	rulesTestFile = "prometheus/streamd.rules.test.yml"
 	dashboardFile = "grafana/streamd.json"
+	unitFile      = "systemd/streamd.service"
+	exampleConfig = "../configs/streamd.toml"
 )
 
 // promtool returns the path of promtool, or skips the test when it is not
@@ -184,6 +188,61 @@ func TestDashboardQueriesParse(t *testing.T) {
 	if out, err := exec.Command(tool, "check", "rules", file).CombinedOutput(); err != nil {
 		t.Fatalf("%s: a query does not parse: %v\n%s", dashboardFile, err, out)
 	}
+}
+
+// TestUnitStartStop checks what starting and stopping the unit rely on.
+// The check before a start refuses only a configuration file that does not
+// load: a stream file or a handler's server that is not there yet holds
+// back its own subscriptions while the rest runs, so checking them would
+// stop every start, a boot's and a package upgrade's too. A stop signals
+// streamd alone (KillMode=mixed), which lets exec commands finish within
+// shutdown_timeout, and systemd waits for that, the stop's grace (a
+// handler that ignores its deadline, an exec command's output) and the
+// final commit before it kills.
+func TestUnitStartStop(t *testing.T) {
+	unit := unitSettings(t, unitFile)
+	pre := unit["ExecStartPre"]
+	if len(pre) != 1 || !strings.Contains(pre[0], " check-config --no-files ") || strings.Contains(pre[0], "--handlers") {
+		t.Errorf("%s: ExecStartPre=%q, want one streamd check-config --no-files, without --handlers", unitFile, pre)
+	}
+	if got := unit["KillMode"]; !slices.Equal(got, []string{"mixed"}) {
+		t.Errorf("%s: KillMode=%q, want mixed: SIGTERM to streamd alone, not to the exec handlers' commands it waits for", unitFile, got)
+	}
+
+	cfg, err := conf.Load(exampleConfig, conf.ModeRun)
+	if err != nil {
+		t.Fatalf("%s: %v", exampleConfig, err)
+	}
+	const stopGrace = 10 * time.Second // the stop's grace and the final commit, with room to spare
+	stop := unit["TimeoutStopSec"]
+	if len(stop) != 1 {
+		t.Fatalf("%s: TimeoutStopSec=%q, want one", unitFile, stop)
+	}
+	timeout, err := time.ParseDuration(stop[0])
+	if err != nil {
+		t.Fatalf("%s: TimeoutStopSec=%s: %v (write it as a Go duration, such as 45s)", unitFile, stop[0], err)
+	}
+	if need := time.Duration(cfg.ShutdownTimeout) + stopGrace; timeout < need {
+		t.Errorf("%s: TimeoutStopSec=%s, want at least %s: shutdown_timeout (%s in %s) and %s more", unitFile, timeout, need, time.Duration(cfg.ShutdownTimeout), exampleConfig, stopGrace)
+	}
+}
+
+// unitSettings returns the values of each key of a systemd unit file, in
+// their order, whatever their section.
+func unitSettings(t *testing.T, file string) map[string][]string {
+	t.Helper()
+	settings := map[string][]string{}
+	for _, line := range readLines(t, file) {
+		if line == "" || line[0] == '#' || line[0] == '[' {
+			continue
+		}
+		key, value, ok := strings.Cut(line, "=")
+		if !ok {
+			t.Fatalf("%s: line %q is not KEY=VALUE", file, line)
+		}
+		settings[key] = append(settings[key], value)
+	}
+	return settings
 }
 
 // dashboardExprs returns the expr of every query of the dashboard's panels
