@@ -111,6 +111,10 @@ clean:
 
 UNITDIR  ?= /etc/systemd/system
 PREFIX   ?= /usr/local
+# unit writes the systemd unit to stdout with the streamd it runs at $(1):
+# the unit in deploy/systemd names /usr/local/bin/streamd, where make
+# install puts it by default.
+unit = sed 's|/usr/local/bin/streamd|$(1)|g' deploy/systemd/streamd.service
 
 # verify-unit checks the systemd unit with its ExecStart pointed at the built
 # binary: systemd-analyze verify must print nothing, and the offline
@@ -119,7 +123,7 @@ PREFIX   ?= /usr/local
 verify-unit: build
 	@echo ">> verifying deploy/systemd/streamd.service"
 	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
-	sed 's|/usr/local/bin/streamd|$(abspath $(BIN))|g' deploy/systemd/streamd.service > "$$tmp/streamd.service" && \
+	$(call unit,$(abspath $(BIN))) > "$$tmp/streamd.service" && \
 	out=$$(systemd-analyze verify --man=no "$$tmp/streamd.service" 2>&1) && \
 	if [ -n "$$out" ]; then echo "$$out"; exit 1; fi && \
 	systemd-analyze security --offline=yes --threshold=20 "$$tmp/streamd.service" | tail -1 && \
@@ -127,12 +131,12 @@ verify-unit: build
 	grep -q '^streamd:' "$$tmp/root/etc/passwd" && grep -q '^seastreamer:.*streamd' "$$tmp/root/etc/group"
 
 # install puts the binary, its man page, its bash and zsh completions, the
-# unit, the sysusers file and the example configuration in place (run as
-# root; README's Install section lists the steps after it). An existing
-# streamd.toml is never overwritten: the example goes beside it as
-# streamd.toml.dist. The configuration is root:streamd 0640, readable by the
-# service; in a DESTDIR on a machine without the streamd group it stays
-# root's, and install says so.
+# unit (running $(PREFIX)/bin/streamd), the sysusers file and the example
+# configuration in place (run as root; README's Install section lists the
+# steps after it). An existing streamd.toml is never overwritten: the
+# example goes beside it as streamd.toml.dist. The configuration is
+# root:streamd 0640, readable by the service; in a DESTDIR on a machine
+# without the streamd group it stays root's, and install says so.
 CONFDIR  ?= /etc/streamd
 install: build
 	@echo ">> installing streamd"
@@ -141,7 +145,9 @@ install: build
 	$(BIN) --help-man > $(DESTDIR)$(PREFIX)/share/man/man1/streamd.1
 	$(BIN) --completion-script-bash > $(DESTDIR)$(PREFIX)/share/bash-completion/completions/streamd
 	$(BIN) --completion-script-zsh > $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_streamd
-	install -D -m 0644 deploy/systemd/streamd.service $(DESTDIR)$(UNITDIR)/streamd.service
+	install -d $(DESTDIR)$(UNITDIR)
+	$(call unit,$(PREFIX)/bin/streamd) > $(DESTDIR)$(UNITDIR)/streamd.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/streamd.service
 	install -D -m 0644 deploy/systemd/streamd.sysusers $(DESTDIR)/usr/lib/sysusers.d/streamd.conf
 	@conf=$(DESTDIR)$(CONFDIR)/streamd.toml; \
 	if [ -e "$$conf" ]; then \
@@ -168,7 +174,7 @@ deb:
 	rm -rf bin/deb bin/streamd_*_amd64.deb && mkdir -p bin/deb
 	GOOS=linux GOARCH=amd64 $(GO) build -trimpath -buildmode=pie \
 		-ldflags "$(LDFLAGS) -s -w -linkmode=external -extldflags '-Wl,-z,relro,-z,now'" -o bin/deb/streamd ./cmd/streamd
-	sed 's|/usr/local/bin/streamd|/usr/bin/streamd|g' deploy/systemd/streamd.service > bin/deb/streamd.service
+	$(call unit,/usr/bin/streamd) > bin/deb/streamd.service
 	bin/deb/streamd --help-man | gzip -9n > bin/deb/streamd.1.gz
 	bin/deb/streamd --completion-script-bash > bin/deb/streamd.bash
 	bin/deb/streamd --completion-script-zsh > bin/deb/streamd.zsh

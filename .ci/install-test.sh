@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # make install into a scratch root, twice, with the configuration edited in
-# between: the edit must be kept and the example installed beside it.
+# between: the edit must be kept and the example installed beside it. Then
+# with PREFIX=/usr: the unit must run the streamd installed there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(mktemp -d)
@@ -21,4 +22,13 @@ out=$(make -s install DESTDIR="$root")
 [ "$(sha256sum <"$conf")" = "$edited" ] || fail "the second install overwrote the edited $conf"
 cmp -s configs/streamd.toml "$conf.dist" || fail "the second install did not put the example at $conf.dist"
 grep -q "streamd.toml exists and is kept; the example is $conf.dist" <<<"$out" || fail "the second install did not say where the example went: $out"
-echo ">> make install keeps an edited configuration"
+
+usr=$(mktemp -d)
+trap 'rm -rf "$root" "$usr"' EXIT
+make -s install DESTDIR="$usr" PREFIX=/usr >/dev/null
+unit="$usr/etc/systemd/system/streamd.service"
+[ -x "$usr/usr/bin/streamd" ] || fail "PREFIX=/usr did not install $usr/usr/bin/streamd"
+[ "$(stat -c %a "$unit")" = 644 ] || fail "$unit has mode $(stat -c %a "$unit"), want 644"
+grep -q '^ExecStart=/usr/bin/streamd run ' "$unit" || fail "with PREFIX=/usr, $unit does not run /usr/bin/streamd: $(grep ^Exec "$unit")"
+! grep -q /usr/local/ "$unit" || fail "with PREFIX=/usr, $unit still names /usr/local: $(grep /usr/local/ "$unit")"
+echo ">> make install keeps an edited configuration, and its unit runs the streamd of PREFIX"
