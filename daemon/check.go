@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/streamfile"
 )
@@ -183,6 +185,9 @@ func checkStream(s conf.Stream, a Account) error {
 	if err := a.searchable(filepath.Dir(s.Path)); err != nil {
 		return fmt.Errorf("stream %q: %w", s.Name, err)
 	}
+	if err := writableMount(s, false, unix.Statfs); err != nil {
+		return err
+	}
 	if info.Size() == 0 {
 		if !s.Create {
 			return fmt.Errorf("stream %q: %s is empty and create = false: streamd would have to write its header", s.Name, s.Path)
@@ -220,5 +225,30 @@ func checkCreate(s conf.Stream, a Account) error {
 	if err := a.searchable(dir); err != nil {
 		return fmt.Errorf("stream %q: %w", s.Name, err)
 	}
-	return nil
+	return writableMount(s, true, unix.Statfs)
+}
+
+// writableMount checks that the file system of the stream file of s, or,
+// with create, of the directory it is to be created in, is mounted
+// read-write, as statfs (unix.Statfs; a fake in tests) reports it. The
+// permission bits do not tell: a read-only mount, such as everything but
+// ReadWritePaths= under the unit's ProtectSystem=strict, refuses the
+// appends they allow.
+func writableMount(s conf.Stream, create bool, statfs func(string, *unix.Statfs_t) error) error {
+	path, dir := s.Path, filepath.Dir(s.Path)
+	if create {
+		path = dir
+	}
+	var st unix.Statfs_t
+	if err := statfs(path, &st); err != nil {
+		return fmt.Errorf("stream %q: statfs %s: %w", s.Name, path, err)
+	}
+	if st.Flags&unix.ST_RDONLY == 0 {
+		return nil
+	}
+	what := fmt.Sprintf("%s is on a read-only file system: streamd appends retry copies to it", s.Path)
+	if create {
+		what = fmt.Sprintf("create %s: directory %s is on a read-only file system", s.Path, dir)
+	}
+	return fmt.Errorf("stream %q: %s; mount it read-write, or, under systemd (ProtectSystem=strict makes all but the unit's ReadWritePaths= read-only), add the directory with a drop-in: systemctl edit streamd, then [Service] ReadWritePaths=%s", s.Name, what, dir)
 }

@@ -1,10 +1,15 @@
 package daemon
 
 import (
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/streamfile"
@@ -81,6 +86,122 @@ func TestCheckStateDir(t *testing.T) {
 	}
 	if err := checkStateDir(dir, Account{Name: "owner", UID: 0}); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestWritableMount: a stream file on a read-only mount, or the directory
+// one is to be created in, is refused whatever its permission bits allow,
+// naming the path and the drop-in that makes it writable under systemd;
+// the mount flags come from a fake statfs.
+func TestWritableMount(t *testing.T) {
+	const (
+		path = "/srv/streams/orders.ss"
+		dir  = "/srv/streams"
+	)
+	fix := "; mount it read-write, or, under systemd (ProtectSystem=strict makes all but the unit's ReadWritePaths= read-only), add the directory with a drop-in: systemctl edit streamd, then [Service] ReadWritePaths=" + dir
+	for _, tc := range []struct {
+		name   string
+		create bool
+		flags  int64
+		err    error
+		want   string // "" passes
+	}{
+		{"read-write file", false, 0, nil, ""},
+		{"read-write directory", true, unix.ST_NOSUID | unix.ST_NODEV, nil, ""},
+		{"read-only file", false, unix.ST_RDONLY, nil, `stream "s": ` + path + " is on a read-only file system: streamd appends retry copies to it" + fix},
+		{"read-only directory", true, unix.ST_RDONLY | unix.ST_NOSUID, nil, `stream "s": create ` + path + ": directory " + dir + " is on a read-only file system" + fix},
+		{"statfs fails", false, 0, syscall.EIO, `stream "s": statfs ` + path + ": input/output error"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var asked string
+			statfs := func(p string, st *unix.Statfs_t) error {
+				asked = p
+				st.Flags = tc.flags
+				return tc.err
+			}
+			err := writableMount(conf.Stream{Name: "s", Path: path, Create: tc.create}, tc.create, statfs)
+			if want := map[bool]string{false: path, true: dir}[tc.create]; asked != want {
+				t.Errorf("statfs of %s, want of %s", asked, want)
+			}
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("refused: %v", err)
+			case tc.want != "" && (err == nil || err.Error() != tc.want):
+				t.Errorf("error:\n%v\nwant:\n%s", err, tc.want)
+			case tc.err != nil && !errors.Is(err, tc.err):
+				t.Errorf("error %v does not wrap %v", err, tc.err)
+			}
+		})
+	}
+}
+
+// readOnlyDirEnv names, in the environment of the test binary that
+// TestCheckStreamReadOnlyMount starts, the directory to mount read-only.
+const readOnlyDirEnv = "STREAMD_TEST_READ_ONLY_DIR"
+
+// TestCheckStreamReadOnlyMount: a stream file that its permission bits let
+// streamd write, and a directory they let it create one in, are refused
+// once the directory is bind-mounted read-only, as ProtectSystem=strict
+// mounts it. The test runs itself again in a user and mount namespace of
+// its own, where it may mount without privileges, and skips where the
+// kernel allows no such namespace.
+func TestCheckStreamReadOnlyMount(t *testing.T) {
+	if dir := os.Getenv(readOnlyDirEnv); dir != "" {
+		checkReadOnlyMount(t, dir)
+		return
+	}
+	dir := t.TempDir()
+	w, err := streamfile.OpenWriter(filepath.Join(dir, "orders.ss"), streamfile.CreateOptions{Create: true, Header: streamfile.Header{FileName: "orders.ss", BeaconInterval: 1024}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestCheckStreamReadOnlyMount$", "-test.v")
+	cmd.Env = append(os.Environ(), readOnlyDirEnv+"="+dir)
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags:  syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS,
+		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
+		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}},
+	}
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	switch {
+	case err != nil && !errors.As(err, &exit):
+		t.Skipf("no user and mount namespace here: %v", err)
+	case err != nil:
+		t.Fatalf("in a mount namespace: %v\n%s", err, out)
+	case !strings.Contains(string(out), "--- PASS: TestCheckStreamReadOnlyMount"):
+		t.Fatalf("in a mount namespace, the test did not pass:\n%s", out)
+	}
+}
+
+// checkReadOnlyMount is TestCheckStreamReadOnlyMount in its namespace:
+// the stream file in dir and a new one pass, then dir is bind-mounted
+// read-only over itself, and both are refused.
+func checkReadOnlyMount(t *testing.T, dir string) {
+	streams := []struct {
+		stream conf.Stream
+		want   string
+	}{
+		{conf.Stream{Name: "orders", Path: filepath.Join(dir, "orders.ss")}, filepath.Join(dir, "orders.ss") + " is on a read-only file system"},
+		{conf.Stream{Name: "new", Path: filepath.Join(dir, "new.ss"), Create: true}, "directory " + dir + " is on a read-only file system"},
+	}
+	root := Account{Name: "root"}
+	for _, s := range streams {
+		if err := checkStream(s.stream, root); err != nil {
+			t.Fatalf("before the read-only mount: %v", err)
+		}
+	}
+	if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
+		t.Fatalf("bind mount %s: %v", dir, err)
+	}
+	if err := unix.Mount("", dir, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY, ""); err != nil {
+		t.Fatalf("remount %s read-only: %v", dir, err)
+	}
+	for _, s := range streams {
+		if err := checkStream(s.stream, root); err == nil || !strings.Contains(err.Error(), s.want) {
+			t.Errorf("stream %q on a read-only mount: error %v, want it to say %q", s.stream.Name, err, s.want)
+		}
 	}
 }
 
