@@ -37,8 +37,8 @@ type Daemon struct {
 
 	commitLog ratelog.Trouble // failed commits of the positions
 
-	// Set up by Run and used by its goroutine only, but for the maps the
-	// retry queue and the store read under mu.
+	// Set up by Run and used by its goroutine only, but for cfg and the
+	// maps, which the retry queue and the store read under mu.
 	mu      sync.Mutex
 	cfg     *conf.Config
 	store   *offsets.Store
@@ -518,7 +518,9 @@ func (d *Daemon) applyReload(cfg *conf.Config) error {
 	d.setLogLevel(old.Log.Level, cfg.Log.Level) // before the subscriptions start, which log
 	d.stopSubscriptions(stop)
 	d.dropWaiting()
+	d.mu.Lock() // fire reads it
 	d.cfg = cfg
+	d.mu.Unlock()
 	for _, sc := range cfg.Subscriptions {
 		if h, ok := handlers[sc.Name]; ok {
 			d.launch(sc, h, nil)
@@ -665,13 +667,26 @@ func (d *Daemon) fire(_ context.Context, c retrytimer.Copy) error {
 	st := d.streams[c.Stream]
 	d.mu.Unlock()
 	if st == nil {
-		return fmt.Errorf("stream %q of a pending copy is not open (it is not configured, or its file cannot be opened); the copy stays in the spool", c.Stream)
+		return d.notOpen(c.Stream)
 	}
 	if err := st.append(c.Key, c.Record); err != nil {
 		return err
 	}
 	d.countFired(c)
 	return nil
+}
+
+// notOpen says why a pending copy of stream name cannot be written, and
+// how to let it be.
+func (d *Daemon) notOpen(name string) error {
+	d.mu.Lock()
+	configured := slices.ContainsFunc(d.cfg.Streams, func(s conf.Stream) bool { return s.Name == name })
+	d.mu.Unlock()
+	if configured {
+		return fmt.Errorf("stream %q of a pending copy is not open (its file cannot be opened yet); the copy stays in the spool", name)
+	}
+	return fmt.Errorf("stream %q of a pending copy is not configured (a reload or an edit removed or renamed it); "+
+		"the copy stays in the spool until a [[stream]] named %q is configured again: give the stream its old name back", name, name)
 }
 
 // status is the STATUS= line for systemd.

@@ -1,8 +1,13 @@
 package daemon
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/streamd/streamd/conf"
+	"github.com/streamd/streamd/handler"
 )
 
 // TestReloadResultPrint: an answer that applied the new configuration is
@@ -28,5 +33,37 @@ func TestReloadResultPrint(t *testing.T) {
 				t.Errorf("stdout %q, stderr %q; want %q, %q", out.String(), errOut.String(), tc.out, tc.errOut)
 			}
 		})
+	}
+}
+
+// TestPendingCopyOfRenamedStream: a delayed copy whose stream a reload
+// renamed stays in the spool, and the failed writes say how to let it be
+// written: give the stream its old name back; a reload that does so lets
+// the copy be written and delivered.
+func TestPendingCopyOfRenamedStream(t *testing.T) {
+	t.Parallel()
+	e := newRunEnv(t, runSub("s", "orders", `start_at = "end"`)) // a renamed stream's subscription starts over at its end
+	h := newRecorder(retryFirstAttempt(retryAfter(300 * time.Millisecond)))
+	r := e.start(map[string]handler.Handler{"s": h})
+	waitFor(t, "the daemon to run", func() bool { return len(r.logs.with("streamd running")) == 1 })
+	e.put("orders", nil, "a")
+	h.waitN(t, 1)
+
+	renamed := e.load()
+	renamed.Streams[0].Name, renamed.Subscriptions[0].Stream = "renamed", "renamed"
+	if err := r.d.Reload(context.Background(), func() (*conf.Config, error) { return renamed, nil }); err != nil {
+		t.Fatalf("reload renaming the stream: %v", err)
+	}
+	waitFor(t, "a failed write of the copy", func() bool { return len(r.logs.with("fire failed, will retry")) > 0 })
+	err := r.logs.with("fire failed, will retry")[0].attrs["err"]
+	if !strings.Contains(err, `stream "orders" of a pending copy is not configured`) || !strings.Contains(err, "give the stream its old name back") {
+		t.Errorf("the failed write says %q; want it to name the stream and the way out", err)
+	}
+	if err := r.d.Reload(context.Background(), func() (*conf.Config, error) { return e.load(), nil }); err != nil {
+		t.Fatalf("reload giving the stream its name back: %v", err)
+	}
+	got := h.waitN(t, 2)
+	if got[1].Attempt != 2 || string(got[1].Payload) != "a" {
+		t.Errorf("second delivery: attempt %d of %q; want the copy of a, attempt 2", got[1].Attempt, got[1].Payload)
 	}
 }
