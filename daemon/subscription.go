@@ -239,14 +239,15 @@ func (s *subscription) inline() bool {
 }
 
 // fileID returns the identity of s.file as deliveries carry it
-// ([handler.Delivery.File]): a hash of the device, the inode, and the
-// header's creation time and file name, computed once per file. With the
-// record's offset it identifies the record for good: the same when it is
-// read again after a restart, another for a copy written elsewhere.
+// ([handler.Delivery.File]): a hash of the inode and the header's creation
+// time and file name, computed once per file. With the record's offset it
+// identifies the record for good: the same when it is read again after a
+// restart or a reboot (the device number, which a reboot may change, is
+// left out), another for a copy written elsewhere.
 func (s *subscription) fileID() string {
 	if s.idHash == "" {
 		sum := sha256.New()
-		fmt.Fprintf(sum, "%d\x00%d\x00%d\x00%s", s.file.Dev, s.file.Ino, s.file.CreatedAtMs, s.file.FileName)
+		fmt.Fprintf(sum, "%d\x00%d\x00%s", s.file.Ino, s.file.CreatedAtMs, s.file.FileName)
 		s.idHash = hex.EncodeToString(sum.Sum(nil)[:12])
 	}
 	return s.idHash

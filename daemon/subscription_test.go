@@ -1,9 +1,12 @@
 package daemon
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -75,6 +78,87 @@ func TestTruncatedInPlace(t *testing.T) {
 	}
 	if got := rec.seen(); got[5] != "1/1/b0" {
 		t.Errorf("delivered %q, want b0 last", got)
+	}
+}
+
+// TestResumeAfterDeviceChange: a position stored by the previous streamd,
+// in a sidecar of version 1 that names the file's device number, applies
+// to the file whatever its device number is now (a reboot may change it):
+// offsets show counts the lag, and the subscription resumes after the
+// records the position passes rather than reading the file again from its
+// beginning. The next commit stores the position without the device
+// number.
+func TestResumeAfterDeviceChange(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		delta uint64 // added to the device number the sidecar names
+	}{
+		{"same device number", 0},
+		{"device number changed by a reboot", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newRunEnv(t, runSub("s", "k", "start_at = \"beginning\""))
+			e.put("k", nil, "a0", "a1")
+			stored := e.fileSize()
+			e.put("k", nil, "a2")
+			f, err := os.Open(e.stream)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h, err := streamfile.ReadHeader(f)
+			var st syscall.Stat_t
+			if err := errors.Join(err, syscall.Fstat(int(f.Fd()), &st), f.Close()); err != nil {
+				t.Fatal(err)
+			}
+			sidecar := fmt.Sprintf(`{"version": 1, "subscriptions": {"s": {"stream": %q, `+
+				`"file": {"dev": %d, "ino": %d, "file_name": %q, "created_at_ms": %d}, `+
+				`"offset": %d, "last_seq": 2, "committed_at": "2026-12-01T00:00:00Z"}}}`,
+				e.stream, st.Dev+tc.delta, st.Ino, h.FileName, h.CreatedAtMs, stored)
+			state := filepath.Join(e.dir, "state")
+			if err := errors.Join(os.MkdirAll(state, 0o750), os.WriteFile(filepath.Join(state, offsets.SidecarName), []byte(sidecar), 0o600)); err != nil {
+				t.Fatal(err)
+			}
+
+			size := e.fileSize()
+			reports, err := Positions(e.load())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(reports) != 1 || reports[0].Lag != size-stored || reports[0].Note != "" {
+				t.Errorf("offsets show: %+v, want a lag of %d and no note", reports, size-stored)
+			}
+
+			rec := newRecorder(nil)
+			e.start(map[string]handler.Handler{"s": rec})
+			p := storedPositionWhen(t, e, "s", func(p offsets.Position) bool { return p.Offset == size })
+			if want := (streamfile.Identity{Ino: st.Ino, FileName: h.FileName, CreatedAtMs: h.CreatedAtMs}); p.File != want {
+				t.Errorf("stored file %+v, want %+v", p.File, want)
+			}
+			if got := rec.seen(); !slices.Equal(got, []string{"3/1/a2"}) {
+				t.Errorf("delivered %q, want a2 only", got)
+			}
+		})
+	}
+}
+
+// TestFileID pins the file identity that deliveries carry, and so the
+// Nats-Msg-Id of a record: it depends on the inode number and the header
+// only, not on the device number, which a reboot may change, and must not
+// change from one streamd version to the next.
+func TestFileID(t *testing.T) {
+	for _, tc := range []struct {
+		file streamfile.Identity
+		want string
+	}{
+		{streamfile.Identity{Ino: 1311020, FileName: "orders", CreatedAtMs: 1694767177437}, "75b76d0e4735e00dfc744cd6"},
+		{streamfile.Identity{Ino: 1311021, FileName: "orders", CreatedAtMs: 1694767177437}, "5bc788649a757aeffbb8564f"},
+		{streamfile.Identity{Ino: 1311020, FileName: "orders", CreatedAtMs: 1694767177438}, "c3eea2e56fe5ecc654efa5fd"},
+		{streamfile.Identity{Ino: 1311020, FileName: "orders.ss", CreatedAtMs: 1694767177437}, "7911956ec158a5e95565e376"},
+	} {
+		s := &subscription{file: tc.file}
+		if got := s.fileID(); got != tc.want {
+			t.Errorf("fileID of %+v = %q, want %q", tc.file, got, tc.want)
+		}
 	}
 }
 

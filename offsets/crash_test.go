@@ -30,7 +30,7 @@ const crashSubscriptions = 16
 func crashPosition(i uint64) Position {
 	return Position{
 		Stream:  "/s/crash.ss",
-		File:    streamfile.Identity{Dev: 1, Ino: i, FileName: "crash", CreatedAtMs: i},
+		File:    streamfile.Identity{Ino: i, FileName: "crash", CreatedAtMs: i},
 		Offset:  int64(i) * 100,
 		LastSeq: i,
 	}

@@ -14,12 +14,11 @@
 // The sidecar is indented JSON, subscriptions sorted by name:
 //
 //	{
-//	  "version": 1,
+//	  "version": 2,
 //	  "subscriptions": {
 //	    "billing": {
 //	      "stream": "/var/lib/seastreamer/orders.ss",
 //	      "file": {
-//	        "dev": 2049,
 //	        "ino": 1311020,
 //	        "file_name": "orders",
 //	        "created_at_ms": 1694767177437
@@ -32,16 +31,24 @@
 //	}
 //
 // For each subscription: stream is the stream file's path; file identifies
-// the file the offset belongs to (device and inode from stat(2), file name
-// and creation time in milliseconds from the file's header), so that a
-// replaced file is not read from its predecessor's offset; offset is the
-// byte offset of the next frame to read; last_seq is the sequence number of
-// the last settled record; committed_at is when the entry last changed on
-// disk, in UTC.
+// the file the offset belongs to ([streamfile.Identity]: inode from
+// stat(2), file name and creation time in milliseconds from the file's
+// header), so that a replaced file is not read from its predecessor's
+// offset; offset is the byte offset of the next frame to read; last_seq is
+// the sequence number of the last settled record; committed_at is when the
+// entry last changed on disk, in UTC.
+//
+// Version 1 also held the device number of the file ("dev", before
+// "ino"). That number can change at a reboot, and a position that names it
+// no longer applies to its file then. A sidecar of version 1 is read as
+// well, its device numbers ignored; the next commit that stores a position
+// writes version 2, which a streamd that reads version 1 only refuses as
+// corrupt.
 //
 // Decoding is strict. The file must be one JSON object and nothing else,
-// of version 1, with every field present exactly once, no other field (keys
-// match exactly, not case-insensitively), no null and no negative offset.
+// of version 2 or 1, with every field of its version present exactly once,
+// no other field (keys match exactly, not case-insensitively), no null and
+// no negative offset.
 // An empty file, NUL bytes, a truncated or invalid JSON text, another
 // version, an unknown or missing field: each is a [*CorruptError] that
 // names the file, says what is wrong and how to recover. [Open] and [Load]

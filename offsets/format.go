@@ -16,8 +16,16 @@ import (
 	"github.com/streamd/streamd/streamfile"
 )
 
-// formatVersion is the sidecar format this package reads and writes.
-const formatVersion = 1
+// formatVersion is the sidecar format this package writes. It reads
+// devVersion too.
+const formatVersion = 2
+
+// devVersion is the format before formatVersion, which also stored the
+// device number of each position's file. That number can change at a
+// reboot (see [streamfile.Identity]); a sidecar of this version is read
+// with it checked to be there and ignored, so that its positions apply to
+// their files whatever their device numbers are now.
+const devVersion = 1
 
 // CorruptError reports a sidecar that cannot be decoded. Open and Load
 // return it instead of starting from empty positions, and leave the file
@@ -65,7 +73,8 @@ func (e *MissingError) Error() string {
 		"to start afresh, as on a first start, dropping what it holds)", e.Path, e.Marker, e.Marker)
 }
 
-// The JSON shape of a sidecar, version 1. fieldsAt must list the same keys.
+// The JSON shape of a sidecar, version 2 and, with the dev field,
+// version 1. fieldsAt must list the same keys.
 type (
 	fileJSON struct {
 		Version       int                  `json:"version"`
@@ -79,17 +88,19 @@ type (
 		CommittedAt string       `json:"committed_at"`
 	}
 	identityJSON struct {
-		Dev         uint64 `json:"dev"`
+		// Dev is version 1's device number: read, and ignored; never
+		// written (left zero, it is omitted).
+		Dev         uint64 `json:"dev,omitempty"`
 		Ino         uint64 `json:"ino"`
 		FileName    string `json:"file_name"`
 		CreatedAtMs uint64 `json:"created_at_ms"`
 	}
 )
 
-// fieldsAt returns the keys the object at path must have, all of them and
-// no other, and whether path is an object of the format at all. The
-// subscriptions object takes any key (nil).
-func fieldsAt(path []string) ([]string, bool) {
+// fieldsAt returns the keys the object at path must have in a sidecar of
+// the version, all of them and no other, and whether path is an object of
+// the format at all. The subscriptions object takes any key (nil).
+func fieldsAt(version int64, path []string) ([]string, bool) {
 	switch {
 	case len(path) == 0:
 		return []string{"version", "subscriptions"}, true
@@ -100,7 +111,11 @@ func fieldsAt(path []string) ([]string, bool) {
 	case len(path) == 2:
 		return []string{"stream", "file", "offset", "last_seq", "committed_at"}, true
 	case len(path) == 3 && path[2] == "file":
-		return []string{"dev", "ino", "file_name", "created_at_ms"}, true
+		fields := []string{"ino", "file_name", "created_at_ms"}
+		if version == devVersion {
+			fields = append([]string{"dev"}, fields...)
+		}
+		return fields, true
 	}
 	return nil, false
 }
@@ -113,7 +128,7 @@ func encode(positions map[string]Position) ([]byte, error) {
 	for name, p := range positions {
 		file.Subscriptions[name] = entryJSON{
 			Stream:      p.Stream,
-			File:        identityJSON(p.File),
+			File:        identityJSON{Ino: p.File.Ino, FileName: p.File.FileName, CreatedAtMs: p.File.CreatedAtMs},
 			Offset:      p.Offset,
 			LastSeq:     p.LastSeq,
 			CommittedAt: p.CommittedAt.UTC().Format(time.RFC3339Nano),
@@ -127,8 +142,9 @@ func encode(positions map[string]Position) ([]byte, error) {
 }
 
 // decode parses a sidecar strictly: one JSON object and nothing after it,
-// version 1, every field present once and no other, no null, no negative
-// offset. Its errors say what is wrong without naming the file.
+// version 2 or 1, every field of that version present once and no other,
+// no null, no negative offset. Its errors say what is wrong without naming
+// the file.
 func decode(data []byte) (map[string]Position, error) {
 	if err := checkBytes(data); err != nil {
 		return nil, err
@@ -170,10 +186,10 @@ func decode(data []byte) (map[string]Position, error) {
 	if err != nil {
 		return nil, fieldError([]string{"version"}, fmt.Sprintf("%s, want an integer", top.Version))
 	}
-	if version != formatVersion {
-		return nil, fmt.Errorf("unsupported version %d, this streamd reads version %d", version, formatVersion)
+	if version != formatVersion && version != devVersion {
+		return nil, fmt.Errorf("unsupported version %d, this streamd reads versions %d and %d", version, devVersion, formatVersion)
 	}
-	if err := checkKeys(raw); err != nil {
+	if err := checkKeys(version, raw); err != nil {
 		return nil, err
 	}
 
@@ -211,7 +227,7 @@ func (e entryJSON) position(name string) (Position, error) {
 	}
 	p := Position{
 		Stream:      e.Stream,
-		File:        streamfile.Identity(e.File),
+		File:        streamfile.Identity{Ino: e.File.Ino, FileName: e.File.FileName, CreatedAtMs: e.File.CreatedAtMs},
 		Offset:      e.Offset,
 		LastSeq:     e.LastSeq,
 		CommittedAt: committedAt,
@@ -287,11 +303,11 @@ func fieldError(path []string, problem string) error {
 }
 
 // checkKeys walks the objects of raw, which must be valid JSON, and
-// reports the first key that is repeated, unknown or missing, and any null
-// where the format wants a value. encoding/json would keep the last of two
+// reports the first key that is repeated, unknown or missing in a sidecar
+// of the version, and any null where the format wants a value. encoding/json would keep the last of two
 // equal keys, match keys case-insensitively and read null as zero, all
 // without a word.
-func checkKeys(raw json.RawMessage) error {
+func checkKeys(version int64, raw json.RawMessage) error {
 	type frame struct {
 		path    []string        // keys from the top to this container
 		object  bool            // an object, not an array
@@ -338,7 +354,7 @@ func checkKeys(raw json.RawMessage) error {
 		}
 		switch tok {
 		case json.Delim('{'), json.Delim('['):
-			fields, known := fieldsAt(path)
+			fields, known := fieldsAt(version, path)
 			stack = append(stack, &frame{
 				path:    path,
 				object:  tok == json.Delim('{'),

@@ -19,11 +19,11 @@ var update = flag.Bool("update", false, "rewrite testdata/sidecar.golden.json")
 // validSidecar is a well-formed sidecar; the rows of corruptSidecars are
 // made from it.
 const validSidecar = `{
-  "version": 1,
+  "version": 2,
   "subscriptions": {
     "billing": {
       "stream": "/s/orders.ss",
-      "file": {"dev": 1, "ino": 2, "file_name": "orders", "created_at_ms": 3},
+      "file": {"ino": 2, "file_name": "orders", "created_at_ms": 3},
       "offset": 4096,
       "last_seq": 17,
       "committed_at": "2025-03-01T12:00:00Z"
@@ -62,28 +62,32 @@ func corruptSidecars() []corruptSidecar {
 		{"NUL tail", validSidecar[:40] + strings.Repeat("\x00", 100), "NUL byte at offset 40, likely a torn write"},
 		{"torn", validSidecar[:100], "JSON ends early at byte 100, likely a torn write"},
 		{"torn before last brace", strings.TrimSuffix(validSidecar, "}\n"), fmt.Sprintf("JSON ends early at byte %d, likely a torn write", len(validSidecar)-2)},
-		{"invalid JSON", `{"version": 1,}`, "invalid JSON at byte 15: invalid character '}' looking for beginning of object key string"},
+		{"invalid JSON", `{"version": 2,}`, "invalid JSON at byte 15: invalid character '}' looking for beginning of object key string"},
 		{"trailing data", validSidecar + "\n}\n", fmt.Sprintf("unexpected data after the JSON object at byte %d", len(validSidecar)+1)},
 		{"two documents", validSidecar + validSidecar, fmt.Sprintf("unexpected data after the JSON object at byte %d", len(validSidecar))},
-		{"not an object", `[{"version": 1}]`, "the JSON value is not an object"},
-		{"wrong version", replaced(`"version": 1`, `"version": 2`), "unsupported version 2, this streamd reads version 1"},
-		{"version 0", replaced(`"version": 1`, `"version": 0`), "unsupported version 0, this streamd reads version 1"},
-		{"version string", replaced(`"version": 1`, `"version": "1"`), `field "version": "1", want an integer`},
-		{"version fraction", replaced(`"version": 1`, `"version": 1.0`), `field "version": 1.0, want an integer`},
+		{"not an object", `[{"version": 2}]`, "the JSON value is not an object"},
+		{"newer version", replaced(`"version": 2`, `"version": 3`), "unsupported version 3, this streamd reads versions 1 and 2"},
+		{"version 0", replaced(`"version": 2`, `"version": 0`), "unsupported version 0, this streamd reads versions 1 and 2"},
+		{"version string", replaced(`"version": 2`, `"version": "2"`), `field "version": "2", want an integer`},
+		{"version fraction", replaced(`"version": 2`, `"version": 2.0`), `field "version": 2.0, want an integer`},
 		{"no version", `{"subscriptions": {}}`, `field "version": missing`},
-		{"version twice", replaced(`"version": 1`, `"version": 2, "version": 1`), `field "version": appears twice`},
-		{"unknown field", replaced(`"version": 1`, `"version": 1, "extra": true`), `field "extra": unknown`},
-		{"no subscriptions", `{"version": 1}`, `field "subscriptions": missing`},
-		{"null subscriptions", `{"version": 1, "subscriptions": null}`, `field "subscriptions": null value`},
-		{"subscriptions array", `{"version": 1, "subscriptions": []}`, `field "subscriptions": array, want an object`},
+		{"version twice", replaced(`"version": 2`, `"version": 1, "version": 2`), `field "version": appears twice`},
+		{"unknown field", replaced(`"version": 2`, `"version": 2, "extra": true`), `field "extra": unknown`},
+		{"no subscriptions", `{"version": 2}`, `field "subscriptions": missing`},
+		{"null subscriptions", `{"version": 2, "subscriptions": null}`, `field "subscriptions": null value`},
+		{"subscriptions array", `{"version": 2, "subscriptions": []}`, `field "subscriptions": array, want an object`},
 		{"unknown entry field", replaced(`"offset": 4096`, `"offset": 4096, "partition": 0`), `subscription "billing": field "partition": unknown`},
 		{"field in other case", replaced(`"offset"`, `"Offset"`), `subscription "billing": field "Offset": unknown`},
-		{"unknown identity field", replaced(`"dev": 1`, `"dev": 1, "rdev": 1`), `subscription "billing": field "file.rdev": unknown`},
+		{"unknown identity field", replaced(`"ino": 2`, `"ino": 2, "rdev": 1`), `subscription "billing": field "file.rdev": unknown`},
+		{"device number in version 2", replaced(`"ino": 2`, `"dev": 1, "ino": 2`), `subscription "billing": field "file.dev": unknown`},
+		{"version 1 without its device number", replaced(`"version": 2`, `"version": 1`), `subscription "billing": field "file.dev": missing`},
+		{"negative device number", strings.NewReplacer(`"version": 2`, `"version": 1`, `"ino": 2`, `"dev": -1, "ino": 2`).Replace(validSidecar),
+			`subscription "billing": field "file.dev": number -1, want a non-negative integer`},
 		{"missing field", replaced(`"last_seq": 17,`, ``), `subscription "billing": field "last_seq": missing`},
 		{"missing identity field", replaced(`"ino": 2, `, ``), `subscription "billing": field "file.ino": missing`},
 		{"repeated subscription", replaced("}\n  }\n}", "},\n    \"billing\": {}\n  }\n}"), `subscription "billing": appears twice`},
-		{"null entry", `{"version": 1, "subscriptions": {"billing": null}}`, `subscription "billing": null value`},
-		{"entry not an object", `{"version": 1, "subscriptions": {"billing": 7}}`, `subscription "billing": number, want an object`},
+		{"null entry", `{"version": 2, "subscriptions": {"billing": null}}`, `subscription "billing": null value`},
+		{"entry not an object", `{"version": 2, "subscriptions": {"billing": 7}}`, `subscription "billing": number, want an object`},
 		{"null offset", replaced(`4096`, `null`), `subscription "billing": field "offset": null value`},
 		{"offset string", replaced(`4096`, `"4096"`), `subscription "billing": field "offset": string, want an integer`},
 		{"offset too large", replaced(`4096`, `1e30`), `subscription "billing": field "offset": number 1e30, want an integer`},
@@ -210,7 +214,7 @@ func TestDecodeValid(t *testing.T) {
 	}
 	want := map[string]Position{"billing": {
 		Stream:      "/s/orders.ss",
-		File:        streamfile.Identity{Dev: 1, Ino: 2, FileName: "orders", CreatedAtMs: 3},
+		File:        streamfile.Identity{Ino: 2, FileName: "orders", CreatedAtMs: 3},
 		Offset:      4096,
 		LastSeq:     17,
 		CommittedAt: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC),
@@ -220,25 +224,56 @@ func TestDecodeValid(t *testing.T) {
 	}
 }
 
+// TestDecodeVersion1 reads testdata/sidecar.v1.json, a sidecar as the
+// previous streamd wrote it, with the device numbers it no longer keeps:
+// its positions are those of TestEncodeGolden, and written again they
+// make that test's golden file, of version 2.
+func TestDecodeVersion1(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("testdata", "sidecar.v1.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := decode(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := diffPositions(got, goldenPositions); diff != "" {
+		t.Fatal(diff)
+	}
+	encoded, err := encode(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden, err := os.ReadFile(filepath.Join("testdata", "sidecar.golden.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(encoded, golden) {
+		t.Fatalf("written again:\n%s\nwant:\n%s", encoded, golden)
+	}
+}
+
+// goldenPositions are the positions of testdata/sidecar.golden.json.
+var goldenPositions = map[string]Position{
+	"billing": {
+		Stream:      "/var/lib/seastreamer/orders.ss",
+		File:        streamfile.Identity{Ino: 1311020, FileName: "orders", CreatedAtMs: 1694767177437},
+		Offset:      4096,
+		LastSeq:     17,
+		CommittedAt: time.Date(2025, 3, 1, 12, 0, 0, 500_000_000, time.UTC),
+	},
+	"audit": {
+		Stream:      "/var/lib/seastreamer/orders.ss",
+		File:        streamfile.Identity{Ino: 1311020, FileName: "orders", CreatedAtMs: 1694767177437},
+		Offset:      128,
+		CommittedAt: time.Date(2025, 3, 1, 13, 0, 0, 0, time.FixedZone("CET", 3600)),
+	},
+}
+
 // TestEncodeGolden pins the bytes of the format. Run with -update to
 // rewrite the golden file after a deliberate change.
 func TestEncodeGolden(t *testing.T) {
-	positions := map[string]Position{
-		"billing": {
-			Stream:      "/var/lib/seastreamer/orders.ss",
-			File:        streamfile.Identity{Dev: 2049, Ino: 1311020, FileName: "orders", CreatedAtMs: 1694767177437},
-			Offset:      4096,
-			LastSeq:     17,
-			CommittedAt: time.Date(2025, 3, 1, 12, 0, 0, 500_000_000, time.UTC),
-		},
-		"audit": {
-			Stream:      "/var/lib/seastreamer/orders.ss",
-			File:        streamfile.Identity{Dev: 2049, Ino: 1311020, FileName: "orders", CreatedAtMs: 1694767177437},
-			Offset:      128,
-			CommittedAt: time.Date(2025, 3, 1, 13, 0, 0, 0, time.FixedZone("CET", 3600)),
-		},
-	}
-	got, err := encode(positions)
+	got, err := encode(goldenPositions)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +294,7 @@ func TestEncodeGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := diffPositions(back, positions); diff != "" {
+	if diff := diffPositions(back, goldenPositions); diff != "" {
 		t.Fatal(diff)
 	}
 }
@@ -269,8 +304,10 @@ func TestEncodeGolden(t *testing.T) {
 // encodes to the same bytes again.
 func FuzzDecodeSidecar(f *testing.F) {
 	f.Add([]byte(validSidecar))
-	if golden, err := os.ReadFile(filepath.Join("testdata", "sidecar.golden.json")); err == nil {
-		f.Add(golden)
+	for _, name := range []string{"sidecar.golden.json", "sidecar.v1.json"} {
+		if golden, err := os.ReadFile(filepath.Join("testdata", name)); err == nil {
+			f.Add(golden)
+		}
 	}
 	for _, tc := range corruptSidecars() {
 		if len(tc.data) <= 1<<16 {

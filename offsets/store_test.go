@@ -22,7 +22,7 @@ import (
 func testPosition(offset int64) Position {
 	return Position{
 		Stream:  "/s/orders.ss",
-		File:    streamfile.Identity{Dev: 1, Ino: 2, FileName: "orders", CreatedAtMs: 3},
+		File:    streamfile.Identity{Ino: 2, FileName: "orders", CreatedAtMs: 3},
 		Offset:  offset,
 		LastSeq: uint64(offset / 10),
 	}

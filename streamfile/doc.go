@@ -119,6 +119,10 @@
 //     kept the old file open). A frame torn at the end of the old file is
 //     lost.
 //
+// A position stored for later names its file by [Identity]: the inode
+// number and the header's file name and creation time, not the device
+// number, which can change at a reboot.
+//
 // # Printing
 //
 // A [Format] prints what a file holds as text lines, in the SeaStreamer

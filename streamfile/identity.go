@@ -7,13 +7,25 @@ import (
 )
 
 // Identity identifies one stream file, so that a position stored for it is
-// never applied to a file that replaced it at its path. The device and
-// inode numbers tell apart files that exist at the same time; the file name
-// and creation time of the header tell a file from one created later that
-// got the same inode number, or that was truncated and rewritten in place.
+// never applied to a file that replaced it at its path. The inode number
+// tells apart files that exist at the same time on the file system of the
+// path; the file name and creation time of the header tell a file from one
+// created later that got the same inode number, or that was truncated and
+// rewritten in place.
+//
+// The device number is left out on purpose: it is not stable across
+// reboots (btrfs subvolumes, NFS and overlayfs get a device number when
+// they are mounted, device-mapper minors follow the order of activation),
+// and a stored position must still name its file after one. Two files with
+// the same inode number and the same header on two file systems (a
+// snapshot or a copy of a file system mounted in place of the first) are
+// therefore taken for one file. That is the right call for a snapshot,
+// which holds the same records at the same offsets, and a position that
+// does not fit the file is caught as a truncation. A follower that sees the
+// path name another file compares device and inode numbers of two stats in
+// one boot (os.SameFile), so it notices such a replacement all the same.
 type Identity struct {
-	// Dev and Ino are the device and inode numbers from stat(2).
-	Dev uint64
+	// Ino is the inode number from stat(2).
 	Ino uint64
 	// FileName and CreatedAtMs come from the file's header: the name the
 	// writer stored and the creation time in milliseconds since the epoch.
@@ -27,7 +39,7 @@ type Identity struct {
 func IdentityOf(fi fs.FileInfo, h Header) (Identity, error) {
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
-		return Identity{}, fmt.Errorf("streamfile: %s: no device and inode numbers", fi.Name())
+		return Identity{}, fmt.Errorf("streamfile: %s: no inode number", fi.Name())
 	}
-	return Identity{Dev: uint64(st.Dev), Ino: st.Ino, FileName: h.FileName, CreatedAtMs: h.CreatedAtMs}, nil
+	return Identity{Ino: st.Ino, FileName: h.FileName, CreatedAtMs: h.CreatedAtMs}, nil
 }

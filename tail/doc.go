@@ -27,13 +27,16 @@
 // # Positions and identity
 //
 // A position is a file identity and an offset ([Position]). The identity
-// ([streamfile.Identity]) is the device and inode numbers of the file and the
-// file name and creation time in its header: a file renamed over the path,
-// deleted and created again, or truncated and rewritten with a new header
-// is another file. Every [Record] carries the identity of its file and the
-// offsets of its frame; Record.End is where the next frame starts, the
-// position to store once the record is settled. [Follower.Position] is the
-// position of the next record.
+// ([streamfile.Identity]) is the inode number of the file and the file name
+// and creation time in its header: a file renamed over the path, deleted
+// and created again, or truncated and rewritten with a new header is
+// another file. The device number is not part of it: it can change at a
+// reboot, and a stored position must still apply then. While it runs, the
+// follower tells that the path names another file by the device and inode
+// numbers of both (see Following). Every [Record] carries the identity of
+// its file and the offsets of its frame; Record.End is where the next frame
+// starts, the position to store once the record is settled.
+// [Follower.Position] is the position of the next record.
 //
 // A stored position passed as [Options.Resume] is used when the file at the
 // path has its identity, and is checked to be a frame boundary of the file;

@@ -609,7 +609,7 @@ func (fl *Follower) readHeader() (bool, error) {
 	}
 	fl.dec = streamfile.NewDecoder(fl.f, h, off)
 	fl.reportPos = off
-	fl.log.Debug("reading", "file_name", h.FileName, "created_at_ms", h.CreatedAtMs, "dev", id.Dev, "ino", id.Ino, "offset", off)
+	fl.log.Debug("reading", "file_name", h.FileName, "created_at_ms", h.CreatedAtMs, "ino", id.Ino, "offset", off)
 	return true, nil
 }
 

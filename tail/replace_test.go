@@ -228,7 +228,8 @@ func TestResume(t *testing.T) {
 		event  Event
 	}{
 		{"same file", stored, 38, 0},
-		{"another file", Position{File: streamfile.Identity{Dev: stored.File.Dev, Ino: stored.File.Ino + 1, FileName: "r.ss", CreatedAtMs: 1}, Offset: stored.Offset}, 1, EventReplaced},
+		{"another file", Position{File: streamfile.Identity{Ino: stored.File.Ino + 1, FileName: "r.ss", CreatedAtMs: 1}, Offset: stored.Offset}, 1, EventReplaced},
+		{"reused inode", Position{File: streamfile.Identity{Ino: stored.File.Ino, FileName: "r.ss", CreatedAtMs: 2}, Offset: stored.Offset}, 1, EventReplaced},
 		{"not a frame boundary", Position{File: stored.File, Offset: stored.Offset + 1}, 1, EventTruncated},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
