@@ -304,9 +304,9 @@ func fieldError(path []string, problem string) error {
 
 // checkKeys walks the objects of raw, which must be valid JSON, and
 // reports the first key that is repeated, unknown or missing in a sidecar
-// of the version, and any null where the format wants a value. encoding/json would keep the last of two
-// equal keys, match keys case-insensitively and read null as zero, all
-// without a word.
+// of the version, and any null where the format wants a value.
+// encoding/json would keep the last of two equal keys, match keys
+// case-insensitively and read null as zero, all without a word.
 func checkKeys(version int64, raw json.RawMessage) error {
 	type frame struct {
 		path    []string        // keys from the top to this container
