@@ -11,7 +11,8 @@ import (
 	"time"
 )
 
-// MaxLineBytes bounds one input line; a longer line is an error.
+// MaxLineBytes bounds one input line of a [NewReader]; a longer line is a
+// [*LineTooLongError].
 const MaxLineBytes = 16 << 20
 
 // ErrClosed reports that the reader of the output, the next stage of the
@@ -23,29 +24,57 @@ var ErrClosed = errors.New("stdout was closed by the next stage")
 // cannot carry one (settlement.md §8.2).
 var ErrEmpty = errors.New("stdio drops empty lines; an empty message cannot be transmitted")
 
+// LineTooLongError is an input line longer than the [Reader]'s limit. The
+// Reader passes over the rest of it: the next call of Next returns the
+// line after it.
+type LineTooLongError struct {
+	Line  int // its number, counting from 1
+	Limit int // the longest line the Reader returns, in bytes
+}
+
+func (e *LineTooLongError) Error() string {
+	return fmt.Sprintf("stdin line %d is longer than %d bytes", e.Line, e.Limit)
+}
+
 // Reader reads the lines of stdio input: a pipe stage's, and what
 // `streamd publish` appends.
 type Reader struct {
-	r    *bufio.Reader
-	long []byte
-	n    int // lines returned
-	done bool
+	r     *bufio.Reader
+	limit int
+	long  []byte
+	n     int  // lines returned, too long ones included
+	skip  bool // the rest of a too long line is still to be read
+	done  bool
 }
 
-// NewReader returns a Reader of in.
-func NewReader(in io.Reader) *Reader {
-	return &Reader{r: bufio.NewReaderSize(in, 64<<10)}
+// NewReader returns a Reader of in whose lines are at most [MaxLineBytes]
+// long.
+func NewReader(in io.Reader) *Reader { return NewReaderLimit(in, MaxLineBytes) }
+
+// NewReaderLimit returns a Reader of in whose lines are at most limit
+// bytes long, '\n' not counted. It holds up to limit bytes of a line, and
+// no more of a longer one.
+func NewReaderLimit(in io.Reader, limit int) *Reader {
+	return &Reader{r: bufio.NewReaderSize(in, 64<<10), limit: limit}
 }
 
 // Next returns the next line without its '\n', valid until the next call.
 // A last line without '\n' is a line; the end of the input is io.EOF. A
-// line longer than [MaxLineBytes] is an error that names it by its number.
+// line longer than the limit is a [*LineTooLongError], returned as soon as
+// the limit is passed; the next call reads past the rest of that line,
+// without holding it, and returns the line after it.
 func (r *Reader) Next() ([]byte, error) {
+	if r.skip {
+		if err := r.skipLine(); err != nil {
+			return nil, err
+		}
+	}
 	for !r.done {
 		chunk, err := r.r.ReadSlice('\n')
 		switch {
 		case errors.Is(err, bufio.ErrBufferFull):
-			if len(r.long)+len(chunk) > MaxLineBytes {
+			if len(r.long)+len(chunk) > r.limit {
+				r.skip = true
 				return nil, r.tooLong()
 			}
 			r.long = append(r.long, chunk...)
@@ -61,7 +90,7 @@ func (r *Reader) Next() ([]byte, error) {
 			r.long = nil
 		}
 		line = bytes.TrimSuffix(line, []byte("\n"))
-		if len(line) > MaxLineBytes {
+		if len(line) > r.limit {
 			return nil, r.tooLong()
 		}
 		if len(line) > 0 || err == nil {
@@ -72,8 +101,30 @@ func (r *Reader) Next() ([]byte, error) {
 	return nil, io.EOF
 }
 
+// tooLong drops what the Reader holds of the line it counts as too long,
+// and returns its error.
 func (r *Reader) tooLong() error {
-	return fmt.Errorf("stdin line %d is longer than %d bytes", r.n+1, MaxLineBytes)
+	r.long = nil
+	r.n++
+	return &LineTooLongError{Line: r.n, Limit: r.limit}
+}
+
+// skipLine reads past the rest of a too long line, through its '\n' or to
+// the end of the input.
+func (r *Reader) skipLine() error {
+	for {
+		_, err := r.r.ReadSlice('\n')
+		switch {
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case errors.Is(err, io.EOF):
+			r.done = true
+		case err != nil:
+			return fmt.Errorf("read stdin: %w", err)
+		}
+		r.skip = false
+		return nil
+	}
 }
 
 // Buffered reports whether input is at hand: the next call of Next may

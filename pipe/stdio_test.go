@@ -2,8 +2,11 @@ package pipe
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"os"
+	"runtime"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -51,14 +54,95 @@ func TestReader(t *testing.T) {
 	}
 }
 
+// TestReaderLineTooLong: a line over the limit is a *LineTooLongError
+// naming it, wherever the limit falls (in the read buffer or past it), and
+// the next call returns the line after it, numbered on.
 func TestReaderLineTooLong(t *testing.T) {
-	r := NewReader(strings.NewReader("a\n" + strings.Repeat("x", MaxLineBytes+1) + "\n"))
+	big := strings.Repeat("x", 200<<10) // longer than the read buffer
+	tests := []struct {
+		name  string
+		limit int
+		in    string
+		want  []string // lines, "!N" for the error of a too long line N
+	}{
+		{"within the buffer", 4, "abcd\nabcde\nab\n", []string{"abcd", "!2", "ab"}},
+		{"past the buffer", 100 << 10, "a\n" + big + "\nb\n" + big + big + "\nc", []string{"a", "!2", "b", "!4", "c"}},
+		{"the last line, without newline", 100 << 10, "a\n" + big, []string{"a", "!2"}},
+		{"two in a row", 4, "abcde\n" + big + "\n\nz\n", []string{"!1", "!2", "", "z"}},
+		{"at the limit", 4, "abcd\n", []string{"abcd"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := NewReaderLimit(strings.NewReader(tt.in), tt.limit)
+			var got []string
+			for {
+				line, err := r.Next()
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				if e, ok := errors.AsType[*LineTooLongError](err); ok {
+					if e.Limit != tt.limit {
+						t.Errorf("line %d: limit %d, want %d", e.Line, e.Limit, tt.limit)
+					}
+					got = append(got, fmt.Sprintf("!%d", e.Line))
+					continue
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, string(line))
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("got %.40q, want %.40q", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestReaderMaxLineBytes: NewReader's limit is MaxLineBytes, and the error
+// says so in the words `streamd publish` prints.
+func TestReaderMaxLineBytes(t *testing.T) {
+	r := NewReader(strings.NewReader("a\n" + strings.Repeat("x", MaxLineBytes+1) + "\nb\n"))
 	if _, err := r.Next(); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := r.Next(); err == nil || err.Error() != "stdin line 2 is longer than 16777216 bytes" {
 		t.Fatalf("got %v, want line 2's line-too-long error", err)
 	}
+	if line, err := r.Next(); err != nil || string(line) != "b" {
+		t.Errorf("after the long line: %q, %v; want line b", line, err)
+	}
+}
+
+// TestReaderTooLongBounded: the Reader holds no more of a too long line
+// than its limit, however long the line.
+func TestReaderTooLongBounded(t *testing.T) {
+	const limit, long = 1 << 10, 64 << 20
+	in := io.MultiReader(io.LimitReader(xs{}, long), strings.NewReader("\nnext\n"))
+	r := NewReaderLimit(in, limit)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	if _, err := r.Next(); !errors.As(err, new(*LineTooLongError)) {
+		t.Fatalf("got %v, want a too long line", err)
+	}
+	line, err := r.Next()
+	runtime.ReadMemStats(&after)
+	if err != nil || string(line) != "next" {
+		t.Fatalf("after the long line: %q, %v; want line next", line, err)
+	}
+	if n := after.TotalAlloc - before.TotalAlloc; n > 1<<20 {
+		t.Errorf("reading past a %d-byte line allocated %d bytes", long, n)
+	}
+}
+
+// xs is an endless input of 'x'.
+type xs struct{}
+
+func (xs) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = 'x'
+	}
+	return len(p), nil
 }
 
 func TestWriter(t *testing.T) {
