@@ -162,9 +162,53 @@ func (st *setup) closePipeHandlers(subs []*deliverer) {
 // subscription reads.
 const msgUnsubscribedLine = "stdin line of a key no subscription reads dropped; the others are counted in streamd_pipe_unsubscribed_lines_total, not logged"
 
+// A stage bounds the records it takes, so that the next stage reads every
+// line it writes: a copy is enveloped, its base64 a third longer than the
+// record, and carries headers the stage sets.
+const maxStageRecord = pipe.MaxLineBytes
+
+var (
+	// stageCopyHeaders is the most that the headers a stage sets on a
+	// copy, stream-sequence and the retry count (decimal uint64s), add to
+	// a record's [envelope.Size]. A copy on stdout carries no origin
+	// (settler.copyRecord).
+	stageCopyHeaders = envelope.Size(envelope.Headers{
+		{Name: envelope.SequenceHeader, Value: []byte("18446744073709551615")},
+		{Name: envelope.RetryCountHeader, Value: []byte("18446744073709551615")},
+	}, nil)
+	// maxStageLine is the longest line a stage reads: the longest it
+	// writes, a copy of a record of maxStageRecord under the longest
+	// producer header.
+	maxStageLine = pipe.MaxProducerHeaderLen + envelope.MaxLen(maxStageRecord+stageCopyHeaders)
+)
+
+// stageRecordSize is the size of the record of h and payload that
+// maxStageRecord bounds: its [envelope.Size] without the headers the stage
+// sets on its copies, whose values a record does not choose.
+func stageRecordSize(h envelope.Headers, payload []byte) int {
+	n := envelope.Size(h, payload)
+	for _, name := range [...]string{envelope.SequenceHeader, envelope.RetryCountHeader} {
+		if v, ok := h.Get(name); ok {
+			n -= envelope.Size(envelope.Headers{{Name: name, Value: v}}, nil)
+		}
+	}
+	return n
+}
+
+// stdinLine is a line the stage read: its text, or for a line longer than
+// maxStageLine, which the reader passed over, its error.
+type stdinLine struct {
+	text    []byte
+	tooLong error
+}
+
 // readLines reads stdin to its end (or until ctx ends) and hands each line
 // to the subscriptions of its key, one line at a time. A line of a key no
-// subscription reads is counted in m and dropped; the first is logged.
+// subscription reads is counted in m and dropped; the first is logged. A
+// line that cannot be parsed, that is longer than maxStageLine, or whose
+// record is larger than maxStageRecord is invalid: counted in every
+// subscription's read errors, and logged and skipped, or under
+// on_invalid = "fail" the error that stops the stage.
 func readLines(ctx, hctx context.Context, in io.Reader, subs []*deliverer, m *metrics.Metrics, logger *slog.Logger) error {
 	// lost returns err when stdout is closed (the stage ends), and
 	// otherwise logs the copy that could not be published as lost.
@@ -181,26 +225,43 @@ func readLines(ctx, hctx context.Context, in io.Reader, subs []*deliverer, m *me
 	for _, s := range subs {
 		failOnInvalid = failOnInvalid || s.cfg.OnInvalid == "fail"
 	}
+	invalid := func(lineNo int, err error) error {
+		for _, s := range subs {
+			s.metrics.ReadErrors[metrics.ReasonInvalidLine].Inc()
+		}
+		if failOnInvalid {
+			return fmt.Errorf("stdin line %d: %w (on_invalid = \"fail\")", lineNo, err)
+		}
+		logger.Warn("invalid stdin line skipped", "line", lineNo, "err", err)
+		return nil
+	}
 	// Reading stdin cannot be interrupted: a goroutine reads ahead, and
 	// stops at the next line once this function returns.
-	lines := make(chan []byte)
+	lines := make(chan stdinLine)
 	readErr := make(chan error, 1)
 	stop := make(chan struct{})
 	defer close(stop)
 	go func() {
 		defer close(lines)
-		r := pipe.NewReader(in)
+		r := pipe.NewReaderLimit(in, maxStageLine)
 		for {
 			line, err := r.Next()
-			if err != nil {
-				if errors.Is(err, io.EOF) {
-					err = nil
-				}
+			var next stdinLine
+			tooLong, isTooLong := errors.AsType[*pipe.LineTooLongError](err)
+			switch {
+			case isTooLong:
+				next.tooLong = fmt.Errorf("longer than %d bytes, the longest line a stage reads", tooLong.Limit)
+			case errors.Is(err, io.EOF):
+				readErr <- nil
+				return
+			case err != nil:
 				readErr <- err
 				return
+			default:
+				next.text = bytes.Clone(line)
 			}
 			select {
-			case lines <- bytes.Clone(line):
+			case lines <- next:
 			case <-stop:
 				return
 			}
@@ -214,10 +275,10 @@ func readLines(ctx, hctx context.Context, in io.Reader, subs []*deliverer, m *me
 	var seqs pipe.Sequencer
 	var d handler.Delivery
 	for lineNo := 1; ; lineNo++ {
-		var line []byte
+		var next stdinLine
 		var ok bool
 		select {
-		case line, ok = <-lines:
+		case next, ok = <-lines:
 		case <-ctx.Done():
 			return nil
 		}
@@ -227,19 +288,24 @@ func readLines(ctx, hctx context.Context, in io.Reader, subs []*deliverer, m *me
 		if ctx.Err() != nil {
 			return nil // stopped: a line taken at the same time is not handled
 		}
-		l, err := pipe.ParseLine(line)
-		if err != nil {
-			for _, s := range subs {
-				s.metrics.ReadErrors[metrics.ReasonInvalidLine].Inc()
+		if next.tooLong != nil {
+			if err := invalid(lineNo, next.tooLong); err != nil {
+				return err
 			}
-			if failOnInvalid {
-				return fmt.Errorf("stdin line %d: %w (on_invalid = \"fail\")", lineNo, err)
-			}
-			logger.Warn("invalid stdin line skipped", "line", lineNo, "err", err)
 			continue
 		}
-		key, shard, seq := seqs.Assign(&l)
-		if l.HasStreamKey && !subscribed[key] {
+		line := next.text
+		l, err := pipe.ParseLine(line)
+		if err != nil {
+			if err := invalid(lineNo, err); err != nil {
+				return err
+			}
+			continue
+		}
+		if l.HasStreamKey && !subscribed[string(l.StreamKey)] {
+			// The line takes its number all the same: a line without a
+			// key shares the counter of key broadcast.
+			key, _, _ := seqs.Assign(&l)
 			m.CountUnsubscribedLine()
 			if !unsubscribedSeen {
 				unsubscribedSeen = true
@@ -248,14 +314,28 @@ func readLines(ctx, hctx context.Context, in io.Reader, subs []*deliverer, m *me
 			continue
 		}
 		payload := l.Payload // as the upstream reader keeps it (stdio-format §2.4)
-		stopping := false    // the stage stops: the rest of the line's subscriptions get copies
+		headers, body := envelope.Decode(payload)
+		if n := stageRecordSize(headers, body); n > maxStageRecord {
+			// Invalid: it takes no sequence number, as a line that
+			// cannot be parsed takes none.
+			if err := invalid(lineNo, fmt.Errorf("its record is %d bytes of payload and headers, more than the %d a stage takes", n, maxStageRecord)); err != nil {
+				return err
+			}
+			continue
+		}
+		key, shard, seq := seqs.Assign(&l)
+		fresh := true     // headers and body are no delivery's yet
+		stopping := false // the stage stops: the rest of the line's subscriptions get copies
 		for _, s := range subs {
 			if l.HasStreamKey && s.cfg.Key != key {
 				continue
 			}
 			s.metrics.RecordsRead.Inc()
 			s.metrics.ReadBytes.Add(float64(len(line) + 1))
-			headers, body := envelope.Decode(payload)
+			if !fresh {
+				headers, body = envelope.Decode(payload)
+			}
+			fresh = false
 			headers.SetSequence(seq)
 			ts := l.Timestamp
 			if !l.HasTimestamp {

@@ -606,3 +606,118 @@ func TestStageTimestampBefore1970(t *testing.T) {
 		t.Errorf("%d records of the stdio transport's first ack, want 1 and none of a stream file's", n)
 	}
 }
+
+// stageRecord is a stdin line's envelope whose record, of headers h and a
+// payload of 'p', has the stageRecordSize size.
+func stageRecord(h envelope.Headers, size int) []byte {
+	return envelope.Encode(h, bytes.Repeat([]byte("p"), size-stageRecordSize(h, nil)), true)
+}
+
+// TestStageInvalidLongLines: a line longer than maxStageLine, and a line
+// whose record is larger than maxStageRecord, are invalid lines like any
+// other: under on_invalid = "skip" each is counted, logged with its line
+// number and skipped, and the lines after it are handled and numbered
+// right; under "fail" the stage stops at it with an error naming the line.
+func TestStageInvalidLongLines(t *testing.T) {
+	tooLong := "[jobs] " + strings.Repeat("x", maxStageLine)
+	tooLarge := "[jobs] " + strings.Repeat("x", maxStageRecord+1)
+	wantTooLong := fmt.Sprintf("longer than %d bytes, the longest line a stage reads", maxStageLine)
+	wantTooLarge := fmt.Sprintf("its record is %d bytes of payload and headers, more than the %d a stage takes", maxStageRecord+1, maxStageRecord)
+	tests := []struct {
+		name    string
+		extra   string
+		in      string
+		seen    []string
+		invalid map[string]string // line number: the error logged
+		err     string
+	}{{
+		name:    "skip",
+		in:      strings.Join([]string{"[jobs] a", tooLong, "[jobs] b", tooLarge, "[k |] c", "[jobs] d", tooLong}, "\n"),
+		seen:    []string{`jobs 0 1 "a"`, `jobs 1 1 "b"`, `jobs 2 1 "d"`},
+		invalid: map[string]string{"2": wantTooLong, "4": wantTooLarge, "5": `invalid header part ""`, "7": wantTooLong},
+	}, {
+		name:  "fail at a line too long",
+		extra: "\non_invalid = \"fail\"",
+		in:    strings.Join([]string{"[jobs] a", tooLong, "[jobs] b"}, "\n") + "\n",
+		seen:  []string{`jobs 0 1 "a"`},
+		err:   "stdin line 2: " + wantTooLong + ` (on_invalid = "fail")`,
+	}, {
+		name:  "fail at a record too large",
+		extra: "\non_invalid = \"fail\"",
+		in:    strings.Join([]string{"[jobs] a", "[jobs] b", tooLarge, "[jobs] c"}, "\n") + "\n",
+		seen:  []string{`jobs 0 1 "a"`, `jobs 1 1 "b"`},
+		err:   "stdin line 3: " + wantTooLarge + ` (on_invalid = "fail")`,
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := loadTestConfig(t, stageSub("jobs", "jobs", `out_retry = "jobs.retry"`+tt.extra), conf.ModePipe)
+			if err != nil {
+				t.Fatal(err)
+			}
+			synctest.Test(t, func(t *testing.T) {
+				r := runStage(t, cfg, tt.in, 0, stageHandlers{"jobs": func(*handler.Delivery) handler.Outcome { return ack }})
+				if got := fmt.Sprint(r.err); (tt.err == "") != (r.err == nil) || (r.err != nil && got != tt.err) {
+					t.Errorf("RunPipe returned %v, want %q", r.err, tt.err)
+				}
+				if got := r.seenLines(); !slices.Equal(got, tt.seen) {
+					t.Errorf("handlers got %q, want %q", got, tt.seen)
+				}
+				logged := r.logs.with(msgInvalidLine)
+				for _, l := range logged {
+					if l.level != slog.LevelWarn || tt.invalid[l.attrs["line"]] == "" || !strings.Contains(l.attrs["err"], tt.invalid[l.attrs["line"]]) {
+						t.Errorf("logged %v, want one of %v", l, tt.invalid)
+					}
+				}
+				if len(logged) != len(tt.invalid) {
+					t.Errorf("%d invalid lines logged, want %d", len(logged), len(tt.invalid))
+				}
+				wantCount := float64(max(len(tt.invalid), 1))
+				if v := gatheredValue(t, r.reg, "streamd_read_errors_total", map[string]string{"subscription": "jobs", "reason": "invalid_line"}); v != wantCount {
+					t.Errorf("%v invalid lines counted, want %v", v, wantCount)
+				}
+			})
+		})
+	}
+}
+
+// TestStageCopyLineBound: a stage takes a record of maxStageRecord bytes
+// whose copy is as long as a copy can be (rs2 headers, the longest retry
+// count and destination key); its copy line is within maxStageLine, which
+// it reaches with the longest sequence number, and the next stage takes
+// it.
+func TestStageCopyLineBound(t *testing.T) {
+	dest := strings.Repeat("r", pipe.MaxStreamKeyLen)
+	a, err := loadTestConfig(t, stageSub("jobs", "jobs", fmt.Sprintf("out_retry = %q", dest)), conf.ModePipe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := loadTestConfig(t, stageSub("retries", dest, `out_retry = "again"`), conf.ModePipe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := envelope.Headers{ // a name with ':' makes the envelope rs2
+		{Name: "x:rs2", Value: []byte("v")},
+		{Name: envelope.SequenceHeader, Value: []byte("7")},
+		{Name: envelope.RetryCountHeader, Value: []byte("18446744073709551614")},
+	}
+	in := fmt.Sprintf("[jobs | 18446744073709551615] %s\n", stageRecord(h, maxStageRecord))
+	synctest.Test(t, func(t *testing.T) {
+		ra := runStage(t, a, in, 0, stageHandlers{"jobs": func(*handler.Delivery) handler.Outcome { return retryAfter(0) }})
+		if ra.err != nil || len(ra.seen) != 1 {
+			t.Fatalf("stage A: %v, %d deliveries; log:\n%s", ra.err, len(ra.seen), logLines(ra.logs.all()))
+		}
+		out := ra.out.String()
+		// The writer's own sequence, 0, is 19 digits shorter than the
+		// longest.
+		if n := len(out) - len("\n") + len("18446744073709551615") - len("0"); n != maxStageLine {
+			t.Errorf("the longest copy line is %d bytes, maxStageLine %d", n, maxStageLine)
+		}
+		rb := runStage(t, b, out, 0, stageHandlers{"retries": func(*handler.Delivery) handler.Outcome { return ack }})
+		if rb.err != nil || len(rb.seen) != 1 {
+			t.Fatalf("stage B: %v, %d deliveries; log:\n%s", rb.err, len(rb.seen), logLines(rb.logs.all()))
+		}
+		if d := rb.seen[0]; len(d.Payload) != len(ra.seen[0].Payload) || string(headerValue(d.Headers, envelope.RetryCountHeader)) != "18446744073709551615" {
+			t.Errorf("stage B got %d bytes, retry count %q; want %d bytes and the count A set", len(d.Payload), headerValue(d.Headers, envelope.RetryCountHeader), len(ra.seen[0].Payload))
+		}
+	})
+}

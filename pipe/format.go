@@ -15,6 +15,11 @@ const secondsLayout = "2006-01-02T15:04:05"
 // binaryBlob replaces a payload that is not UTF-8 in the log form.
 const binaryBlob = "<BINARY BLOB>"
 
+// MaxProducerHeaderLen is the length of the longest header
+// [AppendProducerLine] writes before a payload, for a year from 0 to 9999:
+// the longest stream key and sequence number, and the space after the ']'.
+const MaxProducerHeaderLen = len("[0000-00-00T00:00:00 | ") + MaxStreamKeyLen + len(" | 18446744073709551615] ")
+
 // AppendProducerLine appends to dst the line the Rust stdio producer prints
 // for one message and returns the extended buffer:
 //

@@ -1,6 +1,7 @@
 package pipe
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -28,6 +29,15 @@ func TestAppendProducerLine(t *testing.T) {
 				t.Errorf("got %q, want %q", got, ">"+tt.want)
 			}
 		})
+	}
+}
+
+// TestMaxProducerHeaderLen: the header of a line with the longest key and
+// sequence, in the last second of year 9999, is MaxProducerHeaderLen long.
+func TestMaxProducerHeaderLen(t *testing.T) {
+	line := AppendProducerLine(nil, time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC), strings.Repeat("k", MaxStreamKeyLen), math.MaxUint64, []byte("p"))
+	if n := len(line) - len("p\n"); n != MaxProducerHeaderLen {
+		t.Errorf("header of %d bytes (%q), want %d", n, line, MaxProducerHeaderLen)
 	}
 }
 
