@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -245,7 +244,7 @@ func readLines(ctx, hctx context.Context, in io.Reader, subs []*deliverer, m *me
 		defer close(lines)
 		r := pipe.NewReaderLimit(in, maxStageLine)
 		for {
-			line, err := r.Next()
+			line, err := r.Take()
 			var next stdinLine
 			tooLong, isTooLong := errors.AsType[*pipe.LineTooLongError](err)
 			switch {
@@ -258,7 +257,7 @@ func readLines(ctx, hctx context.Context, in io.Reader, subs []*deliverer, m *me
 				readErr <- err
 				return
 			default:
-				next.text = bytes.Clone(line)
+				next.text = line
 			}
 			select {
 			case lines <- next:

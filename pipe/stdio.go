@@ -64,9 +64,27 @@ func NewReaderLimit(in io.Reader, limit int) *Reader {
 // the limit is passed; the next call reads past the rest of that line,
 // without holding it, and returns the line after it.
 func (r *Reader) Next() ([]byte, error) {
+	line, _, err := r.next()
+	return line, err
+}
+
+// Take is [Reader.Next] for a caller that keeps the line: the Reader never
+// uses its memory again. A line longer than the read buffer, which the
+// Reader puts together in memory of its own, is not copied once more.
+func (r *Reader) Take() ([]byte, error) {
+	line, own, err := r.next()
+	if err != nil || own {
+		return line, err
+	}
+	return bytes.Clone(line), nil
+}
+
+// next returns the next line as [Reader.Next] does, and whether it is in
+// memory of its own rather than in the read buffer.
+func (r *Reader) next() (line []byte, own bool, err error) {
 	if r.skip {
 		if err := r.skipLine(); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 	}
 	for !r.done {
@@ -75,30 +93,30 @@ func (r *Reader) Next() ([]byte, error) {
 		case errors.Is(err, bufio.ErrBufferFull):
 			if len(r.long)+len(chunk) > r.limit {
 				r.skip = true
-				return nil, r.tooLong()
+				return nil, false, r.tooLong()
 			}
 			r.long = append(r.long, chunk...)
 			continue
 		case errors.Is(err, io.EOF):
 			r.done = true
 		case err != nil:
-			return nil, fmt.Errorf("read stdin: %w", err)
+			return nil, false, fmt.Errorf("read stdin: %w", err)
 		}
-		line := chunk
-		if r.long != nil {
+		line, own := chunk, r.long != nil
+		if own {
 			line = append(r.long, chunk...)
 			r.long = nil
 		}
 		line = bytes.TrimSuffix(line, []byte("\n"))
 		if len(line) > r.limit {
-			return nil, r.tooLong()
+			return nil, false, r.tooLong()
 		}
 		if len(line) > 0 || err == nil {
 			r.n++
-			return line, nil
+			return line, own, nil
 		}
 	}
-	return nil, io.EOF
+	return nil, false, io.EOF
 }
 
 // tooLong drops what the Reader holds of the line it counts as too long,

@@ -54,6 +54,42 @@ func TestReader(t *testing.T) {
 	}
 }
 
+// TestReaderTake: the lines Take returns stay as they were while the
+// Reader reads on, past more than its read buffer holds, short lines and
+// lines longer than the buffer alike.
+func TestReaderTake(t *testing.T) {
+	var in strings.Builder
+	var want []string
+	for i := range 20000 {
+		line := fmt.Sprintf("line %d", i)
+		if i%5000 == 0 {
+			line = strings.Repeat(line, 20000) // longer than the read buffer
+		}
+		in.WriteString(line + "\n")
+		want = append(want, line)
+	}
+	r := NewReader(strings.NewReader(in.String()))
+	var got [][]byte
+	for {
+		line, err := r.Take()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, line)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d lines, want %d", len(got), len(want))
+	}
+	for i := range got {
+		if string(got[i]) != want[i] {
+			t.Fatalf("line %d = %.20q, want %.20q", i+1, got[i], want[i])
+		}
+	}
+}
+
 // TestReaderLineTooLong: a line over the limit is a *LineTooLongError
 // naming it, wherever the limit falls (in the read buffer or past it), and
 // the next call returns the line after it, numbered on.
