@@ -95,14 +95,14 @@ func RunPipe(ctx context.Context, cfg *conf.Config, opts PipeOptions) (err error
 		readErr = pipe.ErrClosed
 	}
 	if errors.Is(readErr, pipe.ErrClosed) {
-		logger.Info("stdout was closed by the next stage; stopping", "pending_copies", queue.Pending())
+		logStdoutClosed(logger, queue.Pending())
 		return readErr
 	}
 	dctx, cancel := context.WithTimeout(drainCtx, time.Duration(cfg.ShutdownTimeout))
 	defer cancel()
 	abandoned, derr := queue.Drain(dctx)
 	if out.Closed() {
-		logger.Info("stdout was closed by the next stage; stopping", "pending_copies", abandoned)
+		logStdoutClosed(logger, abandoned)
 		return pipe.ErrClosed
 	}
 	if abandoned > 0 {
@@ -113,6 +113,25 @@ func RunPipe(ctx context.Context, cfg *conf.Config, opts PipeOptions) (err error
 		derr = pipe.ErrClosed
 	}
 	return errors.Join(readErr, derr)
+}
+
+// The messages of a stage whose stdout the next stage closed, which ends
+// it with exit status 0: with no delayed copy pending, and with some,
+// which no stage can be given any more.
+const (
+	msgStdoutClosed     = "stdout was closed by the next stage; stopping"
+	msgStdoutClosedLost = msgStdoutClosed + "; the delayed copies not yet written are lost"
+)
+
+// logStdoutClosed logs the end of a stage whose stdout was closed while it
+// held pending delayed copies: at INFO when there are none, as a loss at
+// WARN, with their count, when there are some.
+func logStdoutClosed(logger *slog.Logger, pending int) {
+	if pending == 0 {
+		logger.Info(msgStdoutClosed, "pending_copies", 0)
+		return
+	}
+	logger.Warn(msgStdoutClosedLost, "lost_copies", pending)
 }
 
 // observeEach sets the in-flight gauges of the deliverers every second

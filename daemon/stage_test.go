@@ -554,24 +554,54 @@ func TestStageStopsInABroadcastLine(t *testing.T) {
 	}
 }
 
-// TestStageStdoutClosedWhileDraining: stdout closed by the next stage while
-// the delayed copies drain at the end of stdin ends the stage at once, as
-// a closed stdout does while it reads, instead of retrying for
-// shutdown_timeout and failing.
-func TestStageStdoutClosedWhileDraining(t *testing.T) {
+// TestStageStdoutClosed: stdout closed by the next stage ends the stage at
+// once with pipe.ErrClosed (exit status 0), whether it meets a copy while
+// the stage reads or while the delayed copies drain at the end of stdin,
+// instead of retrying for shutdown_timeout and failing. The end is logged
+// at INFO when no delayed copy is pending, and as a loss at WARN, with the
+// count, when some are.
+func TestStageStdoutClosed(t *testing.T) {
 	cfg, err := loadTestConfig(t, "shutdown_timeout = \"10s\"\n"+stageSub("a", "k", "out_retry = \"k.retry\""), conf.ModePipe)
 	if err != nil {
 		t.Fatal(err)
 	}
+	tests := []struct {
+		name string
+		in   string
+		want wantLog
+	}{
+		{"no delayed copy", "[k] now\n", wantLog{slog.LevelInfo, msgStdoutClosed, map[string]string{"pending_copies": "0"}}},
+		{"a delayed copy, at the end of stdin", "[k] soon\n", wantLog{slog.LevelWarn, msgStdoutClosedLost, map[string]string{"lost_copies": "1"}}},
+		{"delayed copies, while reading", "[k] later\n[k] later\n[k] now\n[k] never\n",
+			wantLog{slog.LevelWarn, msgStdoutClosedLost, map[string]string{"lost_copies": "2"}}},
+	}
 	hs := map[string]handler.Handler{
-		"a": handler.HandlerFunc(func(context.Context, *handler.Delivery) handler.Outcome {
-			return handler.Outcome{Kind: handler.OutcomeRetryAfter, Delay: 10 * time.Millisecond}
+		"a": handler.HandlerFunc(func(_ context.Context, d *handler.Delivery) handler.Outcome {
+			switch string(d.Payload) {
+			case "now":
+				return retryAfter(0)
+			case "soon":
+				return retryAfter(10 * time.Millisecond)
+			}
+			return retryAfter(time.Hour)
 		}),
 	}
-	err = RunPipe(t.Context(), cfg, PipeOptions{Options: Options{Logger: (&logCapture{}).logger(), Handlers: hs},
-		In: strings.NewReader("[k] a\n"), Out: closedOutput{}})
-	if !errors.Is(err, pipe.ErrClosed) {
-		t.Errorf("RunPipe: %v, want pipe.ErrClosed at once", err)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			logs := &logCapture{}
+			err := RunPipe(t.Context(), cfg, PipeOptions{Options: Options{Logger: logs.logger(), Handlers: hs},
+				In: strings.NewReader(tt.in), Out: closedOutput{}})
+			if !errors.Is(err, pipe.ErrClosed) {
+				t.Errorf("RunPipe: %v, want pipe.ErrClosed at once", err)
+			}
+			var got []logRecord
+			for _, r := range logs.all() {
+				if strings.HasPrefix(r.msg, msgStdoutClosed) {
+					got = append(got, r)
+				}
+			}
+			checkLogs(t, got, []wantLog{tt.want})
+		})
 	}
 }
 
