@@ -827,6 +827,40 @@ cat > "$DIR/out"`)
 	}
 }
 
+// TestPipeLargeRecordNextStage: streamd pipe | streamd pipe with a line
+// whose payload is 13 MiB. Stage A answers retry; its copy, enveloped, is a
+// line of 17.3 MiB, longer than a line of `streamd publish` may be, and
+// stage B reads it: B's handler gets the payload, byte for byte, with
+// retry count 1.
+func TestPipeLargeRecordNextStage(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	payload := bytes.Repeat([]byte("0123456789abcdef"), 13<<20/16)
+	if err := os.WriteFile(filepath.Join(dir, "payload"), payload, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "in"), append(append([]byte("[jobs] "), payload...), '\n'), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	writeStageConfig(t, dir, "a.toml", `shutdown_timeout = "5s"`,
+		stageSub("jobs", "jobs", "out_retry = \"jobs.retry\"\nmax_attempts = 2", `cat > /dev/null; echo outcome=retry`))
+	writeStageConfig(t, dir, "b.toml", `shutdown_timeout = "5s"`,
+		stageSub("retries", "jobs.retry", `out_retry = "jobs.retry2"`,
+			`if cmp -s - "$DIR/payload"; then p=same; else p=differs; fi; echo "$p $STREAMD_ATTEMPT $STREAMD_HEADER_X_RUSTSTREAM_RETRY_COUNT" >> "$DIR/b.log"`))
+	r, _ := runStageShell(t, dir, nil, 30*time.Second, `
+{ "$STREAMD" pipe --config.file="$DIR/a.toml" --log.format=json < "$DIR/in" 2>"$DIR/a.err"; echo $? > "$DIR/a.rc"; } |
+{ "$STREAMD" pipe --config.file="$DIR/b.toml" --log.format=json 2>"$DIR/b.err"; echo $? > "$DIR/b.rc"; }`)
+	if r.code != 0 || r.stderr != "" || r.stdout != "" {
+		t.Fatalf("pipeline exit status %d, stdout %.100q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	if a, b := stageExit(t, dir, "a.rc"), stageExit(t, dir, "b.rc"); a != 0 || b != 0 {
+		t.Fatalf("exit statuses A %d, B %d; stderr:\n%s%s", a, b, stageFile(dir, "a.err"), stageFile(dir, "b.err"))
+	}
+	if got := stageFileLines(dir, "b.log"); !slices.Equal(got, []string{"same 2 1"}) {
+		t.Errorf("stage B's handler saw %q, want the payload unchanged on attempt 2, count 1; stderr of B:\n%s", got, stageFile(dir, "b.err"))
+	}
+}
+
 // invalidVector is one line of testdata/stdio/invalid.txt with its expected
 // rejection.
 type invalidVector struct {
