@@ -716,6 +716,9 @@ func TestStageInvalidLongLines(t *testing.T) {
 // it reaches with the longest sequence number, and the next stage takes
 // it.
 func TestStageCopyLineBound(t *testing.T) {
+	if maxStageLine != 22370057 {
+		t.Errorf("maxStageLine = %d; the README says 22370057", maxStageLine)
+	}
 	dest := strings.Repeat("r", pipe.MaxStreamKeyLen)
 	a, err := loadTestConfig(t, stageSub("jobs", "jobs", fmt.Sprintf("out_retry = %q", dest)), conf.ModePipe)
 	if err != nil {
