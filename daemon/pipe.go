@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -22,6 +23,8 @@ type PipeOptions struct {
 	Options
 	In  io.Reader
 	Out io.Writer
+
+	limits stageLimits // zero: stageMax; tests take smaller records
 }
 
 // RunPipe runs a pipeline stage: stdio lines from opts.In go to the
@@ -87,7 +90,7 @@ func RunPipe(ctx context.Context, cfg *conf.Config, opts PipeOptions) (err error
 		}
 	})
 	wg.Go(func() { observeEach(qctx, subs) })
-	readErr := readLines(readCtx, hctx, opts.In, subs, st.metrics, logger)
+	readErr := readLines(readCtx, hctx, opts.In, cmp.Or(opts.limits, stageMax), subs, st.metrics, logger)
 	stopQueue()
 	wg.Wait()
 
@@ -180,28 +183,33 @@ func (st *setup) closePipeHandlers(subs []*deliverer) {
 // subscription reads.
 const msgUnsubscribedLine = "stdin line of a key no subscription reads dropped; the others are counted in streamd_pipe_unsubscribed_lines_total, not logged"
 
-// A stage bounds the records it takes, so that the next stage reads every
-// line it writes: a copy is enveloped, its base64 a third longer than the
-// record, and carries headers the stage sets.
-const maxStageRecord = pipe.MaxLineBytes
+// stageLimits bound what a stage takes, so that the next stage reads every
+// line it writes: records ([stageRecordSize]) of up to record bytes, in
+// lines of up to line bytes, the longest line a copy of such a record
+// takes (enveloped, its base64 a third longer than the record, with the
+// headers the stage sets, under the longest producer header).
+type stageLimits struct{ record, line int }
 
-var (
-	// stageCopyHeaders is the most that the headers a stage sets on a
-	// copy, stream-sequence and the retry count (decimal uint64s), add to
-	// a record's [envelope.Size]. A copy on stdout carries no origin
-	// (settler.copyRecord).
-	stageCopyHeaders = envelope.Size(envelope.Headers{
-		{Name: envelope.SequenceHeader, Value: []byte("18446744073709551615")},
-		{Name: envelope.RetryCountHeader, Value: []byte("18446744073709551615")},
-	}, nil)
-	// maxStageLine is the longest line a stage reads: the longest it
-	// writes, a copy of a record of maxStageRecord under the longest
-	// producer header.
-	maxStageLine = pipe.MaxProducerHeaderLen + envelope.MaxLen(maxStageRecord+stageCopyHeaders)
-)
+// stageCopyHeaders is the most that the headers a stage sets on a copy,
+// stream-sequence and the retry count (decimal uint64s), add to a record's
+// [envelope.Size]. A copy on stdout carries no origin (settler.copyRecord).
+var stageCopyHeaders = envelope.Size(envelope.Headers{
+	{Name: envelope.SequenceHeader, Value: []byte("18446744073709551615")},
+	{Name: envelope.RetryCountHeader, Value: []byte("18446744073709551615")},
+}, nil)
+
+// limitsFor returns the limits of a stage that takes records of up to
+// record bytes.
+func limitsFor(record int) stageLimits {
+	return stageLimits{record: record, line: pipe.MaxProducerHeaderLen + envelope.MaxLen(record+stageCopyHeaders)}
+}
+
+// stageMax is the limits of `streamd pipe`: records of up to 16 MiB, the
+// lines `streamd publish` takes.
+var stageMax = limitsFor(pipe.MaxLineBytes)
 
 // stageRecordSize is the size of the record of h and payload that
-// maxStageRecord bounds: its [envelope.Size] without the headers the stage
+// stageLimits bound: its [envelope.Size] without the headers the stage
 // sets on its copies, whose values a record does not choose.
 func stageRecordSize(h envelope.Headers, payload []byte) int {
 	n := envelope.Size(h, payload)
@@ -214,7 +222,7 @@ func stageRecordSize(h envelope.Headers, payload []byte) int {
 }
 
 // stdinLine is a line the stage read: its text, or for a line longer than
-// maxStageLine, which the reader passed over, its error.
+// the limit, which the reader passed over, its error.
 type stdinLine struct {
 	text    []byte
 	tooLong error
@@ -223,11 +231,11 @@ type stdinLine struct {
 // readLines reads stdin to its end (or until ctx ends) and hands each line
 // to the subscriptions of its key, one line at a time. A line of a key no
 // subscription reads is counted in m and dropped; the first is logged. A
-// line that cannot be parsed, that is longer than maxStageLine, or whose
-// record is larger than maxStageRecord is invalid: counted in every
+// line that cannot be parsed, or that is longer or whose record is larger
+// than lim allows, is invalid: counted in every
 // subscription's read errors, and logged and skipped, or under
 // on_invalid = "fail" the error that stops the stage.
-func readLines(ctx, hctx context.Context, in io.Reader, subs []*deliverer, m *metrics.Metrics, logger *slog.Logger) error {
+func readLines(ctx, hctx context.Context, in io.Reader, lim stageLimits, subs []*deliverer, m *metrics.Metrics, logger *slog.Logger) error {
 	// lost returns err when stdout is closed (the stage ends), and
 	// otherwise logs the copy that could not be published as lost.
 	lost := func(s *deliverer, err error) error {
@@ -261,7 +269,7 @@ func readLines(ctx, hctx context.Context, in io.Reader, subs []*deliverer, m *me
 	defer close(stop)
 	go func() {
 		defer close(lines)
-		r := pipe.NewReaderLimit(in, maxStageLine)
+		r := pipe.NewReaderLimit(in, lim.line)
 		for {
 			line, err := r.Take()
 			var next stdinLine
@@ -333,10 +341,10 @@ func readLines(ctx, hctx context.Context, in io.Reader, subs []*deliverer, m *me
 		}
 		payload := l.Payload // as the upstream reader keeps it (stdio-format §2.4)
 		headers, body := envelope.Decode(payload)
-		if n := stageRecordSize(headers, body); n > maxStageRecord {
+		if n := stageRecordSize(headers, body); n > lim.record {
 			// Invalid: it takes no sequence number, as a line that
 			// cannot be parsed takes none.
-			if err := invalid(lineNo, fmt.Errorf("its record is %d bytes of payload and headers, more than the %d a stage takes", n, maxStageRecord)); err != nil {
+			if err := invalid(lineNo, fmt.Errorf("its record is %d bytes of payload and headers, more than the %d a stage takes", n, lim.record)); err != nil {
 				return err
 			}
 			continue

@@ -101,6 +101,12 @@ type stageHandlers map[string]func(d *handler.Delivery) handler.Outcome
 // a synctest bubble.
 func runStage(t *testing.T, cfg *conf.Config, in string, hold time.Duration, handlers stageHandlers) *stageRun {
 	t.Helper()
+	return runStageLimited(t, cfg, in, hold, stageMax, handlers)
+}
+
+// runStageLimited is runStage with the stage's limits lim.
+func runStageLimited(t *testing.T, cfg *conf.Config, in string, hold time.Duration, lim stageLimits, handlers stageHandlers) *stageRun {
+	t.Helper()
 	r := &stageRun{out: &stageOut{start: time.Now()}, logs: &logCapture{}, reg: prometheus.NewRegistry()}
 	var mu sync.Mutex
 	hs := map[string]handler.Handler{}
@@ -126,7 +132,7 @@ func runStage(t *testing.T, cfg *conf.Config, in string, hold time.Duration, han
 	}
 	r.err = RunPipe(t.Context(), cfg, PipeOptions{
 		Options: Options{Logger: r.logs.logger(), Handlers: hs, Registry: r.reg},
-		In:      stdin, Out: r.out,
+		In:      stdin, Out: r.out, limits: lim,
 	})
 	return r
 }
@@ -643,16 +649,17 @@ func stageRecord(h envelope.Headers, size int) []byte {
 	return envelope.Encode(h, bytes.Repeat([]byte("p"), size-stageRecordSize(h, nil)), true)
 }
 
-// TestStageInvalidLongLines: a line longer than maxStageLine, and a line
-// whose record is larger than maxStageRecord, are invalid lines like any
+// TestStageInvalidLongLines: a line longer than a stage's limit, and a line
+// whose record is larger than its limit, are invalid lines like any
 // other: under on_invalid = "skip" each is counted, logged with its line
 // number and skipped, and the lines after it are handled and numbered
 // right; under "fail" the stage stops at it with an error naming the line.
 func TestStageInvalidLongLines(t *testing.T) {
-	tooLong := "[jobs] " + strings.Repeat("x", maxStageLine)
-	tooLarge := "[jobs] " + strings.Repeat("x", maxStageRecord+1)
-	wantTooLong := fmt.Sprintf("longer than %d bytes, the longest line a stage reads", maxStageLine)
-	wantTooLarge := fmt.Sprintf("its record is %d bytes of payload and headers, more than the %d a stage takes", maxStageRecord+1, maxStageRecord)
+	lim := limitsFor(64 << 10) // as stageMax, at a size the race detector goes through quickly
+	tooLong := "[jobs] " + strings.Repeat("x", lim.line)
+	tooLarge := "[jobs] " + strings.Repeat("x", lim.record+1)
+	wantTooLong := fmt.Sprintf("longer than %d bytes, the longest line a stage reads", lim.line)
+	wantTooLarge := fmt.Sprintf("its record is %d bytes of payload and headers, more than the %d a stage takes", lim.record+1, lim.record)
 	tests := []struct {
 		name    string
 		extra   string
@@ -685,7 +692,7 @@ func TestStageInvalidLongLines(t *testing.T) {
 				t.Fatal(err)
 			}
 			synctest.Test(t, func(t *testing.T) {
-				r := runStage(t, cfg, tt.in, 0, stageHandlers{"jobs": func(*handler.Delivery) handler.Outcome { return ack }})
+				r := runStageLimited(t, cfg, tt.in, 0, lim, stageHandlers{"jobs": func(*handler.Delivery) handler.Outcome { return ack }})
 				if got := fmt.Sprint(r.err); (tt.err == "") != (r.err == nil) || (r.err != nil && got != tt.err) {
 					t.Errorf("RunPipe returned %v, want %q", r.err, tt.err)
 				}
@@ -710,15 +717,17 @@ func TestStageInvalidLongLines(t *testing.T) {
 	}
 }
 
-// TestStageCopyLineBound: a stage takes a record of maxStageRecord bytes
-// whose copy is as long as a copy can be (rs2 headers, the longest retry
-// count and destination key); its copy line is within maxStageLine, which
-// it reaches with the longest sequence number, and the next stage takes
-// it.
+// TestStageCopyLineBound: a stage takes a record as large as its limits
+// let it whose copy is as long as a copy can be (rs2 headers, the longest
+// retry count and destination key); its copy line is within the limit of a
+// line, which it reaches with the longest sequence number, and the next
+// stage takes it. The limits are a smaller stage's: limitsFor computes
+// stageMax's alike, which the test pins.
 func TestStageCopyLineBound(t *testing.T) {
-	if maxStageLine != 22370057 {
-		t.Errorf("maxStageLine = %d; the README says 22370057", maxStageLine)
+	if stageMax != (stageLimits{record: 16 << 20, line: 22370057}) {
+		t.Errorf("stageMax = %+v; the README says records of 16 MiB in lines of up to 22370057 bytes", stageMax)
 	}
+	lim := limitsFor(64 << 10) // as stageMax, at a size the race detector goes through quickly
 	dest := strings.Repeat("r", pipe.MaxStreamKeyLen)
 	a, err := loadTestConfig(t, stageSub("jobs", "jobs", fmt.Sprintf("out_retry = %q", dest)), conf.ModePipe)
 	if err != nil {
@@ -733,19 +742,19 @@ func TestStageCopyLineBound(t *testing.T) {
 		{Name: envelope.SequenceHeader, Value: []byte("7")},
 		{Name: envelope.RetryCountHeader, Value: []byte("18446744073709551614")},
 	}
-	in := fmt.Sprintf("[jobs | 18446744073709551615] %s\n", stageRecord(h, maxStageRecord))
+	in := fmt.Sprintf("[jobs | 18446744073709551615] %s\n", stageRecord(h, lim.record))
 	synctest.Test(t, func(t *testing.T) {
-		ra := runStage(t, a, in, 0, stageHandlers{"jobs": func(*handler.Delivery) handler.Outcome { return retryAfter(0) }})
+		ra := runStageLimited(t, a, in, 0, lim, stageHandlers{"jobs": func(*handler.Delivery) handler.Outcome { return retryAfter(0) }})
 		if ra.err != nil || len(ra.seen) != 1 {
 			t.Fatalf("stage A: %v, %d deliveries; log:\n%s", ra.err, len(ra.seen), logLines(ra.logs.all()))
 		}
 		out := ra.out.String()
 		// The writer's own sequence, 0, is 19 digits shorter than the
 		// longest.
-		if n := len(out) - len("\n") + len("18446744073709551615") - len("0"); n != maxStageLine {
-			t.Errorf("the longest copy line is %d bytes, maxStageLine %d", n, maxStageLine)
+		if n := len(out) - len("\n") + len("18446744073709551615") - len("0"); n != lim.line {
+			t.Errorf("the longest copy line is %d bytes, the limit of a line %d", n, lim.line)
 		}
-		rb := runStage(t, b, out, 0, stageHandlers{"retries": func(*handler.Delivery) handler.Outcome { return ack }})
+		rb := runStageLimited(t, b, out, 0, lim, stageHandlers{"retries": func(*handler.Delivery) handler.Outcome { return ack }})
 		if rb.err != nil || len(rb.seen) != 1 {
 			t.Fatalf("stage B: %v, %d deliveries; log:\n%s", rb.err, len(rb.seen), logLines(rb.logs.all()))
 		}
