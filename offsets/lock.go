@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -47,6 +48,31 @@ func running(pid int) bool {
 	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
+// euid is the effective user ID of the process; a test makes it root's.
+var euid = os.Geteuid
+
+// checkOwner refuses root a state directory another user owns: the files
+// it would create there (the lock, the sidecar, the retry spool) would be
+// root's, and the daemon, running as the directory's owner, could not open
+// them at its next start.
+func checkOwner(dir string) error {
+	fi, err := os.Stat(dir)
+	if euid() != 0 || err != nil { // a missing directory: the lock's open says so
+		return nil
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok || st.Uid == 0 {
+		return nil
+	}
+	owner := strconv.FormatUint(uint64(st.Uid), 10)
+	if u, err := user.LookupId(owner); err == nil {
+		owner = u.Username
+	}
+	return fmt.Errorf("offsets: state directory %s belongs to user %s, and this streamd runs as root: "+
+		"the files it would create there (lock, %s, retry.spool) would be root's, and a streamd running as %s could not open them; "+
+		"run it as that user (sudo -u %s streamd ...), or chown the directory to root if root runs the daemon", dir, owner, SidecarName, owner, owner)
+}
+
 // lockFile is a held flock(2) on a state directory's lock file.
 type lockFile struct {
 	f *os.File
@@ -58,6 +84,9 @@ type lockFile struct {
 // and the kernel drops the lock when the process dies. os.OpenFile sets
 // O_CLOEXEC, so child processes (exec handlers) never inherit it.
 func acquireLock(dir string) (*lockFile, error) {
+	if err := checkOwner(dir); err != nil {
+		return nil, err
+	}
 	path := filepath.Join(dir, LockName)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
