@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"log/slog"
 	"os"
 	"time"
 
@@ -113,16 +112,9 @@ func (fl *Follower) checkInPlace(size, seen int64) bool {
 	if fl.hdr.BeaconInterval == 0 {
 		return false
 	}
-	level, what := slog.LevelWarn, "stream file was rewritten with a new header; reading it from the beginning"
-	attrs := []any{"offset", fl.pos(), "size", size}
+	what, unread := "stream file was rewritten with a new header; reading it from the beginning", int64(0)
 	if size < fl.pos() {
-		what = "stream file was truncated below the read position; reading it from the beginning"
-		if unread := seen - fl.pos(); unread > 0 {
-			level = slog.LevelError
-			what = "stream file was truncated before its records were all read: those not read are lost to this reader " +
-				"(copytruncate leaves them only in the copy; rotate by renaming the file instead); reading it from the beginning"
-			attrs = append(attrs, "unread_bytes_at_least", unread)
-		}
+		what, unread = "stream file was truncated below the read position; reading it from the beginning", seen-fl.pos()
 	} else {
 		var b [streamfile.HeaderSize]byte
 		n, err := fl.f.ReadAt(b[:], 0)
@@ -134,7 +126,14 @@ func (fl *Follower) checkInPlace(size, seen int64) bool {
 		}
 	}
 	fl.report()
-	fl.log.Log(context.Background(), level, what, append(attrs, "file_name", fl.id.FileName, "created_at_ms", fl.id.CreatedAtMs)...)
+	attrs := []any{"offset", fl.pos(), "size", size, "file_name", fl.id.FileName, "created_at_ms", fl.id.CreatedAtMs}
+	if unread > 0 {
+		fl.log.Error("stream file was truncated before its records were all read: those not read are lost to this reader "+
+			"(copytruncate leaves them only in the copy; rotate by renaming the file instead); reading it from the beginning",
+			append(attrs, "unread_bytes_at_least", unread)...)
+	} else {
+		fl.log.Warn(what, attrs...)
+	}
 	fl.obs.Event(EventTruncated)
 	fl.startOver()
 	return true
