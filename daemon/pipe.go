@@ -94,12 +94,16 @@ func RunPipe(ctx context.Context, cfg *conf.Config, opts PipeOptions) (err error
 	stopQueue()
 	wg.Wait()
 
-	if out.Closed() {
-		readErr = pipe.ErrClosed
+	if out.Closed() && !errors.Is(readErr, pipe.ErrClosed) {
+		readErr = pipe.ErrClosed // a delayed copy found it closed, and is still pending
 	}
 	if errors.Is(readErr, pipe.ErrClosed) {
-		logStdoutClosed(logger, queue.Pending())
-		return readErr
+		lost := queue.Pending()
+		if errors.Is(readErr, errCopyClosed) {
+			lost++
+		}
+		logStdoutClosed(logger, lost)
+		return pipe.ErrClosed
 	}
 	dctx, cancel := context.WithTimeout(drainCtx, time.Duration(cfg.ShutdownTimeout))
 	defer cancel()
@@ -118,23 +122,19 @@ func RunPipe(ctx context.Context, cfg *conf.Config, opts PipeOptions) (err error
 	return errors.Join(readErr, derr)
 }
 
-// The messages of a stage whose stdout the next stage closed, which ends
-// it with exit status 0: with no delayed copy pending, and with some,
-// which no stage can be given any more.
-const (
-	msgStdoutClosed     = "stdout was closed by the next stage; stopping"
-	msgStdoutClosedLost = msgStdoutClosed + "; the delayed copies not yet written are lost"
-)
+// msgStdoutClosed is logged when the next stage closed stdout, which ends
+// the stage with exit status 0. A stage finds out only when a copy's write
+// fails, so copies are lost: that one, and those still delayed.
+const msgStdoutClosed = "stdout was closed by the next stage; stopping: the copies not yet written are lost"
 
-// logStdoutClosed logs the end of a stage whose stdout was closed while it
-// held pending delayed copies: at INFO when there are none, as a loss at
-// WARN, with their count, when there are some.
-func logStdoutClosed(logger *slog.Logger, pending int) {
-	if pending == 0 {
-		logger.Info(msgStdoutClosed, "pending_copies", 0)
-		return
-	}
-	logger.Warn(msgStdoutClosedLost, "lost_copies", pending)
+// errCopyClosed is readLines' error when a copy's write found stdout
+// closed: that copy is lost.
+var errCopyClosed = fmt.Errorf("a copy could not be written: %w", pipe.ErrClosed)
+
+// logStdoutClosed logs the end of a stage whose stdout was closed, with
+// the number of copies it could not write.
+func logStdoutClosed(logger *slog.Logger, lost int) {
+	logger.Warn(msgStdoutClosed, "lost_copies", lost)
 }
 
 // observeEach sets the in-flight gauges of the deliverers every second
@@ -240,7 +240,7 @@ func readLines(ctx, hctx context.Context, in io.Reader, lim stageLimits, subs []
 	// otherwise logs the copy that could not be published as lost.
 	lost := func(s *deliverer, err error) error {
 		if errors.Is(err, pipe.ErrClosed) {
-			return err
+			return errCopyClosed
 		}
 		if err != nil {
 			logger.Warn("publishing the retry copy failed; message lost", "subscription", s.cfg.Name, "destination", s.settler.retryKey, "err", err)

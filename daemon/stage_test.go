@@ -564,8 +564,8 @@ func TestStageStopsInABroadcastLine(t *testing.T) {
 // once with pipe.ErrClosed (exit status 0), whether it meets a copy while
 // the stage reads or while the delayed copies drain at the end of stdin,
 // instead of retrying for shutdown_timeout and failing. The end is logged
-// at INFO when no delayed copy is pending, and as a loss at WARN, with the
-// count, when some are.
+// as a loss at WARN, with the count of the copies not written: the one
+// whose write found stdout closed, and those still delayed.
 func TestStageStdoutClosed(t *testing.T) {
 	cfg, err := loadTestConfig(t, "shutdown_timeout = \"10s\"\n"+stageSub("a", "k", "out_retry = \"k.retry\""), conf.ModePipe)
 	if err != nil {
@@ -576,10 +576,10 @@ func TestStageStdoutClosed(t *testing.T) {
 		in   string
 		want wantLog
 	}{
-		{"no delayed copy", "[k] now\n", wantLog{slog.LevelInfo, msgStdoutClosed, map[string]string{"pending_copies": "0"}}},
-		{"a delayed copy, at the end of stdin", "[k] soon\n", wantLog{slog.LevelWarn, msgStdoutClosedLost, map[string]string{"lost_copies": "1"}}},
+		{"a copy now", "[k] now\n", wantLog{slog.LevelWarn, msgStdoutClosed, map[string]string{"lost_copies": "1"}}},
+		{"a delayed copy, at the end of stdin", "[k] soon\n", wantLog{slog.LevelWarn, msgStdoutClosed, map[string]string{"lost_copies": "1"}}},
 		{"delayed copies, while reading", "[k] later\n[k] later\n[k] now\n[k] never\n",
-			wantLog{slog.LevelWarn, msgStdoutClosedLost, map[string]string{"lost_copies": "2"}}},
+			wantLog{slog.LevelWarn, msgStdoutClosed, map[string]string{"lost_copies": "3"}}},
 	}
 	hs := map[string]handler.Handler{
 		"a": handler.HandlerFunc(func(_ context.Context, d *handler.Delivery) handler.Outcome {

@@ -290,7 +290,9 @@ func (w *Writer) Append(frames ...Frame) error {
 // its stream key and shard in the file (the first is 1). The assigned numbers
 // are stored into frames[i].Seq. A batch with a key the format reserves
 // ([ReservedKey]) writes nothing. A write that fails part way returns an
-// [*AppendError] saying how many of the frames it left whole in the file.
+// [*AppendError] saying how many of the frames it left whole in the file;
+// one that fails only at the beacon after the last frame leaves them all
+// whole, and succeeds (the next batch writes the beacon).
 func (w *Writer) Publish(frames []Frame) error {
 	return w.batch(frames, true)
 }
@@ -356,6 +358,14 @@ func (w *Writer) batch(frames []Frame, assignSeq bool) error {
 			at := w.end
 			w.forget()
 			whole, _ := slices.BinarySearch(w.ends, n+1) // the frames that end within the n bytes written
+			if whole == len(frames) && whole > 0 {
+				// Only the beacon after the last frame, which ends on a
+				// boundary, failed: the batch is whole as readers see it
+				// (an error would have its caller write it again), and
+				// the next batch writes the beacon.
+				w.log.Warn("the beacon after a batch could not be written; the next batch writes it", "file", w.f.Name(), "offset", at+int64(w.ends[whole-1]), "err", err)
+				return nil
+			}
 			return &AppendError{File: w.f.Name(), Offset: at, Frames: whole, Err: err}
 		}
 		w.end += int64(len(w.buf))

@@ -107,14 +107,15 @@ func (fl *Follower) changedInPlace() bool {
 // position or its header changed. seen is the largest size the follower
 // saw the file have: what it had not read of it is gone, and logged as an
 // error (logrotate's copytruncate moves it to the copy, which nobody
-// follows).
+// follows), also when the file grew past the read position again before
+// the follower looked.
 func (fl *Follower) checkInPlace(size, seen int64) bool {
 	if fl.hdr.BeaconInterval == 0 {
 		return false
 	}
-	what, unread := "stream file was rewritten with a new header; reading it from the beginning", int64(0)
+	what, unread := "stream file was rewritten with a new header; reading it from the beginning", seen-fl.pos()
 	if size < fl.pos() {
-		what, unread = "stream file was truncated below the read position; reading it from the beginning", seen-fl.pos()
+		what = "stream file was truncated below the read position; reading it from the beginning"
 	} else {
 		var b [streamfile.HeaderSize]byte
 		n, err := fl.f.ReadAt(b[:], 0)

@@ -456,10 +456,13 @@ func TestTruncatedUnread(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		read    int // of the 3000 old records, before the truncation
+		written int // new records, before the follower looks
+		payload int // bytes of each new record
 		lostLog bool
 	}{
-		{"behind", 10, true},
-		{"caught up", 3000, false},
+		{"behind", 10, 5, 100, true},
+		{"behind, written past the read position again", 10, 50, 37, true},
+		{"caught up", 3000, 5, 100, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "r.ss")
@@ -476,7 +479,7 @@ func TestTruncatedUnread(t *testing.T) {
 			if err := os.Truncate(path, 0); err != nil {
 				t.Fatal(err)
 			}
-			writeFile(t, path, newHeader, frames("new", 1, 5, 1, 100))
+			writeFile(t, path, newHeader, frames("new", 1, tc.written, 1, tc.payload))
 			for gotten[len(gotten)-1].Key != "new" {
 				gotten = append(gotten, nextN(t, fl, 1, &read)...)
 			}

@@ -321,15 +321,11 @@ const (
 	msgL5            = "graceful shutdown timed out; abandoning in-flight continuations"
 	msgL6            = "retry declaration; a cap applies to the copies this process publishes"
 	msgInvalidLine   = "invalid stdin line skipped"
-	msgStdoutClosed  = "stdout was closed by the next stage; stopping"
+	msgStdoutClosed  = "stdout was closed by the next stage; stopping: the copies not yet written are lost"
 	msgStopped       = "streamd pipe stopped"
 	msgFailedAtLimit = "delivery failed max_failed_deliveries times in a row; settling the record as a retry"
 	msgUnanswered    = "the stage stops before the handler answered; the record leaves as a retry copy"
 )
-
-// msgStdoutClosedLost is msgStdoutClosed when delayed copies were pending,
-// and are lost.
-const msgStdoutClosedLost = msgStdoutClosed + "; the delayed copies not yet written are lost"
 
 // stageCopy is one copy line of a stage's stdout, decoded.
 type stageCopy struct {
@@ -1105,8 +1101,8 @@ head -n 1`)
 			t.Fatalf("exit status %d; stderr:\n%s", code, p.stderr.String())
 		}
 		// The copy could not be written: its loss is a warning.
-		if l := logsWithMsg(p.stderr.String(), msgStdoutClosedLost); len(l) != 1 || l[0].str("level") != "WARN" || l[0].str("lost_copies") != "1" {
-			t.Errorf("want one WARN %q with lost_copies=1; stderr:\n%s", msgStdoutClosedLost, p.stderr.String())
+		if l := logsWithMsg(p.stderr.String(), msgStdoutClosed); len(l) != 1 || l[0].str("level") != "WARN" || l[0].str("lost_copies") != "1" {
+			t.Errorf("want one WARN %q with lost_copies=1; stderr:\n%s", msgStdoutClosed, p.stderr.String())
 		}
 	})
 }
