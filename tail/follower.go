@@ -157,6 +157,10 @@ type Follower struct {
 	// reading is when the read or stat of the open file under way began;
 	// 0 when none is (timedFile, Stalled).
 	reading atomic.Int64
+	// reads counts the reads of the open file (timedFile): a record the
+	// decoder returns after one may come from bytes read after the file
+	// was rewritten in place.
+	reads uint64
 }
 
 // New opens the file at opts.Path and finds where reading starts. It starts
@@ -305,7 +309,14 @@ func (fl *Follower) Next(ctx context.Context) (*Record, error) {
 				return nil, err
 			}
 		}
+		reads := fl.reads
 		rec, err := fl.dec.Next()
+		if err == nil && fl.reads != reads && fl.changedInPlace() {
+			// Read after the file was truncated and written again under
+			// a new header, with frames where the old ones were: the
+			// record is the new file's, read from its middle.
+			continue
+		}
 		if err == nil {
 			fl.damage.recheckAt, fl.damage.replayRecheckAt = -1, -1
 			if fl.readTrouble.Failing() {
@@ -402,20 +413,22 @@ func (fl *Follower) open(path string) (file, error) {
 	if err != nil {
 		return nil, err
 	}
-	return timedFile{f, &fl.reading}, nil
+	return timedFile{f, &fl.reading, &fl.reads}, nil
 }
 
 // timedFile is a followed file whose reads and stats record when they
-// began, for Stalled. A read fills the decoder's buffer, so this costs
-// nothing per record.
+// began, for Stalled, and whose reads are counted. A read fills the
+// decoder's buffer, so this costs nothing per record.
 type timedFile struct {
 	file
 	since *atomic.Int64
+	reads *uint64 // the follower's goroutine only
 }
 
 func (f timedFile) ReadAt(p []byte, off int64) (int, error) {
 	f.since.Store(time.Now().UnixNano())
 	defer f.since.Store(0)
+	*f.reads++
 	return f.file.ReadAt(p, off)
 }
 

@@ -462,6 +462,7 @@ func TestTruncatedUnread(t *testing.T) {
 	}{
 		{"behind", 10, 5, 100, true},
 		{"behind, written past the read position again", 10, 50, 37, true},
+		{"behind, written alike past the read position again", 10, 50, 100, true}, // new frames where the old ones were
 		{"caught up", 3000, 5, 100, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -482,6 +483,9 @@ func TestTruncatedUnread(t *testing.T) {
 			writeFile(t, path, newHeader, frames("new", 1, tc.written, 1, tc.payload))
 			for gotten[len(gotten)-1].Key != "new" {
 				gotten = append(gotten, nextN(t, fl, 1, &read)...)
+			}
+			if first := gotten[len(gotten)-1]; first.Seq != 1 || first.Offset != streamfile.HeaderSize {
+				t.Errorf("the new file's first record read is %s, want seq 1 at its beginning", first)
 			}
 			checkDelivery(t, gotten)
 			oldRead := len(gotten) - 1
