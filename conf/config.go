@@ -323,6 +323,33 @@ func firstEntry(list string) string {
 	return dir
 }
 
+// StateDir returns the state directory the configuration file at path
+// names (state_dir, or $STATE_DIRECTORY), resolved as [Load] resolves it,
+// reading that key alone: a file that Load refuses for another reason
+// still names the daemon that would refuse it, which `streamd reload` asks
+// all the same, so that the daemon's refusal is logged and counted.
+func StateDir(path string) (string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	var file struct {
+		StateDir *string `toml:"state_dir"`
+	}
+	if _, err := toml.Decode(string(data), &file); err != nil {
+		return "", fmt.Errorf("%s: %w", path, err)
+	}
+	switch dir := file.StateDir; {
+	case dir != nil && *dir != "" && filepath.IsAbs(*dir):
+		return *dir, nil
+	case dir != nil && *dir != "" && !strings.HasPrefix(*dir, "~"):
+		return filepath.Abs(filepath.Join(filepath.Dir(path), *dir))
+	case dir == nil && filepath.IsAbs(firstEntry(os.Getenv("STATE_DIRECTORY"))):
+		return firstEntry(os.Getenv("STATE_DIRECTORY")), nil
+	}
+	return "", fmt.Errorf("%s: no state_dir (nor $STATE_DIRECTORY)", path)
+}
+
 // Load reads the configuration file at path for mode, checks it, and
 // returns it with defaults filled in. Relative paths in the file are taken
 // from the file's directory.

@@ -763,3 +763,34 @@ func TestHTTPBatchDefaults(t *testing.T) {
 		t.Errorf("single: %d records, %d bytes, linger %s; want all unset", s.BatchMaxRecords, s.BatchMaxBytes, s.BatchLinger)
 	}
 }
+
+// TestStateDir: StateDir reads state_dir alone, as Load resolves it, from
+// a file Load refuses for other reasons; without one it takes
+// $STATE_DIRECTORY; a file it cannot read as TOML, or one naming no state
+// directory, is an error.
+func TestStateDir(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name, text, env, want, err string
+	}{
+		{"absolute", "state_dir = \"/var/lib/streamd\"\nconcurrency = \"eight\"\n", "", "/var/lib/streamd", ""},
+		{"relative", "state_dir = \"state\"\n[[stream]]\nnam = 1\n", "", filepath.Join(dir, "state"), ""},
+		{"from systemd", "[metrics]\nlisten = 5\n", "/var/lib/streamd:/var/lib/other", "/var/lib/streamd", ""},
+		{"the file's first", "state_dir = \"/srv/state\"\n", "/var/lib/streamd", "/srv/state", ""},
+		{"none", "[metrics]\n", "", "", "no state_dir"},
+		{"tilde", "state_dir = \"~/state\"\n", "", "", "no state_dir"},
+		{"not TOML", "state_dir = \n", "", "", "streamd.toml"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("STATE_DIRECTORY", tc.env)
+			path := filepath.Join(dir, "streamd.toml")
+			if err := os.WriteFile(path, []byte(tc.text), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			got, err := StateDir(path)
+			if got != tc.want || (tc.err == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.err)) {
+				t.Errorf("StateDir = %q, %v; want %q, error with %q", got, err, tc.want, tc.err)
+			}
+		})
+	}
+}

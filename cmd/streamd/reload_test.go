@@ -50,6 +50,18 @@ kind = "discard"
 	e.publish(`{"n":2}`)
 	eventually(t, 10*time.Second, "the subscription to deliver after the refused reload", func() bool { return len(e.deliveries()) == 2 })
 
+	// A file that does not load: the daemon is asked all the same, so
+	// that its refusal is logged and counted where alerts look, and its
+	// reason is the answer.
+	os.WriteFile(e.config, []byte(strings.Replace(string(b), `kind = "discard"`, `kind = "discard"`+"\nconcurrency = \"eight\"", 1)), 0o644)
+	r = runBinary(t, nil, "reload", "--config.file="+e.config)
+	if r.code != exitError || !strings.HasPrefix(r.stderr, want) || !strings.Contains(r.stderr, "refused the new configuration") || !strings.Contains(r.stderr, "concurrency") {
+		t.Fatalf("reload of a file that does not load: exit %d, stderr %q; want exit 1 and the daemon's refusal naming concurrency", r.code, r.stderr)
+	}
+	if n := strings.Count(p.stderr.String(), "reload failed; the previous configuration keeps running"); n != 2 {
+		t.Errorf("the daemon logged %d failed reloads, want 2 (the restart and the file that does not load)", n)
+	}
+
 	if code := p.stop(t); code != 0 {
 		t.Fatalf("daemon exit %d", code)
 	}

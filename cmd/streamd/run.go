@@ -140,11 +140,17 @@ func reloadCommand(app *kingpin.Application) action {
 	cf := configFlag(cmd, conf.ModeRun, "streamd reload")
 	timeout := cmd.Flag("timeout", "How long to wait for the daemon's answer.").Default("90s").Duration()
 	return func(s stdio) int {
-		cfg, code := cf.load(s)
-		if cfg == nil {
-			return code
+		// The daemon loads the file itself, and answers why it refuses
+		// one: only the state directory, which names the daemon, must be
+		// read here.
+		dir, err := conf.StateDir(*cf.path)
+		if err != nil {
+			if cfg, code := cf.load(s); cfg == nil {
+				return s.exitWith(code, "streamd reload: the daemon was not asked to reload; it runs its configuration as before")
+			}
+			return s.exitWith(exitError, "streamd reload: %v", err)
 		}
-		r, err := daemon.RequestReload(cfg.StateDir, *timeout)
+		r, err := daemon.RequestReload(dir, *timeout)
 		if err != nil {
 			return s.exitWith(exitError, "streamd reload: %v", err)
 		}
