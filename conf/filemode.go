@@ -25,5 +25,9 @@ func (m *FileMode) UnmarshalText(text []byte) error {
 	return nil
 }
 
+// Set reads a mode as UnmarshalText does: FileMode is a command-line
+// flag's value too (streamd publish --file-mode).
+func (m *FileMode) Set(text string) error { return m.UnmarshalText([]byte(text)) }
+
 // String returns the mode in octal, as written in the configuration.
 func (m FileMode) String() string { return fmt.Sprintf("%04o", uint32(m)) }

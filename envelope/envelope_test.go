@@ -2,6 +2,7 @@ package envelope
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/base64"
 	"encoding/binary"
 	"fmt"
@@ -589,5 +590,22 @@ func benchCases() []benchCase {
 		{"plain_1000B", nil, payload, true},
 		{"rs1_1000B", hdrs("stream-sequence", "12345", "x-ruststream-retry-count", "2", "x-tenant", "acme"), payload, false},
 		{"rs2_1000B", hdrs("stream-sequence", "12345", "x-note", "two\nlines"), payload, false},
+	}
+}
+
+// TestParseHeader: name=value, the value may hold '=' and be empty; no
+// '=' or an empty name is an error that says how to write it.
+func TestParseHeader(t *testing.T) {
+	for _, tc := range []struct{ text, name, value, err string }{
+		{"tenant=acme", "tenant", "acme", ""},
+		{"q=a=b", "q", "a=b", ""},
+		{"empty=", "empty", "", ""},
+		{"tenant", "", "", `header "tenant" has no '=': write name=value`},
+		{"=v", "", "", `header "=v" has an empty name`},
+	} {
+		name, value, err := ParseHeader(tc.text)
+		if name != tc.name || string(value) != tc.value || fmt.Sprint(err) != cmp.Or(tc.err, "<nil>") {
+			t.Errorf("ParseHeader(%q) = %q, %q, %v; want %q, %q, %q", tc.text, name, value, err, tc.name, tc.value, tc.err)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package envelope
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 )
@@ -75,4 +76,17 @@ func lowerASCII(s string) string {
 		}
 	}
 	return s
+}
+
+// ParseHeader parses a header written name=value, as a command line gives
+// one (streamd publish --header).
+func ParseHeader(text string) (name string, value []byte, err error) {
+	switch name, value, ok := strings.Cut(text, "="); {
+	case !ok:
+		return "", nil, fmt.Errorf("header %q has no '=': write name=value", text)
+	case name == "":
+		return "", nil, fmt.Errorf("header %q has an empty name", text)
+	default:
+		return name, []byte(value), nil
+	}
 }

@@ -388,7 +388,7 @@ type AppendError struct {
 }
 
 func (e *AppendError) Error() string {
-	return fmt.Sprintf("streamfile: append to %s at offset %d: %v", e.File, e.Offset, e.Err)
+	return fmt.Sprintf("streamfile: append to %s at offset %d: %v; an incomplete record it may have left at the end of the file is a torn tail, which readers wait at and the next append removes", e.File, e.Offset, e.Err)
 }
 
 func (e *AppendError) Unwrap() error { return e.Err }
@@ -540,8 +540,8 @@ type DamageError struct {
 }
 
 func (e *DamageError) Error() string {
-	return fmt.Sprintf("streamfile: %s: readers stop at offset %d of %d bytes: %s; nothing was written (truncating the file at %d makes it appendable, discarding %d bytes)",
-		e.File, e.Offset, e.Size, e.What, e.Offset, e.Size-e.Offset)
+	return fmt.Sprintf("streamfile: %s: readers stop at offset %d of %d bytes: %s; nothing was written (truncating the file at %d makes it appendable, discarding %d bytes: `streamd repair %s` does so after saying what it discards)",
+		e.File, e.Offset, e.Size, e.What, e.Offset, e.Size-e.Offset, e.File)
 }
 
 // scanEnd is where [Writer.scan] found the readable records of a file end.

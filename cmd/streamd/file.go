@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"strconv"
-	"strings"
 	"syscall"
 
 	"github.com/alecthomas/kingpin/v2"
@@ -55,42 +54,7 @@ func decodeExit(errw io.Writer, err error) int {
 		return exitError
 	}
 	fmt.Fprintf(errw, "streamd decode: %v\n", err)
-	if _, unwritable := errors.AsType[*streamfile.WriteError](err); unwritable {
-		return exitError
-	}
 	return failureExit(err)
-}
-
-// headerFlags collects repeated --header=name=value flags.
-type headerFlags struct{ h envelope.Headers }
-
-func (f *headerFlags) String() string { return "" }
-
-// IsCumulative makes the flag repeatable.
-func (f *headerFlags) IsCumulative() bool { return true }
-
-func (f *headerFlags) Set(v string) error {
-	switch name, value, ok := strings.Cut(v, "="); {
-	case !ok:
-		return fmt.Errorf("header %q has no '=': write name=value", v)
-	case name == "":
-		return fmt.Errorf("header %q has an empty name", v)
-	default:
-		f.h.Set(name, []byte(value))
-		return nil
-	}
-}
-
-// fileModeFlag reads --file-mode as the configuration reads file_mode.
-type fileModeFlag struct{ m *conf.FileMode }
-
-func (f fileModeFlag) Set(v string) error { return f.m.UnmarshalText([]byte(v)) }
-
-func (f fileModeFlag) String() string {
-	if f.m == nil || *f.m == 0 {
-		return ""
-	}
-	return f.m.String()
 }
 
 // publishCommand is `streamd publish`: append stdio-format lines from
@@ -102,58 +66,40 @@ func publishCommand(app *kingpin.Application) action {
 	key := cmd.Flag("key", "Stream key for lines without a bracketed key.").String()
 	interval := cmd.Flag("beacon-interval", "Beacon interval in bytes when the file is created: a positive multiple of 1024.").
 		Default(strconv.Itoa(streamfile.DefaultBeaconInterval)).Uint()
-	var headers headerFlags
-	cmd.Flag("header", "Header for every record (repeatable).").PlaceHolder("name=value").SetValue(&headers)
+	headerTexts := cmd.Flag("header", "Header for every record (repeatable).").PlaceHolder("name=value").Strings()
 	var mode conf.FileMode
 	cmd.Flag("file-mode", "Permission bits of the file when publish creates it, in octal, whatever the umask: "+
 		"0660 in a directory shared with streamd, which appends retry copies to it. Default: 0644 less the umask.").
-		PlaceHolder("MODE").SetValue(fileModeFlag{&mode})
+		PlaceHolder("MODE").SetValue(&mode)
 	return func(s stdio) int {
 		if err := streamfile.CheckBeaconInterval(int64(*interval)); err != nil {
 			return s.exitWith(exitUsage, "streamd publish: %v", err)
+		}
+		var headers envelope.Headers
+		for _, text := range *headerTexts {
+			name, value, err := envelope.ParseHeader(text)
+			if err != nil {
+				return s.exitWith(exitUsage, "streamd publish: --header: %v", err)
+			}
+			headers.Set(name, value)
 		}
 		if *key != "" {
 			if err := errors.Join(streamfile.ValidKey(*key), streamfile.ReservedKey(*key)); err != nil {
 				return s.exitWith(exitUsage, "streamd publish: --key: %v", err)
 			}
 		}
-		n, err := streamfile.PublishFile(*path, s.in, streamfile.LineOptions{Key: *key, Headers: headers.h},
+		n, err := streamfile.PublishFile(*path, s.in, streamfile.LineOptions{Key: *key, Headers: headers},
 			streamfile.AppendOptions{Create: true, BeaconInterval: uint32(*interval), Mode: fs.FileMode(mode), Log: slog.New(slog.NewTextHandler(s.err, nil))})
 		if _, noKey := errors.AsType[*streamfile.NoKeyError](err); noKey {
 			err = fmt.Errorf("%w and --key is not set", err)
-		} else if _, damaged := errors.AsType[*streamfile.DamageError](err); damaged {
-			err = fmt.Errorf("%w; `streamd repair %s` does so after saying what it discards", err, *path)
 		}
 		if err == nil {
 			return exitOK
 		}
-		code := exitError
-		if pe, ok := errors.AsType[*fs.PathError](err); ok && pe.Op == "open" {
-			code = exitUsage // the file cannot be opened
-		}
-		return s.exitWith(code, "streamd publish: %v (%s)", err, publishedNote(n, err))
+		// The records of the first n lines are in the file: a rerun from
+		// the next line neither loses nor repeats one.
+		return s.exitWith(failureExit(err), "streamd publish: %v (the records of the first %d stdin lines were published; rerun from line %d, e.g. with tail -n +%d)", err, n, n+1, n+1)
 	}
-}
-
-// publishedNote says how far a publish that stopped on err got: the records
-// it published are those of the first n stdin lines, so that a rerun from
-// line n+1 neither loses nor repeats one. After a failed write it also says
-// what becomes of an incomplete record the write left at the end of the
-// file.
-func publishedNote(n int, err error) string {
-	var note string
-	switch n {
-	case 0:
-		note = "no records were published"
-	case 1:
-		note = "the record of stdin line 1 was published; rerun from line 2, e.g. with tail -n +2"
-	default:
-		note = fmt.Sprintf("the records of stdin lines 1 to %d were published; rerun from line %d, e.g. with tail -n +%d", n, n+1, n+1)
-	}
-	if _, failed := errors.AsType[*streamfile.AppendError](err); failed {
-		note += "; the failed write may have left an incomplete record at the end of the file: readers wait at it, and the next publish removes it"
-	}
-	return note
 }
 
 // repairCommand is `streamd repair`: truncate a stream file that writers

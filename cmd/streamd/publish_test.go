@@ -349,8 +349,8 @@ func TestPublishFullDisk(t *testing.T) {
 	lift := limitFileSize(t, streamfile.HeaderSize+3*131+50)
 	code, stderr := publish(0)
 	lift()
-	want := "file too large (the records of stdin lines 1 to 3 were published; rerun from line 4, e.g. with tail -n +4; " +
-		"the failed write may have left an incomplete record at the end of the file: readers wait at it, and the next publish removes it)"
+	want := "file too large; an incomplete record it may have left at the end of the file is a torn tail, which readers wait at and the next append removes " +
+		"(the records of the first 3 stdin lines were published; rerun from line 4, e.g. with tail -n +4)"
 	if code != exitError || !strings.Contains(stderr, want) {
 		t.Fatalf("publish on a full disk: exit %d, stderr %q; want exit %d and %q", code, stderr, exitError, want)
 	}

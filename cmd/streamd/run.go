@@ -19,17 +19,18 @@ import (
 type configFile struct {
 	path *string
 	mode conf.Mode
-	name string // the command, as messages name it
+	name string   // the command, as messages name it
+	log  conf.Log // run's and pipe's --log.level and --log.format: those given win over the file's, at the start and at every reload
 }
 
 func configFlag(cmd *kingpin.CmdClause, mode conf.Mode, name string) configFile {
-	return configFile{cmd.Flag("config.file", "Configuration file.").Default(conf.DefaultFile()).String(), mode, name}
+	return configFile{path: cmd.Flag("config.file", "Configuration file.").Default(conf.DefaultFile()).String(), mode: mode, name: name}
 }
 
 // load loads the file, or says why it cannot on s.err and returns nil and
 // the exit code: 2 for a file that cannot be read, 1 for an invalid one.
-func (c configFile) load(s stdio) (*conf.Config, int) {
-	cfg, err := conf.Load(*c.path, c.mode)
+func (c *configFile) load(s stdio) (*conf.Config, int) {
+	cfg, err := c.read()
 	if err != nil {
 		fmt.Fprintf(s.err, "%s: couldn't load configuration (--config.file=%q):\n%v\n", c.name, *c.path, err)
 		return nil, failureExit(err)
@@ -37,22 +38,29 @@ func (c configFile) load(s stdio) (*conf.Config, int) {
 	return cfg, exitOK
 }
 
+// read loads the file, with the log settings of the command line.
+func (c *configFile) read() (*conf.Config, error) {
+	cfg, err := conf.Load(*c.path, c.mode)
+	if err == nil {
+		cfg.Log.Level, cfg.Log.Format = cmp.Or(c.log.Level, cfg.Log.Level), cmp.Or(c.log.Format, cfg.Log.Format)
+	}
+	return cfg, err
+}
+
 // stage is what `streamd run` and `streamd pipe` parse and load alike: the
 // flags, the configuration, and the logger on stderr.
 type stage struct {
 	configFile
-	level, format *string
-	cfg           *conf.Config
-	opts          daemon.Options
+	cfg  *conf.Config
+	opts daemon.Options
 }
 
 // stageFlags declares the flags of run or pipe on cmd.
 func stageFlags(cmd *kingpin.CmdClause, mode conf.Mode, name string) *stage {
-	return &stage{
-		configFile: configFlag(cmd, mode, name),
-		level:      cmd.Flag("log.level", "Log level: debug, info, warn or error (default: the file's [log] level).").String(),
-		format:     cmd.Flag("log.format", "Log format: auto, text or json (default: the file's [log] format).").String(),
-	}
+	st := &stage{configFile: configFlag(cmd, mode, name)}
+	cmd.Flag("log.level", "Log level: debug, info, warn or error (default: the file's [log] level).").StringVar(&st.log.Level)
+	cmd.Flag("log.format", "Log format: auto, text or json (default: the file's [log] format).").StringVar(&st.log.Format)
+	return st
 }
 
 // load loads the configuration and makes the logger. It returns an exit
@@ -62,20 +70,12 @@ func (st *stage) load(s stdio) int {
 	if st.cfg, code = st.configFile.load(s); st.cfg == nil {
 		return code
 	}
-	st.logFlags(st.cfg)
 	logger, level, err := daemon.NewProcessLogger(os.Stderr, st.cfg.Log.Level, st.cfg.Log.Format)
 	if err != nil {
 		return s.exitWith(exitUsage, "%s: %v", st.name, err)
 	}
 	st.opts = daemon.Options{Logger: logger, LogLevel: level}
 	return exitOK
-}
-
-// logFlags puts --log.level and --log.format, when given, in place of the
-// [log] settings of cfg: they win at the start and at every reload.
-func (st *stage) logFlags(cfg *conf.Config) {
-	cfg.Log.Level = cmp.Or(*st.level, cfg.Log.Level)
-	cfg.Log.Format = cmp.Or(*st.format, cfg.Log.Format)
 }
 
 // exit logs why a stage stopped, if it failed, and returns its exit code.
@@ -104,13 +104,7 @@ func runCommand(app *kingpin.Application) action {
 		}
 		st.opts.Stdout = s.out
 		d := daemon.New(st.cfg, st.opts)
-		return st.exit(d.Serve(ctx, hup, func() (*conf.Config, error) {
-			cfg, err := conf.Load(*st.path, st.mode)
-			if err == nil {
-				st.logFlags(cfg)
-			}
-			return cfg, err
-		}))
+		return st.exit(d.Serve(ctx, hup, st.read))
 	}
 }
 
@@ -145,10 +139,8 @@ func reloadCommand(app *kingpin.Application) action {
 		// read here.
 		dir, err := conf.StateDir(*cf.path)
 		if err != nil {
-			if cfg, code := cf.load(s); cfg == nil {
-				return s.exitWith(code, "streamd reload: the daemon was not asked to reload; it runs its configuration as before")
-			}
-			return s.exitWith(exitError, "streamd reload: %v", err)
+			_, code := cf.load(s) // says what is wrong with the file
+			return s.exitWith(cmp.Or(code, exitError), "streamd reload: the daemon was not asked to reload; it runs its configuration as before")
 		}
 		r, err := daemon.RequestReload(dir, *timeout)
 		if err != nil {
