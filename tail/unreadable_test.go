@@ -175,17 +175,20 @@ func renameOverNonFile(t *testing.T, path, tmp string, _ *atomic.Bool) {
 	}
 }
 
-// flakyFile fails every read with EIO while fail is set.
+// flakyFile fails every read with EIO while fail is set. It looks at fail
+// after reading: a read that began before fail was set and saw bytes
+// written after it fails too.
 type flakyFile struct {
 	*os.File
 	fail *atomic.Bool
 }
 
 func (f flakyFile) ReadAt(p []byte, off int64) (int, error) {
+	n, err := f.File.ReadAt(p, off)
 	if f.fail.Load() {
 		return 0, &fs.PathError{Op: "read", Path: f.Name(), Err: syscall.EIO}
 	}
-	return f.File.ReadAt(p, off)
+	return n, err
 }
 
 // TestReadErrorRetried makes reads of the open file fail with EIO: a live
