@@ -1,13 +1,11 @@
 package handler
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,6 +16,7 @@ import (
 
 	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/internal/natstest"
+	"github.com/streamd/streamd/internal/testutil"
 )
 
 // natsConfig is the configuration of a nats handler publishing to
@@ -161,7 +160,7 @@ func TestNATSHandlerStartsWithoutServers(t *testing.T) {
 	if err := Check(check); err == nil || !strings.Contains(err.Error(), "connecting to "+cfg.URL) {
 		t.Fatalf("Check while no server answers: %v, want the servers named", err)
 	}
-	var logs syncBuffer
+	var logs testutil.SyncBuffer
 	h, err := New(cfg, nil, slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatalf("New while no server answers: %v", err)
@@ -265,23 +264,4 @@ func startServer(t *testing.T, opts *server.Options) *server.Server {
 	}
 	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
 	return srv
-}
-
-// syncBuffer is a log that the handler's connection writes from its own
-// goroutines while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

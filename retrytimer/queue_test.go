@@ -1,7 +1,6 @@
 package retrytimer
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,10 +8,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/streamd/streamd/internal/testutil"
 )
 
 func TestFiresInDueOrder(t *testing.T) {
@@ -131,7 +131,7 @@ func TestFireErrorRetries(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				var logs syncBuffer
+				var logs testutil.SyncBuffer
 				fails := 3
 				r := &recorder{t: t, fail: func(c Copy) error {
 					if c.Key == "flaky" && fails > 0 {
@@ -181,24 +181,6 @@ func TestFireErrorRetries(t *testing.T) {
 			})
 		})
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a logger on another goroutine.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 func TestDrain(t *testing.T) {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/streamd/streamd/envelope"
 	"github.com/streamd/streamd/internal/durable"
+	"github.com/streamd/streamd/internal/testutil"
 )
 
 // fireDue fires every copy of q that is due, on the calling goroutine.
@@ -324,7 +325,7 @@ func TestSpoolCompaction(t *testing.T) {
 func TestSpoolCompactionFailure(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, SpoolName)
-	var logs syncBuffer
+	var logs testutil.SyncBuffer
 	r := &recorder{t: t}
 	q := mustOpen(t, Options{Dir: dir, Fire: r.fire, CompactMinBytes: 1000, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	// A directory where the temporary file goes makes compaction fail.

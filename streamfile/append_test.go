@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/streamd/streamd/internal/testutil"
 	"github.com/streamd/streamd/pipe"
 )
 
@@ -233,7 +234,7 @@ func TestPublishFileFullDisk(t *testing.T) {
 	}
 	for limit := int64(HeaderSize + 1); limit < fi.Size(); limit++ {
 		path := filepath.Join(dir, fmt.Sprint(limit))
-		lift := limitFileSize(t, uint64(limit))
+		lift := testutil.LimitFileSize(t, uint64(limit))
 		n, err := PublishFile(path, input(0), lo, ao)
 		lift()
 		if _, failed := errors.AsType[*AppendError](err); !failed {

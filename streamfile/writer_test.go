@@ -7,12 +7,12 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
+
+	"github.com/streamd/streamd/internal/testutil"
 )
 
 // readFrames decodes every frame of the file at path and returns the frames
@@ -611,7 +611,7 @@ func TestWriterFullDiskAtBoundary(t *testing.T) {
 	}
 	defer w.Close()
 
-	lift := limitFileSize(t, 1024)
+	lift := testutil.LimitFileSize(t, 1024)
 	// 1 + 1 + 28 + 863 + 3 = 896 bytes from 128: the frame ends at 1024,
 	// and its beacon there does not fit. The frame is whole: the batch
 	// succeeds (an error would have it written again).
@@ -633,30 +633,6 @@ func TestWriterFullDiskAtBoundary(t *testing.T) {
 	if _, err := w.f.ReadAt(b, 1024); err != nil || b[0] != trailer {
 		t.Errorf("byte at the boundary: %x, %v; want a beacon's first byte", b, err)
 	}
-}
-
-// limitFileSize makes every write of the process at or past offset n of a
-// file fail with EFBIG (RLIMIT_FSIZE), as a full disk does: a write that
-// crosses n writes the bytes before it. The limit holds until lift is called
-// or the test ends; a test that sets it must not be parallel.
-func limitFileSize(t *testing.T, n uint64) (lift func()) {
-	t.Helper()
-	signal.Ignore(syscall.SIGXFSZ) // a write past the limit fails with EFBIG instead
-	var unlimited syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_FSIZE, &unlimited); err != nil {
-		t.Fatal(err)
-	}
-	limit := syscall.Rlimit{Cur: n, Max: unlimited.Max}
-	if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &limit); err != nil {
-		t.Fatal(err)
-	}
-	lift = func() {
-		if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &unlimited); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(lift)
-	return lift
 }
 
 // TestWriterRefusesTimestampsPastYear9999: a frame readers would refuse

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/streamd/streamd/internal/testutil"
 	"github.com/streamd/streamd/streamfile"
 )
 
@@ -20,7 +21,7 @@ func TestPrint(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "p.ss")
 	writeFile(t, path, streamfile.Header{FileName: "p.ss", CreatedAtMs: 1, BeaconInterval: 1024}, frames("k", 1, 2, 1, 10))
 	ctx, cancel := context.WithCancel(context.Background())
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	done := make(chan error, 1)
 	go func() { done <- Print(ctx, &out, path, streamfile.FormatLog, testLogger(t)) }()
 	messages := func() int { return strings.Count(out.String(), " | k | ") } // payloads hold newlines
@@ -45,13 +46,13 @@ func TestPrintMissingFile(t *testing.T) {
 
 // countingWriter counts the writes made to it.
 type countingWriter struct {
-	syncBuffer
+	testutil.SyncBuffer
 	writes atomic.Int32
 }
 
 func (c *countingWriter) Write(p []byte) (int, error) {
 	c.writes.Add(1)
-	return c.syncBuffer.Write(p)
+	return c.SyncBuffer.Write(p)
 }
 
 // TestPrintCatchingUp: the records a follower reads without waiting leave

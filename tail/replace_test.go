@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/streamd/streamd/internal/testutil"
 	"github.com/streamd/streamd/streamfile"
 )
 
@@ -469,7 +470,7 @@ func TestTruncatedUnread(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "r.ss")
 			old := frames("old", 1, 3000, 1, 100) // far more than one read
 			writeFile(t, path, oldHeader, old)
-			var log syncBuffer
+			var log testutil.SyncBuffer
 			fl, err := New(Options{Path: path, PollInterval: time.Hour, Logger: slog.New(slog.NewTextHandler(&log, nil))})
 			if err != nil {
 				t.Fatal(err)

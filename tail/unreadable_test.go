@@ -1,7 +1,6 @@
 package tail
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io/fs"
@@ -9,31 +8,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/streamd/streamd/internal/testutil"
 )
-
-// syncBuffer is a bytes.Buffer that a follower's goroutine (its logs) or
-// Print writes to while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // noItem fails the test if the follower hands out anything within d.
 func noItem(t *testing.T, items <-chan item, d time.Duration, what string) {
@@ -122,7 +103,7 @@ func TestUnopenableReplacement(t *testing.T) {
 				}
 				return os.Open(name)
 			}}
-			var logs syncBuffer
+			var logs testutil.SyncBuffer
 			obs := newObserver()
 			fl, err := newFollower(Options{Path: path, PollInterval: 50 * time.Millisecond, Observer: obs,
 				Logger: slog.New(slog.NewTextHandler(&logs, nil))}, hooks)
@@ -210,7 +191,7 @@ func TestReadErrorRetried(t *testing.T) {
 		fs := frames("k", 1, 20, 1, 40)
 		writeFile(t, path, oldHeader, fs[:10])
 		var fail atomic.Bool
-		var logs syncBuffer
+		var logs testutil.SyncBuffer
 		obs := newObserver()
 		fl, err := newFollower(Options{Path: path, PollInterval: 50 * time.Millisecond, Observer: obs,
 			Logger: slog.New(slog.NewTextHandler(&logs, nil))}, open(&fail))

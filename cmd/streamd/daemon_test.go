@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -9,39 +8,20 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/streamd/streamd/envelope"
+	"github.com/streamd/streamd/internal/testutil"
 	"github.com/streamd/streamd/streamfile"
 )
-
-// lockedBuffer is a bytes.Buffer safe for a process writing while the test
-// reads.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // daemonProc is a running `streamd run`.
 type daemonProc struct {
 	cmd    *exec.Cmd
-	stderr *lockedBuffer
-	stdout *lockedBuffer
+	stderr *testutil.SyncBuffer
+	stdout *testutil.SyncBuffer
 	done   chan struct{}
 }
 
@@ -110,7 +90,7 @@ func (e *env) daemonCmd(bin string) *exec.Cmd {
 // killed when the test ends, and its stderr logged if the test failed.
 func (e *env) launch(cmd *exec.Cmd) *daemonProc {
 	e.t.Helper()
-	p := &daemonProc{cmd: cmd, stderr: &lockedBuffer{}, stdout: &lockedBuffer{}, done: make(chan struct{})}
+	p := &daemonProc{cmd: cmd, stderr: &testutil.SyncBuffer{}, stdout: &testutil.SyncBuffer{}, done: make(chan struct{})}
 	cmd.Stderr = p.stderr
 	if cmd.Stdout == nil {
 		cmd.Stdout = p.stdout

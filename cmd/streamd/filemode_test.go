@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/streamd/streamd/internal/testutil"
 )
 
 // Scratch IDs of the shared-files test: a producers' group and two users
@@ -63,7 +65,7 @@ func TestSharedStreamFile(t *testing.T) {
 
 	daemon := exec.Command(bin, "run", "--config.file="+config)
 	daemon.Env = quickExit()
-	var out, errOut lockedBuffer
+	var out, errOut testutil.SyncBuffer
 	daemon.Stdout, daemon.Stderr = &out, &errOut
 	daemon.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: daemonUID, Gid: daemonUID, Groups: []uint32{sharedGID}}}
 	if err := daemon.Start(); err != nil {

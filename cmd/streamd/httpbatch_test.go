@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/streamd/streamd/envelope"
+	"github.com/streamd/streamd/internal/testutil"
 	"github.com/streamd/streamd/offsets"
 )
 
@@ -160,7 +161,7 @@ func TestReadmeBatchServer(t *testing.T) {
 	_, port, _ := net.SplitHostPort(addr)
 	server := exec.Command(python, "-c", blocks[0])
 	server.Env = append(os.Environ(), "PORT="+port)
-	var serverLog lockedBuffer
+	var serverLog testutil.SyncBuffer
 	server.Stderr = &serverLog
 	if err := server.Start(); err != nil {
 		t.Fatal(err)

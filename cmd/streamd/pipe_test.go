@@ -32,6 +32,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/streamd/streamd/envelope"
+	"github.com/streamd/streamd/internal/testutil"
 	"github.com/streamd/streamd/pipe"
 )
 
@@ -95,7 +96,7 @@ func runStageShell(t *testing.T, dir string, stdin []byte, timeout time.Duration
 	cmd := exec.Command("/bin/sh", "-c", script)
 	cmd.Env = stageEnv(t, dir)
 	cmd.Stdin = bytes.NewReader(stdin)
-	var out, errb lockedBuffer
+	var out, errb testutil.SyncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.WaitDelay = 2 * time.Second
@@ -146,7 +147,7 @@ type stageLine struct {
 type stageProc struct {
 	cmd     *exec.Cmd
 	stdin   *os.File
-	stderr  *lockedBuffer
+	stderr  *testutil.SyncBuffer
 	done    chan struct{}
 	outDone chan struct{}
 
@@ -174,7 +175,7 @@ func startStage(t *testing.T, dir string, closeStdoutAfter int, argv ...string) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &stageProc{stdin: inW, stderr: &lockedBuffer{}, done: make(chan struct{}), outDone: make(chan struct{})}
+	p := &stageProc{stdin: inW, stderr: &testutil.SyncBuffer{}, done: make(chan struct{}), outDone: make(chan struct{})}
 	p.cmd = exec.Command(argv[0], argv[1:]...)
 	p.cmd.Env = stageEnv(t, dir)
 	p.cmd.Stdin, p.cmd.Stdout, p.cmd.Stderr = inR, outW, p.stderr
@@ -424,7 +425,7 @@ func TestPipeItem35(t *testing.T) {
 	}
 	cmd := exec.Command(streamdBinary(t), "pipe", "--config.file="+cfg, "--log.format=json")
 	cmd.Env = stageEnv(t, dir)
-	var out, errb lockedBuffer
+	var out, errb testutil.SyncBuffer
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, &out, &errb
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

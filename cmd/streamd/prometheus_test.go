@@ -16,6 +16,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/streamd/streamd/internal/testutil"
 )
 
 // freePort returns a loopback address with a port nothing listens on.
@@ -58,7 +60,7 @@ scrape_configs:
 `, metricsAddr)), 0o644)
 	cmd := exec.Command(prom, "--config.file="+promCfg, "--storage.tsdb.path="+filepath.Join(dir, "data"),
 		"--web.listen-address="+promAddr, "--log.level=warn")
-	var promLog lockedBuffer
+	var promLog testutil.SyncBuffer
 	cmd.Stdout, cmd.Stderr = &promLog, &promLog
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

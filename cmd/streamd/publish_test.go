@@ -8,16 +8,15 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/streamd/streamd/envelope"
+	"github.com/streamd/streamd/internal/testutil"
 	"github.com/streamd/streamd/streamfile"
 )
 
@@ -346,7 +345,7 @@ func TestPublishFullDisk(t *testing.T) {
 		return code, errb.String()
 	}
 
-	lift := limitFileSize(t, streamfile.HeaderSize+3*131+50)
+	lift := testutil.LimitFileSize(t, streamfile.HeaderSize+3*131+50)
 	code, stderr := publish(0)
 	lift()
 	want := "file too large; an incomplete record it may have left at the end of the file is a torn tail, which readers wait at and the next append removes " +
@@ -372,30 +371,6 @@ func TestPublishFullDisk(t *testing.T) {
 	if !slices.Equal(got, all) {
 		t.Errorf("after the rerun the file holds %q, want %q", got, all)
 	}
-}
-
-// limitFileSize makes every write of the process at or past offset n of a
-// file fail with EFBIG (RLIMIT_FSIZE), as a full disk does: a write that
-// crosses n writes the bytes before it. The limit holds until lift is called
-// or the test ends; a test that sets it must not be parallel.
-func limitFileSize(t *testing.T, n uint64) (lift func()) {
-	t.Helper()
-	signal.Ignore(syscall.SIGXFSZ) // a write past the limit fails with EFBIG instead
-	var unlimited syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_FSIZE, &unlimited); err != nil {
-		t.Fatal(err)
-	}
-	limit := syscall.Rlimit{Cur: n, Max: unlimited.Max}
-	if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &limit); err != nil {
-		t.Fatal(err)
-	}
-	lift = func() {
-		if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &unlimited); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(lift)
-	return lift
 }
 
 // TestPublishFileMode: --file-mode sets the bits of a file publish creates

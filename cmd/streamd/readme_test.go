@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/streamd/streamd/envelope"
+	"github.com/streamd/streamd/internal/testutil"
 )
 
 // readmeBlocks returns the fenced code blocks of README.md with the given
@@ -61,7 +62,7 @@ func TestReadmeTryingIt(t *testing.T) {
 	daemon := exec.Command(filepath.Join(dir, "bin", "streamd"), "run", "--config.file=configs/local.toml")
 	daemon.Dir = dir
 	daemon.Env = quickExit()
-	var stdout, stderr lockedBuffer
+	var stdout, stderr testutil.SyncBuffer
 	daemon.Stdout, daemon.Stderr = &stdout, &stderr
 	if err := daemon.Start(); err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/streamd/streamd/internal/testutil"
 	"github.com/streamd/streamd/offsets"
 	"github.com/streamd/streamd/streamfile"
 )
@@ -82,7 +83,7 @@ replay = true
 concurrency = %d
 %s`, state, filepath.Join(dir, "orders.ss"), concurrency, handler)), 0o644)
 	cmd := exec.Command(bin, "run", "--config.file="+cfg, "--log.level=error")
-	var stderr lockedBuffer
+	var stderr testutil.SyncBuffer
 	cmd.Stderr = &stderr
 	start := time.Now()
 	if err := cmd.Start(); err != nil {

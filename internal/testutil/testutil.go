@@ -1,0 +1,56 @@
+// Package testutil holds what the tests of several packages share: a
+// buffer a process or goroutine writes while the test reads it, and a full
+// disk made with RLIMIT_FSIZE. Only _test.go files import it.
+package testutil
+
+import (
+	"bytes"
+	"os/signal"
+	"sync"
+	"syscall"
+	"testing"
+)
+
+// SyncBuffer is a bytes.Buffer safe for a writer on another goroutine (a
+// logger, a child process's output) while the test reads it.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// String returns what was written so far.
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// LimitFileSize makes every write of the process at or past offset n of a
+// file fail with EFBIG (RLIMIT_FSIZE), as a full disk does: a write that
+// crosses n writes the bytes before it. The limit holds until lift is
+// called or the test ends; a test that sets it must not be parallel.
+func LimitFileSize(t testing.TB, n uint64) (lift func()) {
+	t.Helper()
+	signal.Ignore(syscall.SIGXFSZ) // a write past the limit fails with EFBIG instead
+	var unlimited syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_FSIZE, &unlimited); err != nil {
+		t.Fatal(err)
+	}
+	limit := syscall.Rlimit{Cur: n, Max: unlimited.Max}
+	if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &limit); err != nil {
+		t.Fatal(err)
+	}
+	lift = func() {
+		if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &unlimited); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(lift)
+	return lift
+}
