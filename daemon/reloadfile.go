@@ -73,7 +73,7 @@ const reloadPoll = 20 * time.Millisecond
 func RequestReload(dir string, timeout time.Duration) (ReloadResult, error) {
 	pid, err := offsets.LockHolder(dir)
 	if err != nil {
-		return ReloadResult{}, err
+		return ReloadResult{}, fmt.Errorf("%w (the file's state_dir names the daemon to ask: one that runs with another state_dir needs a restart to change it)", err)
 	}
 	return signalReload(dir, pid, timeout)
 }

@@ -67,7 +67,7 @@ kind = "discard"
 		t.Fatalf("daemon exit %d", code)
 	}
 	r = runBinary(t, nil, "reload", "--config.file="+e.config)
-	if r.code != exitError || !strings.Contains(r.stderr, "no streamd runs on state directory") {
+	if r.code != exitError || !strings.Contains(r.stderr, "no streamd runs on state directory") || !strings.Contains(r.stderr, "needs a restart to change it") {
 		t.Errorf("reload with no daemon: exit %d, stderr %q", r.code, r.stderr)
 	}
 }
