@@ -333,18 +333,18 @@ func StateDir(path string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	var file struct {
-		StateDir *string `toml:"state_dir"`
-	}
-	if _, err := toml.Decode(string(data), &file); err != nil {
+	var tree map[string]any // keys as written: Load refuses State_Dir
+	if _, err := toml.Decode(string(data), &tree); err != nil {
 		return "", fmt.Errorf("%s: %w", path, err)
 	}
-	switch dir := file.StateDir; {
-	case dir != nil && *dir != "" && filepath.IsAbs(*dir):
-		return *dir, nil
-	case dir != nil && *dir != "" && !strings.HasPrefix(*dir, "~"):
-		return filepath.Abs(filepath.Join(filepath.Dir(path), *dir))
-	case dir == nil && filepath.IsAbs(firstEntry(os.Getenv("STATE_DIRECTORY"))):
+	v, set := tree["state_dir"]
+	dir, _ := v.(string)
+	switch {
+	case dir != "" && filepath.IsAbs(dir):
+		return filepath.Clean(dir), nil
+	case dir != "" && !strings.HasPrefix(dir, "~"):
+		return filepath.Abs(filepath.Join(filepath.Dir(path), dir))
+	case !set && filepath.IsAbs(firstEntry(os.Getenv("STATE_DIRECTORY"))):
 		return firstEntry(os.Getenv("STATE_DIRECTORY")), nil
 	}
 	return "", fmt.Errorf("%s: no state_dir (nor $STATE_DIRECTORY)", path)

@@ -779,6 +779,9 @@ func TestStateDir(t *testing.T) {
 		{"the file's first", "state_dir = \"/srv/state\"\n", "/var/lib/streamd", "/srv/state", ""},
 		{"none", "[metrics]\n", "", "", "no state_dir"},
 		{"tilde", "state_dir = \"~/state\"\n", "", "", "no state_dir"},
+		{"a key Load refuses", "State_Dir = \"/x\"\n", "/var/lib/streamd", "/var/lib/streamd", ""},
+		{"not a string", "state_dir = 5\n", "/var/lib/streamd", "", "no state_dir"},
+		{"cleaned", "state_dir = \"/a/b/../c/\"\n", "", "/a/c", ""},
 		{"not TOML", "state_dir = \n", "", "", "streamd.toml"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

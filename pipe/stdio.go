@@ -100,7 +100,7 @@ func (r *Reader) next() (line []byte, own bool, err error) {
 		case errors.Is(err, io.EOF):
 			r.done = true
 		case err != nil:
-			return nil, false, fmt.Errorf("read stdin: %w", err)
+			return nil, false, readError(err)
 		}
 		line, own := chunk, r.long != nil
 		if own {
@@ -127,6 +127,11 @@ func (r *Reader) tooLong() error {
 	return &LineTooLongError{Line: r.n, Limit: r.limit}
 }
 
+// readError is a failed read of stdin. It keeps the cause as text only:
+// stdin is not a file named on the command line, and a command tells the
+// files it could not open or read by their *fs.PathError (exit status 2).
+func readError(err error) error { return fmt.Errorf("read stdin: %v", err) }
+
 // skipLine reads past the rest of a too long line, through its '\n' or to
 // the end of the input.
 func (r *Reader) skipLine() error {
@@ -138,7 +143,7 @@ func (r *Reader) skipLine() error {
 		case errors.Is(err, io.EOF):
 			r.done = true
 		case err != nil:
-			return fmt.Errorf("read stdin: %w", err)
+			return readError(err)
 		}
 		r.skip = false
 		return nil

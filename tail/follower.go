@@ -159,8 +159,10 @@ type Follower struct {
 	reading atomic.Int64
 	// reads counts the reads of the open file (timedFile): a record the
 	// decoder returns after one may come from bytes read after the file
-	// was rewritten in place.
-	reads uint64
+	// was rewritten in place. looked is reads when a wake-up last looked
+	// at the file's size and header (check): the read after it needs no
+	// look of its own.
+	reads, looked uint64
 }
 
 // New opens the file at opts.Path and finds where reading starts. It starts
@@ -311,11 +313,8 @@ func (fl *Follower) Next(ctx context.Context) (*Record, error) {
 		}
 		reads := fl.reads
 		rec, err := fl.dec.Next()
-		if err == nil && fl.reads != reads && fl.changedInPlace() {
-			// Read after the file was truncated and written again under
-			// a new header, with frames where the old ones were: the
-			// record is the new file's, read from its middle.
-			continue
+		if err == nil && fl.reads != reads && reads != fl.looked && fl.rewritten() {
+			continue // the record is another file's, read from its middle
 		}
 		if err == nil {
 			fl.damage.recheckAt, fl.damage.replayRecheckAt = -1, -1
@@ -416,9 +415,21 @@ func (fl *Follower) open(path string) (file, error) {
 	return timedFile{f, &fl.reading, &fl.reads}, nil
 }
 
+// rewritten looks, after a read made since the file was last looked at
+// (catching up, no wake-up between: a wake-up looks before it reads),
+// whether the file was truncated and written again under a new header,
+// with frames where the old ones were: the record just read is then the
+// new file's, and the follower starts over in it (checkInPlace). A file
+// shorter than the read position was truncated after the read: what was
+// read is the old file's, handed out before the next look starts over.
+func (fl *Follower) rewritten() bool {
+	fi, err := fl.f.Stat()
+	return !fl.opts.Replay && err == nil && fi.Size() >= fl.pos() && fl.checkInPlace(fi.Size(), fl.lastSize)
+}
+
 // timedFile is a followed file whose reads and stats record when they
 // began, for Stalled, and whose reads are counted. A read fills the
-// decoder's buffer, so this costs nothing per record.
+// decoder's buffer: this costs nothing per record.
 type timedFile struct {
 	file
 	since *atomic.Int64

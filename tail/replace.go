@@ -51,7 +51,9 @@ func (fl *Follower) check(polled bool) error {
 	}
 	seen := fl.lastSize
 	fl.lastSize = size
-	if fl.checkInPlace(size, seen) {
+	inPlace := fl.checkInPlace(size, seen)
+	fl.looked = fl.reads // the next read sees the file as just looked at
+	if inPlace {
 		return nil
 	}
 	r := &fl.replace

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -499,4 +500,62 @@ func TestTruncatedUnread(t *testing.T) {
 			}
 		})
 	}
+}
+
+// truncatingFile truncates its file and writes it again, as copytruncate
+// and the producer's writer do, right after the first read at or past
+// offset from once armed: the bytes that read returned are the old file's.
+type truncatingFile struct {
+	*os.File
+	arm     *atomic.Bool
+	rewrite func()
+	at      *atomic.Int64 // the offset of that read
+}
+
+func (f truncatingFile) ReadAt(p []byte, off int64) (int, error) {
+	n, err := f.File.ReadAt(p, off)
+	if n > 0 && off > streamfile.HeaderSize && f.arm.CompareAndSwap(true, false) {
+		f.at.Store(off)
+		f.rewrite()
+	}
+	return n, err
+}
+
+// TestTruncatedAfterRead: the records of a read made just before the file
+// was truncated and written again are the old file's, and are handed out;
+// then the new file is read from its beginning.
+func TestTruncatedAfterRead(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "r.ss")
+	writeFile(t, path, oldHeader, frames("old", 1, 3000, 1, 100)) // far more than one read
+	var arm atomic.Bool
+	var at atomic.Int64
+	rewrite := func() {
+		if err := os.Truncate(path, 0); err != nil {
+			t.Error(err)
+		}
+		writeFile(t, path, newHeader, frames("new", 1, 1, 1, 10))
+	}
+	fl, err := newFollower(Options{Path: path, PollInterval: 20 * time.Millisecond, Logger: testLogger(t)},
+		testHooks{open: func(name string) (file, error) {
+			f, err := os.Open(name)
+			if err != nil {
+				return nil, err
+			}
+			return truncatingFile{f, &arm, rewrite, &at}, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fl.Close()
+	read := 0
+	gotten := nextN(t, fl, 10, &read)
+	arm.Store(true) // the next read of records truncates the file after it
+	for gotten[len(gotten)-1].Key != "new" {
+		gotten = append(gotten, nextN(t, fl, 1, &read)...)
+	}
+	last := gotten[len(gotten)-2]
+	if last.Key != "old" || last.End <= at.Load() {
+		t.Errorf("the last old record handed out is %s, ending before the read at %d that the truncation followed: its records were dropped", last, at.Load())
+	}
+	checkDelivery(t, gotten)
 }

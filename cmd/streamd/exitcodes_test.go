@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -157,5 +158,24 @@ func TestFailureExit(t *testing.T) {
 		if got := failureExit(tc.err); got != tc.want {
 			t.Errorf("failureExit(%v) = %d, want %d", tc.err, got, tc.want)
 		}
+	}
+}
+
+// TestPublishUnreadableStdin: a stdin that cannot be read (here a
+// directory) fails the publish, exit 1; it is no file of the command line
+// that cannot be read (2).
+func TestPublishUnreadableStdin(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	in, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	cmd := exec.Command(streamdBinary(t), "publish", "--file="+filepath.Join(dir, "s.ss"), "--key=k")
+	cmd.Stdin = in
+	out, _ := cmd.CombinedOutput()
+	if code := cmd.ProcessState.ExitCode(); code != exitError || !strings.Contains(string(out), "read stdin") {
+		t.Errorf("publish with a directory on stdin: exit %d, %q; want exit 1 saying stdin could not be read", code, out)
 	}
 }

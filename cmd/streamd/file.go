@@ -98,7 +98,7 @@ func publishCommand(app *kingpin.Application) action {
 		}
 		// The records of the first n lines are in the file: a rerun from
 		// the next line neither loses nor repeats one.
-		return s.exitWith(failureExit(err), "streamd publish: %v (the records of the first %d stdin lines were published; rerun from line %d, e.g. with tail -n +%d)", err, n, n+1, n+1)
+		return s.exitWith(failureExit(err), "streamd publish: %v (stdin lines published: %d; rerun from line %d, e.g. with tail -n +%d)", err, n, n+1, n+1)
 	}
 }
 

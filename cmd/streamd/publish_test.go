@@ -349,7 +349,7 @@ func TestPublishFullDisk(t *testing.T) {
 	code, stderr := publish(0)
 	lift()
 	want := "file too large; an incomplete record it may have left at the end of the file is a torn tail, which readers wait at and the next append removes " +
-		"(the records of the first 3 stdin lines were published; rerun from line 4, e.g. with tail -n +4)"
+		"(stdin lines published: 3; rerun from line 4, e.g. with tail -n +4)"
 	if code != exitError || !strings.Contains(stderr, want) {
 		t.Fatalf("publish on a full disk: exit %d, stderr %q; want exit %d and %q", code, stderr, exitError, want)
 	}
