@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 	"net"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/handler"
+	"github.com/streamd/streamd/internal/testutil"
 )
 
 // notifySocket is a fake $NOTIFY_SOCKET that the daemons New makes in the
@@ -23,12 +23,7 @@ type notifySocket struct {
 // the test.
 func listenNotify(t *testing.T) *notifySocket {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "notify.sock")
-	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	conn, path := testutil.ListenNotify(t)
 	t.Setenv("NOTIFY_SOCKET", path)
 	return &notifySocket{conn: conn}
 }

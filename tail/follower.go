@@ -313,8 +313,13 @@ func (fl *Follower) Next(ctx context.Context) (*Record, error) {
 		}
 		reads := fl.reads
 		rec, err := fl.dec.Next()
-		if err == nil && fl.reads != reads && reads != fl.looked && fl.rewritten() {
-			continue // the record is another file's, read from its middle
+		// A read made since the file was last looked at (catching up, no
+		// wake-up between: a wake-up looks before it reads) may have found
+		// it truncated and written again under a new header, with frames
+		// where the old ones were: the record would be the new file's,
+		// read from its middle.
+		if err == nil && fl.reads != reads && reads != fl.looked && fl.changedInPlace(true) {
+			continue
 		}
 		if err == nil {
 			fl.damage.recheckAt, fl.damage.replayRecheckAt = -1, -1
@@ -349,14 +354,14 @@ func (fl *Follower) Next(ctx context.Context) (*Record, error) {
 				return nil, err
 			}
 		case errors.As(err, &ce):
-			if fl.changedInPlace() || fl.readAgain(ce.Offset) {
+			if fl.changedInPlace(false) || fl.readAgain(ce.Offset) {
 				continue
 			}
 			if err := fl.damaged(EventChecksum, err, ce.Offset); err != nil {
 				return nil, err
 			}
 		case errors.As(err, &fe):
-			if fl.changedInPlace() || fl.readAgain(fl.dec.Pos()) {
+			if fl.changedInPlace(false) || fl.readAgain(fl.dec.Pos()) {
 				continue
 			}
 			if err := fl.damaged(EventFormat, err, fe.Offset); err != nil {
@@ -413,18 +418,6 @@ func (fl *Follower) open(path string) (file, error) {
 		return nil, err
 	}
 	return timedFile{f, &fl.reading, &fl.reads}, nil
-}
-
-// rewritten looks, after a read made since the file was last looked at
-// (catching up, no wake-up between: a wake-up looks before it reads),
-// whether the file was truncated and written again under a new header,
-// with frames where the old ones were: the record just read is then the
-// new file's, and the follower starts over in it (checkInPlace). A file
-// shorter than the read position was truncated after the read: what was
-// read is the old file's, handed out before the next look starts over.
-func (fl *Follower) rewritten() bool {
-	fi, err := fl.f.Stat()
-	return !fl.opts.Replay && err == nil && fi.Size() >= fl.pos() && fl.checkInPlace(fi.Size(), fl.lastSize)
 }
 
 // timedFile is a followed file whose reads and stats record when they

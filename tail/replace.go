@@ -92,14 +92,17 @@ func (fl *Follower) check(polled bool) error {
 	return nil
 }
 
-// changedInPlace looks, before damage is reported, whether the file was
-// truncated or rewritten under the follower; if so it starts over in it.
-func (fl *Follower) changedInPlace() bool {
+// changedInPlace looks, before damage is reported or after a read
+// (afterRead), whether the file was truncated or rewritten under the
+// follower; if so it starts over in it. After a read, a file shorter than
+// the read position is left to the next look: it was truncated after the
+// read, and what was read is the old file's, handed out first.
+func (fl *Follower) changedInPlace(afterRead bool) bool {
 	if fl.opts.Replay {
 		return false
 	}
 	fi, err := fl.f.Stat()
-	if err != nil {
+	if err != nil || afterRead && fi.Size() < fl.pos() {
 		return false
 	}
 	return fl.checkInPlace(fi.Size(), fl.lastSize)

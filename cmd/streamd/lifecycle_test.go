@@ -23,6 +23,7 @@ import (
 	"github.com/streamd/streamd/daemon"
 	"github.com/streamd/streamd/envelope"
 	"github.com/streamd/streamd/handler"
+	"github.com/streamd/streamd/internal/testutil"
 	"github.com/streamd/streamd/offsets"
 )
 
@@ -368,12 +369,7 @@ type notifyMsg struct {
 // listenNotify listens on t.TempDir()/notify.sock.
 func listenNotify(t *testing.T) *notifySocket {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "notify.sock")
-	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	conn, path := testutil.ListenNotify(t)
 	n := &notifySocket{conn: conn, msgs: make(chan notifyMsg, 4096), env: "NOTIFY_SOCKET=" + path}
 	go func() {
 		buf := make([]byte, 64<<10)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,15 +11,12 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/streamd/streamd/internal/testutil"
 )
 
 func TestNotifier(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "notify.sock")
-	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn, path := testutil.ListenNotify(t)
 	t.Setenv("NOTIFY_SOCKET", path)
 	n := NewNotifier()
 	read := func() string {

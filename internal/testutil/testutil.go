@@ -1,11 +1,14 @@
 // Package testutil holds what the tests of several packages share: a
-// buffer a process or goroutine writes while the test reads it, and a full
-// disk made with RLIMIT_FSIZE. Only _test.go files import it.
+// buffer a process or goroutine writes while the test reads it, a full
+// disk made with RLIMIT_FSIZE, and a socket standing in for systemd's
+// notify socket. Only _test.go files import it.
 package testutil
 
 import (
 	"bytes"
+	"net"
 	"os/signal"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"testing"
@@ -53,4 +56,18 @@ func LimitFileSize(t testing.TB, n uint64) (lift func()) {
 	}
 	t.Cleanup(lift)
 	return lift
+}
+
+// ListenNotify listens on a unixgram socket in a temporary directory, as
+// systemd's notify socket does, until the test ends. The test gives path
+// to the daemon as $NOTIFY_SOCKET.
+func ListenNotify(t testing.TB) (conn *net.UnixConn, path string) {
+	t.Helper()
+	path = filepath.Join(t.TempDir(), "notify.sock")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn, path
 }
