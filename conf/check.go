@@ -24,11 +24,11 @@ const primingKey = "ruststream-internal"
 // must not hold: streamd would create a file literally named so.
 const globChars = "*?["
 
-// Limits.
-const (
-	maxConcurrency = 1024
-	maxNameLen     = 64
-)
+// MaxConcurrency is the largest concurrency a subscription may set.
+const MaxConcurrency = 1024
+
+// maxNameLen bounds the names of streams and subscriptions.
+const maxNameLen = 64
 
 // validate checks a well-typed configuration, resolving its relative paths.
 // Each problem is collected in l.
@@ -153,8 +153,8 @@ func (l *loader) checkSubscription(p keyPath, s *Subscription, streams, names ma
 	if l.has(p.k("out_retry")) {
 		l.streamKey(p.k("out_retry"), s.OutRetry)
 	}
-	if n := s.Concurrency; l.has(p.k("concurrency")) && (n < 1 || n > maxConcurrency) {
-		l.errorf(p.k("concurrency"), "must be from 1 to %d, not %d", maxConcurrency, n)
+	if n := s.Concurrency; l.has(p.k("concurrency")) && (n < 1 || n > MaxConcurrency) {
+		l.errorf(p.k("concurrency"), "must be from 1 to %d, not %d", MaxConcurrency, n)
 	}
 	if s.MaxAttempts != nil && *s.MaxAttempts < 1 {
 		l.errorf(p.k("max_attempts"), "must be 1 or more (the first delivery is attempt 1), not %d; leave it out for no cap", *s.MaxAttempts)
@@ -264,6 +264,7 @@ func (l *loader) checkNATS(p keyPath, h *Handler, key string) {
 			*path = l.filePath(q, *path)
 		}
 	}
+	l.checkBatch(p, h)
 }
 
 // validSubject reports whether s is a NATS subject a message can be
@@ -333,7 +334,7 @@ func (l *loader) checkHTTP(p keyPath, h *Handler) {
 	}
 }
 
-// checkBatch checks the batch options of an http handler.
+// checkBatch checks the batch options of an http or nats handler.
 func (l *loader) checkBatch(p keyPath, h *Handler) {
 	q := p.k("batch_max_records")
 	if !l.has(q) {
@@ -349,7 +350,7 @@ func (l *loader) checkBatch(p keyPath, h *Handler) {
 		return
 	}
 	if n := h.BatchMaxRecords; n < 1 || n > MaxBatchRecords {
-		l.errorf(q, "must be from 1 to %d, not %d; leave it out to send one request per record", MaxBatchRecords, n)
+		l.errorf(q, "must be from 1 to %d, not %d; leave it out to hand the handler one record at a time", MaxBatchRecords, n)
 	}
 	if n := h.BatchMaxBytes; l.has(p.k("batch_max_bytes")) && (n < 1 || n > MaxBatchBytes) {
 		l.errorf(p.k("batch_max_bytes"), "must be from 1 to %d, not %d", MaxBatchBytes, n)

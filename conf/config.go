@@ -212,10 +212,12 @@ type Handler struct {
 	// a NATS server over TLS), instead of the system's.
 	CAFile string `toml:"ca_file"`
 
-	// BatchMaxRecords turns on batches (http): up to this many records,
-	// 1 to MaxBatchRecords, go in one request, one NDJSON line each, and
-	// the subscription's concurrency counts requests in flight. 0, the
-	// default, sends one request per record.
+	// BatchMaxRecords turns on batches (http, nats): up to this many
+	// records, 1 to MaxBatchRecords, go in one request, one NDJSON line
+	// each (http), or are published at once before their
+	// acknowledgements are awaited (nats); the subscription's concurrency
+	// counts batches in flight. 0, the default, hands the handler one
+	// record at a time.
 	BatchMaxRecords int `toml:"batch_max_records"`
 	// BatchMaxBytes bounds a batch by the payload and header bytes of its
 	// records, before they are written as NDJSON (base64 makes the body
@@ -265,7 +267,7 @@ var handlerKinds = []struct {
 	{HandlerExec, []string{"command", "timeout", "env"}},
 	{HandlerStdout, []string{"format"}},
 	{HandlerDiscard, nil},
-	{HandlerNATS, []string{"url", "subject", "timeout", "creds_file", "nkey_file", "user", "password_file", "ca_file", "cert_file", "key_file"}},
+	{HandlerNATS, []string{"url", "subject", "timeout", "creds_file", "nkey_file", "user", "password_file", "ca_file", "cert_file", "key_file", "batch_max_records", "batch_max_bytes", "batch_linger"}},
 }
 
 // Defaults.
@@ -588,13 +590,15 @@ func (l *loader) setDefaults(cfg *Config) {
 			s.OnInvalid = cmp.Or(s.OnInvalid, "skip")
 		}
 		h := &s.Handler
+		if h.BatchMaxRecords > 0 {
+			h.BatchMaxBytes = cmp.Or(h.BatchMaxBytes, DefaultBatchMaxBytes)
+			h.BatchLinger = cmp.Or(h.BatchLinger, DefaultBatchLinger)
+		}
 		switch h.Kind {
 		case HandlerHTTP:
 			h.Timeout = cmp.Or(h.Timeout, DefaultHTTPTimeout)
-			if h.BatchMaxRecords > 0 {
-				h.BatchMaxBytes = cmp.Or(h.BatchMaxBytes, DefaultBatchMaxBytes)
-				h.BatchLinger = cmp.Or(h.BatchLinger, DefaultBatchLinger)
-			}
+		case HandlerNATS:
+			h.Timeout = cmp.Or(h.Timeout, DefaultNATSTimeout)
 		case HandlerExec:
 			h.Timeout = cmp.Or(h.Timeout, DefaultExecTimeout)
 		case HandlerStdout:

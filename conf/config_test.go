@@ -91,12 +91,13 @@ F:10: subscription[0].stream: not used by streamd pipe: a pipe stage reads stdin
 F:12: subscription[0].start_at: not used by streamd pipe: a pipe stage cannot seek
 F:14: subscription[0].concurrency: not used by streamd pipe: a stage hands its handler one stdin line at a time`},
 		{"pipe-max-delayed", ModePipe, `F:1: max_delayed_mib: must be 1 or more (MiB), not 0`},
-		{"http-batch", ModeRun, `F:14: subscription[0].handler.batch_max_records: must be from 1 to 10000, not 10001; leave it out to send one request per record
+		{"http-batch", ModeRun, `F:14: subscription[0].handler.batch_max_records: must be from 1 to 10000, not 10001; leave it out to hand the handler one record at a time
 F:15: subscription[0].handler.batch_max_bytes: must be from 1 to 268435456, not 0
 F:16: subscription[0].handler.batch_linger: must be positive, not 0s
 F:25: subscription[1].handler.batch_max_bytes: only used with batch_max_records, which turns batches on
 F:26: subscription[1].handler.batch_linger: only used with batch_max_records, which turns batches on
-F:35: subscription[2].handler.batch_max_records: not an option of the exec handler, which takes command, timeout and env`},
+F:35: subscription[2].handler.batch_max_records: not an option of the exec handler, which takes command, timeout and env
+F:45: subscription[3].handler.batch_max_records: must be from 1 to 10000, not 0; leave it out to hand the handler one record at a time`},
 		{"pipe-batch", ModePipe, `F:8: subscription[0].handler.batch_max_records: not used by streamd pipe: a stage hands each record to its handler on its own`},
 		{"pipe-stdout", ModePipe, `F:6: subscription[0].handler.kind: streamd pipe cannot use the stdout handler: stdout carries the stage's output`},
 		{"replay-end", ModeRun, `F:11: subscription[0].replay: start_at = "end" leaves nothing to replay`},
@@ -744,23 +745,29 @@ func TestModeText(t *testing.T) {
 	}
 }
 
-// TestHTTPBatchDefaults: batch_max_records turns batches on, and fills in
-// the defaults of the other bounds; without it they stay unset.
-func TestHTTPBatchDefaults(t *testing.T) {
-	sub := func(name, extra string) string {
-		return fmt.Sprintf("[[subscription]]\nname = %q\nstream = \"s\"\nkey = \"k\"\n[subscription.handler]\nkind = \"http\"\nurl = \"http://h/\"\n%s\n", name, extra)
+// TestBatchDefaults: batch_max_records turns batches on, in an http or a
+// nats handler, and fills in the defaults of the other bounds; without it
+// they stay unset.
+func TestBatchDefaults(t *testing.T) {
+	sub := func(name, handler, extra string) string {
+		return fmt.Sprintf("[[subscription]]\nname = %q\nstream = \"s\"\nkey = \"k\"\n[subscription.handler]\n%s\n%s\n", name, handler, extra)
 	}
-	src := "state_dir = \"/s\"\n[[stream]]\nname = \"s\"\npath = \"/s.ss\"\n" + sub("batched", "batch_max_records = 500") + sub("single", "")
+	const http, nats = "kind = \"http\"\nurl = \"http://h/\"", "kind = \"nats\"\nurl = \"nats://h:4222\"\nsubject = \"s.{key}\""
+	src := "state_dir = \"/s\"\n[[stream]]\nname = \"s\"\npath = \"/s.ss\"\n" +
+		sub("http-batched", http, "batch_max_records = 500") + sub("http-single", http, "") +
+		sub("nats-batched", nats, "batch_max_records = 500") + sub("nats-single", nats, "")
 	cfg, err := parse("batch.toml", "/etc/streamd", src, ModeRun)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, s := cfg.Subscriptions[0].Handler, cfg.Subscriptions[1].Handler
-	if b.BatchMaxRecords != 500 || b.BatchMaxBytes != DefaultBatchMaxBytes || b.BatchLinger != DefaultBatchLinger {
-		t.Errorf("batched: %d records, %d bytes, linger %s; want 500, the default bytes and linger", b.BatchMaxRecords, b.BatchMaxBytes, b.BatchLinger)
-	}
-	if s.BatchMaxRecords != 0 || s.BatchMaxBytes != 0 || s.BatchLinger != 0 {
-		t.Errorf("single: %d records, %d bytes, linger %s; want all unset", s.BatchMaxRecords, s.BatchMaxBytes, s.BatchLinger)
+	for i, sc := range cfg.Subscriptions {
+		h := sc.Handler
+		if i%2 == 0 && (h.BatchMaxRecords != 500 || h.BatchMaxBytes != DefaultBatchMaxBytes || h.BatchLinger != DefaultBatchLinger) {
+			t.Errorf("%s: %d records, %d bytes, linger %s; want 500, the default bytes and linger", sc.Name, h.BatchMaxRecords, h.BatchMaxBytes, h.BatchLinger)
+		}
+		if i%2 == 1 && (h.BatchMaxRecords != 0 || h.BatchMaxBytes != 0 || h.BatchLinger != 0) {
+			t.Errorf("%s: %d records, %d bytes, linger %s; want all unset", sc.Name, h.BatchMaxRecords, h.BatchMaxBytes, h.BatchLinger)
+		}
 	}
 }
 

@@ -225,7 +225,7 @@ func IsBlind(h Handler) bool {
 // BatchHandler is a Handler that also takes several deliveries in one
 // call. A subscription whose handler table sets batch_max_records hands it
 // batches of the records it reads (see [conf.Handler.BatchMaxRecords]); the
-// http kind is one.
+// http and nats kinds are such handlers.
 type BatchHandler interface {
 	Handler
 	// HandleBatch handles ds and sets outs[i] (len(outs) == len(ds)) to

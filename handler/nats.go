@@ -22,10 +22,12 @@ import (
 // already stored within the stream's duplicate window.
 const natsMsgIDHeader = jetstream.MsgIDHeader
 
-// natsMaxPending bounds the asynchronous publishes of one handler waiting
-// for their acknowledgement; the subscription's concurrency, at most 1024,
-// stays under it.
-const natsMaxPending = 4096
+// natsMaxPending is the client library's bound on the asynchronous
+// publishes of one handler waiting for their acknowledgement, past which
+// it would stall them: the largest number the daemon can keep in flight
+// (a subscription's concurrency, times its batch_max_records with
+// batches), which bounds them itself.
+const natsMaxPending = conf.MaxConcurrency * conf.MaxBatchRecords
 
 // natsHandler publishes each record into a NATS JetStream stream and waits
 // for the stream's acknowledgement.
@@ -53,7 +55,9 @@ const natsMaxPending = 4096
 //	ctx ended (shutdown)                       failed (cancelled)
 //
 // One connection serves every delivery; with a subscription's concurrency
-// above 1, that many publishes wait for their acknowledgement at once.
+// above 1, that many publishes wait for their acknowledgement at once, and
+// with batches (HandleBatch) that many batches, each published whole
+// before its acknowledgements are awaited.
 // The connection reconnects without end while the daemon runs, through
 // outages and refused credentials alike; a publish while it is
 // disconnected fails at once. A handler built while no server answers
@@ -192,11 +196,42 @@ func (h *natsHandler) Close() error {
 // concurrency) come back on one reply subscription, timed out by the
 // client after the handler's timeout.
 func (h *natsHandler) Handle(ctx context.Context, d *Delivery) Outcome {
-	msg := &nats.Msg{Subject: h.subject, Data: d.Payload, Header: natsHeader(d)}
-	f, err := h.js.PublishMsgAsync(msg)
+	f, err := h.publish(d)
 	if err != nil {
 		return h.failure(ctx, d, err)
 	}
+	return h.wait(ctx, d, f)
+}
+
+// HandleBatch publishes every record of ds, then waits for their
+// acknowledgements, as nats bench's asynchronous publisher does with its
+// batches: one goroutine keeps len(ds) publishes in flight. Each record
+// gets its own outcome, as from Handle: those that failed are held and
+// published again together.
+func (h *natsHandler) HandleBatch(ctx context.Context, ds []Delivery, outs []Outcome) {
+	fs := make([]jetstream.PubAckFuture, len(ds))
+	for i := range ds {
+		var err error
+		if fs[i], err = h.publish(&ds[i]); err != nil {
+			outs[i] = h.failure(ctx, &ds[i], err)
+		}
+	}
+	for i, f := range fs {
+		if f != nil {
+			outs[i] = h.wait(ctx, &ds[i], f)
+		}
+	}
+}
+
+// publish publishes d asynchronously.
+func (h *natsHandler) publish(d *Delivery) (jetstream.PubAckFuture, error) {
+	return h.js.PublishMsgAsync(&nats.Msg{Subject: h.subject, Data: d.Payload, Header: natsHeader(d)})
+}
+
+// wait waits for the acknowledgement of d's publish f, and returns its
+// outcome.
+func (h *natsHandler) wait(ctx context.Context, d *Delivery, f jetstream.PubAckFuture) Outcome {
+	var err error
 	select {
 	case ack := <-f.Ok():
 		return Outcome{Kind: OutcomeAck, Duplicate: ack.Duplicate}

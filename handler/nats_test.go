@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -122,6 +123,70 @@ func TestNATSHandlerFailures(t *testing.T) {
 	cancel()
 	if o := h.Handle(ctx, d); o.Kind != OutcomeFailed || o.Failure != FailureCanceled || !errors.Is(o.Err, context.Canceled) {
 		t.Errorf("cancelled: %+v, want failed (canceled)", o)
+	}
+}
+
+// TestNATSHandlerBatch: a batch's records are published in order, each
+// settled as Handle settles it alone (an ack, a duplicate ack, a drop, a
+// refusal), and a batch that cannot reach JetStream fails whole.
+func TestNATSHandlerBatch(t *testing.T) {
+	srv := natstest.Start(t)
+	srv.AddStream(jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}, MaxMsgSize: 1024, MaxMsgs: 4, Discard: jetstream.DiscardNew})
+	cfg := natsConfig(srv)
+	cfg.Timeout = conf.Duration(300 * time.Millisecond)
+	h := mustNewHandler(t, cfg).(BatchHandler)
+
+	record := func(offset int64, payload string) Delivery {
+		d := testDelivery()
+		d.File, d.Offset, d.Payload = "abc", offset, []byte(payload)
+		return *d
+	}
+	checkOutcome(t, h.Handle(t.Context(), new(record(1, "first"))), OutcomeAck, 0, 0, "")
+	noID := record(0, "no id")
+	noID.File = ""
+	ds := []Delivery{
+		record(2, "second"),
+		record(1, "first, again"),            // the id of the first: a duplicate
+		record(3, strings.Repeat("x", 2048)), // larger than max_msg_size
+		noID,
+		record(4, "fourth"),
+		record(5, "past max_msgs"),
+	}
+	outs := make([]Outcome, len(ds))
+	h.HandleBatch(t.Context(), ds, outs)
+	for i, want := range []struct {
+		kind      OutcomeKind
+		duplicate bool
+	}{{OutcomeAck, false}, {OutcomeAck, true}, {OutcomeDrop, false}, {OutcomeAck, false}, {OutcomeAck, false}, {OutcomeFailed, false}} {
+		if o := outs[i]; o.Kind != want.kind || o.Duplicate != want.duplicate {
+			t.Errorf("record %d: %v (duplicate %v, err %v), want %v (duplicate %v)", i, o.Kind, o.Duplicate, o.Err, want.kind, want.duplicate)
+		}
+	}
+	if o := outs[5]; o.Failure != FailureOther || !strings.Contains(o.Err.Error(), "refused") {
+		t.Errorf("past the stream's limits: %+v, want failed (other), refused", o)
+	}
+	var got []string
+	for _, m := range srv.Messages("ORDERS") {
+		got = append(got, string(m.Data()))
+	}
+	if want := []string{"first", "second", "no id", "fourth"}; !slices.Equal(got, want) {
+		t.Errorf("the stream holds %q, want %q", got, want)
+	}
+
+	srv.Stop()
+	h.HandleBatch(t.Context(), ds[:2], outs[:2])
+	for i, o := range outs[:2] {
+		if o.Kind != OutcomeFailed || o.Failure != FailureTimeout && o.Failure != FailureUnreachable {
+			t.Errorf("server stopped, record %d: %+v, want failed (timeout or unreachable)", i, o)
+		}
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	h.HandleBatch(ctx, ds[:2], outs[:2])
+	for i, o := range outs[:2] {
+		if o.Kind != OutcomeFailed || o.Failure != FailureCanceled {
+			t.Errorf("cancelled, record %d: %+v, want failed (canceled)", i, o)
+		}
 	}
 }
 
