@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/streamd/streamd/internal/testutil"
 	"github.com/streamd/streamd/streamfile"
 )
 
@@ -39,7 +40,7 @@ const (
 // STREAMD_LARGE_TESTS=1 it is the 1 GB of the acceptance item.
 func BenchmarkFollow(b *testing.B) {
 	size := int64(64 << 20)
-	if large() {
+	if testutil.Large() {
 		size = 1 << 30
 	}
 	for _, payload := range []int{64, 1024} {

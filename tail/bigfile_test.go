@@ -23,12 +23,6 @@ import (
 	"github.com/streamd/streamd/streamfile"
 )
 
-// largeEnv turns on the tests and benchmark sizes of the acceptance
-// figures: 1 GB and 2 GB files, a 10 s idle measurement.
-const largeEnv = "STREAMD_LARGE_TESTS"
-
-func large() bool { return os.Getenv(largeEnv) == "1" }
-
 // bigFile is a generated stream file: frame i has key "audit" when i%5 == 0
 // and "orders" otherwise, sequences counting from 1 per key, timestamp
 // bigBaseMs+i, and a payload of a fixed size.

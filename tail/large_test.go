@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/streamd/streamd/internal/testutil"
 )
 
 // The tests of the acceptance figures. By default they use 64 MB files and a
@@ -18,7 +20,7 @@ import (
 // and counts what New reads: a bisection over beacons, not a scan.
 func TestSeekReads(t *testing.T) {
 	size := int64(64 << 20)
-	if large() {
+	if testutil.Large() {
 		size = 1 << 30
 	}
 	bf := getBigFile(t, size, 1024, 64<<10)
@@ -72,7 +74,7 @@ func TestSeekReads(t *testing.T) {
 // passes, not the goal of under 1%, which BenchmarkIdleCPU measures alone.
 func TestIdleCPU(t *testing.T) {
 	d := 2 * time.Second
-	if large() {
+	if testutil.Large() {
 		d = 10 * time.Second
 	}
 	idleFollowers(t, 10)
@@ -87,7 +89,7 @@ func TestIdleCPU(t *testing.T) {
 // and checks its peak resident memory.
 func TestFollowRSS(t *testing.T) {
 	size := int64(64 << 20)
-	if large() {
+	if testutil.Large() {
 		size = 2 << 30
 	}
 	bf := getBigFile(t, size, 1024, 64<<10) // TestSeekReads's file, when of the same size

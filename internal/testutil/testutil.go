@@ -1,18 +1,29 @@
 // Package testutil holds what the tests of several packages share: a
 // buffer a process or goroutine writes while the test reads it, a full
-// disk made with RLIMIT_FSIZE, and a socket standing in for systemd's
-// notify socket. Only _test.go files import it.
+// disk made with RLIMIT_FSIZE, a socket standing in for systemd's notify
+// socket, and the switch to the sizes of the acceptance figures. Only
+// _test.go files import it.
 package testutil
 
 import (
 	"bytes"
 	"net"
+	"os"
 	"os/signal"
 	"path/filepath"
 	"sync"
 	"syscall"
 	"testing"
 )
+
+// LargeEnv is the environment variable that, set to 1, gives the tests
+// and benchmarks that measure an acceptance figure the sizes the figure
+// names (1 GB and 2 GB files; 100 000 records forwarded, 20 kills, a 20 s
+// outage) instead of the smaller ones that keep make test fast.
+const LargeEnv = "STREAMD_LARGE_TESTS"
+
+// Large reports whether LargeEnv is set to 1.
+func Large() bool { return os.Getenv(LargeEnv) == "1" }
 
 // SyncBuffer is a bytes.Buffer safe for a writer on another goroutine (a
 // logger, a child process's output) while the test reads it.
