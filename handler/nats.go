@@ -25,8 +25,9 @@ const natsMsgIDHeader = jetstream.MsgIDHeader
 // natsMaxPending is the client library's bound on the asynchronous
 // publishes of one handler waiting for their acknowledgement, past which
 // it would stall them: the largest number the daemon can keep in flight
-// (a subscription's concurrency, times its batch_max_records with
-// batches), which bounds them itself.
+// for one subscription (a subscription's concurrency, times its
+// batch_max_records with batches), which bounds them itself; each
+// subscription builds its own handler.
 const natsMaxPending = conf.MaxConcurrency * conf.MaxBatchRecords
 
 // natsHandler publishes each record into a NATS JetStream stream and waits
@@ -90,6 +91,10 @@ func newNATSHandler(cfg conf.Handler, logger *slog.Logger, mustReach bool) (*nat
 	opts := []nats.Option{
 		nats.Name("streamd"),
 		nats.Timeout(h.timeout),
+		// A write to a server that stopped reading fails after the
+		// handler's timeout (and the connection reconnects) rather than
+		// the default minute, so that a delivery ends in time.
+		nats.FlusherTimeout(h.timeout),
 		nats.MaxReconnects(-1),
 		// Credentials refused twice in a row (a rotation under way) do not
 		// end the connection for good, as by default: it keeps trying.
@@ -211,8 +216,11 @@ func (h *natsHandler) Handle(ctx context.Context, d *Delivery) Outcome {
 func (h *natsHandler) HandleBatch(ctx context.Context, ds []Delivery, outs []Outcome) {
 	fs := make([]jetstream.PubAckFuture, len(ds))
 	for i := range ds {
-		var err error
-		if fs[i], err = h.publish(&ds[i]); err != nil {
+		err := ctx.Err() // once ctx ends, the rest is not published
+		if err == nil {
+			fs[i], err = h.publish(&ds[i])
+		}
+		if err != nil {
 			outs[i] = h.failure(ctx, &ds[i], err)
 		}
 	}

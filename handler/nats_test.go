@@ -190,6 +190,72 @@ func TestNATSHandlerBatch(t *testing.T) {
 	}
 }
 
+// TestNATSHandlerBatchCancelled: a batch handed over after ctx ended
+// publishes nothing, and a batch whose acknowledgements do not come
+// returns as soon as ctx ends, well before the handler's timeout; each
+// record is failed (cancelled).
+func TestNATSHandlerBatchCancelled(t *testing.T) {
+	srv := natstest.Start(t)
+	srv.AddStream(jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}})
+	cfg := natsConfig(srv)
+	cfg.Timeout = conf.Duration(time.Minute)
+	h := mustNewHandler(t, cfg).(BatchHandler)
+	ds := make([]Delivery, 3)
+	for i := range ds {
+		ds[i] = *testDelivery()
+		ds[i].File, ds[i].Offset = "abc", int64(i)
+	}
+	outs := make([]Outcome, len(ds))
+	checkCancelled := func(what string) {
+		t.Helper()
+		for i, o := range outs {
+			if o.Kind != OutcomeFailed || o.Failure != FailureCanceled {
+				t.Errorf("%s, record %d: %+v, want failed (canceled)", what, i, o)
+			}
+		}
+	}
+
+	ended, cancel := context.WithCancel(t.Context())
+	cancel()
+	h.HandleBatch(ended, ds, outs)
+	checkCancelled("ctx ended before")
+	if n := len(srv.Messages("ORDERS")); n != 0 {
+		t.Errorf("a batch handed over after ctx ended published %d messages", n)
+	}
+
+	// The stream goes, and a subscriber that never answers takes its
+	// subject: the publishes wait for acknowledgements that never come.
+	nc, js := srv.Connect()
+	if err := js.DeleteStream(t.Context(), "ORDERS"); err != nil {
+		t.Fatal(err)
+	}
+	silent, err := nc.SubscribeSync("orders.eu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h.HandleBatch(ctx, ds, outs)
+	}()
+	for range ds {
+		if _, err := silent.NextMsg(10 * time.Second); err != nil {
+			t.Fatalf("the batch's publishes did not arrive: %v", err)
+		}
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("HandleBatch did not return once ctx ended")
+	}
+	checkCancelled("ctx ended while waiting")
+}
+
 // TestNATSHandlerSubscriptionsShareNoID: two subscriptions forwarding one
 // record into one stream, under two subjects, store two messages.
 func TestNATSHandlerSubscriptionsShareNoID(t *testing.T) {
