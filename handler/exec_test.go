@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/streamd/streamd/conf"
+	"github.com/streamd/streamd/envelope"
 )
 
 // sh is the argv that runs script with /bin/sh.
@@ -82,6 +83,8 @@ func TestExecHandlerStdinAndEnv(t *testing.T) {
 	})
 	d := testDelivery()
 	d.Payload = []byte("line one\nline two\x00\xff")
+	// A later header whose name gives the variable of x-tenant.
+	d.Headers = append(d.Headers, envelope.Header{Name: "X_Tenant", Value: []byte("later")})
 	checkOutcome(t, h.Handle(t.Context(), d), OutcomeAck, 0, 0, "")
 
 	payload, err := os.ReadFile(filepath.Join(dir, "payload"))
@@ -108,7 +111,7 @@ func TestExecHandlerStdinAndEnv(t *testing.T) {
 		"STREAMD_TIMESTAMP_MS":           "1700000000500",
 		"STREAMD_ATTEMPT":                "2",
 		"STREAMD_HEADER_CONTENT_TYPE":    "text/plain",
-		"STREAMD_HEADER_X_TENANT":        "acme",
+		"STREAMD_HEADER_X_TENANT":        "later", // of two headers giving one name, the later
 		"STREAMD_HEADER_WE_IRD_NAME":     " padded",
 		"STREAMD_HEADER_EMPTY":           "",
 		"STREAMD_HEADER_STREAM_SEQUENCE": "7",
