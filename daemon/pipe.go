@@ -33,7 +33,7 @@ type PipeOptions struct {
 // or when ctx ends, the stage waits up to shutdown_timeout for copies still
 // delayed; it returns an error if it abandoned some, if stdout closed
 // ([pipe.ErrClosed]), if a handler panicked, or at an invalid line under
-// on_invalid = "fail".
+// on_invalid = "fail" (the last two win over a closed stdout).
 func RunPipe(ctx context.Context, cfg *conf.Config, opts PipeOptions) (err error) {
 	st := newSetup(opts.Options)
 	logger := st.logger
@@ -94,23 +94,30 @@ func RunPipe(ctx context.Context, cfg *conf.Config, opts PipeOptions) (err error
 	stopQueue()
 	wg.Wait()
 
-	if out.Closed() && !errors.Is(readErr, pipe.ErrClosed) {
-		readErr = pipe.ErrClosed // a delayed copy found it closed, and is still pending
+	// closedEnd ends a stage whose stdout was closed, having lost lost
+	// copies: with pipe.ErrClosed (exit status 0), unless it failed for
+	// another reason too (a panic, an invalid line).
+	closedEnd := func(lost int) error {
+		logStdoutClosed(logger, lost)
+		if readErr != nil && !errors.Is(readErr, pipe.ErrClosed) {
+			return readErr
+		}
+		return pipe.ErrClosed
 	}
-	if errors.Is(readErr, pipe.ErrClosed) {
+	if out.Closed() || errors.Is(readErr, pipe.ErrClosed) {
+		// A delayed copy, or one written while reading, found stdout
+		// closed: the copies still delayed cannot leave.
 		lost := queue.Pending()
 		if errors.Is(readErr, errCopyClosed) {
 			lost++
 		}
-		logStdoutClosed(logger, lost)
-		return pipe.ErrClosed
+		return closedEnd(lost)
 	}
 	dctx, cancel := context.WithTimeout(drainCtx, time.Duration(cfg.ShutdownTimeout))
 	defer cancel()
 	abandoned, derr := queue.Drain(dctx)
 	if out.Closed() {
-		logStdoutClosed(logger, abandoned)
-		return pipe.ErrClosed
+		return closedEnd(abandoned)
 	}
 	if abandoned > 0 {
 		logger.Warn("graceful shutdown timed out; abandoning in-flight continuations", "abandoned", abandoned)

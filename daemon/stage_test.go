@@ -611,6 +611,45 @@ func TestStageStdoutClosed(t *testing.T) {
 	}
 }
 
+// TestStageStdoutClosedAndPanic: a stage that fails (a handler panic)
+// after a delayed copy found stdout closed reports the failure, not the
+// closed stdout's exit status 0, and still counts the copy it lost.
+func TestStageStdoutClosedAndPanic(t *testing.T) {
+	cfg, err := loadTestConfig(t, stageSub("a", "k", "out_retry = \"k.retry\""), conf.ModePipe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &closingOutput{closed: make(chan struct{})}
+	hs := map[string]handler.Handler{
+		"a": handler.HandlerFunc(func(_ context.Context, d *handler.Delivery) handler.Outcome {
+			if string(d.Payload) == "boom" {
+				<-out.closed // the delayed copy of "soon" found stdout closed
+				panic("handler exploded")
+			}
+			return retryAfter(time.Millisecond)
+		}),
+	}
+	logs := &logCapture{}
+	err = RunPipe(t.Context(), cfg, PipeOptions{Options: Options{Logger: logs.logger(), Handlers: hs},
+		In: strings.NewReader("[k] soon\n[k] boom\n"), Out: out})
+	if pe := (*panicError)(nil); errors.Is(err, pipe.ErrClosed) || !errors.As(err, &pe) {
+		t.Errorf("RunPipe: %v, want the panic, not pipe.ErrClosed", err)
+	}
+	checkLogs(t, logs.with(msgStdoutClosed), []wantLog{{slog.LevelWarn, msgStdoutClosed, map[string]string{"lost_copies": "1"}}})
+}
+
+// closingOutput is a stdout the next stage closes before the first write,
+// which closes closed.
+type closingOutput struct {
+	once   sync.Once
+	closed chan struct{}
+}
+
+func (o *closingOutput) Write([]byte) (int, error) {
+	o.once.Do(func() { close(o.closed) })
+	return 0, syscall.EPIPE
+}
+
 // closedOutput is a stdout the next stage closed.
 type closedOutput struct{}
 
