@@ -228,7 +228,7 @@ func (l *loader) checkNATS(p keyPath, h *Handler, key string) {
 			u, err := url.Parse(s)
 			switch {
 			case err != nil:
-				l.errorf(q, "not a URL: %v", errors.Unwrap(err))
+				l.errorf(q, "not a URL (%v): use a nats://host:port URL (or tls://, ws://, wss://)", errors.Unwrap(err))
 			case !slices.Contains([]string{"nats", "tls", "ws", "wss"}, u.Scheme) || u.Host == "":
 				l.errorf(q, "%q: use a nats://host:port URL (or tls://, ws://, wss://)", s)
 			case u.User != nil:
@@ -240,6 +240,8 @@ func (l *loader) checkNATS(p keyPath, h *Handler, key string) {
 		l.errorf(q, `required: the subject records are published to, in which {key} is the stream key, as in "orders.{key}"`)
 	} else if subject := strings.ReplaceAll(h.Subject, "{key}", key); !validSubject(subject) {
 		l.errorf(q, "%q makes the subject %q, which is not a NATS subject to publish to: use tokens of printable characters without spaces, * or >, separated by single dots", h.Subject, subject)
+	} else if unknown := placeholder(subject); unknown != "" {
+		l.errorf(q, "%q: %s is not a placeholder streamd replaces; {key}, the stream key, is the only one", h.Subject, unknown)
 	} else {
 		h.Subject = subject
 	}
@@ -265,6 +267,21 @@ func (l *loader) checkNATS(p keyPath, h *Handler, key string) {
 		}
 	}
 	l.checkBatch(p, h)
+}
+
+// placeholder returns the first {name} in s, "" if it holds none: in a
+// subject after {key} was replaced, a mistyped placeholder such as {Key},
+// which would otherwise be published to as it is.
+func placeholder(s string) string {
+	start := strings.IndexByte(s, '{')
+	if start < 0 {
+		return ""
+	}
+	end := strings.IndexByte(s[start:], '}')
+	if end < 0 {
+		return ""
+	}
+	return s[start : start+end+1]
 }
 
 // validSubject reports whether s is a NATS subject a message can be

@@ -56,7 +56,9 @@ F:13: subscription[0].handler.url: "nats://bob:xxxxx@c.example" holds credential
 F:14: subscription[0].handler.subject: "orders.{key}" makes the subject "orders.eu..west", which is not a NATS subject to publish to: use tokens of printable characters without spaces, * or >, separated by single dots
 F:16: subscription[0].handler.user: set only one of creds_file, nkey_file and user (with password_file)
 F:23: subscription[1].handler.url: required: the NATS server, as in nats://127.0.0.1:4222, or several separated by commas
-F:25: subscription[1].handler.subject: "ship.*" makes the subject "ship.*", which is not a NATS subject to publish to: use tokens of printable characters without spaces, * or >, separated by single dots`},
+F:25: subscription[1].handler.subject: "ship.*" makes the subject "ship.*", which is not a NATS subject to publish to: use tokens of printable characters without spaces, * or >, separated by single dots
+F:33: subscription[2].handler.url: not a URL (first path segment in URL cannot contain colon): use a nats://host:port URL (or tls://, ws://, wss://)
+F:34: subscription[2].handler.subject: "audit.{Key}": {Key} is not a placeholder streamd replaces; {key}, the stream key, is the only one`},
 		{"inline-array", ModeRun, `F:6: subscription[1].handler.url: not an option of the discard handler, which takes no options`},
 		{"key-chars", ModeRun, `F:10: subscription[0].key: stream key "a b" has character ' ' at byte 1; allowed are A-Z a-z 0-9 . _ -`},
 		{"key-empty", ModeRun, `F:10: subscription[0].key: stream key must be non-empty`},

@@ -180,7 +180,7 @@ func (h *natsHandler) checkStream(nc *nats.Conn) error {
 	name, err := js.StreamNameBySubject(ctx, subject)
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
-		return fmt.Errorf("subject %q: no JetStream stream captures it; create one whose subjects match it (nats stream add --subjects %q), or change subject", subject, subject)
+		return fmt.Errorf("subject %q: no JetStream stream captures it; create one whose subjects match it (nats stream add NAME --subjects %q --storage file --defaults), or change subject", subject, subject)
 	case err != nil:
 		return fmt.Errorf("subject %q: looking up the JetStream stream that captures it: %w", subject, err)
 	}
@@ -257,13 +257,21 @@ func (h *natsHandler) failure(ctx context.Context, d *Delivery, err error) Outco
 	case ctx.Err() != nil:
 		return Failed(FailureCanceled, fmt.Errorf("nats: cancelled: %w", context.Cause(ctx)))
 	case errors.Is(err, nats.ErrMaxPayload) || isAPI && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum:
-		h.logger.Error("dropping a record too large for NATS: raise the server's max_payload or the stream's max_msg_size to forward such records",
-			"subject", h.subject, "seq", d.Seq, "bytes", len(d.Payload), "err", err)
+		// The limits count the message's headers too, not only the payload.
+		size := (&nats.Msg{Subject: h.subject, Data: d.Payload, Header: natsHeader(d)}).Size()
+		h.logger.Error("dropping a record too large for NATS (its payload and headers): raise the server's max_payload or the stream's max_msg_size to forward such records",
+			"subject", h.subject, "seq", d.Seq, "bytes", size, "payload_bytes", len(d.Payload), "err", err)
 		return Outcome{Kind: OutcomeDrop}
 	case errors.Is(err, jetstream.ErrAsyncPublishTimeout) || errors.Is(err, nats.ErrTimeout):
 		return Failed(FailureTimeout, fmt.Errorf("nats: no acknowledgement from JetStream within %s", h.timeout))
 	case isAPI:
-		return Failed(FailureOther, fmt.Errorf("nats: JetStream refused the message: %w", err))
+		return Failed(FailureOther, fmt.Errorf("JetStream refused the message: %w", err))
+	case !h.nc.IsConnected():
+		// What the client says then (a full outbound buffer, headers not
+		// supported) names a consequence, not the cause.
+		return Failed(FailureUnreachable, errors.New("nats: not connected to any NATS server; reconnecting"))
+	case strings.HasPrefix(err.Error(), "nats: "):
+		return Failed(FailureUnreachable, err)
 	}
 	return Failed(FailureUnreachable, fmt.Errorf("nats: %w", err))
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"runtime"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -63,7 +64,17 @@ func TestNATSHandlerPublish(t *testing.T) {
 	}
 	big := testDelivery()
 	big.File, big.Offset, big.Payload = "abc", 8192, make([]byte, 2048)
-	checkOutcome(t, h.Handle(t.Context(), big), OutcomeDrop, 0, 0, "")
+	var logs testutil.SyncBuffer
+	logged, err := New(natsConfig(srv), nil, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer Close(logged)
+	checkOutcome(t, logged.Handle(t.Context(), big), OutcomeDrop, 0, 0, "")
+	// The size the limits count: the payload and the headers.
+	if line := logs.String(); !strings.Contains(line, "dropping a record too large") || !strings.Contains(line, "payload_bytes=2048") || strings.Contains(line, " bytes=2048") {
+		t.Errorf("the drop's log line %q does not give the message's size beside the payload's", line)
+	}
 
 	msgs := srv.Messages("ORDERS")
 	if len(msgs) != 2 {
@@ -118,6 +129,13 @@ func TestNATSHandlerFailures(t *testing.T) {
 	srv.Stop()
 	if o := h.Handle(t.Context(), d); o.Kind != OutcomeFailed || o.Failure != FailureTimeout && o.Failure != FailureUnreachable {
 		t.Errorf("server stopped: %+v, want failed (timeout or unreachable)", o)
+	}
+	nc := h.(*natsHandler).nc
+	for nc.IsConnected() {
+		runtime.Gosched() // until the client notices the server is gone
+	}
+	if o := h.Handle(t.Context(), d); o.Failure != FailureUnreachable || o.Err.Error() != "nats: not connected to any NATS server; reconnecting" {
+		t.Errorf("disconnected: %+v, want failed (unreachable), not connected", o)
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
