@@ -136,8 +136,12 @@ func TestRunRotationKeepsOldFileWriter(t *testing.T) {
 			if !slices.Equal(got, want) {
 				t.Errorf("deliveries %q, want %q", got, want)
 			}
+			// The follower logs the switch once the old file's grace has
+			// passed, which may be after its last record was delivered.
+			switchLine := regexp.MustCompile(`old_records_after_switch=(\d+)`)
+			eventually(t, 15*time.Second, "the switch's log line", func() bool { return switchLine.MatchString(p.stderr.String()) })
 			n := -1
-			if m := regexp.MustCompile(`old_records_after_switch=(\d+)`).FindStringSubmatch(p.stderr.String()); m != nil {
+			if m := switchLine.FindStringSubmatch(p.stderr.String()); m != nil {
 				n, _ = strconv.Atoi(m[1])
 			}
 			if n < 5 {
