@@ -51,7 +51,8 @@ const natsMaxPending = conf.MaxConcurrency * conf.MaxBatchRecords
 //	PubAck with duplicate                      ack, marked Duplicate
 //	larger than the server's max_payload       drop, logged
 //	  or the stream's max_msg_size
-//	no responders, timeout, disconnected,      failed (held in place)
+//	no responders (no stream captures the      failed (held in place)
+//	  subject), timeout, disconnected,
 //	  another refusal (the stream's limits)
 //	ctx ended (shutdown)                       failed (cancelled)
 //
@@ -266,6 +267,8 @@ func (h *natsHandler) failure(ctx context.Context, d *Delivery, err error) Outco
 		return Failed(FailureTimeout, fmt.Errorf("nats: no acknowledgement from JetStream within %s", h.timeout))
 	case isAPI:
 		return Failed(FailureOther, fmt.Errorf("JetStream refused the message: %w", err))
+	case errors.Is(err, jetstream.ErrNoStreamResponse):
+		return Failed(FailureUnreachable, fmt.Errorf("nats: no JetStream stream answered on subject %q: none captures it any more, or its server is unavailable", h.subject))
 	case !h.nc.IsConnected():
 		// What the client says then (a full outbound buffer, headers not
 		// supported) names a consequence, not the cause.

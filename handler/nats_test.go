@@ -274,6 +274,20 @@ func TestNATSHandlerBatchCancelled(t *testing.T) {
 	checkCancelled("ctx ended while waiting")
 }
 
+// TestNATSHandlerStreamGone: a publish that no stream answers (the stream
+// deleted after the start) fails, saying so rather than the client's "no
+// responders".
+func TestNATSHandlerStreamGone(t *testing.T) {
+	srv := natstest.Start(t)
+	srv.AddStream(jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}})
+	h := mustNewHandler(t, natsConfig(srv))
+	_, js := srv.Connect()
+	if err := js.DeleteStream(t.Context(), "ORDERS"); err != nil {
+		t.Fatal(err)
+	}
+	checkOutcome(t, h.Handle(t.Context(), testDelivery()), OutcomeFailed, 0, 0, `no JetStream stream answered on subject "orders.eu"`)
+}
+
 // TestNATSHandlerSubscriptionsShareNoID: two subscriptions forwarding one
 // record into one stream, under two subjects, store two messages.
 func TestNATSHandlerSubscriptionsShareNoID(t *testing.T) {
