@@ -33,6 +33,7 @@ const holdSummaryEvery = time.Minute
 func (dl *deliverer) answer(ctx context.Context, stop <-chan struct{}, d *handler.Delivery, w int, offset, handed int64) (handler.Outcome, error) {
 	failures := 0
 	for start := handed; ; start = monoNow() {
+		back := dl.reconnected()
 		o, err := dl.handle(ctx, d, w, start)
 		if err != nil {
 			return o, err
@@ -43,7 +44,7 @@ func (dl *deliverer) answer(ctx context.Context, stop <-chan struct{}, d *handle
 			}
 			return o, nil
 		}
-		retry, err := dl.failedDelivery(ctx, stop, o, &failures, 1, d, offset)
+		retry, err := dl.failedDelivery(ctx, stop, back, o, &failures, 1, d, offset)
 		switch {
 		case err != nil:
 			return o, err
@@ -65,6 +66,7 @@ func (dl *deliverer) answerBatch(ctx context.Context, stop <-chan struct{}, bh h
 	pending, pouts := ds, outs // those without an answer yet, and their outcomes
 	var at []int               // where each of pending is in ds; nil while it is ds
 	for start := handed; ; start = monoNow() {
+		back := dl.reconnected()
 		if err := dl.handleBatch(ctx, bh, pending, pouts, w, start); err != nil {
 			return err
 		}
@@ -86,7 +88,7 @@ func (dl *deliverer) answerBatch(ctx context.Context, stop <-chan struct{}, bh h
 			return nil
 		}
 		d := &ds[failed[0]]
-		retry, err := dl.failedDelivery(ctx, stop, outs[failed[0]], &failures, len(failed), d, d.Offset)
+		retry, err := dl.failedDelivery(ctx, stop, back, outs[failed[0]], &failures, len(failed), d, d.Offset)
 		switch {
 		case err != nil:
 			return err
@@ -106,15 +108,26 @@ func (dl *deliverer) answerBatch(ctx context.Context, stop <-chan struct{}, bh h
 	}
 }
 
+// reconnected returns the channel of the handler's next reconnection
+// ([handler.Reconnecting]), nil for a handler that does not tell.
+func (dl *deliverer) reconnected() <-chan struct{} {
+	if r, ok := dl.handler.(handler.Reconnecting); ok {
+		return r.Reconnected()
+	}
+	return nil
+}
+
 // failedDelivery holds a delivery that failed with o, of the records
 // given (one, or those of a batch that failed), whose first is d at
 // offset, after *failures failed deliveries in a row: it counts and logs
 // the failure, and waits the next backoff step, or the delay the handler
 // named (bounded by max_retry_after), before the records are delivered
-// again. It returns retry when the subscription's max_failed_deliveries is
-// reached (the records are then settled as a retry), and errStopped when
-// stop is closed or ctx ends, or when o says the delivery was cancelled.
-func (dl *deliverer) failedDelivery(ctx context.Context, stop <-chan struct{}, o handler.Outcome, failures *int, records int, d *handler.Delivery, offset int64) (retry bool, err error) {
+// again; a failure of reason unreachable waits no longer than until back,
+// taken before the delivery, is closed (the handler reconnected). It
+// returns retry when the subscription's max_failed_deliveries is reached
+// (the records are then settled as a retry), and errStopped when stop is
+// closed or ctx ends, or when o says the delivery was cancelled.
+func (dl *deliverer) failedDelivery(ctx context.Context, stop, back <-chan struct{}, o handler.Outcome, failures *int, records int, d *handler.Delivery, offset int64) (retry bool, err error) {
 	if o.Failure == handler.FailureCanceled || ctx.Err() != nil {
 		if *failures > 0 {
 			dl.hold.end(nil, dl.metrics.Held)
@@ -135,10 +148,15 @@ func (dl *deliverer) failedDelivery(ctx context.Context, stop <-chan struct{}, o
 		wait = dl.settler.bounded(o.Delay, d)
 	}
 	dl.hold.failed(dl.logger, dl.metrics.Held, *failures == 1, o, d, offset, wait)
+	if o.Failure != handler.FailureUnreachable {
+		back = nil // a reconnection does not mend a refusal or a timeout
+	}
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case <-t.C:
+		return false, nil
+	case <-back:
 		return false, nil
 	case <-stop:
 	case <-ctx.Done():

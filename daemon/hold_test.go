@@ -110,6 +110,57 @@ func TestHoldInPlace(t *testing.T) {
 	})
 }
 
+// reconnectingHandler is a handler whose connection comes back when back
+// is closed ([handler.Reconnecting]).
+type reconnectingHandler struct {
+	handler.Handler
+	back chan struct{}
+}
+
+func (h reconnectingHandler) Reconnected() <-chan struct{} { return h.back }
+
+// TestHoldReconnected: a delivery held for a failure of reason unreachable
+// goes again as soon as the handler reconnects, also when the reconnection
+// came while the delivery was failing, not at the next backoff step; one
+// held for another reason (a timeout) waits for its step.
+func TestHoldReconnected(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		reconnectAt time.Duration // -1: during the first delivery
+		want        []time.Duration
+	}{
+		{"later", 10 * time.Second, []time.Duration{0, 10 * time.Second, 10*time.Second + time.Hour}},
+		{"during the delivery", -1, []time.Duration{0, 0, time.Hour}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				e := newHoldEnv(t, holdSub(time.Hour), failedWith(handler.FailureUnreachable, 0), failedWith(handler.FailureTimeout, 0), ack)
+				back := make(chan struct{})
+				inner := e.dl.handler
+				h := inner
+				if tc.reconnectAt < 0 {
+					h = handler.HandlerFunc(func(ctx context.Context, d *handler.Delivery) handler.Outcome {
+						if len(e.at) == 0 {
+							close(back) // while the first delivery fails
+						}
+						return inner.Handle(ctx, d)
+					})
+				} else {
+					time.AfterFunc(tc.reconnectAt, func() { close(back) })
+				}
+				e.dl.handler = reconnectingHandler{h, back}
+				o, err := e.dl.answer(t.Context(), nil, settleDelivery(7, nil, []byte("x")), 0, 4096, monoNow())
+				if err != nil || o.Kind != handler.OutcomeAck {
+					t.Fatalf("answer = %v, %v; want ack", o.Kind, err)
+				}
+				if !slices.Equal(e.at, tc.want) {
+					t.Errorf("deliveries at %v, want %v", e.at, tc.want)
+				}
+			})
+		})
+	}
+}
+
 // TestHoldRetryAfter: a failed delivery with a Retry-After waits that long
 // instead of the backoff step, cut to max_retry_after with a log line.
 func TestHoldRetryAfter(t *testing.T) {

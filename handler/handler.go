@@ -222,6 +222,18 @@ func IsBlind(h Handler) bool {
 	return ok && b.Blind()
 }
 
+// Reconnecting is implemented by a handler that knows when its connection
+// to its endpoint is made again after it was lost, as the nats kind does.
+// A delivery held after a failure of reason FailureUnreachable is then
+// delivered again at once, instead of at the next backoff step.
+type Reconnecting interface {
+	Handler
+	// Reconnected returns a channel closed the next time the handler's
+	// connection is made again. The daemon takes it before each delivery,
+	// so that a reconnection during the delivery is not missed.
+	Reconnected() <-chan struct{}
+}
+
 // BatchHandler is a Handler that also takes several deliveries in one
 // call. A subscription whose handler table sets batch_max_records hands it
 // batches of the records it reads (see [conf.Handler.BatchMaxRecords]); the

@@ -16,6 +16,7 @@ import (
 
 	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/internal/ratelog"
+	"github.com/streamd/streamd/internal/wakeup"
 )
 
 // natsMsgIDHeader is the header JetStream reads to drop a message it has
@@ -74,6 +75,9 @@ type natsHandler struct {
 	logger  *slog.Logger
 	late    sync.WaitGroup // the stream check of a connection made after the start
 	errLog  ratelog.Line   // the server's errors, at most one line per ratelog.Every
+
+	mu   sync.Mutex
+	back wakeup.Signal // woken at each (re)connection, under mu
 }
 
 // newNATSHandler connects to cfg's servers and checks that a JetStream
@@ -110,6 +114,7 @@ func newNATSHandler(cfg conf.Handler, logger *slog.Logger, mustReach bool) (*nat
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			logger.Info("reconnected to NATS", "server", nc.ConnectedUrlRedacted())
+			h.wakeHeld()
 		}),
 		// What the server says outside a publish's answer, such as a
 		// permission it refuses.
@@ -152,6 +157,7 @@ func newNATSHandler(cfg conf.Handler, logger *slog.Logger, mustReach bool) (*nat
 					logger.Error("connected to NATS, but deliveries fail and are held until this is mended", "err", err)
 				}
 			})
+			h.wakeHeld()
 		}))...)
 	}
 	if err != nil {
@@ -187,6 +193,21 @@ func (h *natsHandler) checkStream(nc *nats.Conn) error {
 	}
 	h.logger.Info("forwarding into JetStream", "subject", subject, "stream", name, "server", nc.ConnectedUrlRedacted())
 	return nil
+}
+
+// Reconnected returns a channel closed at the next (re)connection to a
+// server ([Reconnecting]).
+func (h *natsHandler) Reconnected() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.back.C()
+}
+
+// wakeHeld wakes the deliveries held while the connection was lost.
+func (h *natsHandler) wakeHeld() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.back.Wake()
 }
 
 // Close closes the connection.

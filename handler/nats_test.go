@@ -288,6 +288,28 @@ func TestNATSHandlerStreamGone(t *testing.T) {
 	checkOutcome(t, h.Handle(t.Context(), testDelivery()), OutcomeFailed, 0, 0, `no JetStream stream answered on subject "orders.eu"`)
 }
 
+// TestNATSHandlerReconnected: the handler tells when its connection comes
+// back after the server was gone, so that held deliveries go at once.
+func TestNATSHandlerReconnected(t *testing.T) {
+	srv := natstest.Start(t)
+	srv.AddStream(jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}})
+	h := mustNewHandler(t, natsConfig(srv)).(Reconnecting)
+	back := h.Reconnected()
+	srv.Stop()
+	select {
+	case <-back:
+		t.Fatal("Reconnected's channel closed while the server is down")
+	default:
+	}
+	srv.Restart()
+	select {
+	case <-back:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Reconnected's channel not closed after the server came back")
+	}
+	checkOutcome(t, h.Handle(t.Context(), testDelivery()), OutcomeAck, 0, 0, "")
+}
+
 // TestNATSHandlerSubscriptionsShareNoID: two subscriptions forwarding one
 // record into one stream, under two subjects, store two messages.
 func TestNATSHandlerSubscriptionsShareNoID(t *testing.T) {
