@@ -24,11 +24,11 @@ const primingKey = "ruststream-internal"
 // must not hold: streamd would create a file literally named so.
 const globChars = "*?["
 
-// MaxConcurrency is the largest concurrency a subscription may set.
-const MaxConcurrency = 1024
-
-// maxNameLen bounds the names of streams and subscriptions.
-const maxNameLen = 64
+// Limits.
+const (
+	maxConcurrency = 1024
+	maxNameLen     = 64
+)
 
 // validate checks a well-typed configuration, resolving its relative paths.
 // Each problem is collected in l.
@@ -153,8 +153,8 @@ func (l *loader) checkSubscription(p keyPath, s *Subscription, streams, names ma
 	if l.has(p.k("out_retry")) {
 		l.streamKey(p.k("out_retry"), s.OutRetry)
 	}
-	if n := s.Concurrency; l.has(p.k("concurrency")) && (n < 1 || n > MaxConcurrency) {
-		l.errorf(p.k("concurrency"), "must be from 1 to %d, not %d", MaxConcurrency, n)
+	if n := s.Concurrency; l.has(p.k("concurrency")) && (n < 1 || n > maxConcurrency) {
+		l.errorf(p.k("concurrency"), "must be from 1 to %d, not %d", maxConcurrency, n)
 	}
 	if s.MaxAttempts != nil && *s.MaxAttempts < 1 {
 		l.errorf(p.k("max_attempts"), "must be 1 or more (the first delivery is attempt 1), not %d; leave it out for no cap", *s.MaxAttempts)

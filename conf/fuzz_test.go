@@ -62,7 +62,7 @@ func FuzzLoadConfig(f *testing.F) {
 				}
 			}
 			for _, s := range cfg.Subscriptions {
-				if s.Concurrency < 1 || s.Concurrency > MaxConcurrency || len(s.Backoff) == 0 ||
+				if s.Concurrency < 1 || s.Concurrency > maxConcurrency || len(s.Backoff) == 0 ||
 					(s.MaxAttempts != nil && *s.MaxAttempts < 1) || (mode == ModePipe && s.OutRetry == "") {
 					t.Fatalf("%s: accepted subscription %+v", mode, s)
 				}

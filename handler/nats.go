@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"strings"
 	"sync"
@@ -25,11 +26,10 @@ const natsMsgIDHeader = jetstream.MsgIDHeader
 
 // natsMaxPending is the client library's bound on the asynchronous
 // publishes of one handler waiting for their acknowledgement, past which
-// it would stall them: the largest number the daemon can keep in flight
-// for one subscription (a subscription's concurrency, times its
-// batch_max_records with batches), which bounds them itself; each
-// subscription builds its own handler.
-const natsMaxPending = conf.MaxConcurrency * conf.MaxBatchRecords
+// it would stall them: none, since the daemon bounds them itself (a
+// subscription's concurrency, times its batch_max_records with batches;
+// each subscription builds its own handler).
+const natsMaxPending = math.MaxInt
 
 // natsHandler publishes each record into a NATS JetStream stream and waits
 // for the stream's acknowledgement.
