@@ -132,20 +132,18 @@ type Delivery struct {
 	Attempt uint64
 	// File identifies the stream file the record was read from (a hash of
 	// its identity), and Offset is where the record is in it; File is ""
-	// in a pipe stage, whose records have no file. See [Delivery.RecordID].
+	// in a pipe stage, whose records have no file.
 	File   string
 	Offset int64
 }
 
-// RecordID identifies the record for good: its file's identity and its
-// offset there, so that a record read again after a restart has the same
-// one and a copy of it another. It is "" in a pipe stage. It is built on
-// demand, so that deliveries that do not need it cost nothing.
-func (d *Delivery) RecordID() string {
-	if d.File == "" {
-		return ""
-	}
-	return d.File + "-" + strconv.FormatInt(d.Offset, 10)
+// appendRecordID appends to b the identity of d's record for good: its
+// file's identity and its offset there, so that a record read again after a
+// restart has the same one and a copy of it another. d.File must not be "".
+func (d *Delivery) appendRecordID(b []byte) []byte {
+	b = append(b, d.File...)
+	b = append(b, '-')
+	return strconv.AppendInt(b, d.Offset, 10)
 }
 
 // frame is d's record as the streamfile formats write it: its key,
@@ -177,19 +175,45 @@ const subscriptionHeader = "Streamd-Subscription"
 
 // putRecordFields puts d's record headers (see httpRecordHeaderPrefix) and
 // its metadata into the header fields h of an HTTP request or a NATS
-// message.
-func putRecordFields(h map[string][]string, d *Delivery) {
+// message, their values into vs.
+func putRecordFields(h map[string][]string, vs *fieldValues, d *Delivery) {
 	for _, e := range d.Headers {
-		name := escapeHeaderName(e.Name)
 		if httpTextValue(e.Value) {
-			h[httpRecordHeaderPrefix+name] = []string{string(e.Value)}
+			vs.put(h, recordFieldName(e.Name), string(e.Value))
 		} else {
-			h[httpBase64RecordHeaderPrefix+name] = []string{base64Value(e.Value)}
+			vs.put(h, httpBase64RecordHeaderPrefix+escapeHeaderName(e.Name), base64Value(e.Value))
 		}
 	}
 	for _, m := range deliveryMeta {
-		h[m.header] = []string{m.value(d)}
+		vs.put(h, m.header, m.value(d))
 	}
+}
+
+// recordFieldName is the header field that carries the record header
+// name with a plain text value. Those that nearly every record carries
+// cost no allocation.
+func recordFieldName(name string) string {
+	switch name {
+	case envelope.SequenceHeader:
+		return httpRecordHeaderPrefix + envelope.SequenceHeader
+	case envelope.RetryCountHeader:
+		return httpRecordHeaderPrefix + envelope.RetryCountHeader
+	}
+	return httpRecordHeaderPrefix + escapeHeaderName(name)
+}
+
+// fieldValues holds the values of the header fields of one request or
+// message, each field's value a one-element slice of its array: the
+// fields cost one allocation in all, where a slice for each would cost one
+// each. Its capacity should be the number of fields; past it, put
+// allocates a larger array, and the fields put before keep the old one.
+type fieldValues []string
+
+// put sets h's field name to value.
+func (vs *fieldValues) put(h map[string][]string, name, value string) {
+	*vs = append(*vs, value)
+	n := len(*vs)
+	h[name] = (*vs)[n-1 : n : n]
 }
 
 // Handler handles deliveries. Handle may be called from several goroutines

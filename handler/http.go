@@ -267,15 +267,17 @@ func (h *httpHandler) newHeader(extra int) http.Header {
 // header returns the header fields of d's request: the configured ones,
 // the record's headers, Content-Type, and the metadata.
 func (h *httpHandler) header(d *Delivery) http.Header {
-	header := h.newHeader(len(d.Headers) + len(deliveryMeta) + 1)
-	putRecordFields(header, d)
+	n := len(d.Headers) + len(deliveryMeta) + 1
+	header := h.newHeader(n)
+	vs := make(fieldValues, 0, n)
+	putRecordFields(header, &vs, d)
 	contentType := h.contentType
 	for _, e := range d.Headers {
 		if e.Name == "content-type" && len(e.Value) > 0 && httpTextValue(e.Value) {
 			contentType = string(e.Value)
 		}
 	}
-	header["Content-Type"] = []string{contentType}
+	vs.put(header, "Content-Type", contentType)
 	return header
 }
 

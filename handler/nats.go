@@ -41,9 +41,9 @@ const natsMaxPending = math.MaxInt
 // is not plain text), the delivery's metadata (Streamd-Subscription,
 // Streamd-Stream-Key, Streamd-Seq, Streamd-Shard, Streamd-Timestamp-Ms,
 // Streamd-Attempt), and Nats-Msg-Id (natsMsgID: the subscription and the
-// record's identity in its file, [Delivery.RecordID]), which lets JetStream
+// record's identity in its file), which lets JetStream
 // drop a record the subscription publishes again after a crash. A delivery
-// without a RecordID (a pipe stage's) is published without Nats-Msg-Id: at
+// without a file (a pipe stage's) is published without Nats-Msg-Id: at
 // least once.
 //
 // The outcome:
@@ -302,18 +302,24 @@ func (h *natsHandler) failure(ctx context.Context, d *Delivery, err error) Outco
 
 // natsHeader returns the NATS headers of d.
 func natsHeader(d *Delivery) nats.Header {
-	h := make(nats.Header, len(d.Headers)+len(deliveryMeta)+1)
-	putRecordFields(h, d)
-	if id := d.RecordID(); id != "" {
-		h[natsMsgIDHeader] = []string{natsMsgID(d.Subscription, id)}
+	n := len(d.Headers) + len(deliveryMeta) + 1
+	h := make(nats.Header, n)
+	vs := make(fieldValues, 0, n)
+	putRecordFields(h, &vs, d)
+	if d.File != "" {
+		vs.put(h, natsMsgIDHeader, natsMsgID(d))
 	}
 	return h
 }
 
-// natsMsgID is the Nats-Msg-Id of a subscription's record: two
+// natsMsgID is the Nats-Msg-Id of a subscription's record: the
+// subscription, then the record's identity (appendRecordID). Two
 // subscriptions forwarding one record into one stream (under two subjects)
-// publish two messages, where the record's id alone would make JetStream
-// drop the second as a duplicate.
-func natsMsgID(subscription, recordID string) string {
-	return subscription + ":" + recordID
+// publish two messages, where the record's identity alone would make
+// JetStream drop the second as a duplicate.
+func natsMsgID(d *Delivery) string {
+	var buf [96]byte
+	b := append(buf[:0], d.Subscription...)
+	b = append(b, ':')
+	return string(d.appendRecordID(b))
 }
