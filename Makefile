@@ -43,7 +43,7 @@ bench:
 	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) -count=$(BENCHCOUNT) \
 		$$($(GO) list ./... | grep -v -e /cmd/streamd -e /tools/) > bench.out
 	$(GO) test -run='^$$' -bench=. -skip=NATS -benchmem -benchtime=2x -count=3 -timeout 30m ./cmd/streamd >> bench.out
-	$(GO) test -run='^$$' -bench=NATS -benchtime=1x -count=1 -timeout 30m ./cmd/streamd >> bench.out
+	$(GO) test -run='^$$' -bench=NATS -benchtime=1x -count=3 -timeout 30m ./cmd/streamd >> bench.out
 	$(GO) run ./tools/benchreport < bench.out > BENCHMARKS.md
 	@echo ">> wrote BENCHMARKS.md"
 

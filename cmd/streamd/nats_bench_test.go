@@ -42,7 +42,10 @@ const (
 // ratios are streamd's rate over the first two. Last, streamd replays the
 // records again one at a time, with concurrency 512, to show what batches
 // gain. Each timed run starts once the disk has taken what the page cache
-// holds for it (quietDisk).
+// holds for it (quietDisk). make bench runs three rounds (-count=3) and
+// reports the median of each figure: each ratio is one round's own, so
+// that a stretch of a busy machine (this one's CPU is shared) weighs on
+// one round rather than on one side of a ratio.
 func BenchmarkRunNATS(b *testing.B) {
 	srv := natstest.Start(b)
 	_, js := srv.Connect()
