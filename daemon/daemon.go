@@ -235,13 +235,13 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		return err
 	}
 
-	for _, sc := range cfg.Subscriptions {
-		h, err := d.newHandler(sc)
-		if err != nil {
-			d.stopAll()
-			return err
-		}
-		d.launch(sc, h, nil)
+	hs, err := d.newHandlers(cfg.Subscriptions)
+	if err != nil {
+		d.stopAll()
+		return err
+	}
+	for i, sc := range cfg.Subscriptions {
+		d.launch(sc, hs[i], nil)
 	}
 	d.notify.Send("READY=1\nSTATUS=" + d.status())
 	d.logger.Info("streamd running", "subscriptions", len(d.subs), "waiting", len(d.waiting), "streams", len(d.streams), "state_dir", cfg.StateDir)
@@ -505,15 +505,18 @@ func (d *Daemon) applyReload(cfg *conf.Config) error {
 			opened = append(opened, s.Name)
 		}
 	}
+	var starting []conf.Subscription
 	for _, sc := range cfg.Subscriptions {
-		if _, running := d.subs[sc.Name]; running && !slices.Contains(stop, sc.Name) {
-			continue
+		if _, running := d.subs[sc.Name]; !running || slices.Contains(stop, sc.Name) {
+			starting = append(starting, sc)
 		}
-		h, err := d.newHandler(sc)
-		if err != nil {
-			return undo(err)
-		}
-		handlers[sc.Name] = h
+	}
+	hs, err := d.newHandlers(starting)
+	if err != nil {
+		return undo(err)
+	}
+	for i, sc := range starting {
+		handlers[sc.Name] = hs[i]
 	}
 	d.setLogLevel(old.Log.Level, cfg.Log.Level) // before the subscriptions start, which log
 	d.stopSubscriptions(stop)

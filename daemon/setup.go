@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -123,6 +124,32 @@ func (s *setup) newHandler(sc conf.Subscription) (handler.Handler, error) {
 		return nil, fmt.Errorf("subscription %q: %w", sc.Name, err)
 	}
 	return h, nil
+}
+
+// newHandlers returns the handlers of subs (newHandler), in their order.
+// It builds them at once, each on a goroutine of its own: a nats handler
+// whose servers do not answer waits for each of them up to its timeout,
+// and a start (READY=1 for systemd) or a reload waits for the slowest
+// handler rather than for all in turn. When any fails, it closes those it
+// built and returns every failure.
+func (s *setup) newHandlers(subs []conf.Subscription) ([]handler.Handler, error) {
+	hs := make([]handler.Handler, len(subs))
+	errs := make([]error, len(subs))
+	var wg sync.WaitGroup
+	for i, sc := range subs {
+		wg.Go(func() { hs[i], errs[i] = s.newHandler(sc) })
+	}
+	wg.Wait()
+	err := errors.Join(errs...)
+	if err != nil {
+		for i, h := range hs {
+			if h != nil {
+				s.closeHandler(subs[i].Name, h)
+			}
+		}
+		return nil, err
+	}
+	return hs, nil
 }
 
 // closeHandler closes the named subscription's handler if it was built

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/streamd/streamd/conf"
@@ -64,17 +65,23 @@ func build(cfg conf.Handler, stdout io.Writer, logger *slog.Logger, checking boo
 // machine rather than the file (an exec command found and executable,
 // bearer_token_file and ca_file readable, the proxy the environment names,
 // the NATS servers reachable and a JetStream stream capturing the subject).
-// It starts nothing and writes nothing.
+// It starts nothing and writes nothing. It checks the subscriptions at
+// once, each on a goroutine of its own, as the daemon builds their
+// handlers, and returns every failure, in their order.
 func Check(cfg *conf.Config) error {
-	var errs []error
-	for _, sc := range cfg.Subscriptions {
-		h, err := build(sc.Handler, io.Discard, nil, true)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("subscription %q: %w", sc.Name, err))
-			continue
-		}
-		Close(h)
+	errs := make([]error, len(cfg.Subscriptions))
+	var wg sync.WaitGroup
+	for i, sc := range cfg.Subscriptions {
+		wg.Go(func() {
+			h, err := build(sc.Handler, io.Discard, nil, true)
+			if err != nil {
+				errs[i] = fmt.Errorf("subscription %q: %w", sc.Name, err)
+				return
+			}
+			Close(h)
+		})
 	}
+	wg.Wait()
 	return errors.Join(errs...)
 }
 

@@ -74,7 +74,9 @@ type natsHandler struct {
 	timeout time.Duration
 	logger  *slog.Logger
 	late    sync.WaitGroup // the stream check of a connection made after the start
+	closed  chan struct{}  // closed by Close
 	errLog  ratelog.Line   // the server's errors, at most one line per ratelog.Every
+	dialLog ratelog.Line   // the failed tries to (re)connect, likewise
 
 	mu   sync.Mutex
 	back wakeup.Signal // woken at each (re)connection, under mu
@@ -92,6 +94,7 @@ func newNATSHandler(cfg conf.Handler, logger *slog.Logger, mustReach bool) (*nat
 		subject: cfg.Subject,
 		timeout: time.Duration(cmp.Or(cfg.Timeout, conf.DefaultNATSTimeout)),
 		logger:  logger,
+		closed:  make(chan struct{}),
 	}
 	opts := []nats.Option{
 		nats.Name("streamd"),
@@ -115,6 +118,12 @@ func newNATSHandler(cfg conf.Handler, logger *slog.Logger, mustReach bool) (*nat
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			logger.Info("reconnected to NATS", "server", nc.ConnectedUrlRedacted())
 			h.wakeHeld()
+		}),
+		// Why the servers do not answer (refused, timed out, credentials
+		// refused), from the first try of a handler that starts without
+		// them on.
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
+			h.dialLog.Warn(logger, "connecting to NATS failed; trying again", "url", cfg.URL, "err", err)
 		}),
 		// What the server says outside a publish's answer, such as a
 		// permission it refuses.
@@ -145,33 +154,47 @@ func newNATSHandler(cfg conf.Handler, logger *slog.Logger, mustReach bool) (*nat
 	if cfg.CertFile != "" {
 		opts = append(opts, nats.ClientCert(cfg.CertFile, cfg.KeyFile))
 	}
-	nc, err := nats.Connect(cfg.URL, opts...)
-	waiting := err != nil && !mustReach
-	if waiting {
-		// Start as a handler that lost its servers does: connect in the
-		// background, and look for the stream once connected.
-		logger.Warn("no NATS server answers yet: deliveries fail and are held until one does", "url", cfg.URL, "err", err)
-		nc, err = nats.Connect(cfg.URL, append(opts, nats.RetryOnFailedConnect(true), nats.ConnectHandler(func(nc *nats.Conn) {
-			h.late.Go(func() {
-				if err := h.checkStream(nc); err != nil && !nc.IsClosed() { // not closed by Close meanwhile
-					logger.Error("connected to NATS, but deliveries fail and are held until this is mended", "err", err)
-				}
-			})
-			h.wakeHeld()
-		}))...)
+	if !mustReach {
+		// With no server answering, Connect returns a connection that
+		// keeps trying, after one try of each server.
+		opts = append(opts, nats.RetryOnFailedConnect(true), nats.ConnectHandler(func(*nats.Conn) { h.wakeHeld() }))
 	}
+	nc, err := nats.Connect(cfg.URL, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to %s: %w", cfg.URL, err)
 	}
 	h.nc = nc
-	if h.js, err = jetstream.New(nc, jetstream.WithPublishAsyncTimeout(h.timeout), jetstream.WithPublishAsyncMaxPending(natsMaxPending)); err == nil && !waiting {
+	connected := h.Reconnected() // taken before IsConnected: a connection made after it closes it
+	h.js, err = jetstream.New(nc, jetstream.WithPublishAsyncTimeout(h.timeout), jetstream.WithPublishAsyncMaxPending(natsMaxPending))
+	switch {
+	case err != nil:
+	case nc.IsConnected():
 		err = h.checkStream(nc)
+	default:
+		// Start as a handler that lost its servers does, and look for the
+		// stream once connected.
+		logger.Warn("no NATS server answers yet: deliveries fail and are held until one does", "url", cfg.URL)
+		h.late.Go(func() { h.checkWhenConnected(connected) })
 	}
 	if err != nil {
 		nc.Close()
 		return nil, err
 	}
 	return h, nil
+}
+
+// checkWhenConnected checks the stream (checkStream) once connected is
+// closed, at the first connection of a handler that started without its
+// servers, and logs what it finds missing; it returns at Close.
+func (h *natsHandler) checkWhenConnected(connected <-chan struct{}) {
+	select {
+	case <-connected:
+	case <-h.closed:
+		return
+	}
+	if err := h.checkStream(h.nc); err != nil && !h.nc.IsClosed() { // not closed by Close meanwhile
+		h.logger.Error("connected to NATS, but deliveries fail and are held until this is mended", "err", err)
+	}
 }
 
 // checkStream checks on nc that a JetStream stream captures the subject,
@@ -213,6 +236,7 @@ func (h *natsHandler) wakeHeld() {
 // Close closes the connection.
 func (h *natsHandler) Close() error {
 	h.nc.Close()
+	close(h.closed)
 	h.late.Wait()
 	return nil
 }

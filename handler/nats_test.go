@@ -377,6 +377,48 @@ func TestNATSHandlerStartsWithoutServers(t *testing.T) {
 	}
 }
 
+// TestNATSHandlerStartTriesOnce: a handler whose server accepts the
+// connection but never answers starts after one try, not two (a
+// daemon's start waits for it), and says why it waits.
+func TestNATSHandlerStartTriesOnce(t *testing.T) {
+	silent := natstest.StartSilent(t)
+	var logs testutil.SyncBuffer
+	cfg := conf.Handler{Kind: conf.HandlerNATS, URL: silent.URL(), Subject: "orders.eu", Timeout: conf.Duration(300 * time.Millisecond)}
+	h, err := New(cfg, nil, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	defer Close(h)
+	if n, _ := silent.Accepted(); n != 1 {
+		t.Errorf("New tried %d connections, want 1", n)
+	}
+	// The reason comes from the client's goroutine.
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(logs.String(), "connecting to NATS failed; trying again") ||
+		!strings.Contains(logs.String(), "timeout"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the log does not say why the handler cannot connect:\n%s", logs.String())
+		}
+	}
+	if !strings.Contains(logs.String(), "no NATS server answers yet") {
+		t.Errorf("the log does not say the handler waits for its servers:\n%s", logs.String())
+	}
+}
+
+// TestCheckAtOnce: check-config tries the servers of every subscription at
+// once, so that it waits for the slowest rather than for all in turn, and
+// names each that failed.
+func TestCheckAtOnce(t *testing.T) {
+	silent := natstest.StartSilent(t)
+	cfg := conf.Handler{Kind: conf.HandlerNATS, URL: silent.URL(), Subject: "orders.eu", Timeout: conf.Duration(time.Second)}
+	err := Check(&conf.Config{Subscriptions: []conf.Subscription{{Name: "a", Handler: cfg}, {Name: "b", Handler: cfg}}})
+	if err == nil || !strings.Contains(err.Error(), `subscription "a"`) || !strings.Contains(err.Error(), `subscription "b"`) {
+		t.Errorf("Check: %v, want both subscriptions named", err)
+	}
+	if n, atOnce := silent.Accepted(); n != 2 || atOnce != 2 {
+		t.Errorf("%d connections, %d at once; want 2 at once", n, atOnce)
+	}
+}
+
 // TestNATSHandlerOutlivesRefusedCredentials: a server that refuses the
 // client for a while (credentials being rotated) and then accepts it
 // again gets its publishes again; by default the client would give up

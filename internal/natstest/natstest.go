@@ -5,7 +5,9 @@ package natstest
 
 import (
 	"context"
+	"io"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -125,4 +127,68 @@ func (s *Server) Messages(stream string) []jetstream.Msg {
 		}
 	}
 	return msgs
+}
+
+// Silent is an address that accepts connections and never answers, as a
+// NATS server that hangs (or a firewall that lets the handshake through)
+// does: a client gives up on each connection after its timeout.
+type Silent struct {
+	ln       net.Listener
+	mu       sync.Mutex
+	conns    map[net.Conn]bool // open now
+	max      int               // open at once, at most
+	accepted int
+}
+
+// StartSilent listens on a free port of 127.0.0.1; the test's cleanup
+// stops it.
+func StartSilent(t testing.TB) *Silent {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Silent{ln: ln, conns: map[net.Conn]bool{}}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s.mu.Lock()
+			s.accepted++
+			s.conns[c] = true
+			s.max = max(s.max, len(s.conns))
+			s.mu.Unlock()
+			wg.Go(func() {
+				io.Copy(io.Discard, c) // until the client gives up and closes it
+				c.Close()
+				s.mu.Lock()
+				delete(s.conns, c)
+				s.mu.Unlock()
+			})
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		s.mu.Lock()
+		for c := range s.conns {
+			c.Close()
+		}
+		s.mu.Unlock()
+		wg.Wait()
+	})
+	return s
+}
+
+// URL is the address as a NATS URL.
+func (s *Silent) URL() string { return "nats://" + s.ln.Addr().String() }
+
+// Accepted returns how many connections it accepted, and how many were
+// open at once at most.
+func (s *Silent) Accepted() (n, atOnce int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.accepted, s.max
 }

@@ -1,0 +1,29 @@
+package daemon
+
+import (
+	"testing"
+	"time"
+
+	"github.com/streamd/streamd/conf"
+	"github.com/streamd/streamd/handler"
+	"github.com/streamd/streamd/internal/natstest"
+)
+
+// TestNewHandlersAtOnce: the handlers of a start or a reload are built at
+// once, so that nats handlers whose servers do not answer delay the start
+// by one timeout, not by one each.
+func TestNewHandlersAtOnce(t *testing.T) {
+	silent := natstest.StartSilent(t)
+	cfg := conf.Handler{Kind: conf.HandlerNATS, URL: silent.URL(), Subject: "orders.eu", Timeout: conf.Duration(time.Second)}
+	s := newSetup(Options{})
+	hs, err := s.newHandlers([]conf.Subscription{{Name: "a", Handler: cfg}, {Name: "b", Handler: cfg}})
+	if err != nil {
+		t.Fatalf("newHandlers: %v (handlers whose servers do not answer start waiting for them)", err)
+	}
+	for _, h := range hs {
+		handler.Close(h)
+	}
+	if _, atOnce := silent.Accepted(); atOnce != 2 {
+		t.Errorf("%d connections at once, want 2", atOnce)
+	}
+}
