@@ -163,17 +163,16 @@ func observeEach(ctx context.Context, dls []*deliverer) {
 
 // pipeSubscriptions builds the deliverers of a pipe stage's subscriptions.
 func (st *setup) pipeSubscriptions(cfg *conf.Config, copies pipeCopies) ([]*deliverer, error) {
+	hs, err := st.newHandlers(cfg.Subscriptions)
+	if err != nil {
+		return nil, err
+	}
 	var subs []*deliverer
-	for _, sc := range cfg.Subscriptions {
-		h, err := st.newHandler(sc)
-		if err != nil {
-			st.closePipeHandlers(subs)
-			return nil, err
-		}
+	for i, sc := range cfg.Subscriptions {
 		sm := st.metrics.Subscription(sc.Name, "stdin")
 		sm.SetHealthy(true, "")
 		copies.subscription = sc.Name
-		subs = append(subs, newDeliverer(sc, h, stdioTransport, copies, sm, st.logger.With("subscription", sc.Name)))
+		subs = append(subs, newDeliverer(sc, hs[i], stdioTransport, copies, sm, st.logger.With("subscription", sc.Name)))
 	}
 	return subs, nil
 }
