@@ -178,7 +178,7 @@ func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job) error {
 		d := &delivery
 		*d = handler.Delivery{
 			Subscription: s.cfg.Name, Key: rec.Key, Shard: rec.Shard, Seq: rec.Seq, TimestampMs: rec.TimestampMs,
-			Payload: rec.Payload, File: s.fileID(), Offset: rec.Offset,
+			Payload: rec.Payload, File: s.fileID(), Offset: rec.Offset, Checksum: rec.Checksum,
 		}
 		if s.inline() {
 			// Delivered and settled before the next read: the record

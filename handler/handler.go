@@ -131,19 +131,29 @@ type Delivery struct {
 	// x-ruststream-retry-count header of a copy.
 	Attempt uint64
 	// File identifies the stream file the record was read from (a hash of
-	// its identity), and Offset is where the record is in it; File is ""
-	// in a pipe stage, whose records have no file.
-	File   string
-	Offset int64
+	// its identity), Offset is where the record is in it, and Checksum is
+	// the payload's checksum stored in its frame; File is "" in a pipe
+	// stage, whose records have no file.
+	File     string
+	Offset   int64
+	Checksum uint16
 }
 
 // appendRecordID appends to b the identity of d's record for good: its
-// file's identity and its offset there, so that a record read again after a
-// restart has the same one and a copy of it another. d.File must not be "".
+// file's identity, its offset there, its timestamp and its payload's
+// checksum in hexadecimal. A record read again after a restart has the
+// same one, and a copy of it another. So has a record written at the
+// offset of an earlier one, in a file truncated and written again under
+// the same header (which keeps the file's identity), unless it has the
+// same timestamp and checksum too. d.File must not be "".
 func (d *Delivery) appendRecordID(b []byte) []byte {
 	b = append(b, d.File...)
 	b = append(b, '-')
-	return strconv.AppendInt(b, d.Offset, 10)
+	b = strconv.AppendInt(b, d.Offset, 10)
+	b = append(b, '-')
+	b = strconv.AppendUint(b, d.TimestampMs, 10)
+	b = append(b, '-')
+	return strconv.AppendUint(b, uint64(d.Checksum), 16)
 }
 
 // frame is d's record as the streamfile formats write it: its key,

@@ -52,16 +52,28 @@ func TestNATSHandlerPublish(t *testing.T) {
 	h := mustNewHandler(t, natsConfig(srv))
 
 	d := testDelivery()
-	d.File, d.Offset = "abc", 4096
+	d.File, d.Offset, d.Checksum = "abc", 4096, 0xbeef
 	checkOutcome(t, h.Handle(t.Context(), d), OutcomeAck, 0, 0, "")
 	o := h.Handle(t.Context(), d)
 	checkOutcome(t, o, OutcomeAck, 0, 0, "")
 	if !o.Duplicate {
-		t.Error("the second publish of one RecordID is not marked Duplicate")
+		t.Error("the second publish of one record is not marked Duplicate")
+	}
+	// Another record at the same place of a file with the same identity
+	// (truncated and written again under the same header).
+	for _, other := range []func(*Delivery){
+		func(d *Delivery) { d.TimestampMs++ },
+		func(d *Delivery) { d.Checksum++ },
+	} {
+		o := *d
+		other(&o)
+		if o := h.Handle(t.Context(), &o); o.Kind != OutcomeAck || o.Duplicate {
+			t.Errorf("another record at the same offset: %+v, want a plain ack", o)
+		}
 	}
 	d.File = ""
 	if o := h.Handle(t.Context(), d); o.Kind != OutcomeAck || o.Duplicate {
-		t.Errorf("without a RecordID: %+v, want a plain ack", o)
+		t.Errorf("without a file: %+v, want a plain ack", o)
 	}
 	big := testDelivery()
 	big.File, big.Offset, big.Payload = "abc", 8192, make([]byte, 2048)
@@ -78,8 +90,8 @@ func TestNATSHandlerPublish(t *testing.T) {
 	}
 
 	msgs := srv.Messages("ORDERS")
-	if len(msgs) != 2 {
-		t.Fatalf("the stream holds %d messages, want 2", len(msgs))
+	if len(msgs) != 4 {
+		t.Fatalf("the stream holds %d messages, want 4", len(msgs))
 	}
 	m := msgs[0]
 	want := map[string]string{
@@ -95,7 +107,7 @@ func TestNATSHandlerPublish(t *testing.T) {
 		"Streamd-Shard":                         "3",
 		"Streamd-Timestamp-Ms":                  "1700000000500",
 		"Streamd-Attempt":                       "2",
-		"Nats-Msg-Id":                           "billing:abc-4096",
+		"Nats-Msg-Id":                           "billing:abc-4096-1700000000500-beef",
 	}
 	if m.Subject() != "orders.eu" || string(m.Data()) != "hello" {
 		t.Errorf("message %q %q, want orders.eu hello", m.Subject(), m.Data())
@@ -108,8 +120,8 @@ func TestNATSHandlerPublish(t *testing.T) {
 	if len(m.Headers()) != len(want) {
 		t.Errorf("%d headers, want %d: %v", len(m.Headers()), len(want), m.Headers())
 	}
-	if _, ok := msgs[1].Headers()["Nats-Msg-Id"]; ok {
-		t.Error("a delivery without a RecordID carries Nats-Msg-Id")
+	if _, ok := msgs[3].Headers()["Nats-Msg-Id"]; ok {
+		t.Error("a delivery without a file carries Nats-Msg-Id")
 	}
 }
 

@@ -8,7 +8,9 @@ import (
 	"maps"
 	"math/rand/v2"
 	"net/url"
+	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -243,6 +245,41 @@ func TestNATSForward(t *testing.T) {
 			}
 			checkForwarded(t, srv.Messages("ORDERS"), decodeRecords(t, e.stream, "orders"))
 		})
+	}
+}
+
+// TestNATSTruncatedInPlace: a stream file truncated to its header and
+// written again keeps its identity, so its new records sit where records
+// already forwarded were; each is a message of its own, not taken by
+// JetStream for a duplicate of the one that was there.
+func TestNATSTruncatedInPlace(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	st := srv.AddStream(jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}})
+	holds := func(n uint64) func() bool {
+		return func() bool {
+			info, err := st.Info(t.Context())
+			return err == nil && info.State.Msgs >= n
+		}
+	}
+	e := newEnv(t, natsSub(srv.URL(), ""))
+	e.publish("a0", "a1", "a2")
+	p := e.start()
+	eventually(t, 30*time.Second, "the first records in the stream", holds(3))
+	if err := os.Truncate(e.stream, streamfile.HeaderSize); err != nil {
+		t.Fatal(err)
+	}
+	e.publish("b0", "b1", "b2")
+	eventually(t, 30*time.Second, "the records written again in the stream", holds(6))
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("streamd exited %d", code)
+	}
+	var got []string
+	for _, m := range srv.Messages("ORDERS") {
+		got = append(got, string(m.Data()))
+	}
+	if want := []string{"a0", "a1", "a2", "b0", "b1", "b2"}; !slices.Equal(got, want) {
+		t.Errorf("the stream holds %q, want %q", got, want)
 	}
 }
 
