@@ -498,6 +498,35 @@ func TestAnswerBatch(t *testing.T) {
 	}
 }
 
+// TestAnswerBatchReconnected: a batch whose records failed for several
+// reasons goes again when the handler reconnects if any of them found it
+// unreachable, not at the next backoff step (the records published before
+// the connection stalled time out, those after it fail at once); each
+// failure is counted under its own reason.
+func TestAnswerBatchReconnected(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newHoldEnv(t, holdSub(time.Hour))
+		bh := &batchScript{t: t, start: time.Now(), script: []map[uint64]handler.Outcome{
+			{1: failedWith(handler.FailureTimeout, 0), 2: failedWith(handler.FailureUnreachable, 0)}, {}}}
+		back := make(chan struct{})
+		time.AfterFunc(10*time.Second, func() { close(back) })
+		e.dl.handler = reconnectingHandler{bh, back}
+		ds := []handler.Delivery{{Key: "orders", Seq: 1}, {Key: "orders", Seq: 2}, {Key: "orders", Seq: 3}}
+		outs := make([]handler.Outcome, len(ds))
+		if err := e.dl.answerBatch(t.Context(), nil, bh, ds, outs, 0, monoNow()); err != nil {
+			t.Fatalf("answerBatch = %v", err)
+		}
+		if want := []string{"0s [1 2 3]", "10s [1 2]"}; !slices.Equal(bh.calls, want) {
+			t.Errorf("calls %q, want %q", bh.calls, want)
+		}
+		for reason, want := range map[handler.Failure]float64{handler.FailureUnreachable: 1, handler.FailureTimeout: 1} {
+			if got := testutil.ToFloat64(e.m.FailedDeliveries(reason.String())); got != want {
+				t.Errorf("failed deliveries for %s: %v, want %v", reason, got, want)
+			}
+		}
+	})
+}
+
 // TestBatchHeldStop: a stop while a batch is held ends at once, and its
 // records stay unsettled: the position stays before them.
 func TestBatchHeldStop(t *testing.T) {

@@ -44,7 +44,7 @@ func (dl *deliverer) answer(ctx context.Context, stop <-chan struct{}, d *handle
 			}
 			return o, nil
 		}
-		retry, err := dl.failedDelivery(ctx, stop, back, o, &failures, 1, d, offset)
+		retry, err := dl.failedDelivery(ctx, stop, back, []handler.Outcome{o}, &failures, d, offset)
 		switch {
 		case err != nil:
 			return o, err
@@ -87,8 +87,12 @@ func (dl *deliverer) answerBatch(ctx context.Context, stop <-chan struct{}, bh h
 			}
 			return nil
 		}
+		fouts := make([]handler.Outcome, len(failed))
+		for j, i := range failed {
+			fouts[j] = outs[i]
+		}
 		d := &ds[failed[0]]
-		retry, err := dl.failedDelivery(ctx, stop, back, outs[failed[0]], &failures, len(failed), d, d.Offset)
+		retry, err := dl.failedDelivery(ctx, stop, back, fouts, &failures, d, d.Offset)
 		switch {
 		case err != nil:
 			return err
@@ -117,17 +121,25 @@ func (dl *deliverer) reconnected() <-chan struct{} {
 	return nil
 }
 
-// failedDelivery holds a delivery that failed with o, of the records
-// given (one, or those of a batch that failed), whose first is d at
-// offset, after *failures failed deliveries in a row: it counts and logs
-// the failure, and waits the next backoff step, or the delay the handler
-// named (bounded by max_retry_after), before the records are delivered
-// again; a failure of reason unreachable waits no longer than until back,
-// taken before the delivery, is closed (the handler reconnected). It
-// returns retry when the subscription's max_failed_deliveries is reached
-// (the records are then settled as a retry), and errStopped when stop is
-// closed or ctx ends, or when o says the delivery was cancelled.
-func (dl *deliverer) failedDelivery(ctx context.Context, stop, back <-chan struct{}, o handler.Outcome, failures *int, records int, d *handler.Delivery, offset int64) (retry bool, err error) {
+// failedDelivery holds a delivery that failed, of the records whose
+// outcomes are fouts (one, or those of a batch that failed), whose first
+// is d at offset, after *failures failed deliveries in a row: it counts
+// each record under its reason and logs the failure, and waits the next
+// backoff step, or the delay the handler named (bounded by
+// max_retry_after), before the records are delivered again. A failure of
+// reason unreachable (of any of the records) waits no longer than until
+// back, taken before the delivery, is closed: the handler reconnected,
+// and each of them goes again. It returns retry when the subscription's
+// max_failed_deliveries is reached (the records are then settled as a
+// retry), and errStopped when stop is closed or ctx ends, or when a record
+// says the delivery was cancelled.
+func (dl *deliverer) failedDelivery(ctx context.Context, stop, back <-chan struct{}, fouts []handler.Outcome, failures *int, d *handler.Delivery, offset int64) (retry bool, err error) {
+	o := fouts[0] // the outcome the wait and the log follow
+	for _, f := range fouts[1:] {
+		if holdRank(f.Failure) > holdRank(o.Failure) {
+			o = f
+		}
+	}
 	if o.Failure == handler.FailureCanceled || ctx.Err() != nil {
 		if *failures > 0 {
 			dl.hold.end(nil, dl.metrics.Held)
@@ -135,8 +147,11 @@ func (dl *deliverer) failedDelivery(ctx context.Context, stop, back <-chan struc
 		return false, errStopped // the daemon stops: not a failure of the handler
 	}
 	*failures++
+	records := len(fouts)
 	dl.metrics.HandlerRecords[metrics.OutcomeFailed].Add(float64(records))
-	dl.failed[o.Failure].Add(float64(records))
+	for _, f := range fouts {
+		dl.failed[f.Failure].Inc()
+	}
 	if limit := dl.cfg.MaxFailedDeliveries; limit > 0 && *failures >= limit {
 		dl.logger.Warn("delivery failed max_failed_deliveries times in a row; settling the record as a retry",
 			"failures", *failures, "seq", d.Seq, "offset", offset, "records", records, "reason", o.Failure.String(), "err", o.Err)
@@ -163,6 +178,20 @@ func (dl *deliverer) failedDelivery(ctx context.Context, stop, back <-chan struc
 	}
 	dl.hold.end(nil, dl.metrics.Held)
 	return false, errStopped
+}
+
+// holdRank orders the reasons the records of a batch failed for by which
+// one the hold follows: a cancellation stops it, an unreachable handler is
+// waited for no longer than its reconnection, any other reason waits the
+// whole step.
+func holdRank(f handler.Failure) int {
+	switch f {
+	case handler.FailureCanceled:
+		return 2
+	case handler.FailureUnreachable:
+		return 1
+	}
+	return 0
 }
 
 // holdLog is the state of a subscription's held deliveries, for its gauge
