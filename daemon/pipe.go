@@ -121,7 +121,7 @@ func RunPipe(ctx context.Context, cfg *conf.Config, opts PipeOptions) (err error
 	}
 	if abandoned > 0 {
 		logger.Warn("graceful shutdown timed out; abandoning in-flight continuations", "abandoned", abandoned)
-		derr = errors.Join(derr, fmt.Errorf("%d delayed copies abandoned after shutdown_timeout (%s)", abandoned, time.Duration(cfg.ShutdownTimeout)))
+		derr = errors.Join(derr, fmt.Errorf("delayed copies abandoned after shutdown_timeout (%s): %d", time.Duration(cfg.ShutdownTimeout), abandoned))
 	}
 	if errors.Is(derr, pipe.ErrClosed) {
 		derr = pipe.ErrClosed
@@ -306,19 +306,25 @@ func readLines(ctx, hctx context.Context, in io.Reader, lim stageLimits, subs []
 	unsubscribedSeen := false
 	var seqs pipe.Sequencer
 	var d handler.Delivery
+	// stopped ends a stage that stops before the end of stdin, after
+	// line last: says which lines it leaves.
+	stopped := func(last int) error {
+		logger.Warn(msgStoppedReading, "last_line", last)
+		return nil
+	}
 	for lineNo := 1; ; lineNo++ {
 		var next stdinLine
 		var ok bool
 		select {
 		case next, ok = <-lines:
 		case <-ctx.Done():
-			return nil
+			return stopped(lineNo - 1)
 		}
 		if !ok {
 			return <-readErr
 		}
 		if ctx.Err() != nil {
-			return nil // stopped: a line taken at the same time is not handled
+			return stopped(lineNo - 1) // a line taken at the same time is not handled
 		}
 		if next.tooLong != nil {
 			if err := invalid(lineNo, next.tooLong); err != nil {
@@ -403,10 +409,15 @@ func readLines(ctx, hctx context.Context, in io.Reader, lim stageLimits, subs []
 			}
 		}
 		if stopping {
-			return nil
+			return stopped(lineNo)
 		}
 	}
 }
+
+// msgStoppedReading is logged when a stage stops (SIGTERM, or stdout
+// closed) before the end of stdin: the lines it read ahead of the one it
+// was at are gone from stdin, and no stage handles them.
+const msgStoppedReading = "the stage stopped before the end of stdin: the lines after last_line are not handled, though it may have read some of them ahead; feed them to a stage again from there"
 
 // pipeCopies publishes a pipe subscription's copies on stdout: now, or
 // when their delay has passed.

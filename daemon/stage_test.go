@@ -233,7 +233,7 @@ func TestStage(t *testing.T) {
 		out: []stageWrite{{500 * time.Millisecond,
 			stageLine(0, "jobs.retry", 0, rs1Record("stream-sequence: 1\nx-ruststream-retry-count: 1\n", []byte("soon")))}},
 		logs: []wantLog{{slog.LevelWarn, msgL5, map[string]string{"abandoned": "1"}}},
-		err:  "1 delayed copies abandoned after shutdown_timeout (1s)",
+		err:  "delayed copies abandoned after shutdown_timeout (1s): 1",
 	}, {
 		name:   "36 retry_after: one line under out_retry after the delay, stdin still open",
 		config: top + stageSub("jobs", "jobs", `out_retry = "jobs.retry"`+"\nlog_unsupported = \"every\""),

@@ -317,15 +317,16 @@ func logsWithMsg(stderr, msg string) []stageLog {
 
 // The log messages of settlement.md §6 and of streamd pipe.
 const (
-	msgL1            = "ack / nack failed"
-	msgL2            = "retry attempts exhausted; publishing the delivery to the dead-letter destination"
-	msgL5            = "graceful shutdown timed out; abandoning in-flight continuations"
-	msgL6            = "retry declaration; a cap applies to the copies this process publishes"
-	msgInvalidLine   = "invalid stdin line skipped"
-	msgStdoutClosed  = "stdout was closed by the next stage; stopping: the copies not yet written are lost"
-	msgStopped       = "streamd pipe stopped"
-	msgFailedAtLimit = "delivery failed max_failed_deliveries times in a row; settling the record as a retry"
-	msgUnanswered    = "the stage stops before the handler answered; the record leaves as a retry copy"
+	msgL1             = "ack / nack failed"
+	msgL2             = "retry attempts exhausted; publishing the delivery to the dead-letter destination"
+	msgL5             = "graceful shutdown timed out; abandoning in-flight continuations"
+	msgL6             = "retry declaration; a cap applies to the copies this process publishes"
+	msgInvalidLine    = "invalid stdin line skipped"
+	msgStdoutClosed   = "stdout was closed by the next stage; stopping: the copies not yet written are lost"
+	msgStoppedReading = "the stage stopped before the end of stdin: the lines after last_line are not handled, though it may have read some of them ahead; feed them to a stage again from there"
+	msgStopped        = "streamd pipe stopped"
+	msgFailedAtLimit  = "delivery failed max_failed_deliveries times in a row; settling the record as a retry"
+	msgUnanswered     = "the stage stops before the handler answered; the record leaves as a retry copy"
 )
 
 // stageCopy is one copy line of a stage's stdout, decoded.
@@ -1192,6 +1193,9 @@ func TestPipeSIGTERM(t *testing.T) {
 				if !slices.Equal(handled, []string{"0"}) || len(copies) != 1 || copies[0].key != "jobs.dead" || copies[0].count() != "1" {
 					t.Fatalf("run %d: handled %q, stdout %q; want line 0 handled, then dead-lettered on its cancellation", run, handled, p.stdout())
 				}
+				if l := logsWithMsg(p.stderr.String(), msgStoppedReading); len(l) != 1 || l[0].str("level") != "WARN" || l[0].str("last_line") != "1" {
+					t.Fatalf("run %d: want one WARN %q with last_line=1 (19 lines read, not handled); stderr:\n%s", run, msgStoppedReading, p.stderr.String())
+				}
 			})
 		}
 	})
@@ -1300,7 +1304,7 @@ func TestPipeEOFPendingDelays(t *testing.T) {
 		if l5 := logsWithMsg(r.stderr, msgL5); len(l5) != 1 || l5[0].str("level") != "WARN" || l5[0].str("abandoned") != "1" {
 			t.Errorf("L5 records %v, want one WARN with abandoned=1; stderr:\n%s", l5, r.stderr)
 		}
-		if st := logsWithMsg(r.stderr, msgStopped); len(st) != 1 || !strings.Contains(st[0].str("err"), "1 delayed copies abandoned after shutdown_timeout (1s)") {
+		if st := logsWithMsg(r.stderr, msgStopped); len(st) != 1 || !strings.Contains(st[0].str("err"), "delayed copies abandoned after shutdown_timeout (1s): 1") {
 			t.Errorf("want one %q record naming the abandoned copy; stderr:\n%s", msgStopped, r.stderr)
 		}
 	})
