@@ -49,7 +49,7 @@ func (l *loader) validate(cfg *Config) {
 			l.errorf(p, "required: the directory for positions and the retry spool (or $STATE_DIRECTORY, which systemd's StateDirectory= sets)")
 		}
 		l.positive(root.k("commit_interval"), cfg.CommitInterval)
-		l.unused(root.k("max_delayed_mib"), "delayed copies wait in the retry spool on disk")
+		l.unused(root.k("max_delayed_mib"), "delayed copies wait in the retry spool on disk (a pipe stage's key: is this streamd pipe's file? check-config --mode=pipe checks it as one)")
 	case ModePipe:
 		if p := root.k("max_delayed_mib"); l.has(p) && cfg.MaxDelayedMiB <= 0 {
 			l.errorf(p, "must be 1 or more (MiB), not %d", cfg.MaxDelayedMiB)
@@ -130,7 +130,7 @@ func (l *loader) checkSubscription(p keyPath, s *Subscription, streams, names ma
 		if s.Replay && s.StartAt.IsEnd() {
 			l.errorf(p.k("replay"), "start_at = %q leaves nothing to replay", s.StartAt)
 		}
-		l.unused(p.k("on_invalid"), "it is for invalid stdin lines of a pipe stage")
+		l.unused(p.k("on_invalid"), "it is for invalid stdin lines of a pipe stage (is this streamd pipe's file? check-config --mode=pipe checks it as one)")
 		l.oneOf(p.k("on_corrupt"), s.OnCorrupt, "skip", "stop")
 	case ModePipe:
 		l.unused(p.k("stream"), "a pipe stage reads stdin")

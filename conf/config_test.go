@@ -103,9 +103,9 @@ F:45: subscription[3].handler.batch_max_records: must be from 1 to 10000, not 0;
 		{"pipe-batch", ModePipe, `F:8: subscription[0].handler.batch_max_records: not used by streamd pipe: a stage hands each record to its handler on its own`},
 		{"pipe-stdout", ModePipe, `F:6: subscription[0].handler.kind: streamd pipe cannot use the stdout handler: stdout carries the stage's output`},
 		{"replay-end", ModeRun, `F:11: subscription[0].replay: start_at = "end" leaves nothing to replay`},
-		{"run-keys", ModeRun, `F:2: max_delayed_mib: not used by streamd run: delayed copies wait in the retry spool on disk
+		{"run-keys", ModeRun, `F:2: max_delayed_mib: not used by streamd run: delayed copies wait in the retry spool on disk (a pipe stage's key: is this streamd pipe's file? check-config --mode=pipe checks it as one)
 F:12: subscription[0].dead_letter: "orders" is the key the subscription reads: its dead letters would come back to it
-F:13: subscription[0].on_invalid: not used by streamd run: it is for invalid stdin lines of a pipe stage`},
+F:13: subscription[0].on_invalid: not used by streamd run: it is for invalid stdin lines of a pipe stage (is this streamd pipe's file? check-config --mode=pipe checks it as one)`},
 		{"start-at", ModeRun, `F:11: subscription[0].start_at: start position "yesterday": want beginning, end, seq:N, time:RFC3339 or offset:N
 F:19: subscription[1].start_at: start position "seq:x": the sequence number must be a decimal integer from 0 to 18446744073709551615`},
 		{"state-dir-missing", ModeRun, `F: state_dir: required: the directory for positions and the retry spool (or $STATE_DIRECTORY, which systemd's StateDirectory= sets)`},

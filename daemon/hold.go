@@ -27,10 +27,11 @@ const holdSummaryEvery = time.Minute
 // record's position not passed. It ends when the handler answers, when the
 // subscription's max_failed_deliveries is reached (the record is then
 // settled as a retry), with errStopped when stop is closed or ctx ends,
-// or with the *panicError of a handler that panicked. offset, -1 in a
-// pipe stage, is logged with the first failure. The first delivery starts
+// or with the *panicError of a handler that panicked. at says where the
+// record is, its offset in its file or its stdin line in a pipe stage,
+// for the log of the first failure. The first delivery starts
 // at handed, when the record was handed out ([monoNow]).
-func (dl *deliverer) answer(ctx context.Context, stop <-chan struct{}, d *handler.Delivery, w int, offset, handed int64) (handler.Outcome, error) {
+func (dl *deliverer) answer(ctx context.Context, stop <-chan struct{}, d *handler.Delivery, w int, at slog.Attr, handed int64) (handler.Outcome, error) {
 	failures := 0
 	for start := handed; ; start = monoNow() {
 		back := dl.reconnected()
@@ -44,7 +45,7 @@ func (dl *deliverer) answer(ctx context.Context, stop <-chan struct{}, d *handle
 			}
 			return o, nil
 		}
-		retry, err := dl.failedDelivery(ctx, stop, back, []handler.Outcome{o}, &failures, d, offset)
+		retry, err := dl.failedDelivery(ctx, stop, back, []handler.Outcome{o}, &failures, d, at)
 		switch {
 		case err != nil:
 			return o, err
@@ -92,7 +93,7 @@ func (dl *deliverer) answerBatch(ctx context.Context, stop <-chan struct{}, bh h
 			fouts[j] = outs[i]
 		}
 		d := &ds[failed[0]]
-		retry, err := dl.failedDelivery(ctx, stop, back, fouts, &failures, d, d.Offset)
+		retry, err := dl.failedDelivery(ctx, stop, back, fouts, &failures, d, slog.Int64("offset", d.Offset))
 		switch {
 		case err != nil:
 			return err
@@ -123,9 +124,9 @@ func (dl *deliverer) reconnected() <-chan struct{} {
 
 // failedDelivery holds a delivery that failed, of the records whose
 // outcomes are fouts (one, or those of a batch that failed), whose first
-// is d at offset, after *failures failed deliveries in a row: it counts
-// each record under its reason and logs the failure, and waits the next
-// backoff step, or the delay the handler named (bounded by
+// is d, where at says (its offset, or stdin line), after *failures failed
+// deliveries in a row: it counts each record under its reason and logs
+// the failure, and waits the next backoff step, or the delay the handler named (bounded by
 // max_retry_after), before the records are delivered again. A failure of
 // reason unreachable (of any of the records) waits no longer than until
 // back, taken before the delivery, is closed: the handler reconnected,
@@ -133,7 +134,7 @@ func (dl *deliverer) reconnected() <-chan struct{} {
 // max_failed_deliveries is reached (the records are then settled as a
 // retry), and errStopped when stop is closed or ctx ends, or when a record
 // says the delivery was cancelled.
-func (dl *deliverer) failedDelivery(ctx context.Context, stop, back <-chan struct{}, fouts []handler.Outcome, failures *int, d *handler.Delivery, offset int64) (retry bool, err error) {
+func (dl *deliverer) failedDelivery(ctx context.Context, stop, back <-chan struct{}, fouts []handler.Outcome, failures *int, d *handler.Delivery, at slog.Attr) (retry bool, err error) {
 	o := fouts[0] // the outcome the wait and the log follow
 	for _, f := range fouts[1:] {
 		if holdRank(f.Failure) > holdRank(o.Failure) {
@@ -154,7 +155,7 @@ func (dl *deliverer) failedDelivery(ctx context.Context, stop, back <-chan struc
 	}
 	if limit := dl.cfg.MaxFailedDeliveries; limit > 0 && *failures >= limit {
 		dl.logger.Warn("delivery failed max_failed_deliveries times in a row; settling the record as a retry",
-			"failures", *failures, "seq", d.Seq, "offset", offset, "records", records, "reason", o.Failure.String(), "err", o.Err)
+			"failures", *failures, "seq", d.Seq, at, "records", records, "reason", o.Failure.String(), "err", o.Err)
 		dl.hold.end(nil, dl.metrics.Held)
 		return true, nil
 	}
@@ -162,7 +163,7 @@ func (dl *deliverer) failedDelivery(ctx context.Context, stop, back <-chan struc
 	if o.Delay > 0 {
 		wait = dl.settler.bounded(o.Delay, d)
 	}
-	dl.hold.failed(dl.logger, dl.metrics.Held, *failures == 1, o, d, offset, wait)
+	dl.hold.failed(dl.logger, dl.metrics.Held, *failures == 1, o, d, at, wait)
 	if o.Failure != handler.FailureUnreachable {
 		back = nil // a reconnection does not mend a refusal or a timeout
 	}
@@ -209,7 +210,7 @@ type holdLog struct {
 
 // failed counts a failed delivery of d, held for wait; first says it is the
 // record's first failure in a row (a delivery newly held).
-func (h *holdLog) failed(logger *slog.Logger, gauge prometheus.Gauge, first bool, o handler.Outcome, d *handler.Delivery, offset int64, wait time.Duration) {
+func (h *holdLog) failed(logger *slog.Logger, gauge prometheus.Gauge, first bool, o handler.Outcome, d *handler.Delivery, at slog.Attr, wait time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	now := time.Now()
@@ -222,7 +223,7 @@ func (h *holdLog) failed(logger *slog.Logger, gauge prometheus.Gauge, first bool
 	if h.failures == 1 {
 		h.since, h.lastLine = now, now
 		logger.Warn("delivery failed; holding the record and delivering it again in place until the handler answers",
-			"reason", o.Failure.String(), "key", d.Key, "seq", d.Seq, "offset", offset, "retry_in", wait, "err", o.Err)
+			"reason", o.Failure.String(), "key", d.Key, "seq", d.Seq, at, "retry_in", wait, "err", o.Err)
 		return
 	}
 	h.unlogged++

@@ -79,7 +79,7 @@ func TestHoldInPlace(t *testing.T) {
 			time.Sleep(time.Second) // inside the hold
 			held <- testutil.ToFloat64(e.m.Held)
 		}()
-		o, err := e.dl.answer(t.Context(), nil, settleDelivery(7, nil, []byte("x")), 0, 4096, monoNow())
+		o, err := e.dl.answer(t.Context(), nil, settleDelivery(7, nil, []byte("x")), 0, slog.Int64("offset", 4096), monoNow())
 		if err != nil || o.Kind != handler.OutcomeAck {
 			t.Fatalf("answer = %v, %v; want ack", o.Kind, err)
 		}
@@ -149,7 +149,7 @@ func TestHoldReconnected(t *testing.T) {
 					time.AfterFunc(tc.reconnectAt, func() { close(back) })
 				}
 				e.dl.handler = reconnectingHandler{h, back}
-				o, err := e.dl.answer(t.Context(), nil, settleDelivery(7, nil, []byte("x")), 0, 4096, monoNow())
+				o, err := e.dl.answer(t.Context(), nil, settleDelivery(7, nil, []byte("x")), 0, slog.Int64("offset", 4096), monoNow())
 				if err != nil || o.Kind != handler.OutcomeAck {
 					t.Fatalf("answer = %v, %v; want ack", o.Kind, err)
 				}
@@ -167,7 +167,7 @@ func TestHoldRetryAfter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newHoldEnv(t, holdSub(time.Second), failedWith(handler.FailureHTTPStatus, 2*time.Second),
 			failedWith(handler.FailureHTTPStatus, 100*time.Hour), ack)
-		if o, err := e.dl.answer(t.Context(), nil, settleDelivery(1, nil, nil), 0, 128, monoNow()); err != nil || o.Kind != handler.OutcomeAck {
+		if o, err := e.dl.answer(t.Context(), nil, settleDelivery(1, nil, nil), 0, slog.Int64("offset", 128), monoNow()); err != nil || o.Kind != handler.OutcomeAck {
 			t.Fatalf("answer = %v, %v; want ack", o.Kind, err)
 		}
 		if want := []time.Duration{0, 2 * time.Second, 2*time.Second + time.Hour}; !slices.Equal(e.at, want) {
@@ -186,7 +186,7 @@ func TestHoldSummary(t *testing.T) {
 			answers = append(answers, failedWith(handler.FailureUnreachable, 0))
 		}
 		e := newHoldEnv(t, holdSub(time.Second), append(answers, ack)...)
-		if _, err := e.dl.answer(t.Context(), nil, settleDelivery(1, nil, nil), 0, 128, monoNow()); err != nil {
+		if _, err := e.dl.answer(t.Context(), nil, settleDelivery(1, nil, nil), 0, slog.Int64("offset", 128), monoNow()); err != nil {
 			t.Fatal(err)
 		}
 		checkLogs(t, e.logs.all(), []wantLog{
@@ -206,7 +206,7 @@ func TestHoldLimit(t *testing.T) {
 		sc.MaxFailedDeliveries = 3
 		f := failedWith(handler.FailureTempFail, 0)
 		e := newHoldEnv(t, sc, f, f, f)
-		o, err := e.dl.answer(t.Context(), nil, settleDelivery(1, nil, nil), 0, 128, monoNow())
+		o, err := e.dl.answer(t.Context(), nil, settleDelivery(1, nil, nil), 0, slog.Int64("offset", 128), monoNow())
 		if err != nil || o.Kind != handler.OutcomeRetry {
 			t.Fatalf("answer = %v, %v; want retry at the limit", o.Kind, err)
 		}
@@ -225,7 +225,7 @@ func TestHoldStop(t *testing.T) {
 		e := newHoldEnv(t, holdSub(time.Hour), failedWith(handler.FailureUnreachable, 0))
 		stop := make(chan struct{})
 		time.AfterFunc(time.Minute, func() { close(stop) })
-		if _, err := e.dl.answer(t.Context(), stop, settleDelivery(1, nil, nil), 0, 128, monoNow()); !errors.Is(err, errStopped) {
+		if _, err := e.dl.answer(t.Context(), stop, settleDelivery(1, nil, nil), 0, slog.Int64("offset", 128), monoNow()); !errors.Is(err, errStopped) {
 			t.Fatalf("answer = %v, want errStopped", err)
 		}
 		if g := testutil.ToFloat64(e.m.Held); g != 0 {
@@ -233,7 +233,7 @@ func TestHoldStop(t *testing.T) {
 		}
 
 		e = newHoldEnv(t, holdSub(time.Second), handler.Failed(handler.FailureCanceled, context.Canceled))
-		if _, err := e.dl.answer(t.Context(), nil, settleDelivery(1, nil, nil), 0, 128, monoNow()); !errors.Is(err, errStopped) {
+		if _, err := e.dl.answer(t.Context(), nil, settleDelivery(1, nil, nil), 0, slog.Int64("offset", 128), monoNow()); !errors.Is(err, errStopped) {
 			t.Fatalf("answer = %v, want errStopped", err)
 		}
 		if n := len(e.logs.all()); n != 0 {

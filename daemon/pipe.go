@@ -386,7 +386,7 @@ func readLines(ctx, hctx context.Context, in io.Reader, lim stageLimits, subs []
 			if !stopping {
 				handed := monoNow()
 				s.handed[0].Store(handed)
-				o, err := s.answer(hctx, ctx.Done(), &d, 0, -1, handed)
+				o, err := s.answer(hctx, ctx.Done(), &d, 0, slog.Int("line", lineNo), handed)
 				s.handed[0].Store(0)
 				if err == nil {
 					if err := lost(s, s.settler.settle(hctx, &d, o)); err != nil {

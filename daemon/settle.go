@@ -364,9 +364,10 @@ const (
 
 var opNames = [numOps]string{"ack", "drop", "retry", "reject"}
 
-// opHints say, on the first record of the outcomes that lose a record,
-// what to declare to keep it.
-var opHints = [numOps]string{
+// opLost are the messages of the first record of the outcomes that lose
+// a record, at WARN, in place of the transport's message: they say what
+// to declare to keep it.
+var opLost = [numOps]string{
 	opRetry:  "a retry makes a copy only under a declared max_attempts or dead_letter; this record is passed and not delivered again (declare one, or answer retry_after)",
 	opReject: "the record reached max_attempts and no dead_letter is declared: it is passed (declare dead_letter to keep such records)",
 }
@@ -375,7 +376,7 @@ var opHints = [numOps]string{
 // the transport cannot perform, under log_unsupported = "first". An ack or
 // a drop is no problem: positions are streamd's job, and the record is
 // logged at INFO; a retry that writes nothing or a reject drops the record,
-// and is logged at WARN.
+// and is logged at WARN with its own message (opLost).
 const msgUnsupportedFirst = "stream files keep no acknowledgements: streamd's stored position settles the record"
 
 // msgUnsupportedFirstStdio is msgUnsupportedFirst in a pipe stage, which
@@ -427,15 +428,11 @@ func (u *unsupportedLog) report(op int, d *handler.Delivery) {
 		return
 	}
 	if !u.seen[op].Load() && u.seen[op].CompareAndSwap(false, true) {
-		level := slog.LevelInfo
-		if op == opRetry || op == opReject {
-			level = slog.LevelWarn
+		level, msg := slog.LevelInfo, u.first
+		if lost := opLost[op]; lost != "" {
+			level, msg = slog.LevelWarn, lost
 		}
-		attrs := []any{"outcome", opNames[op], "seq", d.Seq, "note", "logged once per outcome; counted in streamd_handler_unsupported_total"}
-		if hint := opHints[op]; hint != "" {
-			attrs = append(attrs, "hint", hint)
-		}
-		u.logger.Log(context.Background(), level, u.first, attrs...)
+		u.logger.Log(context.Background(), level, msg, "outcome", opNames[op], "seq", d.Seq, "note", "logged once per outcome; counted in streamd_handler_unsupported_total")
 		return
 	}
 	u.pending[op].Add(1)

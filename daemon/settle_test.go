@@ -621,16 +621,12 @@ func TestSettleUnsupportedSummary(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newSettleEnv(settleSub{maxAttempts: 1}, false)
 		first := func(outcome string) wantLog {
-			level := slog.LevelInfo
-			if outcome == "reject" {
-				level = slog.LevelWarn
-			}
 			attrs := map[string]string{"subscription": "billing", "outcome": outcome,
 				"note": "logged once per outcome; counted in streamd_handler_unsupported_total"}
 			if outcome == "reject" {
-				attrs["hint"] = opHints[opReject]
+				return wantLog{slog.LevelWarn, opLost[opReject], attrs}
 			}
-			return wantLog{level, msgUnsupportedFirstStdio, attrs}
+			return wantLog{slog.LevelInfo, msgUnsupportedFirstStdio, attrs}
 		}
 		summary := func(counts map[string]string) wantLog {
 			counts["subscription"] = "billing"
@@ -789,5 +785,5 @@ func TestSettleRetryWithoutCapHint(t *testing.T) {
 	if c := e.copies.written(); len(c) != 0 {
 		t.Fatalf("copies %+v, want none", c)
 	}
-	checkLogs(t, e.logs.all(), []wantLog{{slog.LevelWarn, msgUnsupportedFirstStdio, map[string]string{"outcome": "retry", "hint": opHints[opRetry]}}})
+	checkLogs(t, e.logs.all(), []wantLog{{slog.LevelWarn, opLost[opRetry], map[string]string{"outcome": "retry"}}})
 }

@@ -235,6 +235,23 @@ func TestStage(t *testing.T) {
 		logs: []wantLog{{slog.LevelWarn, msgL5, map[string]string{"abandoned": "1"}}},
 		err:  "delayed copies abandoned after shutdown_timeout (1s): 1",
 	}, {
+		name:   "a failed delivery is held, logged with its stdin line",
+		config: top + stageSub("jobs", "jobs", "out_retry = \"jobs.retry\"\nbackoff = [\"100ms\"]"),
+		in:     "[jobs] a\n[jobs] b\n",
+		handlers: stageHandlers{"jobs": func() func(d *handler.Delivery) handler.Outcome {
+			failed := false
+			return func(d *handler.Delivery) handler.Outcome {
+				if string(d.Payload) == "b" && !failed {
+					failed = true
+					return handler.Failed(handler.FailureUnreachable, errors.New("down"))
+				}
+				return ack
+			}
+		}()},
+		seen: []string{`jobs 0 1 "a"`, `jobs 1 1 "b"`, `jobs 1 1 "b"`},
+		logs: []wantLog{{slog.LevelWarn, "delivery failed; holding the record and delivering it again in place until the handler answers",
+			map[string]string{"subscription": "jobs", "seq": "1", "line": "2"}}},
+	}, {
 		name:   "36 retry_after: one line under out_retry after the delay, stdin still open",
 		config: top + stageSub("jobs", "jobs", `out_retry = "jobs.retry"`+"\nlog_unsupported = \"every\""),
 		in:     "[jobs] {\"id\":7}\n", hold: 10 * time.Second,

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"strconv"
 	"sync"
 	"time"
@@ -328,7 +329,7 @@ func (s *subscription) deliver(ctx, hctx context.Context, d *handler.Delivery, t
 	handed := monoNow()
 	s.handed[w].Store(handed)
 	defer s.handed[w].Store(0)
-	o, err := s.answer(hctx, ctx.Done(), d, w, d.Offset, handed)
+	o, err := s.answer(hctx, ctx.Done(), d, w, slog.Int64("offset", d.Offset), handed)
 	switch {
 	case errors.Is(err, errStopped):
 		return nil

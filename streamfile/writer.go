@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync/atomic"
 	"syscall"
@@ -131,6 +132,9 @@ func OpenWriter(path string, opts CreateOptions) (*Writer, error) {
 		flags |= os.O_CREATE
 	}
 	f, err := openFile(path, flags, opts.Mode)
+	if opts.Create && errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("streamfile: directory %s does not exist: a writer creates the file, not its directory; create it (%w)", filepath.Dir(path), err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("streamfile: open for writing: %w", err)
 	}

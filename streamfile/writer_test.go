@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -651,5 +652,15 @@ func TestWriterRefusesTimestampsPastYear9999(t *testing.T) {
 	}
 	if w.Size() > HeaderSize {
 		t.Errorf("the writer wrote %d bytes, want none", w.Size()-HeaderSize)
+	}
+}
+
+// TestOpenWriterNoDirectory: creating a file in a directory that does not
+// exist says so, and that the directory is the caller's to create.
+func TestOpenWriterNoDirectory(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "missing")
+	_, err := OpenWriter(filepath.Join(dir, "x.ss"), CreateOptions{Create: true, Header: Header{FileName: "x", BeaconInterval: DefaultBeaconInterval}})
+	if err == nil || !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), "directory "+dir+" does not exist") {
+		t.Fatalf("OpenWriter: %v, want the missing directory named", err)
 	}
 }

@@ -61,7 +61,7 @@ func decodeExit(errw io.Writer, err error) int {
 // stdin to a stream file.
 func publishCommand(app *kingpin.Application) action {
 	cmd := app.Command("publish", "Append one record per stdin line (SeaStreamer stdio format) to a stream file, created when missing. "+
-		"A line's bracketed key (and shard) wins over --key; sequences continue each key's last one; timestamps are the current time.")
+		"A line's bracketed key (and shard) wins over --key; its sequence number and timestamp are not kept: sequences continue each key and shard's last one, timestamps are the current time.")
 	path := cmd.Flag("file", "Stream file to append to (created when missing).").Required().String()
 	key := cmd.Flag("key", "Stream key for lines without a bracketed key.").String()
 	interval := cmd.Flag("beacon-interval", "Beacon interval in bytes when the file is created: a positive multiple of 1024.").

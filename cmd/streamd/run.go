@@ -140,7 +140,7 @@ func reloadCommand(app *kingpin.Application) action {
 		dir, err := conf.StateDir(*cf.path)
 		if err != nil {
 			_, code := cf.load(s) // says what is wrong with the file
-			return s.exitWith(cmp.Or(code, exitError), "streamd reload: the daemon was not asked to reload; it runs its configuration as before")
+			return s.exitWith(cmp.Or(code, exitError), "streamd reload: without the state_dir of this file, no daemon can be found, so none was asked to reload (a daemon that runs keeps its configuration)")
 		}
 		r, err := daemon.RequestReload(dir, *timeout)
 		if err != nil {
