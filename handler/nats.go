@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -63,13 +64,16 @@ const natsMaxPending = math.MaxInt
 // before its acknowledgements are awaited.
 // The connection reconnects without end while the daemon runs, through
 // outages and refused credentials alike; a publish while it is
-// disconnected fails at once. A handler built while no server answers
+// disconnected fails at once. When the client closes it for good (an
+// error it does not recover from, such as an -ERR it does not know), the
+// handler connects anew. A handler built while no server answers
 // starts so, waiting like one that lost its servers (its deliveries fail
 // and are held), and looks for the stream that captures its subject once
 // it connects. Close drains nothing: it closes the connection.
 type natsHandler struct {
-	nc      *nats.Conn
-	js      jetstream.JetStream
+	conn    atomic.Pointer[natsConn] // the connection in use
+	url     string
+	opts    []nats.Option // how it connects, and connects anew
 	subject string
 	timeout time.Duration
 	logger  *slog.Logger
@@ -78,8 +82,26 @@ type natsHandler struct {
 	errLog  ratelog.Line   // the server's errors, at most one line per ratelog.Every
 	dialLog ratelog.Line   // the failed tries to (re)connect, likewise
 
-	mu   sync.Mutex
-	back wakeup.Signal // woken at each (re)connection, under mu
+	mu      sync.Mutex
+	back    wakeup.Signal // woken at each (re)connection, under mu
+	closing bool          // Close was called, under mu
+}
+
+// natsConn is a connection of a natsHandler and the JetStream context
+// that publishes on it.
+type natsConn struct {
+	nc *nats.Conn
+	js jetstream.JetStream
+}
+
+// newNATSConn returns the JetStream context of publishes on nc: timed out
+// after timeout, and without the client's bound on those in flight.
+func newNATSConn(nc *nats.Conn, timeout time.Duration) (*natsConn, error) {
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(timeout), jetstream.WithPublishAsyncMaxPending(natsMaxPending))
+	if err != nil {
+		return nil, err
+	}
+	return &natsConn{nc: nc, js: js}, nil
 }
 
 // newNATSHandler connects to cfg's servers and checks that a JetStream
@@ -91,6 +113,7 @@ func newNATSHandler(cfg conf.Handler, logger *slog.Logger, mustReach bool) (*nat
 		return nil, fmt.Errorf("subject %q: replace {key} by the subscription's stream key, as loading a configuration file does", cfg.Subject)
 	}
 	h := &natsHandler{
+		url:     cfg.URL,
 		subject: cfg.Subject,
 		timeout: time.Duration(cmp.Or(cfg.Timeout, conf.DefaultNATSTimeout)),
 		logger:  logger,
@@ -103,6 +126,7 @@ func newNATSHandler(cfg conf.Handler, logger *slog.Logger, mustReach bool) (*nat
 		// handler's timeout (and the connection reconnects) rather than
 		// the default minute, so that a delivery ends in time.
 		nats.FlusherTimeout(h.timeout),
+		nats.ReconnectOnFlusherError(),
 		nats.MaxReconnects(-1),
 		// Credentials refused twice in a row (a rotation under way) do not
 		// end the connection for good, as by default: it keeps trying.
@@ -157,15 +181,19 @@ func newNATSHandler(cfg conf.Handler, logger *slog.Logger, mustReach bool) (*nat
 	if !mustReach {
 		// With no server answering, Connect returns a connection that
 		// keeps trying, after one try of each server.
-		opts = append(opts, nats.RetryOnFailedConnect(true), nats.ConnectHandler(func(*nats.Conn) { h.wakeHeld() }))
+		opts = append(opts, nats.RetryOnFailedConnect(true), nats.ConnectHandler(func(*nats.Conn) { h.wakeHeld() }),
+			nats.ClosedHandler(h.closedForGood))
 	}
+	h.opts = opts
 	nc, err := nats.Connect(cfg.URL, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to %s: %w", cfg.URL, err)
 	}
-	h.nc = nc
 	connected := h.Reconnected() // taken before IsConnected: a connection made after it closes it
-	h.js, err = jetstream.New(nc, jetstream.WithPublishAsyncTimeout(h.timeout), jetstream.WithPublishAsyncMaxPending(natsMaxPending))
+	c, err := newNATSConn(nc, h.timeout)
+	if err == nil {
+		h.conn.Store(c)
+	}
 	switch {
 	case err != nil:
 	case nc.IsConnected():
@@ -177,10 +205,43 @@ func newNATSHandler(cfg conf.Handler, logger *slog.Logger, mustReach bool) (*nat
 		h.late.Go(func() { h.checkWhenConnected(connected) })
 	}
 	if err != nil {
+		h.mu.Lock()
+		h.closing = true // not to be connected anew
+		h.mu.Unlock()
 		nc.Close()
 		return nil, err
 	}
 	return h, nil
+}
+
+// closedForGood connects anew when the client closed nc without Close:
+// for good, after an error it does not recover from. Deliveries fail
+// meanwhile, as while disconnected, and go again once it connects.
+func (h *natsHandler) closedForGood(nc *nats.Conn) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closing {
+		return
+	}
+	h.logger.Error("the NATS client closed its connection for good; connecting anew", "err", nc.LastError())
+	h.late.Go(func() {
+		nc, err := nats.Connect(h.url, h.opts...)
+		var c *natsConn
+		if err == nil {
+			c, err = newNATSConn(nc, h.timeout)
+		}
+		if err != nil {
+			h.logger.Error("connecting to NATS anew failed; deliveries fail until streamd restarts or reloads", "err", err)
+			return
+		}
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.closing {
+			nc.Close()
+			return
+		}
+		h.conn.Store(c)
+	})
 }
 
 // checkWhenConnected checks the stream (checkStream) once connected is
@@ -192,7 +253,8 @@ func (h *natsHandler) checkWhenConnected(connected <-chan struct{}) {
 	case <-h.closed:
 		return
 	}
-	if err := h.checkStream(h.nc); err != nil && !h.nc.IsClosed() { // not closed by Close meanwhile
+	nc := h.conn.Load().nc
+	if err := h.checkStream(nc); err != nil && !nc.IsClosed() { // not closed by Close meanwhile
 		h.logger.Error("connected to NATS, but deliveries fail and are held until this is mended", "err", err)
 	}
 }
@@ -235,7 +297,10 @@ func (h *natsHandler) wakeHeld() {
 
 // Close closes the connection.
 func (h *natsHandler) Close() error {
-	h.nc.Close()
+	h.mu.Lock()
+	h.closing = true
+	h.mu.Unlock()
+	h.conn.Load().nc.Close()
 	close(h.closed)
 	h.late.Wait()
 	return nil
@@ -279,7 +344,7 @@ func (h *natsHandler) HandleBatch(ctx context.Context, ds []Delivery, outs []Out
 
 // publish publishes d asynchronously.
 func (h *natsHandler) publish(d *Delivery) (jetstream.PubAckFuture, error) {
-	return h.js.PublishMsgAsync(&nats.Msg{Subject: h.subject, Data: d.Payload, Header: natsHeader(d)})
+	return h.conn.Load().js.PublishMsgAsync(&nats.Msg{Subject: h.subject, Data: d.Payload, Header: natsHeader(d)})
 }
 
 // wait waits for the acknowledgement of d's publish f, and returns its
@@ -314,7 +379,7 @@ func (h *natsHandler) failure(ctx context.Context, d *Delivery, err error) Outco
 		return Failed(FailureOther, fmt.Errorf("JetStream refused the message: %w", err))
 	case errors.Is(err, jetstream.ErrNoStreamResponse):
 		return Failed(FailureUnreachable, fmt.Errorf("nats: no JetStream stream answered on subject %q: none captures it any more, or its server is unavailable", h.subject))
-	case !h.nc.IsConnected():
+	case !h.conn.Load().nc.IsConnected():
 		// What the client says then (a full outbound buffer, headers not
 		// supported) names a consequence, not the cause.
 		return Failed(FailureUnreachable, errors.New("nats: not connected to any NATS server; reconnecting"))

@@ -143,7 +143,7 @@ func TestNATSHandlerFailures(t *testing.T) {
 	if o := h.Handle(t.Context(), d); o.Kind != OutcomeFailed || o.Failure != FailureTimeout && o.Failure != FailureUnreachable {
 		t.Errorf("server stopped: %+v, want failed (timeout or unreachable)", o)
 	}
-	nc := h.(*natsHandler).nc
+	nc := h.(*natsHandler).conn.Load().nc
 	for nc.IsConnected() {
 		runtime.Gosched() // until the client notices the server is gone
 	}
@@ -428,6 +428,44 @@ func TestCheckAtOnce(t *testing.T) {
 	}
 	if n, atOnce := silent.Accepted(); n != 2 || atOnce != 2 {
 		t.Errorf("%d connections, %d at once; want 2 at once", n, atOnce)
+	}
+}
+
+// TestNATSHandlerClosedForGood: when the client closes its connection for
+// good (here the server says an -ERR the client does not know), the
+// handler connects anew, says so, and its deliveries go through again.
+func TestNATSHandlerClosedForGood(t *testing.T) {
+	srv := natstest.Start(t)
+	srv.AddStream(jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}})
+	proxy := natstest.StartProxy(t, srv.URL())
+	cfg := natsConfig(srv)
+	cfg.URL = proxy.URL()
+	var logs testutil.SyncBuffer
+	h, err := New(cfg, nil, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer Close(h)
+	d := testDelivery()
+	d.File, d.Offset = "abc", 1
+	checkOutcome(t, h.Handle(t.Context(), d), OutcomeAck, 0, 0, "")
+
+	proxy.Say("-ERR 'Something Unheard Of'\r\n")
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(logs.String(), "closed its connection for good") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the log does not say the connection closed for good:\n%s", logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for d.Offset++; h.Handle(t.Context(), d).Kind != OutcomeAck; d.Offset++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("deliveries still fail after the connection closed for good:\n%s", logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := proxy.Accepted(); n != 2 {
+		t.Errorf("%d connections, want 2", n)
 	}
 }
 

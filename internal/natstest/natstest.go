@@ -7,6 +7,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -191,4 +192,95 @@ func (s *Silent) Accepted() (n, atOnce int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.accepted, s.max
+}
+
+// Proxy passes connections on to a server, and can say something of its
+// own to the clients, as if the server had said it.
+type Proxy struct {
+	ln      net.Listener
+	target  string
+	mu      sync.Mutex
+	clients map[net.Conn]bool // open now; writes to them under mu
+	n       int               // connections accepted
+}
+
+// StartProxy listens on a free port of 127.0.0.1 and passes each
+// connection on to the server at url; the test's cleanup stops it.
+func StartProxy(t testing.TB, url string) *Proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &Proxy{ln: ln, target: strings.TrimPrefix(url, "nats://"), clients: map[net.Conn]bool{}}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", p.target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.n++
+			p.clients[c] = true
+			p.mu.Unlock()
+			wg.Go(func() {
+				io.Copy(s, c)
+				s.Close()
+			})
+			wg.Go(func() {
+				buf := make([]byte, 32<<10)
+				for {
+					n, err := s.Read(buf)
+					p.mu.Lock()
+					if n > 0 {
+						c.Write(buf[:n])
+					}
+					if err != nil {
+						delete(p.clients, c)
+						c.Close()
+					}
+					p.mu.Unlock()
+					if err != nil {
+						return
+					}
+				}
+			})
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		p.mu.Lock()
+		for c := range p.clients {
+			c.Close()
+		}
+		p.mu.Unlock()
+		wg.Wait()
+	})
+	return p
+}
+
+// URL is the proxy's address as a NATS URL.
+func (p *Proxy) URL() string { return "nats://" + p.ln.Addr().String() }
+
+// Say writes line, a protocol line such as "-ERR 'Something'\r\n", to
+// every client, between what the server sends.
+func (p *Proxy) Say(line string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.clients {
+		c.Write([]byte(line))
+	}
+}
+
+// Accepted returns how many connections the proxy accepted.
+func (p *Proxy) Accepted() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.n
 }
