@@ -400,6 +400,7 @@ type batchScript struct {
 	t      *testing.T
 	start  time.Time
 	script []map[uint64]handler.Outcome
+	unset  map[uint64]bool // the records whose outcome the first call leaves unset
 	calls  []string
 }
 
@@ -418,8 +419,11 @@ func (s *batchScript) HandleBatch(_ context.Context, ds []handler.Delivery, outs
 		s.t.Fatal("more calls than the script has")
 	}
 	for i, d := range ds {
-		outs[i] = cmp.Or(s.script[0][d.Seq], ack)
+		if !s.unset[d.Seq] {
+			outs[i] = cmp.Or(s.script[0][d.Seq], ack)
+		}
 	}
+	s.unset = nil // answered the next time
 	s.script = s.script[1:]
 }
 
@@ -523,6 +527,26 @@ func TestAnswerBatchReconnected(t *testing.T) {
 			if got := testutil.ToFloat64(e.m.FailedDeliveries(reason.String())); got != want {
 				t.Errorf("failed deliveries for %s: %v, want %v", reason, got, want)
 			}
+		}
+	})
+}
+
+// TestAnswerBatchUnset: a record whose outcome a batch handler leaves
+// unset is held as a failed delivery, not acknowledged.
+func TestAnswerBatchUnset(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newHoldEnv(t, holdSub(time.Second))
+		bh := &batchScript{t: t, start: time.Now(), script: []map[uint64]handler.Outcome{{}, {}}, unset: map[uint64]bool{2: true}}
+		ds := []handler.Delivery{{Key: "orders", Seq: 1}, {Key: "orders", Seq: 2}}
+		outs := make([]handler.Outcome, len(ds))
+		if err := e.dl.answerBatch(t.Context(), nil, bh, ds, outs, 0, monoNow()); err != nil {
+			t.Fatalf("answerBatch = %v", err)
+		}
+		if want := []string{"0s [1 2]", "1s [2]"}; !slices.Equal(bh.calls, want) {
+			t.Errorf("calls %q, want %q: the unanswered record delivered again", bh.calls, want)
+		}
+		if got := testutil.ToFloat64(e.m.FailedDeliveries(handler.FailureOther.String())); got != 1 {
+			t.Errorf("%v failed deliveries counted, want 1", got)
 		}
 	})
 }

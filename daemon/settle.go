@@ -3,6 +3,7 @@ package daemon
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync/atomic"
@@ -123,9 +124,18 @@ func (dl *deliverer) handle(ctx context.Context, d *handler.Delivery, w int, sta
 func (dl *deliverer) handleBatch(ctx context.Context, bh handler.BatchHandler, ds []handler.Delivery, outs []handler.Outcome, w int, start int64) (err error) {
 	dl.busy[w].Store(start)
 	defer dl.timed(w, start, &err)
+	// An outcome the handler leaves unset is a failed delivery, held, not
+	// the zero Outcome, which acknowledges.
+	for i := range outs {
+		outs[i] = unanswered
+	}
 	bh.HandleBatch(ctx, ds, outs)
 	return nil
 }
+
+// unanswered is the outcome of a record of a batch its handler did not
+// answer.
+var unanswered = handler.Failed(handler.FailureOther, errors.New("the batch handler set no outcome for this record"))
 
 // timed, deferred by handle and handleBatch, ends the handler call that
 // worker w began at start: it observes its duration, and recovers a panic

@@ -277,7 +277,8 @@ type BatchHandler interface {
 	// HandleBatch handles ds and sets outs[i] (len(outs) == len(ds)) to
 	// the outcome of ds[i]: an answer, settled as Handle's, or
 	// OutcomeFailed when the delivery of ds[i] failed (of every one when
-	// the whole batch failed). Those that failed are delivered again
+	// the whole batch failed; an outcome it leaves as it finds it is
+	// such a failure too). Those that failed are delivered again
 	// together, in place; those answered are not. The deliveries'
 	// payloads and headers are valid only until it returns. It may be
 	// called from several goroutines at once, and must return when ctx
