@@ -489,14 +489,10 @@ func (d *Daemon) applyReload(cfg *conf.Config) error {
 	// stream file that cannot be opened is not a failure of the reload: the
 	// subscriptions of the stream wait for it (launch).
 	var opened []string
-	handlers := map[string]handler.Handler{}
 	undo := func(err error) error {
 		for _, name := range opened {
 			d.streams[name].close()
 			d.setStream(name, nil)
-		}
-		for name, h := range handlers {
-			d.closeHandler(name, h)
 		}
 		return err
 	}
@@ -511,10 +507,11 @@ func (d *Daemon) applyReload(cfg *conf.Config) error {
 			starting = append(starting, sc)
 		}
 	}
-	hs, err := d.newHandlers(starting)
+	hs, err := d.newHandlers(starting) // closes what it built when one fails
 	if err != nil {
 		return undo(err)
 	}
+	handlers := map[string]handler.Handler{}
 	for i, sc := range starting {
 		handlers[sc.Name] = hs[i]
 	}

@@ -88,11 +88,24 @@ func (dl *deliverer) answerBatch(ctx context.Context, stop <-chan struct{}, bh h
 			}
 			return nil
 		}
-		fouts := make([]handler.Outcome, len(failed))
-		for j, i := range failed {
-			fouts[j] = outs[i]
+		// The hold follows the failure of highest holdRank, and the
+		// longest delay a handler named (a Retry-After) of any.
+		lead := failed[0]
+		var delay time.Duration
+		for _, i := range failed {
+			if holdRank(outs[i].Failure) > holdRank(outs[lead].Failure) {
+				lead = i
+			}
+			delay = max(delay, outs[i].Delay)
 		}
-		d := &ds[failed[0]]
+		fouts := []handler.Outcome{outs[lead]}
+		fouts[0].Delay = delay
+		for _, i := range failed {
+			if i != lead {
+				fouts = append(fouts, outs[i])
+			}
+		}
+		d := &ds[lead]
 		retry, err := dl.failedDelivery(ctx, stop, back, fouts, &failures, d, slog.Int64("offset", d.Offset))
 		switch {
 		case err != nil:
@@ -123,24 +136,19 @@ func (dl *deliverer) reconnected() <-chan struct{} {
 }
 
 // failedDelivery holds a delivery that failed, of the records whose
-// outcomes are fouts (one, or those of a batch that failed), whose first
-// is d, where at says (its offset, or stdin line), after *failures failed
-// deliveries in a row: it counts each record under its reason and logs
-// the failure, and waits the next backoff step, or the delay the handler named (bounded by
+// outcomes are fouts (one, or those of a batch that failed), the first of
+// which, d (at says where: its offset, or stdin line), leads: the hold
+// follows its outcome. After *failures failed deliveries in a row, it
+// counts each record under its reason and logs the failure, and waits the
+// next backoff step, or the delay the handler named (bounded by
 // max_retry_after), before the records are delivered again. A failure of
-// reason unreachable (of any of the records) waits no longer than until
-// back, taken before the delivery, is closed: the handler reconnected,
-// and each of them goes again. It returns retry when the subscription's
-// max_failed_deliveries is reached (the records are then settled as a
-// retry), and errStopped when stop is closed or ctx ends, or when a record
-// says the delivery was cancelled.
+// reason unreachable waits no longer than until back, taken before the
+// delivery, is closed: the handler reconnected. It returns retry when the
+// subscription's max_failed_deliveries is reached (the records are then
+// settled as a retry), and errStopped when stop is closed or ctx ends, or
+// when the leading outcome says the delivery was cancelled.
 func (dl *deliverer) failedDelivery(ctx context.Context, stop, back <-chan struct{}, fouts []handler.Outcome, failures *int, d *handler.Delivery, at slog.Attr) (retry bool, err error) {
 	o := fouts[0] // the outcome the wait and the log follow
-	for _, f := range fouts[1:] {
-		if holdRank(f.Failure) > holdRank(o.Failure) {
-			o = f
-		}
-	}
 	if o.Failure == handler.FailureCanceled || ctx.Err() != nil {
 		if *failures > 0 {
 			dl.hold.end(nil, dl.metrics.Held)

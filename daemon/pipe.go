@@ -242,10 +242,18 @@ type stdinLine struct {
 // subscription's read errors, and logged and skipped, or under
 // on_invalid = "fail" the error that stops the stage.
 func readLines(ctx, hctx context.Context, in io.Reader, lim stageLimits, subs []*deliverer, m *metrics.Metrics, logger *slog.Logger) error {
-	// lost returns err when stdout is closed (the stage ends), and
+	// stopped ends a stage that stops before the end of stdin, after
+	// line last: says which lines it leaves.
+	stopped := func(last int) error {
+		logger.Warn(msgStoppedReading, "last_line", last)
+		return nil
+	}
+	// lost returns errCopyClosed when stdout is closed (the stage ends,
+	// and the copy of line lineNo is lost with the lines after it), and
 	// otherwise logs the copy that could not be published as lost.
-	lost := func(s *deliverer, err error) error {
+	lost := func(s *deliverer, err error, lineNo int) error {
 		if errors.Is(err, pipe.ErrClosed) {
+			stopped(lineNo - 1)
 			return errCopyClosed
 		}
 		if err != nil {
@@ -306,12 +314,6 @@ func readLines(ctx, hctx context.Context, in io.Reader, lim stageLimits, subs []
 	unsubscribedSeen := false
 	var seqs pipe.Sequencer
 	var d handler.Delivery
-	// stopped ends a stage that stops before the end of stdin, after
-	// line last: says which lines it leaves.
-	stopped := func(last int) error {
-		logger.Warn(msgStoppedReading, "last_line", last)
-		return nil
-	}
 	for lineNo := 1; ; lineNo++ {
 		var next stdinLine
 		var ok bool
@@ -389,7 +391,7 @@ func readLines(ctx, hctx context.Context, in io.Reader, lim stageLimits, subs []
 				o, err := s.answer(hctx, ctx.Done(), &d, 0, slog.Int("line", lineNo), handed)
 				s.handed[0].Store(0)
 				if err == nil {
-					if err := lost(s, s.settler.settle(hctx, &d, o)); err != nil {
+					if err := lost(s, s.settler.settle(hctx, &d, o), lineNo); err != nil {
 						return err
 					}
 					continue
@@ -404,7 +406,7 @@ func readLines(ctx, hctx context.Context, in io.Reader, lim stageLimits, subs []
 			// subscription, was not given) leaves as a retry copy (the cap
 			// and the dead letter apply), not to be lost.
 			s.logger.Info("the stage stops before the handler answered; the record leaves as a retry copy", "seq", d.Seq)
-			if err := lost(s, s.settler.redeliver(hctx, &d, 0)); err != nil {
+			if err := lost(s, s.settler.redeliver(hctx, &d, 0), lineNo); err != nil {
 				return err
 			}
 		}

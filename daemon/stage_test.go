@@ -589,14 +589,15 @@ func TestStageStdoutClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	tests := []struct {
-		name string
-		in   string
-		want wantLog
+		name     string
+		in       string
+		want     wantLog
+		lastLine string // of the stop before the end of stdin; "" for none
 	}{
-		{"a copy now", "[k] now\n", wantLog{slog.LevelWarn, msgStdoutClosed, map[string]string{"lost_copies": "1"}}},
-		{"a delayed copy, at the end of stdin", "[k] soon\n", wantLog{slog.LevelWarn, msgStdoutClosed, map[string]string{"lost_copies": "1"}}},
+		{"a copy now", "[k] now\n", wantLog{slog.LevelWarn, msgStdoutClosed, map[string]string{"lost_copies": "1"}}, "0"},
+		{"a delayed copy, at the end of stdin", "[k] soon\n", wantLog{slog.LevelWarn, msgStdoutClosed, map[string]string{"lost_copies": "1"}}, ""},
 		{"delayed copies, while reading", "[k] later\n[k] later\n[k] now\n[k] never\n",
-			wantLog{slog.LevelWarn, msgStdoutClosed, map[string]string{"lost_copies": "3"}}},
+			wantLog{slog.LevelWarn, msgStdoutClosed, map[string]string{"lost_copies": "3"}}, "2"},
 	}
 	hs := map[string]handler.Handler{
 		"a": handler.HandlerFunc(func(_ context.Context, d *handler.Delivery) handler.Outcome {
@@ -624,6 +625,11 @@ func TestStageStdoutClosed(t *testing.T) {
 				}
 			}
 			checkLogs(t, got, []wantLog{tt.want})
+			var stops []wantLog
+			if tt.lastLine != "" {
+				stops = []wantLog{{slog.LevelWarn, msgStoppedReading, map[string]string{"last_line": tt.lastLine}}}
+			}
+			checkLogs(t, logs.with(msgStoppedReading), stops)
 		})
 	}
 }

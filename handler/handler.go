@@ -133,10 +133,20 @@ type Delivery struct {
 	// File identifies the stream file the record was read from (a hash of
 	// its identity), Offset is where the record is in it, and Checksum is
 	// the payload's checksum stored in its frame; File is "" in a pipe
-	// stage, whose records have no file.
+	// stage, whose records have no file. See [Delivery.RecordID].
 	File     string
 	Offset   int64
 	Checksum uint16
+}
+
+// RecordID identifies d's record for good (see appendRecordID), for a
+// handler that makes its own deliveries idempotent; it is "" in a pipe
+// stage, whose records have no file.
+func (d *Delivery) RecordID() string {
+	if d.File == "" {
+		return ""
+	}
+	return string(d.appendRecordID(nil))
 }
 
 // appendRecordID appends to b the identity of d's record for good: its

@@ -77,7 +77,7 @@ type natsHandler struct {
 	subject string
 	timeout time.Duration
 	logger  *slog.Logger
-	late    sync.WaitGroup // the stream check of a connection made after the start
+	late    sync.WaitGroup // the stream check of a connection made after the start, and connecting anew
 	closed  chan struct{}  // closed by Close
 	errLog  ratelog.Line   // the server's errors, at most one line per ratelog.Every
 	dialLog ratelog.Line   // the failed tries to (re)connect, likewise
@@ -181,8 +181,7 @@ func newNATSHandler(cfg conf.Handler, logger *slog.Logger, mustReach bool) (*nat
 	if !mustReach {
 		// With no server answering, Connect returns a connection that
 		// keeps trying, after one try of each server.
-		opts = append(opts, nats.RetryOnFailedConnect(true), nats.ConnectHandler(func(*nats.Conn) { h.wakeHeld() }),
-			nats.ClosedHandler(h.closedForGood))
+		opts = append(opts, nats.RetryOnFailedConnect(true), nats.ConnectHandler(h.connected), nats.ClosedHandler(h.closedForGood))
 	}
 	h.opts = opts
 	nc, err := nats.Connect(cfg.URL, opts...)
@@ -193,6 +192,9 @@ func newNATSHandler(cfg conf.Handler, logger *slog.Logger, mustReach bool) (*nat
 	c, err := newNATSConn(nc, h.timeout)
 	if err == nil {
 		h.conn.Store(c)
+		if nc.IsClosed() { // for good already, before it was in use
+			err = fmt.Errorf("connecting to %s: %w", cfg.URL, cmp.Or(nc.LastError(), nats.ErrConnectionClosed))
+		}
 	}
 	switch {
 	case err != nil:
@@ -205,18 +207,26 @@ func newNATSHandler(cfg conf.Handler, logger *slog.Logger, mustReach bool) (*nat
 		h.late.Go(func() { h.checkWhenConnected(connected) })
 	}
 	if err != nil {
-		h.mu.Lock()
-		h.closing = true // not to be connected anew
-		h.mu.Unlock()
-		nc.Close()
+		h.conn.CompareAndSwap(nil, &natsConn{nc: nc}) // for Close
+		h.Close()
 		return nil, err
 	}
 	return h, nil
 }
 
+// connected wakes the deliveries held while no server answered, at the
+// first connection of nc, when nc is the connection in use: a connection
+// made anew wakes them once it is.
+func (h *natsHandler) connected(nc *nats.Conn) {
+	if c := h.conn.Load(); c != nil && c.nc == nc {
+		h.wakeHeld()
+	}
+}
+
 // closedForGood connects anew when the client closed nc without Close:
 // for good, after an error it does not recover from. Deliveries fail
-// meanwhile, as while disconnected, and go again once it connects.
+// meanwhile, as while disconnected, and go again once the new connection
+// is in use.
 func (h *natsHandler) closedForGood(nc *nats.Conn) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -224,24 +234,41 @@ func (h *natsHandler) closedForGood(nc *nats.Conn) {
 		return
 	}
 	h.logger.Error("the NATS client closed its connection for good; connecting anew", "err", nc.LastError())
-	h.late.Go(func() {
+	h.late.Go(func() { h.connectAnew(nc) })
+}
+
+// connectAnew makes a connection in place of old, which the client closed
+// for good, trying again every timeout until it can (an option that reads
+// a file, such as ca_file, fails while the file cannot be read) or Close.
+func (h *natsHandler) connectAnew(old *nats.Conn) {
+	var failed ratelog.Line
+	for {
 		nc, err := nats.Connect(h.url, h.opts...)
 		var c *natsConn
 		if err == nil {
 			c, err = newNATSConn(nc, h.timeout)
 		}
-		if err != nil {
-			h.logger.Error("connecting to NATS anew failed; deliveries fail until streamd restarts or reloads", "err", err)
+		if err == nil {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			// Not after Close, nor in place of a connection already made
+			// anew, nor a connection itself closed for good already.
+			if cur := h.conn.Load(); h.closing || cur == nil || cur.nc != old || nc.IsClosed() {
+				nc.Close()
+				return
+			}
+			h.conn.Store(c)
+			h.logger.Info("connected to NATS anew", "url", h.url)
+			h.back.Wake()
 			return
 		}
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		if h.closing {
-			nc.Close()
+		failed.Warn(h.logger, "connecting to NATS anew failed; deliveries fail and are held until it succeeds; trying again", "err", err)
+		select {
+		case <-h.closed:
 			return
+		case <-time.After(h.timeout):
 		}
-		h.conn.Store(c)
-	})
+	}
 }
 
 // checkWhenConnected checks the stream (checkStream) once connected is
@@ -295,11 +322,17 @@ func (h *natsHandler) wakeHeld() {
 	h.back.Wake()
 }
 
-// Close closes the connection.
+// Close closes the connection. It waits for a connection being made anew
+// (up to timeout for each server that does not answer). A second call does
+// nothing.
 func (h *natsHandler) Close() error {
 	h.mu.Lock()
+	again := h.closing
 	h.closing = true
 	h.mu.Unlock()
+	if again {
+		return nil
+	}
 	h.conn.Load().nc.Close()
 	close(h.closed)
 	h.late.Wait()

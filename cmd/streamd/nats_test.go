@@ -432,7 +432,7 @@ func TestNATSKill9(t *testing.T) {
 func TestReadmeNATS(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t)
-	srv.AddStream(jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}, Duplicates: 2 * time.Minute})
+	srv.AddStream(jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}, Duplicates: 5 * time.Minute})
 	var block string
 	for _, b := range readmeBlocks(t, "toml") {
 		if strings.Contains(b, `kind = "nats"`) {

@@ -7,6 +7,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -134,11 +135,11 @@ func (s *Server) Messages(stream string) []jetstream.Msg {
 // NATS server that hangs (or a firewall that lets the handshake through)
 // does: a client gives up on each connection after its timeout.
 type Silent struct {
-	ln       net.Listener
-	mu       sync.Mutex
-	conns    map[net.Conn]bool // open now
-	max      int               // open at once, at most
-	accepted int
+	ln      net.Listener
+	mu      sync.Mutex
+	conns   map[net.Conn]bool // open now
+	accepts []time.Time
+	stopped bool
 }
 
 // StartSilent listens on a free port of 127.0.0.1; the test's cleanup
@@ -158,9 +159,11 @@ func StartSilent(t testing.TB) *Silent {
 				return
 			}
 			s.mu.Lock()
-			s.accepted++
+			s.accepts = append(s.accepts, time.Now())
 			s.conns[c] = true
-			s.max = max(s.max, len(s.conns))
+			if s.stopped {
+				c.Close()
+			}
 			s.mu.Unlock()
 			wg.Go(func() {
 				io.Copy(io.Discard, c) // until the client gives up and closes it
@@ -174,6 +177,7 @@ func StartSilent(t testing.TB) *Silent {
 	t.Cleanup(func() {
 		ln.Close()
 		s.mu.Lock()
+		s.stopped = true
 		for c := range s.conns {
 			c.Close()
 		}
@@ -186,12 +190,11 @@ func StartSilent(t testing.TB) *Silent {
 // URL is the address as a NATS URL.
 func (s *Silent) URL() string { return "nats://" + s.ln.Addr().String() }
 
-// Accepted returns how many connections it accepted, and how many were
-// open at once at most.
-func (s *Silent) Accepted() (n, atOnce int) {
+// Accepts returns when it accepted each connection.
+func (s *Silent) Accepts() []time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.accepted, s.max
+	return slices.Clone(s.accepts)
 }
 
 // Proxy passes connections on to a server, and can say something of its
@@ -202,6 +205,7 @@ type Proxy struct {
 	mu      sync.Mutex
 	clients map[net.Conn]bool // open now; writes to them under mu
 	n       int               // connections accepted
+	stopped bool
 }
 
 // StartProxy listens on a free port of 127.0.0.1 and passes each
@@ -228,6 +232,10 @@ func StartProxy(t testing.TB, url string) *Proxy {
 			p.mu.Lock()
 			p.n++
 			p.clients[c] = true
+			if p.stopped {
+				c.Close()
+				s.Close()
+			}
 			p.mu.Unlock()
 			wg.Go(func() {
 				io.Copy(s, c)
@@ -256,6 +264,7 @@ func StartProxy(t testing.TB, url string) *Proxy {
 	t.Cleanup(func() {
 		ln.Close()
 		p.mu.Lock()
+		p.stopped = true
 		for c := range p.clients {
 			c.Close()
 		}
@@ -269,7 +278,8 @@ func StartProxy(t testing.TB, url string) *Proxy {
 func (p *Proxy) URL() string { return "nats://" + p.ln.Addr().String() }
 
 // Say writes line, a protocol line such as "-ERR 'Something'\r\n", to
-// every client, between what the server sends.
+// every client, as if the server had said it: on an idle connection, for
+// it goes between two reads of what the server sends, not two lines.
 func (p *Proxy) Say(line string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
