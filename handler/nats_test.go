@@ -468,7 +468,7 @@ func TestNATSHandlerClosedForGood(t *testing.T) {
 	if !strings.Contains(logs.String(), "closed its connection for good") || !strings.Contains(logs.String(), "connected to NATS anew") {
 		t.Errorf("the log does not say the connection closed for good and was made anew:\n%s", logs.String())
 	}
-	if n := proxy.Accepted(); n != 2 {
+	if n := len(proxy.Accepts()); n != 2 {
 		t.Errorf("%d connections, want 2", n)
 	}
 }

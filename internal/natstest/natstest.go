@@ -131,151 +131,126 @@ func (s *Server) Messages(stream string) []jetstream.Msg {
 	return msgs
 }
 
-// Silent is an address that accepts connections and never answers, as a
-// NATS server that hangs (or a firewall that lets the handshake through)
-// does: a client gives up on each connection after its timeout.
-type Silent struct {
+// listener accepts connections on a free port of 127.0.0.1 and serves
+// each on a goroutine of its own until the test's cleanup, which closes
+// the connections still open and waits for those goroutines.
+type listener struct {
 	ln      net.Listener
+	wg      sync.WaitGroup
 	mu      sync.Mutex
-	conns   map[net.Conn]bool // open now
+	conns   map[net.Conn]bool // open now; written to under mu
 	accepts []time.Time
 	stopped bool
 }
+
+// listen starts a listener that serves each connection with serve, which
+// returns when it is done with it.
+func listen(t testing.TB, serve func(l *listener, c net.Conn)) *listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &listener{ln: ln, conns: map[net.Conn]bool{}}
+	l.wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			l.mu.Lock()
+			l.accepts = append(l.accepts, time.Now())
+			l.conns[c] = true
+			if l.stopped {
+				c.Close()
+			}
+			l.mu.Unlock()
+			l.wg.Go(func() {
+				serve(l, c)
+				c.Close()
+				l.mu.Lock()
+				delete(l.conns, c)
+				l.mu.Unlock()
+			})
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		l.mu.Lock()
+		l.stopped = true
+		for c := range l.conns {
+			c.Close()
+		}
+		l.mu.Unlock()
+		l.wg.Wait()
+	})
+	return l
+}
+
+// URL is the address as a NATS URL.
+func (l *listener) URL() string { return "nats://" + l.ln.Addr().String() }
+
+// Accepts returns when it accepted each connection.
+func (l *listener) Accepts() []time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.accepts)
+}
+
+// write writes b to c, between the other writes to the listener's
+// connections.
+func (l *listener) write(c net.Conn, b []byte) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c.Write(b)
+}
+
+// Silent is an address that accepts connections and never answers, as a
+// NATS server that hangs (or a firewall that lets the handshake through)
+// does: a client gives up on each connection after its timeout.
+type Silent struct{ *listener }
 
 // StartSilent listens on a free port of 127.0.0.1; the test's cleanup
 // stops it.
 func StartSilent(t testing.TB) *Silent {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &Silent{ln: ln, conns: map[net.Conn]bool{}}
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s.mu.Lock()
-			s.accepts = append(s.accepts, time.Now())
-			s.conns[c] = true
-			if s.stopped {
-				c.Close()
-			}
-			s.mu.Unlock()
-			wg.Go(func() {
-				io.Copy(io.Discard, c) // until the client gives up and closes it
-				c.Close()
-				s.mu.Lock()
-				delete(s.conns, c)
-				s.mu.Unlock()
-			})
-		}
-	})
-	t.Cleanup(func() {
-		ln.Close()
-		s.mu.Lock()
-		s.stopped = true
-		for c := range s.conns {
-			c.Close()
-		}
-		s.mu.Unlock()
-		wg.Wait()
-	})
-	return s
-}
-
-// URL is the address as a NATS URL.
-func (s *Silent) URL() string { return "nats://" + s.ln.Addr().String() }
-
-// Accepts returns when it accepted each connection.
-func (s *Silent) Accepts() []time.Time {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.accepts)
+	return &Silent{listen(t, func(_ *listener, c net.Conn) {
+		io.Copy(io.Discard, c) // until the client gives up and closes it
+	})}
 }
 
 // Proxy passes connections on to a server, and can say something of its
 // own to the clients, as if the server had said it.
-type Proxy struct {
-	ln      net.Listener
-	target  string
-	mu      sync.Mutex
-	clients map[net.Conn]bool // open now; writes to them under mu
-	n       int               // connections accepted
-	stopped bool
-}
+type Proxy struct{ *listener }
 
 // StartProxy listens on a free port of 127.0.0.1 and passes each
 // connection on to the server at url; the test's cleanup stops it.
 func StartProxy(t testing.TB, url string) *Proxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &Proxy{ln: ln, target: strings.TrimPrefix(url, "nats://"), clients: map[net.Conn]bool{}}
-	var wg sync.WaitGroup
-	wg.Go(func() {
+	return &Proxy{listen(t, func(l *listener, c net.Conn) {
+		s, err := net.Dial("tcp", strings.TrimPrefix(url, "nats://"))
+		if err != nil {
+			return
+		}
+		var toServer sync.WaitGroup
+		toServer.Go(func() {
+			io.Copy(s, c)
+			s.Close()
+		})
+		buf := make([]byte, 32<<10)
 		for {
-			c, err := ln.Accept()
+			n, err := s.Read(buf)
+			if n > 0 {
+				l.write(c, buf[:n])
+			}
 			if err != nil {
-				return
+				break
 			}
-			s, err := net.Dial("tcp", p.target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.n++
-			p.clients[c] = true
-			if p.stopped {
-				c.Close()
-				s.Close()
-			}
-			p.mu.Unlock()
-			wg.Go(func() {
-				io.Copy(s, c)
-				s.Close()
-			})
-			wg.Go(func() {
-				buf := make([]byte, 32<<10)
-				for {
-					n, err := s.Read(buf)
-					p.mu.Lock()
-					if n > 0 {
-						c.Write(buf[:n])
-					}
-					if err != nil {
-						delete(p.clients, c)
-						c.Close()
-					}
-					p.mu.Unlock()
-					if err != nil {
-						return
-					}
-				}
-			})
 		}
-	})
-	t.Cleanup(func() {
-		ln.Close()
-		p.mu.Lock()
-		p.stopped = true
-		for c := range p.clients {
-			c.Close()
-		}
-		p.mu.Unlock()
-		wg.Wait()
-	})
-	return p
+		c.Close()
+		toServer.Wait()
+	})}
 }
-
-// URL is the proxy's address as a NATS URL.
-func (p *Proxy) URL() string { return "nats://" + p.ln.Addr().String() }
 
 // Say writes line, a protocol line such as "-ERR 'Something'\r\n", to
 // every client, as if the server had said it: on an idle connection, for
@@ -283,14 +258,7 @@ func (p *Proxy) URL() string { return "nats://" + p.ln.Addr().String() }
 func (p *Proxy) Say(line string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for c := range p.clients {
+	for c := range p.conns {
 		c.Write([]byte(line))
 	}
-}
-
-// Accepted returns how many connections the proxy accepted.
-func (p *Proxy) Accepted() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.n
 }
