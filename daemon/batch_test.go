@@ -532,6 +532,8 @@ func TestAnswerBatchReconnected(t *testing.T) {
 				t.Errorf("failed deliveries for %s: %v, want %v", reason, got, want)
 			}
 		}
+		checkLogs(t, e.logs.with(msgHoldFirst), []wantLog{{slog.LevelWarn, msgHoldFirst, map[string]string{"seq": "2", "reason": "unreachable"}}})
+		checkLogs(t, e.logs.with(msgHoldEnd), []wantLog{{slog.LevelInfo, msgHoldEnd, map[string]string{"failed_deliveries": "1", "failed_records": "2"}}})
 	})
 }
 

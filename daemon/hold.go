@@ -171,7 +171,7 @@ func (dl *deliverer) failedDelivery(ctx context.Context, stop, back <-chan struc
 	if o.Delay > 0 {
 		wait = dl.settler.bounded(o.Delay, d)
 	}
-	dl.hold.failed(dl.logger, dl.metrics.Held, *failures == 1, o, d, at, wait)
+	dl.hold.failed(dl.logger, dl.metrics.Held, *failures == 1, o, d, at, records, wait)
 	if o.Failure != handler.FailureUnreachable {
 		back = nil // a reconnection does not mend a refusal or a timeout
 	}
@@ -179,11 +179,15 @@ func (dl *deliverer) failedDelivery(ctx context.Context, stop, back <-chan struc
 	defer t.Stop()
 	select {
 	case <-t.C:
-		return false, nil
 	case <-back:
-		return false, nil
 	case <-stop:
 	case <-ctx.Done():
+	}
+	select { // a stop at the same moment wins: nothing is delivered after it
+	case <-stop:
+	case <-ctx.Done():
+	default:
+		return false, nil
 	}
 	dl.hold.end(nil, dl.metrics.Held)
 	return false, errStopped
@@ -211,14 +215,16 @@ type holdLog struct {
 	held     int       // deliveries held now
 	since    time.Time // when the spell began
 	failures int       // in the spell
+	records  int       // the records of those failures (a batch counts each)
 	unlogged int       // failures since the last line
 	lastLine time.Time
 	lastErr  error
 }
 
-// failed counts a failed delivery of d, held for wait; first says it is the
-// record's first failure in a row (a delivery newly held).
-func (h *holdLog) failed(logger *slog.Logger, gauge prometheus.Gauge, first bool, o handler.Outcome, d *handler.Delivery, at slog.Attr, wait time.Duration) {
+// failed counts a failed delivery of d (and records-1 more records of its
+// batch), held for wait; first says it is the record's first failure in a
+// row (a delivery newly held).
+func (h *holdLog) failed(logger *slog.Logger, gauge prometheus.Gauge, first bool, o handler.Outcome, d *handler.Delivery, at slog.Attr, records int, wait time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	now := time.Now()
@@ -227,6 +233,7 @@ func (h *holdLog) failed(logger *slog.Logger, gauge prometheus.Gauge, first bool
 		gauge.Set(1)
 	}
 	h.failures++
+	h.records += records
 	h.lastErr = o.Err
 	if h.failures == 1 {
 		h.since, h.lastLine = now, now
@@ -255,7 +262,7 @@ func (h *holdLog) end(logger *slog.Logger, gauge prometheus.Gauge) {
 	gauge.Set(0)
 	if logger != nil {
 		logger.Info("the handler answers again; held deliveries go on",
-			"held_for", time.Since(h.since).Round(time.Millisecond), "failed_deliveries", h.failures)
+			"held_for", time.Since(h.since).Round(time.Millisecond), "failed_deliveries", h.failures, "failed_records", h.records)
 	}
-	h.failures, h.unlogged = 0, 0
+	h.failures, h.records, h.unlogged = 0, 0, 0
 }

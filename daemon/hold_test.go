@@ -161,6 +161,26 @@ func TestHoldReconnected(t *testing.T) {
 	}
 }
 
+// TestHoldStopWins: a stop that comes while the handler reconnects ends
+// the hold; the record is not delivered again after it.
+func TestHoldStopWins(t *testing.T) {
+	for range 20 { // both are ready at once; select would pick either
+		synctest.Test(t, func(t *testing.T) {
+			e := newHoldEnv(t, holdSub(time.Hour), failedWith(handler.FailureUnreachable, 0), ack)
+			stop, back := make(chan struct{}), make(chan struct{})
+			inner := e.dl.handler
+			e.dl.handler = reconnectingHandler{handler.HandlerFunc(func(ctx context.Context, d *handler.Delivery) handler.Outcome {
+				close(stop)
+				close(back)
+				return inner.Handle(ctx, d)
+			}), back}
+			if _, err := e.dl.answer(t.Context(), stop, settleDelivery(7, nil, []byte("x")), 0, slog.Int64("offset", 4096), monoNow()); !errors.Is(err, errStopped) {
+				t.Fatalf("answer = %v, want stopped", err)
+			}
+		})
+	}
+}
+
 // TestHoldRetryAfter: a failed delivery with a Retry-After waits that long
 // instead of the backoff step, cut to max_retry_after with a log line.
 func TestHoldRetryAfter(t *testing.T) {

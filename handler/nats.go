@@ -389,7 +389,12 @@ func (h *natsHandler) wait(ctx context.Context, d *Delivery, f jetstream.PubAckF
 		return Outcome{Kind: OutcomeAck, Duplicate: ack.Duplicate}
 	case err = <-f.Err():
 	case <-ctx.Done():
-		err = ctx.Err()
+		select { // an acknowledgement at the same moment wins: the record is stored
+		case ack := <-f.Ok():
+			return Outcome{Kind: OutcomeAck, Duplicate: ack.Duplicate}
+		default:
+			err = ctx.Err()
+		}
 	}
 	return h.failure(ctx, d, err)
 }
