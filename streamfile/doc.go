@@ -87,7 +87,9 @@
 // other bytes after the last good frame) is refused with a [*DamageError]
 // and left as it is; [Repair] truncates it to its last frame readers
 // reach. A file truncated under its writer is continued as it is then,
-// with a new header first when it is shorter than one. [Writer.Sync]
+// with a new header first when it is shorter than one; a batch whose write
+// raced such a truncation (and so followed a hole where the header was) is
+// written again after a new header. [Writer.Sync]
 // makes the batches durable. Writers that do not take the lock (the
 // upstream producer keeps its state in memory) must not share a file with
 // one that does.

@@ -188,6 +188,10 @@ func (w *Writer) init(opts CreateOptions) error {
 		w.log.Warn("stream file has an incomplete header (a writer died while creating it, or it was truncated): writing the header anew", "file", w.f.Name(), "size", size)
 		return w.writeHeader(opts.Header)
 	}
+	if hole, _ := w.headerHole(); err != nil && hole && opts.Create {
+		w.log.Error(msgHeaderHole, "file", w.f.Name(), "size", size)
+		return w.writeHeader(opts.Header)
+	}
 	if errors.Is(err, ErrTruncated) {
 		return fmt.Errorf("streamfile: %s has an incomplete %d-byte header: a writer died while creating it; remove the file", w.f.Name(), size)
 	}
@@ -225,15 +229,24 @@ func (w *Writer) writeHeader(h Header) error {
 // interval, the time now) before any frame. It returns the file's size
 // after that.
 func (w *Writer) startOver(size int64) (int64, error) {
-	if size < HeaderSize {
+	// newHeader starts the file over with the old header's name and
+	// interval, and the time now.
+	newHeader := func() (int64, error) {
 		w.forget()
 		h := w.hdr
 		h.CreatedAtMs = uint64(time.Now().UnixMilli())
-		w.log.Warn("stream file is shorter than a header (truncated, as by copytruncate): writing a new header first", "file", w.f.Name(), "size", size)
 		err := w.writeHeader(h)
 		return w.end, err
 	}
+	if size < HeaderSize {
+		w.log.Warn("stream file is shorter than a header (truncated, as by copytruncate): writing a new header first", "file", w.f.Name(), "size", size)
+		return newHeader()
+	}
 	h, err := ReadHeader(w.f)
+	if hole, _ := w.headerHole(); err != nil && hole {
+		w.log.Error(msgHeaderHole, "file", w.f.Name(), "size", size)
+		return newHeader()
+	}
 	if err != nil {
 		return 0, fmt.Errorf("streamfile: %s: %w", w.f.Name(), err)
 	}
@@ -322,59 +335,117 @@ func (w *Writer) batch(frames []Frame, assignSeq bool) error {
 		}
 	}
 	return w.locked(func() error {
-		open, err := w.f.Stat()
-		if err != nil {
-			return fmt.Errorf("streamfile: stat: %w", err)
-		}
-		if w.refuseReplaced {
-			if err := w.checkPath(open); err != nil {
+		for range maxTruncatedBatches {
+			err := w.writeBatch(frames, assignSeq)
+			if !errors.Is(err, errTruncatedUnder) {
 				return err
 			}
-		}
-		size, err := w.startOver(open.Size())
-		if err != nil {
-			return err
-		}
-		var whole *scanEnd
-		if assignSeq {
-			// Before catching up, which may truncate a torn tail: the whole
-			// file is read, and damage anywhere leaves it as it is.
-			if whole, err = w.loadSeqs(size); err != nil {
-				return err
+			// The file was truncated (copytruncate takes no lock)
+			// between the batch's look at it and its write, which left
+			// the batch after a hole where the header was: start the
+			// file over, and write the batch again.
+			w.log.Warn("stream file was truncated while a batch was written (as by copytruncate): writing the batch again after a new header", "file", w.f.Name())
+			if err := w.f.Truncate(0); err != nil {
+				return fmt.Errorf("streamfile: truncate %s, truncated while a batch was written: %w", w.f.Name(), err)
 			}
 		}
-		if err := w.catchUp(size, whole); err != nil {
-			return err
-		}
-		if assignSeq && !w.seeded && len(frames) > 0 {
-			w.seed(&frames[0])
-		}
-		w.buf, w.ends = w.buf[:0], w.ends[:0]
-		for i := range frames {
-			f := &frames[i]
-			if assignSeq {
-				f.Seq = w.seqs[streamShard{f.Key, f.Shard}].seq + 1
-			}
-			w.ends = append(w.ends, w.encode(f))
-		}
-		failpoint.TornWrite(failpoint.StreamfileAppend, w.f, w.buf, w.end) // crash tests: a torn batch, under the flock, before any fsync
-		if n, err := writeAt(w.f, w.buf, w.end); err != nil {
-			at := w.end
-			w.forget()
-			whole, _ := slices.BinarySearch(w.ends, n+1) // the frames that end within the n bytes written
-			if whole == len(frames) && whole > 0 {
-				// Only the beacon after the last frame, which ends on a
-				// boundary, failed: the batch is whole as readers see it
-				// (an error would have its caller write it again), and
-				// the next batch writes the beacon.
-				w.log.Warn("the beacon after a batch could not be written; the next batch writes it", "file", w.f.Name(), "offset", at+int64(w.ends[whole-1]), "err", err)
-				return nil
-			}
-			return &AppendError{File: w.f.Name(), Offset: at, Frames: whole, Err: err}
-		}
-		w.end += int64(len(w.buf))
-		return nil
+		return fmt.Errorf("streamfile: %s was truncated while each of %d tries to write a batch was under way; nothing written", w.f.Name(), maxTruncatedBatches)
 	})
+}
+
+// msgHeaderHole is logged when a writer finds the file begins with a hole
+// where its header was: a batch of a streamd that did not look for one
+// (headerHole) was written past the end of the file truncated under it.
+const msgHeaderHole = "stream file begins with a hole where its header was (a write raced a truncation, as by copytruncate, in a streamd that did not catch it): starting it over; what follows the hole is lost"
+
+// maxTruncatedBatches bounds the tries of a batch that keeps meeting
+// truncations.
+const maxTruncatedBatches = 5
+
+// errTruncatedUnder is writeBatch's error when the file was truncated
+// under the batch: its bytes follow a hole where the header was.
+var errTruncatedUnder = errors.New("streamfile: truncated under the batch")
+
+// testBeforeWrite, set by tests, runs under the lock just before a batch's
+// bytes are written.
+var testBeforeWrite func(f *os.File)
+
+// writeBatch is one try of batch under the lock.
+func (w *Writer) writeBatch(frames []Frame, assignSeq bool) error {
+	open, err := w.f.Stat()
+	if err != nil {
+		return fmt.Errorf("streamfile: stat: %w", err)
+	}
+	if w.refuseReplaced {
+		if err := w.checkPath(open); err != nil {
+			return err
+		}
+	}
+	size, err := w.startOver(open.Size())
+	if err != nil {
+		return err
+	}
+	var whole *scanEnd
+	if assignSeq {
+		// Before catching up, which may truncate a torn tail: the whole
+		// file is read, and damage anywhere leaves it as it is.
+		if whole, err = w.loadSeqs(size); err != nil {
+			return err
+		}
+	}
+	if err := w.catchUp(size, whole); err != nil {
+		return err
+	}
+	if assignSeq && !w.seeded && len(frames) > 0 {
+		w.seed(&frames[0])
+	}
+	w.buf, w.ends = w.buf[:0], w.ends[:0]
+	for i := range frames {
+		f := &frames[i]
+		if assignSeq {
+			f.Seq = w.seqs[streamShard{f.Key, f.Shard}].seq + 1
+		}
+		w.ends = append(w.ends, w.encode(f))
+	}
+	failpoint.TornWrite(failpoint.StreamfileAppend, w.f, w.buf, w.end) // crash tests: a torn batch, under the flock, before any fsync
+	if testBeforeWrite != nil {
+		testBeforeWrite(w.f)
+	}
+	if n, err := writeAt(w.f, w.buf, w.end); err != nil {
+		at := w.end
+		w.forget()
+		whole, _ := slices.BinarySearch(w.ends, n+1) // the frames that end within the n bytes written
+		if whole == len(frames) && whole > 0 {
+			// Only the beacon after the last frame, which ends on a
+			// boundary, failed: the batch is whole as readers see it
+			// (an error would have its caller write it again), and
+			// the next batch writes the beacon.
+			w.log.Warn("the beacon after a batch could not be written; the next batch writes it", "file", w.f.Name(), "offset", at+int64(w.ends[whole-1]), "err", err)
+			return nil
+		}
+		return &AppendError{File: w.f.Name(), Offset: at, Frames: whole, Err: err}
+	}
+	w.end += int64(len(w.buf))
+	if hole, err := w.headerHole(); err != nil || hole {
+		w.forget()
+		return cmp.Or(err, errTruncatedUnder)
+	}
+	return nil
+}
+
+// headerHole reports whether the file's first HeaderSize bytes are all
+// zero: a hole where its header was, which a write past the end of a file
+// truncated under it leaves.
+func (w *Writer) headerHole() (bool, error) {
+	var b [HeaderSize]byte
+	n, err := w.f.ReadAt(b[:], 0)
+	if n < HeaderSize {
+		if err != nil && !errors.Is(err, io.EOF) {
+			return false, fmt.Errorf("streamfile: read the header of %s: %w", w.f.Name(), err)
+		}
+		return false, nil // truncated after the write: the next batch starts over
+	}
+	return b == [HeaderSize]byte{}, nil
 }
 
 // AppendError is a batch whose write failed part way (a full disk, an I/O

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -662,5 +663,83 @@ func TestOpenWriterNoDirectory(t *testing.T) {
 	_, err := OpenWriter(filepath.Join(dir, "x.ss"), CreateOptions{Create: true, Header: Header{FileName: "x", BeaconInterval: DefaultBeaconInterval}})
 	if err == nil || !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), "directory "+dir+" does not exist") {
 		t.Fatalf("OpenWriter: %v, want the missing directory named", err)
+	}
+}
+
+// TestWriterTruncatedUnderBatch: a truncation (logrotate's copytruncate,
+// which takes no lock) between a batch's look at the file and its write
+// would leave the batch after a hole where the header was, and every later
+// batch failing; the batch is written again after a new header, and the
+// file reads back whole.
+func TestWriterTruncatedUnderBatch(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.ss")
+	var logs testutil.SyncBuffer
+	w, err := OpenWriter(path, CreateOptions{Create: true, Header: Header{FileName: "s.ss", BeaconInterval: 1024},
+		Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if err := w.Publish([]Frame{{Key: "k", Payload: []byte("before")}}); err != nil {
+		t.Fatal(err)
+	}
+	truncations := 1
+	testBeforeWrite = func(f *os.File) {
+		if truncations > 0 {
+			truncations--
+			f.Truncate(0)
+		}
+	}
+	defer func() { testBeforeWrite = nil }()
+	if err := w.Publish([]Frame{{Key: "k", Payload: []byte("raced")}}); err != nil {
+		t.Fatalf("the batch that raced the truncation: %v", err)
+	}
+	if err := w.Publish([]Frame{{Key: "k", Payload: []byte("after")}}); err != nil {
+		t.Fatalf("the batch after it: %v", err)
+	}
+	frames, _ := readFrames(t, path)
+	var got []string
+	for _, f := range frames {
+		got = append(got, string(f.Payload))
+	}
+	if want := []string{"raced", "after"}; !slices.Equal(got, want) {
+		t.Errorf("the file holds %q, want %q", got, want)
+	}
+	if !strings.Contains(logs.String(), "truncated while a batch was written") {
+		t.Errorf("the log does not say the batch was written again:\n%s", logs.String())
+	}
+}
+
+// TestWriterHeaderHole: a file that begins with a hole where its header
+// was (left by a streamd that did not catch the race above) is started
+// over, by a writer that opens it and by one that finds it so, instead of
+// failing every batch for good.
+func TestWriterHeaderHole(t *testing.T) {
+	hdr := Header{FileName: "s.ss", BeaconInterval: 1024}
+	for _, open := range []bool{true, false} {
+		path := filepath.Join(t.TempDir(), "s.ss")
+		w, err := OpenWriter(path, CreateOptions{Create: true, Header: hdr})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Publish([]Frame{{Key: "k", Payload: []byte("lost")}}); err != nil {
+			t.Fatal(err)
+		}
+		f, _ := os.OpenFile(path, os.O_WRONLY, 0)
+		f.WriteAt(make([]byte, HeaderSize), 0) // the hole
+		f.Close()
+		if open {
+			w.Close()
+			if w, err = OpenWriter(path, CreateOptions{Create: true, Header: hdr}); err != nil {
+				t.Fatalf("open a file with a hole for a header: %v", err)
+			}
+		}
+		if err := w.Publish([]Frame{{Key: "k", Payload: []byte("next")}}); err != nil {
+			t.Fatalf("open %v: the batch after the hole: %v", open, err)
+		}
+		w.Close()
+		if frames, _ := readFrames(t, path); len(frames) != 1 || string(frames[0].Payload) != "next" {
+			t.Errorf("open %v: the file holds %v, want the batch after the hole alone", open, frames)
+		}
 	}
 }
