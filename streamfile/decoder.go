@@ -54,6 +54,14 @@ type Decoder struct {
 	lastReported int64
 	eos          bool
 
+	// shortAt is where the last read that found the end of the file
+	// ended, read during the nexts-th call of Next as shortIn says: bytes
+	// read so are the start of a frame a writer may since have truncated
+	// (a torn tail) and written anew.
+	shortAt        int64
+	nexts, shortIn int
+	inNext         bool // Next is reading a frame, which it can read again whole
+
 	// MaxPayload is the largest payload accepted; larger sizes are a format
 	// error. Zero means [DefaultMaxPayload].
 	MaxPayload int
@@ -72,8 +80,14 @@ func NewDecoder(r io.ReaderAt, h Header, offset int64) *Decoder {
 		bufOff:       max(offset, HeaderSize),
 		keys:         make(map[string]string),
 		lastReported: -1,
+		shortAt:      -1,
 	}
 }
+
+// errStale is ensure's error when the frame being read began in bytes read
+// at the end of the file during an earlier call of Next and goes on past
+// them: Next reads it again whole.
+var errStale = errors.New("streamfile: frame read in part at an earlier end of the file")
 
 // ReadHeader reads and parses the header of r.
 func ReadHeader(r io.ReaderAt) (Header, error) {
@@ -102,6 +116,23 @@ func (d *Decoder) Pos() int64 { return d.pos }
 //     (see [Decoder.SkipToNextBeacon]);
 //   - [ErrEndOfStream] once the end-of-stream frame was returned.
 func (d *Decoder) Next() (*Record, error) {
+	d.nexts++
+	d.inNext = true
+	for {
+		rec, err := d.next()
+		if err != errStale {
+			d.inNext = false
+			return rec, err
+		}
+		// The frame's start was read when the file ended within it: the
+		// end of a torn tail, perhaps, which a writer has since truncated
+		// and written anew; the rest read now would be the new frame's.
+		d.buf, d.bufOff, d.shortAt = d.buf[:0], d.pos, -1
+	}
+}
+
+// next is one try of Next.
+func (d *Decoder) next() (*Record, error) {
 	if d.eos {
 		return nil, ErrEndOfStream
 	}
@@ -402,11 +433,19 @@ func (d *Decoder) readSize() int {
 // ErrTruncated when the file ends before.
 func (d *Decoder) ensure(end int64) error {
 	for d.bufOff+int64(len(d.buf)) < end {
+		at := d.bufOff + int64(len(d.buf))
+		if d.inNext && at == d.shortAt && d.shortIn != d.nexts && d.pos < at {
+			return errStale
+		}
 		if len(d.buf) == cap(d.buf) {
 			d.grow(end)
 		}
-		n, err := d.r.ReadAt(d.buf[len(d.buf):cap(d.buf)], d.bufOff+int64(len(d.buf)))
+		want := cap(d.buf) - len(d.buf)
+		n, err := d.r.ReadAt(d.buf[len(d.buf):cap(d.buf)], at)
 		d.buf = d.buf[:len(d.buf)+n]
+		if n < want {
+			d.shortAt, d.shortIn = at+int64(n), d.nexts
+		}
 		if n == 0 {
 			if err == nil || errors.Is(err, io.EOF) {
 				return ErrTruncated
