@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/streamd/streamd/internal/httpfield"
 	"github.com/streamd/streamd/streamfile"
@@ -171,9 +172,17 @@ func (l *loader) checkSubscription(p keyPath, s *Subscription, streams, names ma
 		l.errorf(p.k("max_failed_deliveries"), "must be 1 or more, not %d; leave it out to hold a record until the handler answers", s.MaxFailedDeliveries)
 	}
 	l.positive(p.k("max_retry_after"), s.MaxRetryAfter)
+	if p := p.k("max_retry_after"); time.Duration(s.MaxRetryAfter) > maxRetryAfterLimit {
+		l.errorf(p, "must be at most %s (ten years), not %s: a delayed copy is kept for that long at most", maxRetryAfterLimit, time.Duration(s.MaxRetryAfter))
+	}
 	l.oneOf(p.k("log_unsupported"), s.LogUnsupported, "first", "every", "off")
 	l.checkHandler(p.k("handler"), &s.Handler, s.Key)
 }
+
+// maxRetryAfterLimit bounds max_retry_after, far below what the retry
+// queue can schedule (the year 2262), so that a delay it allows can always
+// be scheduled.
+const maxRetryAfterLimit = 10 * 365 * 24 * time.Hour
 
 // checkHandler checks the handler of the subscription that reads key.
 func (l *loader) checkHandler(p keyPath, h *Handler, key string) {

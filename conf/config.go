@@ -165,7 +165,7 @@ type Subscription struct {
 	MaxFailedDeliveries int `toml:"max_failed_deliveries"`
 	// MaxRetryAfter bounds the delay a handler asks for: a retry_after
 	// answer's, and a failed delivery's Retry-After. A longer one is cut
-	// to it, and logged. Default 24h.
+	// to it, and logged. Default 24h, at most ten years.
 	MaxRetryAfter Duration `toml:"max_retry_after"`
 	// LogUnsupported is "first" (default: log an unsupported
 	// acknowledgement once per outcome, then count it), "every" (log each,

@@ -148,6 +148,7 @@ F:16: subscription[0].log_unsupported: unknown value "all": use first, every or 
 F:17: subscription[0].on_corrupt: unknown value "ignore": use skip or stop
 F:18: subscription[0].max_failed_deliveries: must be 1 or more, not -1; leave it out to hold a record until the handler answers
 F:19: subscription[0].max_retry_after: must be positive, not 0s`},
+		{"max-retry-after", ModeRun, `F:11: subscription[0].max_retry_after: must be at most 87600h0m0s (ten years), not 2500000h0m0s: a delayed copy is kept for that long at most`},
 		{"no-subscription", ModeRun, `F: subscription: at least one [[subscription]] is needed`},
 	}
 	files, err := filepath.Glob("testdata/config/*.bad.toml")

@@ -44,8 +44,12 @@ type Daemon struct {
 	store   *offsets.Store
 	queue   *retrytimer.Queue
 	streams map[string]*stream // the streams whose file is open
-	subs    map[string]*runningSub
-	waiting map[string]*waitingSub // used by Run's goroutine only
+	// unsynced is the failure to sync a stream a reload removed: its
+	// copies may be lost, so syncStreams fails for good, and no commit
+	// passes the records they came from (Invariant 2).
+	unsynced error
+	subs     map[string]*runningSub
+	waiting  map[string]*waitingSub // used by Run's goroutine only
 
 	// watchdog ticks when WATCHDOG=1 is due while the main loop runs, nil
 	// when systemd asks for no pings or once the daemon stops (systemd
@@ -529,8 +533,13 @@ func (d *Daemon) applyReload(cfg *conf.Config) error {
 	for name, st := range d.streams {
 		if !slices.ContainsFunc(cfg.Streams, func(s conf.Stream) bool { return s.Name == name }) {
 			if err := st.close(); err != nil {
-				// Its copies may be lost, and no commit syncs it again.
-				d.fail(fmt.Errorf("closing stream %q, which the reload removed: %w", name, err))
+				// Its copies may be lost, and no commit syncs it again:
+				// no commit may pass them either.
+				err = fmt.Errorf("closing stream %q, which the reload removed: %w", name, err)
+				d.mu.Lock()
+				d.unsynced = errors.Join(d.unsynced, err)
+				d.mu.Unlock()
+				d.fail(err)
 			}
 			d.setStream(name, nil)
 			d.metrics.Stream(name).Remove()
@@ -605,8 +614,8 @@ func (d *Daemon) closeStreams() {
 func (d *Daemon) syncStreams() error {
 	d.mu.Lock()
 	streams := slices.Collect(maps.Values(d.streams))
+	errs := []error{d.unsynced}
 	d.mu.Unlock()
-	var errs []error
 	for _, st := range streams {
 		errs = append(errs, st.sync())
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 
@@ -36,6 +37,7 @@ type stream struct {
 	mu       sync.Mutex
 	a        *streamfile.Appender
 	appended uint64 // copies appended since the stream was opened
+	closed   bool   // close began: no more appends
 
 	// syncMu makes one fsync at a time, and a caller that comes during
 	// one wait for it: a copy is durable only once an fsync that began
@@ -85,6 +87,9 @@ func (s *stream) append(key string, record []byte) error {
 	}}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("stream %q: closed (a reload removed it)", s.cfg.Name)
+	}
 	if err := s.a.Publish(f); err != nil {
 		return fmt.Errorf("stream %q: %w", s.cfg.Name, err)
 	}
@@ -111,19 +116,25 @@ func (s *stream) sync() error {
 		s.mu.Lock()
 		swapped := s.a.Writer() != w
 		s.mu.Unlock()
-		if !swapped {
+		if !swapped || !errors.Is(err, os.ErrClosed) {
 			return fmt.Errorf("stream %q: %w; the retry copies appended since the last fsync may be lost: streamd stops, and reads their records again from the last commit when it starts", s.cfg.Name, err)
 		}
 		// The appender synced w before it closed it for the file that
-		// took the path: the copies counted in target are durable.
+		// took the path: the copies counted in target are durable. (Any
+		// other error is w's own: an fsync's error is reported once, to
+		// one of the two.)
 	}
 	s.synced = target
 	return nil
 }
 
 // close syncs the copies this daemon appended (a file it only read is not
-// flushed: that is its writer's business), and closes the writer.
+// flushed: that is its writer's business), and closes the writer. No copy
+// is appended after the sync: append fails once close began.
 func (s *stream) close() error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
 	err := s.sync()
 	s.mu.Lock()
 	defer s.mu.Unlock()

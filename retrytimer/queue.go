@@ -574,6 +574,14 @@ func (q *Queue) recordDone() bool {
 			return false
 		}
 	}
+	// A copy fires as soon as it is queued, maybe before the fsync of its
+	// schedule record ends: its done record goes to disk only after it,
+	// or a crash could keep the done record and tear the other, which
+	// reads as a damaged spool rather than a torn tail.
+	q.mu.Lock()
+	written := q.sp.written
+	q.mu.Unlock()
+	q.syncTo(written) // a failure stops the spool: nothing is written after it
 	q.mu.Lock()
 	for _, id := range q.undone {
 		if q.err != nil {

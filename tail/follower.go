@@ -634,8 +634,11 @@ func (fl *Follower) readHeader() (bool, error) {
 func (fl *Follower) startOffset(size int64) (int64, error) {
 	if r := fl.opts.Resume; r != nil {
 		if r.File != fl.id {
-			fl.log.Warn("stored position belongs to another file; reading this one from the beginning",
-				"stored_ino", r.File.Ino, "stored_file_name", r.File.FileName, "stored_created_at_ms", r.File.CreatedAtMs,
+			// The file the position names was replaced while nothing
+			// followed it (renamed by a rotation while streamd was
+			// stopped, say): what it held after the position is not read.
+			fl.log.Error("stored position belongs to another file, replaced while streamd was not following it: reading this one from the beginning; the records of the other after the stored offset are not delivered (find the other by its inode, and read them with streamd decode)",
+				"stored_offset", r.Offset, "stored_ino", r.File.Ino, "stored_file_name", r.File.FileName, "stored_created_at_ms", r.File.CreatedAtMs,
 				"ino", fl.id.Ino, "file_name", fl.id.FileName, "created_at_ms", fl.id.CreatedAtMs)
 			fl.obs.Event(EventReplaced)
 			return streamfile.HeaderSize, nil
