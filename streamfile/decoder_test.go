@@ -151,16 +151,7 @@ func TestDecoderTornTailRepaired(t *testing.T) {
 	if err := os.Truncate(path, offsets[1]+20); err != nil { // the torn tail: the second frame's first 20 bytes
 		t.Fatal(err)
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	h, err := ReadHeader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := NewDecoder(f, h, HeaderSize)
+	d := openDecoder(t, path)
 	if rec, err := d.Next(); err != nil || string(rec.Payload) != "before" {
 		t.Fatalf("Next = %v, %v; want the first frame", rec, err)
 	}

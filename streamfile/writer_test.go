@@ -39,16 +39,7 @@ func readFramesLenient(t testing.TB, path string) ([]Frame, error) {
 // returns with the frames (payloads copied) and their offsets.
 func decodeFrames(t testing.TB, path string) ([]Frame, []int64, error) {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	h, err := ReadHeader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := NewDecoder(f, h, HeaderSize)
+	d := openDecoder(t, path)
 	var frames []Frame
 	var offsets []int64
 	for {
@@ -61,6 +52,22 @@ func decodeFrames(t testing.TB, path string) ([]Frame, []int64, error) {
 		frames = append(frames, fr)
 		offsets = append(offsets, r.Offset)
 	}
+}
+
+// openDecoder returns a decoder of the file at path from its first frame;
+// the test's cleanup closes the file.
+func openDecoder(t testing.TB, path string) *Decoder {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	h, err := ReadHeader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return NewDecoder(f, h, HeaderSize)
 }
 
 // checkBeacons fails the test if Verify finds a problem in the file.
