@@ -48,6 +48,7 @@ type subscription struct {
 	fileMu  sync.RWMutex
 	tracker *offsets.Tracker
 	file    streamfile.Identity
+	setMu   sync.Mutex // settled's read of the committable position and its store
 
 	// scratch holds, per worker, the memory its deliveries are made in;
 	// with batches, the reader's is the first.
@@ -383,6 +384,11 @@ func (s *subscription) settled(tickets ...offsets.Ticket) {
 			return
 		}
 	}
+	// One worker at a time reads the committable position and stores it,
+	// so that a worker that read it before another's later settle cannot
+	// store it after that one's.
+	s.setMu.Lock()
+	defer s.setMu.Unlock()
 	m := s.tracker.Committable()
 	if err := s.store.Set(s.cfg.Name, offsets.Position{Stream: s.stream.cfg.Path, File: s.file, Offset: m.Offset, LastSeq: m.Seq}); err != nil {
 		s.logger.Error("storing the position", "err", err)
