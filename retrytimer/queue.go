@@ -129,9 +129,10 @@ type Queue struct {
 	err          error // first spool failure: nothing is written after it
 	running      bool  // Run or Drain is running
 	closed       bool
-	compactFloor int64 // dead bytes needed for the next compaction
-	latest       int64 // the latest reading of the clock, Unix ns; no entry is scheduled after it
-	memBytes     int64 // bytes of the records of pending entries (memory-only mode)
+	compactFloor int64  // dead bytes needed for the next compaction
+	latest       int64  // the latest reading of the clock, Unix ns; no entry is scheduled after it
+	memBytes     int64  // bytes of the records of pending entries (memory-only mode)
+	scheduled    uint64 // spool records up to the last schedule record (see recordDone)
 	maxMemory    int64
 	freed        wakeup.Signal // woken when memBytes drops or the queue closes
 
@@ -256,6 +257,7 @@ func (q *Queue) Schedule(c Copy, due time.Time) error {
 		e.size = uint32(len(rec) - hdrSize)
 		q.sp.live += e.recordSize()
 		n = q.sp.written
+		q.scheduled = n
 	}
 	q.nextID++
 	heap.Push(&q.h, e)
@@ -579,9 +581,9 @@ func (q *Queue) recordDone() bool {
 	// or a crash could keep the done record and tear the other, which
 	// reads as a damaged spool rather than a torn tail.
 	q.mu.Lock()
-	written := q.sp.written
+	scheduled := q.scheduled
 	q.mu.Unlock()
-	q.syncTo(written) // a failure stops the spool: nothing is written after it
+	q.syncTo(scheduled) // a failure is q.err: the loop below writes nothing then
 	q.mu.Lock()
 	for _, id := range q.undone {
 		if q.err != nil {

@@ -434,8 +434,14 @@ func (d *Decoder) readSize() int {
 func (d *Decoder) ensure(end int64) error {
 	for d.bufOff+int64(len(d.buf)) < end {
 		at := d.bufOff + int64(len(d.buf))
-		if d.inNext && at == d.shortAt && d.shortIn != d.nexts && d.pos < at {
-			return errStale
+		if d.inNext && at == d.shortAt && d.pos < at {
+			// The frame began in bytes read when the file ended here: a
+			// torn frame, maybe, which a writer may since have truncated
+			// and written anew; what follows now would be the new one's.
+			if d.shortIn != d.nexts {
+				return errStale // read in an earlier call: read it again whole
+			}
+			return ErrTruncated // this call met the end: the next reads it again whole
 		}
 		if len(d.buf) == cap(d.buf) {
 			d.grow(end)

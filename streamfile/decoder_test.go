@@ -169,3 +169,55 @@ func TestDecoderTornTailRepaired(t *testing.T) {
 		t.Fatalf("Next = %+v, %v; want the k2 frame written in place of the torn tail", rec, err)
 	}
 }
+
+// repairedReader reads from torn once, then from repaired: a file whose
+// torn tail a writer truncated and wrote anew between two reads.
+type repairedReader struct {
+	torn, repaired []byte
+	reads          int
+}
+
+func (r *repairedReader) ReadAt(p []byte, off int64) (int, error) {
+	r.reads++
+	b := r.repaired
+	if r.reads == 1 {
+		b = r.torn
+	}
+	return bytes.NewReader(b).ReadAt(p, off)
+}
+
+// TestDecoderTornTailRepairedDuringNext: a read that finds the end of the
+// file inside a frame ends the call there, rather than read the rest,
+// which a writer may have written since in place of a torn frame.
+func TestDecoderTornTailRepairedDuringNext(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.ss")
+	w, err := OpenWriter(path, CreateOptions{Create: true, Header: Header{FileName: "s.ss", BeaconInterval: DefaultBeaconInterval}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Publish([]Frame{{Key: "k1", TimestampMs: 11, Payload: bytes.Repeat([]byte("t"), 100)}}); err != nil {
+		t.Fatal(err)
+	}
+	full, _ := os.ReadFile(path)
+	torn := full[:HeaderSize+20]
+	if err := os.Truncate(path, HeaderSize); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Publish([]Frame{{Key: "k2", TimestampMs: 22, Payload: []byte("for k2 only, and longer than twenty bytes")}}); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	repaired, _ := os.ReadFile(path)
+	h, err := ParseHeader(repaired)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := NewDecoder(&repairedReader{torn: torn, repaired: repaired}, h, HeaderSize)
+	if rec, err := d.Next(); !errors.Is(err, ErrTruncated) {
+		t.Fatalf("Next = %+v, %v; want ErrTruncated at the end of the torn file", rec, err)
+	}
+	rec, err := d.Next()
+	if err != nil || rec.Key != "k2" || rec.TimestampMs != 22 {
+		t.Fatalf("Next = %+v, %v; want the k2 frame whole", rec, err)
+	}
+}

@@ -89,7 +89,9 @@
 // reach. A file truncated under its writer is continued as it is then,
 // with a new header first when it is shorter than one; a batch whose write
 // raced such a truncation (and so followed a hole where the header was) is
-// written again after a new header. [Writer.Sync]
+// written again after a new header. A file that begins with a hole where
+// its header was (such a race in a writer that did not catch it) is
+// started over too, logged as an error: the frames after the hole are lost. [Writer.Sync]
 // makes the batches durable. Writers that do not take the lock (the
 // upstream producer keeps its state in memory) must not share a file with
 // one that does.

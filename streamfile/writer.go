@@ -112,8 +112,10 @@ type CreateOptions struct {
 	// its own: an incomplete header written anew (with Create), zeros after
 	// the last frame removed (and a torn frame before them, if any), a file
 	// shorter than a header given a new one, a file that shrank or got
-	// another header under the writer continued as it is now. nil discards
-	// it.
+	// another header under the writer continued as it is now, a batch
+	// written again after a truncation under it; and as an error a file
+	// that begins with a hole where its header was, started over. nil
+	// discards it.
 	Log *slog.Logger
 }
 
@@ -171,7 +173,8 @@ func openFile(path string, flags int, mode fs.FileMode) (*os.File, error) {
 
 // init reads the header of the file, or writes it into an empty file or,
 // when opts.Create is set, into one whose header is incomplete (a writer
-// died while creating it, logged).
+// died while creating it, logged) or a hole (msgHeaderHole: the file is
+// started over).
 func (w *Writer) init(opts CreateOptions) error {
 	size, err := w.size()
 	if err != nil {
@@ -188,9 +191,11 @@ func (w *Writer) init(opts CreateOptions) error {
 		w.log.Warn("stream file has an incomplete header (a writer died while creating it, or it was truncated): writing the header anew", "file", w.f.Name(), "size", size)
 		return w.writeHeader(opts.Header)
 	}
-	if hole, _ := w.headerHole(); err != nil && hole && opts.Create {
-		w.log.Error(msgHeaderHole, "file", w.f.Name(), "size", size)
-		return w.writeHeader(opts.Header)
+	if err != nil && opts.Create {
+		if hole, _ := w.headerHole(); hole {
+			w.log.Error(msgHeaderHole, "file", w.f.Name(), "size", size)
+			return w.writeHeader(opts.Header)
+		}
 	}
 	if errors.Is(err, ErrTruncated) {
 		return fmt.Errorf("streamfile: %s has an incomplete %d-byte header: a writer died while creating it; remove the file", w.f.Name(), size)
@@ -225,9 +230,10 @@ func (w *Writer) writeHeader(h Header) error {
 // truncated under it (logrotate's copytruncate, or another rewrite): when
 // the file is shorter than a header, or shorter than what this writer
 // wrote, or has another header. size is the file's size as the batch found
-// it. A file shorter than a header gets a new header (the old one's name and
-// interval, the time now) before any frame. It returns the file's size
-// after that.
+// it. A file shorter than a header, or that begins with a hole where its
+// header was (msgHeaderHole), is started over with a new header (the old
+// one's name and interval, the time now). It returns the file's size after
+// that.
 func (w *Writer) startOver(size int64) (int64, error) {
 	// newHeader starts the file over with the old header's name and
 	// interval, and the time now.
@@ -243,11 +249,11 @@ func (w *Writer) startOver(size int64) (int64, error) {
 		return newHeader()
 	}
 	h, err := ReadHeader(w.f)
-	if hole, _ := w.headerHole(); err != nil && hole {
-		w.log.Error(msgHeaderHole, "file", w.f.Name(), "size", size)
-		return newHeader()
-	}
 	if err != nil {
+		if hole, _ := w.headerHole(); hole {
+			w.log.Error(msgHeaderHole, "file", w.f.Name(), "size", size)
+			return newHeader()
+		}
 		return 0, fmt.Errorf("streamfile: %s: %w", w.f.Name(), err)
 	}
 	switch {
@@ -356,7 +362,7 @@ func (w *Writer) batch(frames []Frame, assignSeq bool) error {
 // msgHeaderHole is logged when a writer finds the file begins with a hole
 // where its header was: a batch of a streamd that did not look for one
 // (headerHole) was written past the end of the file truncated under it.
-const msgHeaderHole = "stream file begins with a hole where its header was (a write raced a truncation, as by copytruncate, in a streamd that did not catch it): starting it over; what follows the hole is lost"
+const msgHeaderHole = "stream file begins with a hole where its header was (a write raced a truncation, as by copytruncate, in a writer that did not catch it): starting it over; what follows the hole is lost"
 
 // maxTruncatedBatches bounds the tries of a batch that keeps meeting
 // truncations.
@@ -426,9 +432,11 @@ func (w *Writer) writeBatch(frames []Frame, assignSeq bool) error {
 		return &AppendError{File: w.f.Name(), Offset: at, Frames: whole, Err: err}
 	}
 	w.end += int64(len(w.buf))
-	if hole, err := w.headerHole(); err != nil || hole {
+	// The batch is written; a header that cannot be read back now is the
+	// next batch's to find (startOver).
+	if hole, _ := w.headerHole(); hole {
 		w.forget()
-		return cmp.Or(err, errTruncatedUnder)
+		return errTruncatedUnder
 	}
 	return nil
 }
