@@ -249,7 +249,7 @@ func TestHoldOutageHTTP(t *testing.T) {
 
 	srv := &holdServer{}
 	serveAt(t, addr, srv)
-	eventually(t, 15*time.Second, "1,000 deliveries", func() bool { return srv.count("") >= n })
+	eventually(t, time.Minute, "1,000 deliveries", func() bool { return srv.count("") >= n })
 	eventually(t, 10*time.Second, "the last record to be committed", committedAtEnd(e, "web"))
 	eventually(t, 10*time.Second, "the held gauge to fall", gaugeIs(metrics, heldSeries("web"), 0))
 	if code := p.stop(t); code != 0 {
