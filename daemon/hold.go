@@ -88,24 +88,20 @@ func (dl *deliverer) answerBatch(ctx context.Context, stop <-chan struct{}, bh h
 			}
 			return nil
 		}
-		// The hold follows the failure of highest holdRank, and the
-		// longest delay a handler named (a Retry-After) of any.
-		lead := failed[0]
+		// The hold follows the failure of highest holdRank, put first,
+		// and the longest delay a handler named (a Retry-After) of any.
+		fouts, lead := make([]handler.Outcome, len(failed)), 0
 		var delay time.Duration
-		for _, i := range failed {
-			if holdRank(outs[i].Failure) > holdRank(outs[lead].Failure) {
-				lead = i
+		for j, i := range failed {
+			fouts[j] = outs[i]
+			if holdRank(fouts[j].Failure) > holdRank(fouts[lead].Failure) {
+				lead = j
 			}
-			delay = max(delay, outs[i].Delay)
+			delay = max(delay, fouts[j].Delay)
 		}
-		fouts := []handler.Outcome{outs[lead]}
+		fouts[0], fouts[lead] = fouts[lead], fouts[0]
 		fouts[0].Delay = delay
-		for _, i := range failed {
-			if i != lead {
-				fouts = append(fouts, outs[i])
-			}
-		}
-		d := &ds[lead]
+		d := &ds[failed[lead]]
 		retry, err := dl.failedDelivery(ctx, stop, back, fouts, &failures, d, slog.Int64("offset", d.Offset))
 		switch {
 		case err != nil:

@@ -360,7 +360,7 @@ func (w *Writer) batch(frames []Frame, assignSeq bool) error {
 }
 
 // msgHeaderHole is logged when a writer finds the file begins with a hole
-// where its header was: a batch of a streamd that did not look for one
+// where its header was: a batch of a writer that did not look for one
 // (headerHole) was written past the end of the file truncated under it.
 const msgHeaderHole = "stream file begins with a hole where its header was (a write raced a truncation, as by copytruncate, in a writer that did not catch it): starting it over; what follows the hole is lost"
 
