@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync"
 
+	"golang.org/x/sys/cpu"
+
 	"github.com/streamd/streamd/streamfile"
 	"github.com/streamd/streamd/tail"
 )
@@ -49,13 +51,17 @@ type readAhead struct {
 	// the end of a replay's data.
 	readOn chan struct{}
 
-	// The subscription's side: the batch it reads, and where; whether it
-	// took a record since it last asked the reader to read on (or since
-	// the start).
+	// The subscription's side, on cache lines of its own: it changes with
+	// every record taken, and a cache line it shared with what the reader
+	// reads for every record would pass from core to core for each record.
+	_ cpu.CacheLinePad
+	// The batch it reads, and where; whether it took a record since it
+	// last asked the reader to read on (or since the start).
 	cur  *aheadBatch
 	next int
 	rec  tail.Record
 	took bool
+	_    cpu.CacheLinePad
 }
 
 // aheadBatch is records of one file, in file order, then the follower's
