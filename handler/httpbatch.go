@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 
 	"github.com/streamd/streamd/streamfile"
 )
@@ -53,7 +54,8 @@ func (h *httpHandler) HandleBatch(ctx context.Context, ds []Delivery, outs []Out
 	header := h.newHeader(2)
 	header["Content-Type"] = []string{httpBatchContentType}
 	header[subscriptionHeader] = []string{ds[0].Subscription}
-	resp, o := h.send(ctx, batchBody(ds), header)
+	body := batchBody(ds)
+	resp, o := h.send(ctx, body, header)
 	if resp == nil {
 		fill(outs, o)
 		return
@@ -62,7 +64,14 @@ func (h *httpHandler) HandleBatch(ctx context.Context, ds []Delivery, outs []Out
 	_, named := resp.Header[httpOutcomeHeader]
 	if named || resp.StatusCode < 200 || resp.StatusCode > 299 {
 		o := h.outcome(resp)
-		if o.Kind == OutcomeDrop && !named {
+		switch {
+		case named:
+		case resp.StatusCode == http.StatusRequestEntityTooLarge:
+			// Held until the operator makes batches smaller: say how.
+			o = Failed(FailureHTTPStatus, statusError(resp, fmt.Sprintf(
+				"the server takes no body of %d bytes (a batch of %d records): lower batch_max_bytes or batch_max_records, or raise the server's limit",
+				len(body), len(ds))))
+		case o.Kind == OutcomeDrop:
 			o = Failed(FailureHTTPStatus, statusError(resp, "a batch is not dropped by its status: answer drop for each record"))
 		}
 		fill(outs, o)
