@@ -72,7 +72,7 @@ func (h *httpHandler) HandleBatch(ctx context.Context, ds []Delivery, outs []Out
 				"the server takes no body of %d bytes (a batch of %d records): lower batch_max_bytes or batch_max_records, or raise the server's limit",
 				len(body), len(ds))))
 		case o.Kind == OutcomeDrop:
-			o = Failed(FailureHTTPStatus, statusError(resp, "a batch is not dropped by its status: answer drop for each record"))
+			o = Failed(FailureHTTPStatus, statusError(resp, batchRefusal(resp.StatusCode)))
 		}
 		fill(outs, o)
 		return
@@ -89,6 +89,19 @@ func (h *httpHandler) HandleBatch(ctx context.Context, ds []Delivery, outs []Out
 			fill(outs, Failed(FailureOther, fmt.Errorf("http: %s, answer to a batch of %d records: %w", resp.Status, len(ds), err)))
 		}
 	}
+}
+
+// batchRefusal explains a 4xx answer to a batch, which holds it: what to
+// check for the usual causes, and what a server should answer instead.
+func batchRefusal(code int) string {
+	const drop = "a batch is not dropped by its status: a server that refuses some records answers drop for each"
+	switch code {
+	case http.StatusUnauthorized, http.StatusForbidden:
+		return "the server refuses the credentials: check bearer_token_file and the configured headers (" + drop + ")"
+	case http.StatusNotFound, http.StatusMethodNotAllowed:
+		return "check the url: the server takes no POST there (" + drop + ")"
+	}
+	return drop
 }
 
 // batchBody is the request body of the batch ds: one line per record.
