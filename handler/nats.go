@@ -13,8 +13,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 
 	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/internal/ratelog"
@@ -81,6 +83,9 @@ type natsHandler struct {
 	closed  chan struct{}  // closed by Close
 	errLog  ratelog.Line   // the server's errors, at most one line per ratelog.Every
 	dialLog ratelog.Line   // the failed tries to (re)connect, likewise
+	downLog ratelog.Line   // disconnections, likewise
+	upLog   ratelog.Line   // reconnections, likewise
+	dropLog ratelog.Line   // records dropped as too large, likewise
 
 	mu      sync.Mutex
 	back    wakeup.Signal // woken at each (re)connection, under mu
@@ -134,13 +139,15 @@ func newNATSHandler(cfg conf.Handler, logger *slog.Logger, mustReach bool) (*nat
 		// A publish while disconnected fails at once (a failed delivery,
 		// held) rather than waiting in a buffer for the timeout.
 		nats.ReconnectBufSize(-1),
+		// A server that keeps dropping the client (a slow consumer, say)
+		// makes a pair of these every reconnection wait.
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
-				logger.Warn("disconnected from NATS; reconnecting", "err", err)
+				h.downLog.Warn(logger, "disconnected from NATS; reconnecting", "err", err)
 			}
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
-			logger.Info("reconnected to NATS", "server", nc.ConnectedUrlRedacted())
+			h.upLog.Info(logger, "reconnected to NATS", "server", nc.ConnectedUrlRedacted())
 			h.wakeHeld()
 		}),
 		// Why the servers do not answer (refused, timed out, credentials
@@ -158,6 +165,11 @@ func newNATSHandler(cfg conf.Handler, logger *slog.Logger, mustReach bool) (*nat
 
 	switch {
 	case cfg.CredsFile != "":
+		// The client reads the file at each connection (it may be
+		// rotated); a start checks it can.
+		if err := checkCreds(cfg.CredsFile); err != nil {
+			return nil, fmt.Errorf("creds_file: %w", err)
+		}
 		opts = append(opts, nats.UserCredentials(cfg.CredsFile))
 	case cfg.NkeyFile != "":
 		o, err := nats.NkeyOptionFromSeed(cfg.NkeyFile)
@@ -173,10 +185,10 @@ func newNATSHandler(cfg conf.Handler, logger *slog.Logger, mustReach bool) (*nat
 		opts = append(opts, nats.UserInfo(cfg.User, strings.TrimRight(string(password), "\r\n")))
 	}
 	if cfg.CAFile != "" {
-		opts = append(opts, nats.RootCAs(cfg.CAFile))
+		opts = append(opts, namedOption("ca_file", nats.RootCAs(cfg.CAFile)))
 	}
 	if cfg.CertFile != "" {
-		opts = append(opts, nats.ClientCert(cfg.CertFile, cfg.KeyFile))
+		opts = append(opts, namedOption("cert_file and key_file", nats.ClientCert(cfg.CertFile, cfg.KeyFile)))
 	}
 	if !mustReach {
 		// With no server answering, Connect returns a connection that
@@ -203,7 +215,7 @@ func newNATSHandler(cfg conf.Handler, logger *slog.Logger, mustReach bool) (*nat
 	default:
 		// Start as a handler that lost its servers does, and look for the
 		// stream once connected.
-		logger.Warn("no NATS server answers yet: deliveries fail and are held until one does", "url", cfg.URL)
+		logger.Warn("not connected to NATS yet: deliveries fail and are held until it is", "url", cfg.URL, "err", nc.LastError())
 		h.late.Go(func() { h.checkWhenConnected(connected) })
 	}
 	if err != nil {
@@ -212,6 +224,41 @@ func newNATSHandler(cfg conf.Handler, logger *slog.Logger, mustReach bool) (*nat
 		return nil, err
 	}
 	return h, nil
+}
+
+// namedOption makes the error of o, an option that reads files, name the
+// configuration keys of the files.
+func namedOption(keys string, o nats.Option) nats.Option {
+	return func(opts *nats.Options) error {
+		if err := o(opts); err != nil {
+			return fmt.Errorf("%s: %w", keys, err)
+		}
+		return nil
+	}
+}
+
+// checkCreds checks that the credentials file at path can be read and
+// holds a user JWT and a user seed, as the client reads them to connect.
+func checkCreds(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	defer clear(b) // the seed is a secret
+	// A file without the decorations is taken whole as the JWT.
+	token, err := nkeys.ParseDecoratedJWT(b)
+	if err == nil {
+		_, err = jwt.DecodeUserClaims(token)
+	}
+	if err != nil {
+		return fmt.Errorf("%s holds no user JWT: %w", path, err)
+	}
+	kp, err := nkeys.ParseDecoratedNKey(b)
+	if err != nil {
+		return fmt.Errorf("%s holds no user seed: %w", path, err)
+	}
+	kp.Wipe()
+	return nil
 }
 
 // connected wakes the deliveries held while no server answered, at the
@@ -408,7 +455,7 @@ func (h *natsHandler) failure(ctx context.Context, d *Delivery, err error) Outco
 	case errors.Is(err, nats.ErrMaxPayload) || isAPI && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum:
 		// The limits count the message's headers too, not only the payload.
 		size := (&nats.Msg{Subject: h.subject, Data: d.Payload, Header: natsHeader(d)}).Size()
-		h.logger.Error("dropping a record too large for NATS (its payload and headers): raise the server's max_payload or the stream's max_msg_size to forward such records",
+		h.dropLog.Error(h.logger, "dropping a record too large for NATS (its payload and headers): raise the server's max_payload or the stream's max_msg_size to forward such records",
 			"subject", h.subject, "seq", d.Seq, "bytes", size, "payload_bytes", len(d.Payload), "err", err)
 		return Outcome{Kind: OutcomeDrop}
 	case errors.Is(err, jetstream.ErrAsyncPublishTimeout) || errors.Is(err, nats.ErrTimeout):
@@ -419,7 +466,12 @@ func (h *natsHandler) failure(ctx context.Context, d *Delivery, err error) Outco
 		return Failed(FailureUnreachable, fmt.Errorf("nats: no JetStream stream answered on subject %q: none captures it any more, or its server is unavailable", h.subject))
 	case !h.conn.Load().nc.IsConnected():
 		// What the client says then (a full outbound buffer, headers not
-		// supported) names a consequence, not the cause.
+		// supported) names a consequence, not the cause: the last error
+		// of the connection may (a server that refuses the credentials or
+		// the TLS handshake, which the client retries without a word).
+		if last := h.conn.Load().nc.LastError(); last != nil {
+			return Failed(FailureUnreachable, fmt.Errorf("nats: not connected to any NATS server; reconnecting (last error: %w)", last))
+		}
 		return Failed(FailureUnreachable, errors.New("nats: not connected to any NATS server; reconnecting"))
 	case strings.HasPrefix(err.Error(), "nats: "):
 		return Failed(FailureUnreachable, err)

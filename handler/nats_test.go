@@ -5,6 +5,8 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -12,9 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 
 	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/envelope"
@@ -152,7 +156,7 @@ func TestNATSHandlerFailures(t *testing.T) {
 	for nc.IsConnected() {
 		runtime.Gosched() // until the client notices the server is gone
 	}
-	if o := h.Handle(t.Context(), d); o.Failure != FailureUnreachable || o.Err.Error() != "nats: not connected to any NATS server; reconnecting" {
+	if o := h.Handle(t.Context(), d); o.Failure != FailureUnreachable || !strings.HasPrefix(o.Err.Error(), "nats: not connected to any NATS server; reconnecting") {
 		t.Errorf("disconnected: %+v, want failed (unreachable), not connected", o)
 	}
 	ctx, cancel := context.WithCancel(t.Context())
@@ -389,7 +393,7 @@ func TestNATSHandlerStartsWithoutServers(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if !strings.Contains(logs.String(), "no NATS server answers yet") || strings.Contains(logs.String(), "level=ERROR") {
+	if !strings.Contains(logs.String(), "not connected to NATS yet") || strings.Contains(logs.String(), "level=ERROR") {
 		t.Errorf("the log does not say it waited for the servers, or has an error:\n%s", logs.String())
 	}
 }
@@ -416,7 +420,7 @@ func TestNATSHandlerStartTriesOnce(t *testing.T) {
 			t.Fatalf("the log does not say why the handler cannot connect:\n%s", logs.String())
 		}
 	}
-	if !strings.Contains(logs.String(), "no NATS server answers yet") {
+	if !strings.Contains(logs.String(), "not connected to NATS yet") {
 		t.Errorf("the log does not say the handler waits for its servers:\n%s", logs.String())
 	}
 }
@@ -508,6 +512,11 @@ func TestNATSHandlerOutlivesRefusedCredentials(t *testing.T) {
 			t.Fatalf("the client stopped trying after %d refusals", auth.refused.Load())
 		}
 	}
+	// The client retries refused credentials without a word: the failed
+	// delivery says why it cannot connect.
+	if o := h.Handle(t.Context(), d); o.Failure != FailureUnreachable || !strings.Contains(strings.ToLower(o.Err.Error()), "(last error: nats: authorization violation)") {
+		t.Errorf("credentials refused: %+v, want failed (unreachable), with the refusal", o)
+	}
 	auth.accept.Store(true)
 	deadline := time.Now().Add(15 * time.Second)
 	for o := h.Handle(t.Context(), d); o.Kind != OutcomeAck; o = h.Handle(t.Context(), d) {
@@ -516,6 +525,78 @@ func TestNATSHandlerOutlivesRefusedCredentials(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond) // the client reconnects on its own schedule (every 2 s)
 	}
+}
+
+// TestNATSHandlerFiles: a file the client reads to connect that cannot
+// serve refuses the start, naming its key; a valid credentials file
+// connects.
+func TestNATSHandlerFiles(t *testing.T) {
+	srv := natstest.Start(t)
+	srv.AddStream(jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}})
+	dir := t.TempDir()
+	file := func(name, content string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	missing := filepath.Join(dir, "missing")
+	notPEM := file("not.pem", "not a certificate\n")
+	tests := []struct {
+		name string
+		set  func(*conf.Handler)
+		want string
+	}{
+		{"creds_file missing", func(c *conf.Handler) { c.CredsFile = missing }, "creds_file: open " + missing},
+		{"creds_file without a JWT", func(c *conf.Handler) { c.CredsFile = notPEM }, "creds_file: " + notPEM + " holds no user JWT"},
+		{"creds_file without a seed", func(c *conf.Handler) { c.CredsFile = file("jwt.creds", userCreds(t)[0]) }, "holds no user seed"},
+		{"ca_file missing", func(c *conf.Handler) { c.CAFile = missing }, "ca_file: nats: error loading or parsing rootCA file"},
+		{"ca_file not PEM", func(c *conf.Handler) { c.CAFile = notPEM }, "ca_file: nats: failed to parse root certificate"},
+		{"cert_file missing", func(c *conf.Handler) { c.CertFile, c.KeyFile = missing, notPEM }, "cert_file and key_file: nats: error loading client certificate"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := natsConfig(srv)
+			tc.set(&cfg)
+			if _, err := New(cfg, nil, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("New: %v, want an error with %q", err, tc.want)
+			}
+		})
+	}
+	cfg := natsConfig(srv)
+	creds := userCreds(t)
+	cfg.CredsFile = file("user.creds", creds[0]+creds[1])
+	h := mustNewHandler(t, cfg)
+	d := testDelivery()
+	d.File, d.Offset = "abc", 1
+	checkOutcome(t, h.Handle(t.Context(), d), OutcomeAck, 0, 0, "")
+}
+
+// userCreds returns the two parts of a NATS user credentials file: the
+// decorated user JWT, and the decorated user seed.
+func userCreds(t *testing.T) [2]string {
+	t.Helper()
+	account, err := nkeys.CreateAccount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	user, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := user.PublicKey()
+	token, err := jwt.NewUserClaims(pub).Encode(account)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed, _ := user.Seed()
+	creds, err := jwt.FormatUserConfig(token, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := strings.Index(string(creds), "************************* IMPORTANT")
+	return [2]string{string(creds[:i]), string(creds[i:])}
 }
 
 // switchAuth accepts or refuses every client, as accept says, and counts
