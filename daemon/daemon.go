@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -50,6 +51,11 @@ type Daemon struct {
 	unsynced error
 	subs     map[string]*runningSub
 	waiting  map[string]*waitingSub // used by Run's goroutine only
+	// handlerFiles holds, per subscription, the digest of its handler's
+	// files (handlerFilesDigest) taken before the handler was built, for a
+	// reload to tell one that read a file since replaced. Used by Run's
+	// goroutine only.
+	handlerFiles map[string]string
 
 	// watchdog ticks when WATCHDOG=1 is due while the main loop runs, nil
 	// when systemd asks for no pings or once the daemon stops (systemd
@@ -114,16 +120,17 @@ type reloadRequest struct {
 // starts nothing: Run does.
 func New(cfg *conf.Config, opts Options) *Daemon {
 	d := &Daemon{
-		setup:    newSetup(opts),
-		notify:   systemd.NewNotifier(),
-		reloads:  make(chan reloadRequest),
-		ended:    make(chan *runningSub),
-		stopping: make(chan struct{}),
-		broken:   make(chan error, 1),
-		cfg:      cfg,
-		streams:  map[string]*stream{},
-		subs:     map[string]*runningSub{},
-		waiting:  map[string]*waitingSub{},
+		setup:        newSetup(opts),
+		notify:       systemd.NewNotifier(),
+		reloads:      make(chan reloadRequest),
+		ended:        make(chan *runningSub),
+		stopping:     make(chan struct{}),
+		broken:       make(chan error, 1),
+		cfg:          cfg,
+		streams:      map[string]*stream{},
+		subs:         map[string]*runningSub{},
+		handlerFiles: map[string]string{},
+		waiting:      map[string]*waitingSub{},
 	}
 	return d
 }
@@ -239,6 +246,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		return err
 	}
 
+	d.digestHandlerFiles(cfg.Subscriptions)
 	hs, err := d.newHandlers(cfg.Subscriptions)
 	if err != nil {
 		d.stopAll()
@@ -443,6 +451,39 @@ func (d *Daemon) reload(load func() (*conf.Config, error)) error {
 	return nil
 }
 
+// digestHandlerFiles records the digest of the files of the handlers of
+// subs, before they are built: a file replaced while they are makes the
+// next reload build them again, which is harmless.
+func (d *Daemon) digestHandlerFiles(subs []conf.Subscription) {
+	for _, sc := range subs {
+		d.handlerFiles[sc.Name] = handlerFilesDigest(sc.Handler)
+	}
+}
+
+// handlerFilesDigest returns a digest of the files h names (its keys
+// ending in _file: a token, a password, credentials, certificates), or of
+// why each cannot be read: a handler reads some of them once, when it is
+// built.
+func handlerFilesDigest(h conf.Handler) string {
+	sum := sha256.New()
+	v, t := reflect.ValueOf(h), reflect.TypeOf(h)
+	for i := range t.NumField() {
+		f := v.Field(i)
+		if f.Kind() != reflect.String || f.String() == "" || !strings.HasSuffix(t.Field(i).Tag.Get("toml"), "_file") {
+			continue
+		}
+		path := f.String()
+		b, err := os.ReadFile(path)
+		if err != nil {
+			b = []byte(err.Error())
+		}
+		fmt.Fprintf(sum, "%s\x00%d\x00", path, len(b))
+		sum.Write(b)
+		clear(b) // it may be a secret
+	}
+	return string(sum.Sum(nil))
+}
+
 func (d *Daemon) applyReload(cfg *conf.Config) error {
 	old := d.cfg
 	switch {
@@ -476,8 +517,11 @@ func (d *Daemon) applyReload(cfg *conf.Config) error {
 	var gone []*metrics.SubscriptionMetrics
 	for name, rs := range d.subs {
 		sc, ok := wanted[name]
-		if !ok || !reflect.DeepEqual(sc, rs.sub.cfg) || rs.failed() {
-			stop = append(stop, name) // a failed subscription is started again
+		// A failed subscription is started again, and one whose handler
+		// read a file that changed since (a token, a password, a
+		// certificate) gets a handler that reads it again.
+		if !ok || !reflect.DeepEqual(sc, rs.sub.cfg) || rs.failed() || handlerFilesDigest(sc.Handler) != d.handlerFiles[name] {
+			stop = append(stop, name)
 		}
 		if !ok {
 			gone = append(gone, rs.sub.metrics)
@@ -511,13 +555,21 @@ func (d *Daemon) applyReload(cfg *conf.Config) error {
 			starting = append(starting, sc)
 		}
 	}
+	built := maps.Clone(d.handlerFiles)
+	d.digestHandlerFiles(starting)
 	hs, err := d.newHandlers(starting) // closes what it built when one fails
 	if err != nil {
+		d.handlerFiles = built
 		return undo(err)
 	}
 	handlers := map[string]handler.Handler{}
 	for i, sc := range starting {
 		handlers[sc.Name] = hs[i]
+	}
+	for name := range d.handlerFiles {
+		if _, ok := wanted[name]; !ok {
+			delete(d.handlerFiles, name)
+		}
 	}
 	d.setLogLevel(old.Log.Level, cfg.Log.Level) // before the subscriptions start, which log
 	d.stopSubscriptions(stop)

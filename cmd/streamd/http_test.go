@@ -6,10 +6,13 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -187,5 +190,54 @@ func TestHTTPHandlerKeepAliveEndToEnd(t *testing.T) {
 	p.stop(t)
 	if n := srv.conns.Load(); n > 8 {
 		t.Errorf("200 requests from 4 workers opened %d connections, want at most 8", n)
+	}
+}
+
+// TestReloadRereadsHandlerFiles: a reload rebuilds the handler of a
+// subscription whose configuration is unchanged but whose files changed
+// (a bearer token rotated): the records after it go with the new token,
+// and none is delivered again.
+func TestReloadRereadsHandlerFiles(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	seen := map[string][]string{} // payload -> Authorization of each request
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		seen[string(b)] = append(seen[string(b)], r.Header.Get("Authorization"))
+		mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer srv.Close()
+	authOf := func(payload string) []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(seen[payload])
+	}
+	e := newEnv(t, "")
+	token := filepath.Join(e.dir, "token")
+	writeToken := func(s string) {
+		if err := os.WriteFile(token, []byte(s+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeToken("one")
+	e.writeConfig(httpSub("web", "orders", srv.URL, "") + fmt.Sprintf("bearer_token_file = %q\n", token))
+	e.publish("r1")
+	p := e.start()
+	eventually(t, 20*time.Second, "r1", func() bool { return len(authOf("r1")) == 1 })
+	writeToken("two")
+	p.cmd.Process.Signal(syscall.SIGHUP)
+	eventually(t, 10*time.Second, "the reload", func() bool { return p.logCount("configuration reloaded") == 1 })
+	e.publish("r2")
+	eventually(t, 20*time.Second, "r2", func() bool { return len(authOf("r2")) == 1 })
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+	if got := authOf("r1"); !slices.Equal(got, []string{"Bearer one"}) {
+		t.Errorf("r1 went with %q, want once with the first token", got)
+	}
+	if got := authOf("r2"); !slices.Equal(got, []string{"Bearer two"}) {
+		t.Errorf("r2 went with %q, want once with the token the reload read", got)
 	}
 }
