@@ -168,8 +168,12 @@ func (l *loader) checkSubscription(p keyPath, s *Subscription, streams, names ma
 			l.positive(q.i(i), d)
 		}
 	}
-	if s.MaxFailedDeliveries < 0 {
+	switch {
+	case s.MaxFailedDeliveries < 0:
 		l.errorf(p.k("max_failed_deliveries"), "must be 1 or more, not %d; leave it out to hold a record until the handler answers", s.MaxFailedDeliveries)
+	case s.MaxFailedDeliveries > 0 && s.MaxAttempts == nil && s.DeadLetter == "":
+		// A retry writes no copy without either (settlement.md §4).
+		l.errorf(p.k("max_failed_deliveries"), "settles a record that keeps failing as a retry, which without max_attempts or dead_letter writes no copy: the record would be passed over, lost; set max_attempts (and dead_letter to keep what the cap gives up on), or leave max_failed_deliveries out to hold the record until the handler answers")
 	}
 	l.positive(p.k("max_retry_after"), s.MaxRetryAfter)
 	if p := p.k("max_retry_after"); time.Duration(s.MaxRetryAfter) > maxRetryAfterLimit {

@@ -60,6 +60,7 @@ F:25: subscription[1].handler.subject: "ship.*" makes the subject "ship.*", whic
 F:33: subscription[2].handler.url: not a URL (first path segment in URL cannot contain colon): use a nats://host:port URL (or tls://, ws://, wss://)
 F:34: subscription[2].handler.subject: "audit.{Key}": {Key} is not a placeholder streamd replaces; {key}, the stream key, is the only one`},
 		{"inline-array", ModeRun, `F:6: subscription[1].handler.url: not an option of the discard handler, which takes no options`},
+		{"max-failed-no-cap", ModeRun, `F:11: subscription[0].max_failed_deliveries: settles a record that keeps failing as a retry, which without max_attempts or dead_letter writes no copy: the record would be passed over, lost; set max_attempts (and dead_letter to keep what the cap gives up on), or leave max_failed_deliveries out to hold the record until the handler answers`},
 		{"key-chars", ModeRun, `F:10: subscription[0].key: stream key "a b" has character ' ' at byte 1; allowed are A-Z a-z 0-9 . _ -`},
 		{"key-empty", ModeRun, `F:10: subscription[0].key: stream key must be non-empty`},
 		{"key-reserved", ModeRun, `F:10: subscription[0].key: stream key "ruststream-internal" is reserved for the record that primes a new file`},

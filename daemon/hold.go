@@ -158,7 +158,7 @@ func (dl *deliverer) failedDelivery(ctx context.Context, stop, back <-chan struc
 		dl.failed[f.Failure].Inc()
 	}
 	if limit := dl.cfg.MaxFailedDeliveries; limit > 0 && *failures >= limit {
-		dl.logger.Warn("delivery failed max_failed_deliveries times in a row; settling the record as a retry",
+		dl.limitLog.Warn(dl.logger, "delivery failed max_failed_deliveries times in a row; settling the record as a retry",
 			"failures", *failures, "seq", d.Seq, at, "records", records, "reason", o.Failure.String(), "err", o.Err)
 		dl.hold.end(nil, dl.metrics.Held)
 		return true, nil

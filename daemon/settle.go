@@ -69,6 +69,9 @@ type deliverer struct {
 	batched []atomic.Int32
 	failed  [handler.NumFailures]prometheus.Counter
 	hold    holdLog
+	// limitLog logs the records settled at max_failed_deliveries, at
+	// most one line per ratelog.Every: in an outage, that may be each.
+	limitLog ratelog.Line
 	// blind is set when the handler does not read the records it is
 	// handed (handler.IsBlind).
 	blind bool
