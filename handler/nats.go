@@ -215,7 +215,7 @@ func newNATSHandler(cfg conf.Handler, logger *slog.Logger, mustReach bool) (*nat
 	default:
 		// Start as a handler that lost its servers does, and look for the
 		// stream once connected.
-		logger.Warn("not connected to NATS yet: deliveries fail and are held until it is", "url", cfg.URL, "err", nc.LastError())
+		logger.Warn("not connected to NATS yet: deliveries fail and are held until it is", "url", cfg.URL)
 		h.late.Go(func() { h.checkWhenConnected(connected) })
 	}
 	if err != nil {
