@@ -460,19 +460,12 @@ func (d *Daemon) digestHandlerFiles(subs []conf.Subscription) {
 	}
 }
 
-// handlerFilesDigest returns a digest of the files h names (its keys
-// ending in _file: a token, a password, credentials, certificates), or of
-// why each cannot be read: a handler reads some of them once, when it is
-// built.
+// handlerFilesDigest returns a digest of the files a handler of h reads
+// once ([handler.FilesReadOnce]: a token, a password), or of why each
+// cannot be read.
 func handlerFilesDigest(h conf.Handler) string {
 	sum := sha256.New()
-	v, t := reflect.ValueOf(h), reflect.TypeOf(h)
-	for i := range t.NumField() {
-		f := v.Field(i)
-		if f.Kind() != reflect.String || f.String() == "" || !strings.HasSuffix(t.Field(i).Tag.Get("toml"), "_file") {
-			continue
-		}
-		path := f.String()
+	for _, path := range handler.FilesReadOnce(h) {
 		b, err := os.ReadFile(path)
 		if err != nil {
 			b = []byte(err.Error())
@@ -518,8 +511,8 @@ func (d *Daemon) applyReload(cfg *conf.Config) error {
 	for name, rs := range d.subs {
 		sc, ok := wanted[name]
 		// A failed subscription is started again, and one whose handler
-		// read a file that changed since (a token, a password, a
-		// certificate) gets a handler that reads it again.
+		// read a file once that changed since (a token, a password) gets
+		// a handler that reads it again.
 		if !ok || !reflect.DeepEqual(sc, rs.sub.cfg) || rs.failed() || handlerFilesDigest(sc.Handler) != d.handlerFiles[name] {
 			stop = append(stop, name)
 		}

@@ -66,6 +66,12 @@ func (h *httpHandler) HandleBatch(ctx context.Context, ds []Delivery, outs []Out
 		o := h.outcome(resp)
 		switch {
 		case named:
+		case resp.StatusCode == http.StatusRequestEntityTooLarge && len(ds) == 1:
+			// A record past batch_max_bytes goes alone: no bound of a
+			// batch makes it smaller.
+			o = Failed(FailureHTTPStatus, statusError(resp, fmt.Sprintf(
+				"the server takes no body of %d bytes, a batch of this one record: raise the server's limit, or set max_failed_deliveries to give up on such a record",
+				len(body))))
 		case resp.StatusCode == http.StatusRequestEntityTooLarge:
 			// Held until the operator makes batches smaller: say how.
 			o = Failed(FailureHTTPStatus, statusError(resp, fmt.Sprintf(

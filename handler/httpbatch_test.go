@@ -182,6 +182,16 @@ func TestHTTPBatchOutcomes(t *testing.T) {
 	}
 }
 
+// TestHTTPBatchTooLargeAlone: a 413 for a batch of one record, which no
+// bound of a batch makes smaller, says what can be done.
+func TestHTTPBatchTooLargeAlone(t *testing.T) {
+	url, _, _ := batchServer(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusRequestEntityTooLarge) })
+	h := mustNewHandler(t, conf.Handler{Kind: conf.HandlerHTTP, URL: url, BatchMaxRecords: 3}).(BatchHandler)
+	outs := make([]Outcome, 1)
+	h.HandleBatch(context.Background(), testBatch()[:1], outs)
+	checkOutcome(t, outs[0], OutcomeFailed, 0, 0, "a batch of this one record: raise the server's limit, or set max_failed_deliveries")
+}
+
 // TestHTTPBatchTransport: a batch that gets no answer fails whole.
 func TestHTTPBatchTransport(t *testing.T) {
 	release := make(chan struct{})

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -26,6 +27,21 @@ import (
 // closes it, once no Handle call is running, when it implements it.
 func New(cfg conf.Handler, stdout io.Writer, logger *slog.Logger) (Handler, error) {
 	return build(cfg, stdout, logger, false)
+}
+
+// FilesReadOnce returns the files a handler of cfg reads once, when it is
+// built, so that it uses what they held then: a reload builds it again
+// once one of them changed. (The nats client reads creds_file, ca_file,
+// cert_file and key_file again at each connection.)
+func FilesReadOnce(cfg conf.Handler) []string {
+	var files []string
+	switch cfg.Kind {
+	case conf.HandlerHTTP:
+		files = []string{cfg.BearerTokenFile, cfg.CAFile}
+	case conf.HandlerNATS:
+		files = []string{cfg.NkeyFile, cfg.PasswordFile}
+	}
+	return slices.DeleteFunc(files, func(f string) bool { return f == "" })
 }
 
 // build builds the handler cfg configures. With checking (check-config),

@@ -83,9 +83,6 @@ type natsHandler struct {
 	closed  chan struct{}  // closed by Close
 	errLog  ratelog.Line   // the server's errors, at most one line per ratelog.Every
 	dialLog ratelog.Line   // the failed tries to (re)connect, likewise
-	downLog ratelog.Line   // disconnections, likewise
-	upLog   ratelog.Line   // reconnections, likewise
-	dropLog ratelog.Line   // records dropped as too large, likewise
 
 	mu      sync.Mutex
 	back    wakeup.Signal // woken at each (re)connection, under mu
@@ -139,15 +136,13 @@ func newNATSHandler(cfg conf.Handler, logger *slog.Logger, mustReach bool) (*nat
 		// A publish while disconnected fails at once (a failed delivery,
 		// held) rather than waiting in a buffer for the timeout.
 		nats.ReconnectBufSize(-1),
-		// A server that keeps dropping the client (a slow consumer, say)
-		// makes a pair of these every reconnection wait.
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
-				h.downLog.Warn(logger, "disconnected from NATS; reconnecting", "err", err)
+				logger.Warn("disconnected from NATS; reconnecting", "err", err)
 			}
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
-			h.upLog.Info(logger, "reconnected to NATS", "server", nc.ConnectedUrlRedacted())
+			logger.Info("reconnected to NATS", "server", nc.ConnectedUrlRedacted())
 			h.wakeHeld()
 		}),
 		// Why the servers do not answer (refused, timed out, credentials
@@ -184,12 +179,21 @@ func newNATSHandler(cfg conf.Handler, logger *slog.Logger, mustReach bool) (*nat
 		}
 		opts = append(opts, nats.UserInfo(cfg.User, strings.TrimRight(string(password), "\r\n")))
 	}
+	// The client reads these files at each connection (they may be
+	// rotated); a start checks it can, naming the keys.
+	var tlsOpts []nats.Option
 	if cfg.CAFile != "" {
-		opts = append(opts, namedOption("ca_file", nats.RootCAs(cfg.CAFile)))
+		tlsOpts = append(tlsOpts, namedOption("ca_file", nats.RootCAs(cfg.CAFile)))
 	}
 	if cfg.CertFile != "" {
-		opts = append(opts, namedOption("cert_file and key_file", nats.ClientCert(cfg.CertFile, cfg.KeyFile)))
+		tlsOpts = append(tlsOpts, namedOption("cert_file and key_file", nats.ClientCert(cfg.CertFile, cfg.KeyFile)))
 	}
+	for _, o := range tlsOpts {
+		if err := o(&nats.Options{}); err != nil {
+			return nil, err
+		}
+	}
+	opts = append(opts, tlsOpts...)
 	if !mustReach {
 		// With no server answering, Connect returns a connection that
 		// keeps trying, after one try of each server.
@@ -238,7 +242,8 @@ func namedOption(keys string, o nats.Option) nats.Option {
 }
 
 // checkCreds checks that the credentials file at path can be read and
-// holds a user JWT and a user seed, as the client reads them to connect.
+// holds a user JWT and the seed of that user, as the client reads them to
+// connect.
 func checkCreds(path string) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -247,17 +252,21 @@ func checkCreds(path string) error {
 	defer clear(b) // the seed is a secret
 	// A file without the decorations is taken whole as the JWT.
 	token, err := nkeys.ParseDecoratedJWT(b)
+	var claims *jwt.UserClaims
 	if err == nil {
-		_, err = jwt.DecodeUserClaims(token)
+		claims, err = jwt.DecodeUserClaims(token)
 	}
 	if err != nil {
 		return fmt.Errorf("%s holds no user JWT: %w", path, err)
 	}
-	kp, err := nkeys.ParseDecoratedNKey(b)
+	kp, err := nkeys.ParseDecoratedUserNKey(b)
 	if err != nil {
 		return fmt.Errorf("%s holds no user seed: %w", path, err)
 	}
-	kp.Wipe()
+	defer kp.Wipe()
+	if pub, err := kp.PublicKey(); err != nil || pub != claims.Subject {
+		return fmt.Errorf("%s: its seed is not that of the user of its JWT (%s)", path, claims.Subject)
+	}
 	return nil
 }
 
@@ -449,13 +458,14 @@ func (h *natsHandler) wait(ctx context.Context, d *Delivery, f jetstream.PubAckF
 // failure maps a publish error to an outcome.
 func (h *natsHandler) failure(ctx context.Context, d *Delivery, err error) Outcome {
 	apiErr, isAPI := errors.AsType[*jetstream.APIError](err)
+	nc := h.conn.Load().nc
 	switch {
 	case ctx.Err() != nil:
 		return Failed(FailureCanceled, fmt.Errorf("nats: cancelled: %w", context.Cause(ctx)))
 	case errors.Is(err, nats.ErrMaxPayload) || isAPI && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum:
 		// The limits count the message's headers too, not only the payload.
 		size := (&nats.Msg{Subject: h.subject, Data: d.Payload, Header: natsHeader(d)}).Size()
-		h.dropLog.Error(h.logger, "dropping a record too large for NATS (its payload and headers): raise the server's max_payload or the stream's max_msg_size to forward such records",
+		h.logger.Error("dropping a record too large for NATS (its payload and headers): raise the server's max_payload or the stream's max_msg_size to forward such records",
 			"subject", h.subject, "seq", d.Seq, "bytes", size, "payload_bytes", len(d.Payload), "err", err)
 		return Outcome{Kind: OutcomeDrop}
 	case errors.Is(err, jetstream.ErrAsyncPublishTimeout) || errors.Is(err, nats.ErrTimeout):
@@ -464,12 +474,12 @@ func (h *natsHandler) failure(ctx context.Context, d *Delivery, err error) Outco
 		return Failed(FailureOther, fmt.Errorf("JetStream refused the message: %w", err))
 	case errors.Is(err, jetstream.ErrNoStreamResponse):
 		return Failed(FailureUnreachable, fmt.Errorf("nats: no JetStream stream answered on subject %q: none captures it any more, or its server is unavailable", h.subject))
-	case !h.conn.Load().nc.IsConnected():
+	case !nc.IsConnected():
 		// What the client says then (a full outbound buffer, headers not
 		// supported) names a consequence, not the cause: the last error
 		// of the connection may (a server that refuses the credentials or
 		// the TLS handshake, which the client retries without a word).
-		if last := h.conn.Load().nc.LastError(); last != nil {
+		if last := nc.LastError(); last != nil {
 			return Failed(FailureUnreachable, fmt.Errorf("nats: not connected to any NATS server; reconnecting (last error: %w)", last))
 		}
 		return Failed(FailureUnreachable, errors.New("nats: not connected to any NATS server; reconnecting"))

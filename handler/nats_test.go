@@ -156,7 +156,7 @@ func TestNATSHandlerFailures(t *testing.T) {
 	for nc.IsConnected() {
 		runtime.Gosched() // until the client notices the server is gone
 	}
-	if o := h.Handle(t.Context(), d); o.Failure != FailureUnreachable || !strings.HasPrefix(o.Err.Error(), "nats: not connected to any NATS server; reconnecting") {
+	if o := h.Handle(t.Context(), d); o.Failure != FailureUnreachable || o.Err.Error() != "nats: not connected to any NATS server; reconnecting" {
 		t.Errorf("disconnected: %+v, want failed (unreachable), not connected", o)
 	}
 	ctx, cancel := context.WithCancel(t.Context())
@@ -551,6 +551,7 @@ func TestNATSHandlerFiles(t *testing.T) {
 		{"creds_file missing", func(c *conf.Handler) { c.CredsFile = missing }, "creds_file: open " + missing},
 		{"creds_file without a JWT", func(c *conf.Handler) { c.CredsFile = notPEM }, "creds_file: " + notPEM + " holds no user JWT"},
 		{"creds_file without a seed", func(c *conf.Handler) { c.CredsFile = file("jwt.creds", userCreds(t)[0]) }, "holds no user seed"},
+		{"creds_file with another user's seed", func(c *conf.Handler) { c.CredsFile = file("mixed.creds", userCreds(t)[0]+userCreds(t)[1]) }, "its seed is not that of the user of its JWT"},
 		{"ca_file missing", func(c *conf.Handler) { c.CAFile = missing }, "ca_file: nats: error loading or parsing rootCA file"},
 		{"ca_file not PEM", func(c *conf.Handler) { c.CAFile = notPEM }, "ca_file: nats: failed to parse root certificate"},
 		{"cert_file missing", func(c *conf.Handler) { c.CertFile, c.KeyFile = missing, notPEM }, "cert_file and key_file: nats: error loading client certificate"},

@@ -4,7 +4,6 @@
 package ratelog
 
 import (
-	"context"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -37,7 +36,7 @@ func (l *Limiter) Allow(now time.Time) (ok bool, suppressed int) {
 // after it.
 func (l *Limiter) Reset(now time.Time) { l.last, l.suppressed = now, 0 }
 
-// Line is a log line that repeats, for one record after another, logged
+// Line is a warning that repeats, for one record after another, logged
 // at most once every [Every] with the count of the lines left out. It is
 // safe for concurrent use.
 type Line struct {
@@ -45,28 +44,14 @@ type Line struct {
 	l  Limiter
 }
 
-// Info logs msg with attrs at info level, and a "suppressed" count, unless
-// a line was logged less than Every ago.
-func (l *Line) Info(logger *slog.Logger, msg string, attrs ...any) {
-	l.log(logger, slog.LevelInfo, msg, attrs)
-}
-
-// Warn is Info at warning level.
+// Warn logs msg with attrs at warning level, and a "suppressed" count,
+// unless a line was logged less than Every ago.
 func (l *Line) Warn(logger *slog.Logger, msg string, attrs ...any) {
-	l.log(logger, slog.LevelWarn, msg, attrs)
-}
-
-// Error is Info at error level.
-func (l *Line) Error(logger *slog.Logger, msg string, attrs ...any) {
-	l.log(logger, slog.LevelError, msg, attrs)
-}
-
-func (l *Line) log(logger *slog.Logger, level slog.Level, msg string, attrs []any) {
 	l.mu.Lock()
 	ok, suppressed := l.l.Allow(time.Now())
 	l.mu.Unlock()
 	if ok {
-		logger.Log(context.Background(), level, msg, append(attrs, "suppressed", suppressed)...)
+		logger.Warn(msg, append(attrs, "suppressed", suppressed)...)
 	}
 }
 
