@@ -3,7 +3,6 @@ package daemon
 import (
 	"errors"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,13 +15,7 @@ import (
 // is read.
 func TestConfigCheck(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, src string) string {
-		path := filepath.Join(dir, name)
-		if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return path
-	}
+	write := func(name, src string) string { return writeFile(t, dir, name, src) }
 	// The stream file is missing and may not be created, and the exec
 	// command does not exist: both only show when checked.
 	unusable := write("unusable.toml", `state_dir = "state"

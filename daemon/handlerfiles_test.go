@@ -14,13 +14,7 @@ import (
 // connection.
 func TestHandlerFilesDigest(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, s string) string {
-		path := filepath.Join(dir, name)
-		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return path
-	}
+	write := func(name, s string) string { return writeFile(t, dir, name, s) }
 	token, ca := write("token", "one"), filepath.Join(dir, "ca.pem")
 	web := conf.Handler{Kind: conf.HandlerHTTP, URL: "http://a.example", BearerTokenFile: token, CAFile: ca}
 	password, creds := write("password", "secret"), write("user.creds", "jwt and seed")
@@ -51,4 +45,14 @@ func TestHandlerFilesDigest(t *testing.T) {
 	if handlerFilesDigest(bus) == before {
 		t.Error("nats: the digest is the same after password_file changed")
 	}
+}
+
+// writeFile writes content to the file name in dir and returns its path.
+func writeFile(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"net"
-	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -533,15 +532,8 @@ func TestNATSHandlerOutlivesRefusedCredentials(t *testing.T) {
 func TestNATSHandlerFiles(t *testing.T) {
 	srv := natstest.Start(t)
 	srv.AddStream(jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}})
-	dir := t.TempDir()
-	file := func(name, content string) string {
-		path := filepath.Join(dir, name)
-		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return path
-	}
-	missing := filepath.Join(dir, "missing")
+	file := func(name, content string) string { return writeTestFile(t, name, content) }
+	missing := filepath.Join(t.TempDir(), "missing")
 	notPEM := file("not.pem", "not a certificate\n")
 	tests := []struct {
 		name string
