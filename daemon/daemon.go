@@ -52,7 +52,7 @@ type Daemon struct {
 	subs     map[string]*runningSub
 	waiting  map[string]*waitingSub // used by Run's goroutine only
 	// handlerFiles holds, per subscription, the digest of its handler's
-	// files (handlerFilesDigest) taken before the handler was built, for a
+	// files (handlerDigests) taken before the handler was built, for a
 	// reload to tell one that read a file since replaced. Used by Run's
 	// goroutine only.
 	handlerFiles map[string]string
@@ -120,17 +120,16 @@ type reloadRequest struct {
 // starts nothing: Run does.
 func New(cfg *conf.Config, opts Options) *Daemon {
 	d := &Daemon{
-		setup:        newSetup(opts),
-		notify:       systemd.NewNotifier(),
-		reloads:      make(chan reloadRequest),
-		ended:        make(chan *runningSub),
-		stopping:     make(chan struct{}),
-		broken:       make(chan error, 1),
-		cfg:          cfg,
-		streams:      map[string]*stream{},
-		subs:         map[string]*runningSub{},
-		handlerFiles: map[string]string{},
-		waiting:      map[string]*waitingSub{},
+		setup:    newSetup(opts),
+		notify:   systemd.NewNotifier(),
+		reloads:  make(chan reloadRequest),
+		ended:    make(chan *runningSub),
+		stopping: make(chan struct{}),
+		broken:   make(chan error, 1),
+		cfg:      cfg,
+		streams:  map[string]*stream{},
+		subs:     map[string]*runningSub{},
+		waiting:  map[string]*waitingSub{},
 	}
 	return d
 }
@@ -246,7 +245,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		return err
 	}
 
-	d.digestHandlerFiles(cfg.Subscriptions)
+	d.handlerFiles = handlerDigests(cfg.Subscriptions)
 	hs, err := d.newHandlers(cfg.Subscriptions)
 	if err != nil {
 		d.stopAll()
@@ -451,13 +450,16 @@ func (d *Daemon) reload(load func() (*conf.Config, error)) error {
 	return nil
 }
 
-// digestHandlerFiles records the digest of the files of the handlers of
-// subs, before they are built: a file replaced while they are makes the
-// next reload build them again, which is harmless.
-func (d *Daemon) digestHandlerFiles(subs []conf.Subscription) {
+// handlerDigests returns the digest of the files of each handler of subs
+// (handlerFilesDigest), by subscription, taken before the handlers are
+// built: a file replaced while they are makes the next reload build them
+// again, which is harmless.
+func handlerDigests(subs []conf.Subscription) map[string]string {
+	digests := make(map[string]string, len(subs))
 	for _, sc := range subs {
-		d.handlerFiles[sc.Name] = handlerFilesDigest(sc.Handler)
+		digests[sc.Name] = handlerFilesDigest(sc.Handler)
 	}
+	return digests
 }
 
 // handlerFilesDigest returns a digest of the files a handler of h reads
@@ -506,6 +508,7 @@ func (d *Daemon) applyReload(cfg *conf.Config) error {
 	for _, sc := range cfg.Subscriptions {
 		wanted[sc.Name] = sc
 	}
+	digests := handlerDigests(cfg.Subscriptions)
 	var stop []string
 	var gone []*metrics.SubscriptionMetrics
 	for name, rs := range d.subs {
@@ -513,7 +516,7 @@ func (d *Daemon) applyReload(cfg *conf.Config) error {
 		// A failed subscription is started again, and one whose handler
 		// read a file once that changed since (a token, a password) gets
 		// a handler that reads it again.
-		if !ok || !reflect.DeepEqual(sc, rs.sub.cfg) || rs.failed() || handlerFilesDigest(sc.Handler) != d.handlerFiles[name] {
+		if !ok || !reflect.DeepEqual(sc, rs.sub.cfg) || rs.failed() || digests[name] != d.handlerFiles[name] {
 			stop = append(stop, name)
 		}
 		if !ok {
@@ -548,22 +551,16 @@ func (d *Daemon) applyReload(cfg *conf.Config) error {
 			starting = append(starting, sc)
 		}
 	}
-	built := maps.Clone(d.handlerFiles)
-	d.digestHandlerFiles(starting)
 	hs, err := d.newHandlers(starting) // closes what it built when one fails
 	if err != nil {
-		d.handlerFiles = built
 		return undo(err)
 	}
 	handlers := map[string]handler.Handler{}
 	for i, sc := range starting {
 		handlers[sc.Name] = hs[i]
+		d.handlerFiles[sc.Name] = digests[sc.Name]
 	}
-	for name := range d.handlerFiles {
-		if _, ok := wanted[name]; !ok {
-			delete(d.handlerFiles, name)
-		}
-	}
+	maps.DeleteFunc(d.handlerFiles, func(name, _ string) bool { _, ok := wanted[name]; return !ok })
 	d.setLogLevel(old.Log.Level, cfg.Log.Level) // before the subscriptions start, which log
 	d.stopSubscriptions(stop)
 	d.dropWaiting()

@@ -64,21 +64,8 @@ func (h *httpHandler) HandleBatch(ctx context.Context, ds []Delivery, outs []Out
 	_, named := resp.Header[httpOutcomeHeader]
 	if named || resp.StatusCode < 200 || resp.StatusCode > 299 {
 		o := h.outcome(resp)
-		switch {
-		case named:
-		case resp.StatusCode == http.StatusRequestEntityTooLarge && len(ds) == 1:
-			// A record past batch_max_bytes goes alone: no bound of a
-			// batch makes it smaller.
-			o = Failed(FailureHTTPStatus, statusError(resp, fmt.Sprintf(
-				"the server takes no body of %d bytes, a batch of this one record: raise the server's limit, or set max_failed_deliveries to give up on such a record",
-				len(body))))
-		case resp.StatusCode == http.StatusRequestEntityTooLarge:
-			// Held until the operator makes batches smaller: say how.
-			o = Failed(FailureHTTPStatus, statusError(resp, fmt.Sprintf(
-				"the server takes no body of %d bytes (a batch of %d records): lower batch_max_bytes or batch_max_records, or raise the server's limit",
-				len(body), len(ds))))
-		case o.Kind == OutcomeDrop:
-			o = Failed(FailureHTTPStatus, statusError(resp, batchRefusal(resp.StatusCode)))
+		if !named && o.Kind == OutcomeDrop { // a 4xx, but 408 and 429
+			o = Failed(FailureHTTPStatus, statusError(resp, batchRefusal(resp.StatusCode, len(body), len(ds))))
 		}
 		fill(outs, o)
 		return
@@ -97,14 +84,21 @@ func (h *httpHandler) HandleBatch(ctx context.Context, ds []Delivery, outs []Out
 	}
 }
 
-// batchRefusal explains a 4xx answer to a batch, which holds it: what to
-// check for the usual causes, and what a server should answer instead.
-func batchRefusal(code int) string {
+// batchRefusal explains a 4xx answer to a batch of records in a body of
+// size bytes, which holds it: what to check for the usual causes, and
+// what a server should answer instead.
+func batchRefusal(code, size, records int) string {
 	const drop = "a batch is not dropped by its status: a server that refuses some records answers drop for each"
-	switch code {
-	case http.StatusUnauthorized, http.StatusForbidden:
+	switch {
+	case code == http.StatusRequestEntityTooLarge && records == 1:
+		// A record past batch_max_bytes goes alone: no bound of a batch
+		// makes it smaller.
+		return fmt.Sprintf("the server takes no body of %d bytes, a batch of this one record: raise the server's limit, or set max_failed_deliveries to give up on such a record", size)
+	case code == http.StatusRequestEntityTooLarge:
+		return fmt.Sprintf("the server takes no body of %d bytes (a batch of %d records): lower batch_max_bytes or batch_max_records, or raise the server's limit", size, records)
+	case code == http.StatusUnauthorized, code == http.StatusForbidden:
 		return "the server refuses the credentials: check bearer_token_file and the configured headers (" + drop + ")"
-	case http.StatusNotFound, http.StatusMethodNotAllowed:
+	case code == http.StatusNotFound, code == http.StatusMethodNotAllowed:
 		return "check the url: the server takes no POST there (" + drop + ")"
 	}
 	return drop

@@ -532,9 +532,8 @@ func TestNATSHandlerOutlivesRefusedCredentials(t *testing.T) {
 func TestNATSHandlerFiles(t *testing.T) {
 	srv := natstest.Start(t)
 	srv.AddStream(jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}})
-	file := func(name, content string) string { return writeTestFile(t, name, content) }
 	missing := filepath.Join(t.TempDir(), "missing")
-	notPEM := file("not.pem", "not a certificate\n")
+	notPEM := writeTestFile(t, "not.pem", "not a certificate\n")
 	tests := []struct {
 		name string
 		set  func(*conf.Handler)
@@ -542,8 +541,8 @@ func TestNATSHandlerFiles(t *testing.T) {
 	}{
 		{"creds_file missing", func(c *conf.Handler) { c.CredsFile = missing }, "creds_file: open " + missing},
 		{"creds_file without a JWT", func(c *conf.Handler) { c.CredsFile = notPEM }, "creds_file: " + notPEM + " holds no user JWT"},
-		{"creds_file without a seed", func(c *conf.Handler) { c.CredsFile = file("jwt.creds", userCreds(t)[0]) }, "holds no user seed"},
-		{"creds_file with another user's seed", func(c *conf.Handler) { c.CredsFile = file("mixed.creds", userCreds(t)[0]+userCreds(t)[1]) }, "its seed is not that of the user of its JWT"},
+		{"creds_file without a seed", func(c *conf.Handler) { c.CredsFile = writeTestFile(t, "jwt.creds", userCreds(t)[0]) }, "holds no user seed"},
+		{"creds_file with another user's seed", func(c *conf.Handler) { c.CredsFile = writeTestFile(t, "mixed.creds", userCreds(t)[0]+userCreds(t)[1]) }, "its seed is not that of the user of its JWT"},
 		{"ca_file missing", func(c *conf.Handler) { c.CAFile = missing }, "ca_file: nats: error loading or parsing rootCA file"},
 		{"ca_file not PEM", func(c *conf.Handler) { c.CAFile = notPEM }, "ca_file: nats: failed to parse root certificate"},
 		{"cert_file missing", func(c *conf.Handler) { c.CertFile, c.KeyFile = missing, notPEM }, "cert_file and key_file: nats: error loading client certificate"},
@@ -559,7 +558,7 @@ func TestNATSHandlerFiles(t *testing.T) {
 	}
 	cfg := natsConfig(srv)
 	creds := userCreds(t)
-	cfg.CredsFile = file("user.creds", creds[0]+creds[1])
+	cfg.CredsFile = writeTestFile(t, "user.creds", creds[0]+creds[1])
 	h := mustNewHandler(t, cfg)
 	d := testDelivery()
 	d.File, d.Offset = "abc", 1
@@ -584,12 +583,15 @@ func userCreds(t *testing.T) [2]string {
 		t.Fatal(err)
 	}
 	seed, _ := user.Seed()
-	creds, err := jwt.FormatUserConfig(token, seed)
+	decoratedJWT, err := jwt.DecorateJWT(token)
 	if err != nil {
 		t.Fatal(err)
 	}
-	i := strings.Index(string(creds), "************************* IMPORTANT")
-	return [2]string{string(creds[:i]), string(creds[i:])}
+	decoratedSeed, err := jwt.DecorateSeed(seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return [2]string{string(decoratedJWT), string(decoratedSeed)}
 }
 
 // switchAuth accepts or refuses every client, as accept says, and counts

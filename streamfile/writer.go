@@ -192,7 +192,7 @@ func (w *Writer) init(opts CreateOptions) error {
 		return w.writeHeader(opts.Header)
 	}
 	if err != nil && opts.Create {
-		if hole, _ := w.headerHole(); hole {
+		if w.headerHole() {
 			w.log.Error(msgHeaderHole, "file", w.f.Name(), "size", size)
 			return w.writeHeader(opts.Header)
 		}
@@ -250,7 +250,7 @@ func (w *Writer) startOver(size int64) (int64, error) {
 	}
 	h, err := ReadHeader(w.f)
 	if err != nil {
-		if hole, _ := w.headerHole(); hole {
+		if w.headerHole() {
 			w.log.Error(msgHeaderHole, "file", w.f.Name(), "size", size)
 			return newHeader()
 		}
@@ -434,7 +434,7 @@ func (w *Writer) writeBatch(frames []Frame, assignSeq bool) error {
 	w.end += int64(len(w.buf))
 	// The batch is written; a header that cannot be read back now is the
 	// next batch's to find (startOver).
-	if hole, _ := w.headerHole(); hole {
+	if w.headerHole() {
 		w.forget()
 		return errTruncatedUnder
 	}
@@ -444,16 +444,10 @@ func (w *Writer) writeBatch(frames []Frame, assignSeq bool) error {
 // headerHole reports whether the file's first HeaderSize bytes are all
 // zero: a hole where its header was, which a write past the end of a file
 // truncated under it leaves.
-func (w *Writer) headerHole() (bool, error) {
+func (w *Writer) headerHole() bool {
 	var b [HeaderSize]byte
-	n, err := w.f.ReadAt(b[:], 0)
-	if n < HeaderSize {
-		if err != nil && !errors.Is(err, io.EOF) {
-			return false, fmt.Errorf("streamfile: read the header of %s: %w", w.f.Name(), err)
-		}
-		return false, nil // truncated after the write: the next batch starts over
-	}
-	return b == [HeaderSize]byte{}, nil
+	n, _ := w.f.ReadAt(b[:], 0) // shorter (truncated after the write): the next batch starts over
+	return n == HeaderSize && b == [HeaderSize]byte{}
 }
 
 // AppendError is a batch whose write failed part way (a full disk, an I/O
