@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -40,9 +41,7 @@ func (dl *deliverer) answer(ctx context.Context, stop <-chan struct{}, d *handle
 			return o, err
 		}
 		if o.Kind != handler.OutcomeFailed {
-			if failures > 0 {
-				dl.hold.end(dl.logger, dl.metrics.Held)
-			}
+			dl.answered(failures)
 			return o, nil
 		}
 		retry, err := dl.failedDelivery(ctx, stop, back, []handler.Outcome{o}, &failures, d, at)
@@ -83,9 +82,7 @@ func (dl *deliverer) answerBatch(ctx context.Context, stop <-chan struct{}, bh h
 			}
 		}
 		if len(failed) == 0 {
-			if failures > 0 {
-				dl.hold.end(dl.logger, dl.metrics.Held)
-			}
+			dl.answered(failures)
 			return nil
 		}
 		// The hold follows the failure of highest holdRank, put first,
@@ -119,6 +116,17 @@ func (dl *deliverer) answerBatch(ctx context.Context, stop <-chan struct{}, bh h
 				pending[j] = ds[i]
 			}
 		}
+	}
+}
+
+// answered tells the hold log that a delivery was answered after failures
+// failed deliveries in a row: the end of its hold, and of the spell with
+// the last one held.
+func (dl *deliverer) answered(failures int) {
+	if failures > 0 {
+		dl.hold.end(dl.logger, dl.metrics.Held)
+	} else {
+		dl.hold.answered(dl.logger)
 	}
 }
 
@@ -160,7 +168,9 @@ func (dl *deliverer) failedDelivery(ctx context.Context, stop, back <-chan struc
 	if limit := dl.cfg.MaxFailedDeliveries; limit > 0 && *failures >= limit {
 		dl.limitLog.Warn(dl.logger, "delivery failed max_failed_deliveries times in a row; settling the record as a retry",
 			"failures", *failures, "seq", d.Seq, at, "records", records, "reason", o.Failure.String(), "err", o.Err)
-		dl.hold.end(nil, dl.metrics.Held)
+		if *failures > 1 { // held since its first failure
+			dl.hold.gaveUp(dl.metrics.Held, records)
+		}
 		return true, nil
 	}
 	wait := dl.settler.backoffFor(uint64(*failures))
@@ -205,14 +215,17 @@ func holdRank(f handler.Failure) int {
 
 // holdLog is the state of a subscription's held deliveries, for its gauge
 // and its log: the first failure of a spell is logged at once, then a
-// summary at most once a minute while it lasts, and the recovery once.
+// summary at most once a minute while it lasts, and the recovery once. A
+// spell lasts until a delivery is answered: records settled as retries at
+// max_failed_deliveries one after the other are one spell, not one each.
 type holdLog struct {
 	mu       sync.Mutex
-	held     int       // deliveries held now
-	since    time.Time // when the spell began
-	failures int       // in the spell
-	records  int       // the records of those failures (a batch counts each)
-	unlogged int       // failures since the last line
+	open     atomic.Bool // a spell is on; set under mu, read without it by answered
+	held     int         // deliveries held now
+	since    time.Time   // when the spell began
+	failures int         // in the spell
+	records  int         // the records of those failures (a batch counts each)
+	unlogged int         // failures since the last line
 	lastLine time.Time
 	lastErr  error
 }
@@ -232,6 +245,7 @@ func (h *holdLog) failed(logger *slog.Logger, gauge prometheus.Gauge, first bool
 	h.records += records
 	h.lastErr = o.Err
 	if h.failures == 1 {
+		h.open.Store(true)
 		h.since, h.lastLine = now, now
 		logger.Warn("delivery failed; holding the record and delivering it again in place until the handler answers",
 			"reason", o.Failure.String(), "key", d.Key, "seq", d.Seq, at, "retry_in", wait, "err", o.Err)
@@ -251,14 +265,55 @@ func (h *holdLog) failed(logger *slog.Logger, gauge prometheus.Gauge, first bool
 func (h *holdLog) end(logger *slog.Logger, gauge prometheus.Gauge) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.held--
-	if h.held > 0 {
+	if h.release(gauge) {
+		h.close(logger)
+	}
+}
+
+// gaveUp counts the last failed delivery of a held delivery, of records
+// records, settled at max_failed_deliveries, and releases it. The handler
+// did not answer it, so the spell goes on: the next record's failures are
+// summed up in it rather than logged as a new one.
+func (h *holdLog) gaveUp(gauge prometheus.Gauge, records int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.failures++
+	h.records += records
+	h.release(gauge)
+}
+
+// answered ends a spell that deliveries given up on left open, once a
+// delivery is answered at its first try while none is held: logged as a
+// recovery with logger.
+func (h *holdLog) answered(logger *slog.Logger) {
+	if !h.open.Load() {
 		return
 	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.held == 0 && h.open.Load() {
+		h.close(logger)
+	}
+}
+
+// release counts a held delivery out, and reports whether it was the last
+// one. Under h.mu.
+func (h *holdLog) release(gauge prometheus.Gauge) bool {
+	h.held--
+	if h.held > 0 {
+		return false
+	}
 	gauge.Set(0)
-	if logger != nil {
+	return true
+}
+
+// close ends the spell, logged as a recovery with logger unless it is nil.
+// Under h.mu.
+func (h *holdLog) close(logger *slog.Logger) {
+	if logger != nil && h.failures > 0 {
 		logger.Info("the handler answers again; held deliveries go on",
 			"held_for", time.Since(h.since).Round(time.Millisecond), "failed_deliveries", h.failures, "failed_records", h.records)
 	}
 	h.failures, h.records, h.unlogged = 0, 0, 0
+	h.open.Store(false)
 }

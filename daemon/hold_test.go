@@ -237,6 +237,49 @@ func TestHoldLimit(t *testing.T) {
 	})
 }
 
+// TestHoldLimitOneSpell: records given up on at max_failed_deliveries one
+// after the other, in an outage, are one spell: its first failure is
+// logged once, not the first failure of each record, the gauge is 0
+// between them, and the spell ends with the first delivery answered,
+// failed before or not.
+func TestHoldLimitOneSpell(t *testing.T) {
+	for _, last := range []struct {
+		name    string
+		answers []handler.Outcome
+		failed  string // failed deliveries in the spell
+	}{
+		{"at once", []handler.Outcome{ack}, "6"},
+		{"after a failure", []handler.Outcome{failedWith(handler.FailureUnreachable, 0), ack}, "7"},
+	} {
+		t.Run(last.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				sc := holdSub(time.Second)
+				sc.MaxFailedDeliveries = 2
+				f := failedWith(handler.FailureUnreachable, 0)
+				e := newHoldEnv(t, sc, append([]handler.Outcome{f, f, f, f, f, f}, last.answers...)...)
+				for seq := uint64(1); seq <= 4; seq++ {
+					o, err := e.dl.answer(t.Context(), nil, settleDelivery(seq, nil, nil), 0, slog.Int64("offset", int64(seq)*128), monoNow())
+					want := handler.OutcomeRetry
+					if seq == 4 {
+						want = handler.OutcomeAck
+					}
+					if err != nil || o.Kind != want {
+						t.Fatalf("record %d: answer = %v, %v; want %v", seq, o.Kind, err, want)
+					}
+					if g := testutil.ToFloat64(e.m.Held); g != 0 {
+						t.Errorf("record %d: held gauge %v after its answer, want 0", seq, g)
+					}
+				}
+				checkLogs(t, e.logs.all(), []wantLog{
+					{slog.LevelWarn, msgHoldFirst, map[string]string{"seq": "1"}},
+					{slog.LevelWarn, msgHoldLimit, map[string]string{"seq": "1"}}, // then one per ratelog.Every
+					{slog.LevelInfo, msgHoldEnd, map[string]string{"failed_deliveries": last.failed}},
+				})
+			})
+		})
+	}
+}
+
 // TestHoldStop: a held delivery ends with errStopped when the
 // subscription stops, and a delivery cancelled at shutdown is not a
 // failure.
