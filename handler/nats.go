@@ -81,6 +81,7 @@ type natsHandler struct {
 	logger  *slog.Logger
 	late    sync.WaitGroup // the stream check of a connection made after the start, and connecting anew
 	closed  chan struct{}  // closed by Close
+	batches sync.Pool      // of *natsBatch, for HandleBatch
 	errLog  ratelog.Line   // the server's errors, at most one line per ratelog.Every
 	dialLog ratelog.Line   // the failed tries to (re)connect, likewise
 
@@ -405,7 +406,8 @@ func (h *natsHandler) Handle(ctx context.Context, d *Delivery) Outcome {
 	if err != nil {
 		return h.failure(ctx, d, err)
 	}
-	return h.wait(ctx, d, f)
+	o, _ := h.wait(ctx, d, f)
+	return o
 }
 
 // HandleBatch publishes every record of ds, then waits for their
@@ -414,21 +416,69 @@ func (h *natsHandler) Handle(ctx context.Context, d *Delivery) Outcome {
 // gets its own outcome, as from Handle: those that failed are held and
 // published again together.
 func (h *natsHandler) HandleBatch(ctx context.Context, ds []Delivery, outs []Outcome) {
-	fs := make([]jetstream.PubAckFuture, len(ds))
+	b, _ := h.batches.Get().(*natsBatch)
+	if b == nil {
+		b = new(natsBatch)
+	}
+	b.start(len(ds))
 	for i := range ds {
 		err := ctx.Err() // once ctx ends, the rest is not published
 		if err == nil {
-			fs[i], err = h.publish(&ds[i])
+			b.futures[i], err = h.conn.Load().js.PublishMsgAsync(b.message(i, h.subject, &ds[i]))
 		}
 		if err != nil {
 			outs[i] = h.failure(ctx, &ds[i], err)
 		}
 	}
-	for i, f := range fs {
+	answered := true
+	for i, f := range b.futures {
 		if f != nil {
-			outs[i] = h.wait(ctx, &ds[i], f)
+			var ok bool
+			outs[i], ok = h.wait(ctx, &ds[i], f)
+			answered = answered && ok
 		}
 	}
+	if answered {
+		// The client is done with every message of b; the pool keeps
+		// no record alive.
+		for i := range ds {
+			b.msgs[i].Data = nil
+		}
+		clear(b.futures)
+		h.batches.Put(b)
+	}
+}
+
+// natsBatch is the messages HandleBatch publishes, kept for the next batch
+// once the client is done with them (each publish has its answer): their
+// header maps, cleared, take the next records' fields, so that a message
+// costs no more than the values of its fields.
+type natsBatch struct {
+	msgs    []nats.Msg
+	futures []jetstream.PubAckFuture
+	values  fieldValues // of every message's fields
+}
+
+// start readies b for a batch of n records.
+func (b *natsBatch) start(n int) {
+	if n > len(b.msgs) {
+		b.msgs = append(b.msgs, make([]nats.Msg, n-len(b.msgs))...)
+	}
+	b.futures = append(b.futures[:0], make([]jetstream.PubAckFuture, n)...)
+	b.values = b.values[:0]
+}
+
+// message returns the i-th message of b, made of d, to publish on subject.
+func (b *natsBatch) message(i int, subject string, d *Delivery) *nats.Msg {
+	m := &b.msgs[i]
+	if m.Header == nil {
+		m.Header = make(nats.Header, natsFields(d))
+	} else {
+		clear(m.Header)
+	}
+	m.Subject, m.Data = subject, d.Payload
+	putNATSFields(m.Header, &b.values, d)
+	return m
 }
 
 // publish publishes d asynchronously.
@@ -437,22 +487,24 @@ func (h *natsHandler) publish(d *Delivery) (jetstream.PubAckFuture, error) {
 }
 
 // wait waits for the acknowledgement of d's publish f, and returns its
-// outcome.
-func (h *natsHandler) wait(ctx context.Context, d *Delivery, f jetstream.PubAckFuture) Outcome {
+// outcome, and whether f answered (the client is done with the message):
+// not when ctx ended first.
+func (h *natsHandler) wait(ctx context.Context, d *Delivery, f jetstream.PubAckFuture) (Outcome, bool) {
 	var err error
 	select {
 	case ack := <-f.Ok():
-		return Outcome{Kind: OutcomeAck, Duplicate: ack.Duplicate}
+		return Outcome{Kind: OutcomeAck, Duplicate: ack.Duplicate}, true
 	case err = <-f.Err():
+		return h.failure(ctx, d, err), true
 	case <-ctx.Done():
 		select { // an acknowledgement at the same moment wins: the record is stored
 		case ack := <-f.Ok():
-			return Outcome{Kind: OutcomeAck, Duplicate: ack.Duplicate}
+			return Outcome{Kind: OutcomeAck, Duplicate: ack.Duplicate}, true
 		default:
 			err = ctx.Err()
 		}
 	}
-	return h.failure(ctx, d, err)
+	return h.failure(ctx, d, err), false
 }
 
 // failure maps a publish error to an outcome.
@@ -491,14 +543,25 @@ func (h *natsHandler) failure(ctx context.Context, d *Delivery, err error) Outco
 
 // natsHeader returns the NATS headers of d.
 func natsHeader(d *Delivery) nats.Header {
-	n := len(d.Headers) + len(deliveryMeta) + 1
+	n := natsFields(d)
 	h := make(nats.Header, n)
 	vs := make(fieldValues, 0, n)
-	putRecordFields(h, &vs, d)
+	putNATSFields(h, &vs, d)
+	return h
+}
+
+// natsFields is the number of header fields of d's message, at most.
+func natsFields(d *Delivery) int {
+	return len(d.Headers) + len(deliveryMeta) + 1
+}
+
+// putNATSFields puts the header fields of d's message into h, their
+// values into vs.
+func putNATSFields(h nats.Header, vs *fieldValues, d *Delivery) {
+	putRecordFields(h, vs, d)
 	if d.File != "" {
 		vs.put(h, natsMsgIDHeader, natsMsgID(d))
 	}
-	return h
 }
 
 // natsMsgID is the Nats-Msg-Id of a subscription's record: the

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"net"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -225,6 +227,49 @@ func TestNATSHandlerBatch(t *testing.T) {
 	for i, o := range outs[:2] {
 		if o.Kind != OutcomeFailed || o.Failure != FailureCanceled {
 			t.Errorf("cancelled, record %d: %+v, want failed (canceled)", i, o)
+		}
+	}
+}
+
+// TestNATSHandlerBatchAgain: the messages of a batch, made again for the
+// next ones, carry each record's own fields and nothing of the records
+// before: a record with fewer headers, a batch with fewer records, a
+// record without a file (no Nats-Msg-Id).
+func TestNATSHandlerBatchAgain(t *testing.T) {
+	srv := natstest.Start(t)
+	srv.AddStream(jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}})
+	h := mustNewHandler(t, natsConfig(srv)).(BatchHandler)
+	record := func(offset int64, headers int) Delivery {
+		d := *testDelivery()
+		d.File, d.Offset, d.Seq, d.Payload = "abc", offset, uint64(offset), []byte(strconv.FormatInt(offset, 10))
+		d.Headers = d.Headers[:headers]
+		return d
+	}
+	noFile := record(9, 0)
+	noFile.File = ""
+	var sent []Delivery
+	for _, ds := range [][]Delivery{
+		{record(1, 4), record(2, 4), record(3, 4)},
+		{record(4, 1), record(5, 0)},
+		{record(6, 2), record(7, 4), record(8, 3), noFile},
+	} {
+		outs := make([]Outcome, len(ds))
+		h.HandleBatch(t.Context(), ds, outs)
+		for i, o := range outs {
+			checkOutcome(t, o, OutcomeAck, 0, 0, "")
+			sent = append(sent, ds[i])
+		}
+	}
+	msgs := srv.Messages("ORDERS")
+	if len(msgs) != len(sent) {
+		t.Fatalf("the stream holds %d messages, want %d", len(msgs), len(sent))
+	}
+	for i, m := range msgs {
+		if want := natsHeader(&sent[i]); !maps.EqualFunc(m.Headers(), want, slices.Equal) {
+			t.Errorf("message %d: headers %v, want %v", i, m.Headers(), want)
+		}
+		if string(m.Data()) != string(sent[i].Payload) {
+			t.Errorf("message %d: payload %q, want %q", i, m.Data(), sent[i].Payload)
 		}
 	}
 }
@@ -626,16 +671,31 @@ func startServer(t *testing.T, opts *server.Options) *server.Server {
 
 // BenchmarkNATSHeader: the headers of a plain record forwarded from a file
 // (its stream-sequence, the delivery's metadata, Nats-Msg-Id), and their
-// encoding by the client library, which publishing does for each record.
+// encoding by the client library, which publishing does for each record:
+// in a message of its own (Handle), and in a message of a batch made again
+// (HandleBatch).
 func BenchmarkNATSHeader(b *testing.B) {
 	d := &Delivery{Subscription: "bench", Key: "orders", Seq: 123456, TimestampMs: 1700000000500,
 		Headers: envelope.Headers{{Name: envelope.SequenceHeader, Value: []byte("123456")}},
 		File:    "0123456789abcdef01234567", Offset: 987654321, Payload: make([]byte, 512)}
-	b.ReportAllocs()
-	for b.Loop() {
-		m := &nats.Msg{Subject: "orders.orders", Data: d.Payload, Header: natsHeader(d)}
-		if m.Size() == 0 {
-			b.Fatal("no size")
-		}
+	var batch natsBatch
+	for _, bench := range []struct {
+		name    string
+		message func() *nats.Msg
+	}{
+		{"record", func() *nats.Msg { return &nats.Msg{Subject: "orders.orders", Data: d.Payload, Header: natsHeader(d)} }},
+		{"batch", func() *nats.Msg {
+			batch.start(1)
+			return batch.message(0, "orders.orders", d)
+		}},
+	} {
+		b.Run(bench.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if bench.message().Size() == 0 {
+					b.Fatal("no size")
+				}
+			}
+		})
 	}
 }
