@@ -347,7 +347,7 @@ func TestNATSOutage(t *testing.T) {
 }
 
 // TestNATSKill9 kills streamd with SIGKILL 10 times at random points while
-// a producer appends and it forwards, one run publishing each record on
+// a producer appends and it forwards (200 to 800 ms after it runs), one run publishing each record on
 // its own with concurrency 4, the next batches of up to 32 with
 // concurrency 2, and so on: records acked by JetStream but not yet
 // committed are published again by the next run, and JetStream's
@@ -379,6 +379,9 @@ func TestNATSKill9(t *testing.T) {
 		e.writeConfig(configs[i%len(configs)])
 		metrics = e.withMetrics()
 		p := e.start()
+		// A kill before it runs (a slow start on a busy machine) would
+		// test nothing: the random point is in its forwarding.
+		eventually(t, 30*time.Second, "the daemon to run", func() bool { return strings.Contains(p.stderr.String(), "streamd running") })
 		time.Sleep(time.Duration(200+rng.IntN(601)) * time.Millisecond)
 		if v, ok := scrapeGauge(metrics, `streamd_handler_duplicate_acks_total{subscription="billing"}`); ok {
 			duplicates += v
