@@ -41,7 +41,7 @@ func (dl *deliverer) answer(ctx context.Context, stop <-chan struct{}, d *handle
 			return o, err
 		}
 		if o.Kind != handler.OutcomeFailed {
-			dl.answered(failures)
+			dl.hold.answered(dl.logger, dl.metrics.Held, failures > 0)
 			return o, nil
 		}
 		retry, err := dl.failedDelivery(ctx, stop, back, []handler.Outcome{o}, &failures, d, at)
@@ -82,7 +82,7 @@ func (dl *deliverer) answerBatch(ctx context.Context, stop <-chan struct{}, bh h
 			}
 		}
 		if len(failed) == 0 {
-			dl.answered(failures)
+			dl.hold.answered(dl.logger, dl.metrics.Held, failures > 0)
 			return nil
 		}
 		// The hold follows the failure of highest holdRank, put first,
@@ -119,17 +119,6 @@ func (dl *deliverer) answerBatch(ctx context.Context, stop <-chan struct{}, bh h
 	}
 }
 
-// answered tells the hold log that a delivery was answered after failures
-// failed deliveries in a row: the end of its hold, and of the spell with
-// the last one held.
-func (dl *deliverer) answered(failures int) {
-	if failures > 0 {
-		dl.hold.end(dl.logger, dl.metrics.Held)
-	} else {
-		dl.hold.answered(dl.logger)
-	}
-}
-
 // reconnected returns the channel of the handler's next reconnection
 // ([handler.Reconnecting]), nil for a handler that does not tell.
 func (dl *deliverer) reconnected() <-chan struct{} {
@@ -155,7 +144,7 @@ func (dl *deliverer) failedDelivery(ctx context.Context, stop, back <-chan struc
 	o := fouts[0] // the outcome the wait and the log follow
 	if o.Failure == handler.FailureCanceled || ctx.Err() != nil {
 		if *failures > 0 {
-			dl.hold.end(nil, dl.metrics.Held)
+			dl.hold.end(dl.metrics.Held)
 		}
 		return false, errStopped // the daemon stops: not a failure of the handler
 	}
@@ -168,9 +157,9 @@ func (dl *deliverer) failedDelivery(ctx context.Context, stop, back <-chan struc
 	if limit := dl.cfg.MaxFailedDeliveries; limit > 0 && *failures >= limit {
 		dl.limitLog.Warn(dl.logger, "delivery failed max_failed_deliveries times in a row; settling the record as a retry",
 			"failures", *failures, "seq", d.Seq, at, "records", records, "reason", o.Failure.String(), "err", o.Err)
-		if *failures > 1 { // held since its first failure
-			dl.hold.gaveUp(dl.metrics.Held, records)
-		}
+		// failed, below, held the record at its first failure, unless
+		// the limit is 1.
+		dl.hold.gaveUp(dl.metrics.Held, *failures > 1, o, records)
 		return true, nil
 	}
 	wait := dl.settler.backoffFor(uint64(*failures))
@@ -195,7 +184,7 @@ func (dl *deliverer) failedDelivery(ctx context.Context, stop, back <-chan struc
 	default:
 		return false, nil
 	}
-	dl.hold.end(nil, dl.metrics.Held)
+	dl.hold.end(dl.metrics.Held)
 	return false, errStopped
 }
 
@@ -214,13 +203,14 @@ func holdRank(f handler.Failure) int {
 }
 
 // holdLog is the state of a subscription's held deliveries, for its gauge
-// and its log: the first failure of a spell is logged at once, then a
-// summary at most once a minute while it lasts, and the recovery once. A
-// spell lasts until a delivery is answered: records settled as retries at
-// max_failed_deliveries one after the other are one spell, not one each.
+// and its log: the first failure of a spell (an outage) is logged at
+// once, then a summary at most once a minute while it lasts, and the
+// recovery once. A spell lasts until a delivery is answered: records
+// settled as retries at max_failed_deliveries one after the other are one
+// spell, not one each, which stays open while no record comes.
 type holdLog struct {
 	mu       sync.Mutex
-	open     atomic.Bool // a spell is on; set under mu, read without it by answered
+	open     atomic.Bool // failures > 0, for answered to read without mu
 	held     int         // deliveries held now
 	since    time.Time   // when the spell began
 	failures int         // in the spell
@@ -241,11 +231,8 @@ func (h *holdLog) failed(logger *slog.Logger, gauge prometheus.Gauge, first bool
 		h.held++
 		gauge.Set(1)
 	}
-	h.failures++
-	h.records += records
-	h.lastErr = o.Err
+	h.count(o, records)
 	if h.failures == 1 {
-		h.open.Store(true)
 		h.since, h.lastLine = now, now
 		logger.Warn("delivery failed; holding the record and delivering it again in place until the handler answers",
 			"reason", o.Failure.String(), "key", d.Key, "seq", d.Seq, at, "retry_in", wait, "err", o.Err)
@@ -259,41 +246,59 @@ func (h *holdLog) failed(logger *slog.Logger, gauge prometheus.Gauge, first bool
 	}
 }
 
-// end releases a held delivery. When it was the last one, the spell ends:
-// logged as a recovery with logger (nil when the delivery was not
-// answered, as when the subscription stops).
-func (h *holdLog) end(logger *slog.Logger, gauge prometheus.Gauge) {
+// end releases a held delivery that was not answered (the subscription
+// stops). When it was the last one, the spell ends, without a word.
+func (h *holdLog) end(gauge prometheus.Gauge) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.release(gauge) {
-		h.close(logger)
+		h.close(nil)
 	}
 }
 
-// gaveUp counts the last failed delivery of a held delivery, of records
-// records, settled at max_failed_deliveries, and releases it. The handler
-// did not answer it, so the spell goes on: the next record's failures are
-// summed up in it rather than logged as a new one.
-func (h *holdLog) gaveUp(gauge prometheus.Gauge, records int) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.failures++
-	h.records += records
-	h.release(gauge)
-}
-
-// answered ends a spell that deliveries given up on left open, once a
-// delivery is answered at its first try while none is held: logged as a
-// recovery with logger.
-func (h *holdLog) answered(logger *slog.Logger) {
-	if !h.open.Load() {
+// answered records that a delivery was answered, held before (after
+// failed deliveries) or not. The spell ends with the last one held, or
+// with a delivery answered at its first try while none is held (the
+// spell of records given up on): logged as a recovery with logger.
+func (h *holdLog) answered(logger *slog.Logger, gauge prometheus.Gauge, held bool) {
+	if !held && !h.open.Load() {
 		return
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.held == 0 && h.open.Load() {
+	if held && !h.release(gauge) {
+		return // others are held
+	}
+	if h.held == 0 && h.failures > 0 {
 		h.close(logger)
 	}
+}
+
+// gaveUp counts the last failed delivery o, of records records, of a
+// delivery settled at max_failed_deliveries, and releases it if it was
+// held. The handler did not answer it, so the spell goes on: the next
+// record's failures are summed up in it rather than logged as a new one.
+// A delivery never held (max_failed_deliveries = 1) starts no spell.
+func (h *holdLog) gaveUp(gauge prometheus.Gauge, held bool, o handler.Outcome, records int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.failures == 0 {
+		return
+	}
+	h.count(o, records)
+	h.unlogged++
+	if held {
+		h.release(gauge)
+	}
+}
+
+// count counts a failed delivery o of records records in the spell, which
+// it starts if none is on. Under h.mu.
+func (h *holdLog) count(o handler.Outcome, records int) {
+	h.failures++
+	h.records += records
+	h.lastErr = o.Err
+	h.open.Store(true)
 }
 
 // release counts a held delivery out, and reports whether it was the last

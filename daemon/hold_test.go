@@ -218,51 +218,48 @@ func TestHoldSummary(t *testing.T) {
 	})
 }
 
-// TestHoldLimit: with max_failed_deliveries, the record is settled as a
-// retry at the limit.
+// TestHoldLimit: with max_failed_deliveries, a record is settled as a
+// retry at the limit, the gauge 0 after it. Records given up on one after
+// the other, in an outage, are one spell: its first failure is logged
+// once, not the first failure of each record, and the spell ends with the
+// first delivery answered, failed before or not. With a limit of 1 no
+// record is held, and no spell logged.
 func TestHoldLimit(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		sc := holdSub(time.Second)
-		sc.MaxFailedDeliveries = 3
-		f := failedWith(handler.FailureTempFail, 0)
-		e := newHoldEnv(t, sc, f, f, f)
-		o, err := e.dl.answer(t.Context(), nil, settleDelivery(1, nil, nil), 0, slog.Int64("offset", 128), monoNow())
-		if err != nil || o.Kind != handler.OutcomeRetry {
-			t.Fatalf("answer = %v, %v; want retry at the limit", o.Kind, err)
-		}
-		if g := testutil.ToFloat64(e.m.Held); g != 0 {
-			t.Errorf("held gauge %v after the limit, want 0", g)
-		}
-		checkLogs(t, e.logs.with(msgHoldLimit), []wantLog{{slog.LevelWarn, msgHoldLimit, map[string]string{"failures": "3", "reason": "tempfail"}}})
-	})
-}
-
-// TestHoldLimitOneSpell: records given up on at max_failed_deliveries one
-// after the other, in an outage, are one spell: its first failure is
-// logged once, not the first failure of each record, the gauge is 0
-// between them, and the spell ends with the first delivery answered,
-// failed before or not.
-func TestHoldLimitOneSpell(t *testing.T) {
-	for _, last := range []struct {
+	f, tempfail := failedWith(handler.FailureUnreachable, 0), failedWith(handler.FailureTempFail, 0)
+	retry, acked := handler.OutcomeRetry, handler.OutcomeAck
+	for _, c := range []struct {
 		name    string
+		limit   int
 		answers []handler.Outcome
-		failed  string // failed deliveries in the spell
+		want    []handler.OutcomeKind // of each record
+		logs    []wantLog
 	}{
-		{"at once", []handler.Outcome{ack}, "6"},
-		{"after a failure", []handler.Outcome{failedWith(handler.FailureUnreachable, 0), ack}, "7"},
+		{"one record", 3, []handler.Outcome{tempfail, tempfail, tempfail}, []handler.OutcomeKind{retry}, []wantLog{
+			{slog.LevelWarn, msgHoldFirst, map[string]string{"seq": "1"}},
+			{slog.LevelWarn, msgHoldLimit, map[string]string{"failures": "3", "reason": "tempfail"}},
+		}},
+		{"records in a row, then one answered at once", 2, []handler.Outcome{f, f, f, f, f, f, ack}, []handler.OutcomeKind{retry, retry, retry, acked}, []wantLog{
+			{slog.LevelWarn, msgHoldFirst, map[string]string{"seq": "1"}},
+			{slog.LevelWarn, msgHoldLimit, map[string]string{"seq": "1"}}, // then one per ratelog.Every
+			{slog.LevelInfo, msgHoldEnd, map[string]string{"failed_deliveries": "6"}},
+		}},
+		{"records in a row, then one answered after a failure", 2, []handler.Outcome{f, f, f, f, f, f, f, ack}, []handler.OutcomeKind{retry, retry, retry, acked}, []wantLog{
+			{slog.LevelWarn, msgHoldFirst, map[string]string{"seq": "1"}},
+			{slog.LevelWarn, msgHoldLimit, map[string]string{"seq": "1"}},
+			{slog.LevelInfo, msgHoldEnd, map[string]string{"failed_deliveries": "7"}},
+		}},
+		{"a limit of 1", 1, []handler.Outcome{f, f, ack}, []handler.OutcomeKind{retry, retry, acked}, []wantLog{
+			{slog.LevelWarn, msgHoldLimit, map[string]string{"seq": "1"}},
+		}},
 	} {
-		t.Run(last.name, func(t *testing.T) {
+		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				sc := holdSub(time.Second)
-				sc.MaxFailedDeliveries = 2
-				f := failedWith(handler.FailureUnreachable, 0)
-				e := newHoldEnv(t, sc, append([]handler.Outcome{f, f, f, f, f, f}, last.answers...)...)
-				for seq := uint64(1); seq <= 4; seq++ {
+				sc.MaxFailedDeliveries = c.limit
+				e := newHoldEnv(t, sc, c.answers...)
+				for i, want := range c.want {
+					seq := uint64(i + 1)
 					o, err := e.dl.answer(t.Context(), nil, settleDelivery(seq, nil, nil), 0, slog.Int64("offset", int64(seq)*128), monoNow())
-					want := handler.OutcomeRetry
-					if seq == 4 {
-						want = handler.OutcomeAck
-					}
 					if err != nil || o.Kind != want {
 						t.Fatalf("record %d: answer = %v, %v; want %v", seq, o.Kind, err, want)
 					}
@@ -270,11 +267,7 @@ func TestHoldLimitOneSpell(t *testing.T) {
 						t.Errorf("record %d: held gauge %v after its answer, want 0", seq, g)
 					}
 				}
-				checkLogs(t, e.logs.all(), []wantLog{
-					{slog.LevelWarn, msgHoldFirst, map[string]string{"seq": "1"}},
-					{slog.LevelWarn, msgHoldLimit, map[string]string{"seq": "1"}}, // then one per ratelog.Every
-					{slog.LevelInfo, msgHoldEnd, map[string]string{"failed_deliveries": last.failed}},
-				})
+				checkLogs(t, e.logs.all(), c.logs)
 			})
 		})
 	}

@@ -402,7 +402,7 @@ func (h *natsHandler) Close() error {
 // concurrency) come back on one reply subscription, timed out by the
 // client after the handler's timeout.
 func (h *natsHandler) Handle(ctx context.Context, d *Delivery) Outcome {
-	f, err := h.publish(d)
+	f, err := h.publish(&nats.Msg{Subject: h.subject, Data: d.Payload, Header: natsHeader(d)})
 	if err != nil {
 		return h.failure(ctx, d, err)
 	}
@@ -424,35 +424,30 @@ func (h *natsHandler) HandleBatch(ctx context.Context, ds []Delivery, outs []Out
 	for i := range ds {
 		err := ctx.Err() // once ctx ends, the rest is not published
 		if err == nil {
-			b.futures[i], err = h.conn.Load().js.PublishMsgAsync(b.message(i, h.subject, &ds[i]))
+			b.futures[i], err = h.publish(b.message(i, h.subject, &ds[i]))
 		}
 		if err != nil {
 			outs[i] = h.failure(ctx, &ds[i], err)
 		}
 	}
-	answered := true
+	acked := true
 	for i, f := range b.futures {
 		if f != nil {
 			var ok bool
 			outs[i], ok = h.wait(ctx, &ds[i], f)
-			answered = answered && ok
+			acked = acked && ok
 		}
 	}
-	if answered {
-		// The client is done with every message of b; the pool keeps
-		// no record alive.
-		for i := range ds {
-			b.msgs[i].Data = nil
-		}
-		clear(b.futures)
+	if acked { // the client is done with every message of b
+		b.reset(len(ds))
 		h.batches.Put(b)
 	}
 }
 
 // natsBatch is the messages HandleBatch publishes, kept for the next batch
-// once the client is done with them (each publish has its answer): their
-// header maps, cleared, take the next records' fields, so that a message
-// costs no more than the values of its fields.
+// once JetStream acknowledged each of them (the client is done with them
+// then): their header maps take the next records' fields, so that a
+// message costs no more than the values of its fields.
 type natsBatch struct {
 	msgs    []nats.Msg
 	futures []jetstream.PubAckFuture
@@ -465,7 +460,6 @@ func (b *natsBatch) start(n int) {
 		b.msgs = append(b.msgs, make([]nats.Msg, n-len(b.msgs))...)
 	}
 	b.futures = append(b.futures[:0], make([]jetstream.PubAckFuture, n)...)
-	b.values = b.values[:0]
 }
 
 // message returns the i-th message of b, made of d, to publish on subject.
@@ -473,29 +467,39 @@ func (b *natsBatch) message(i int, subject string, d *Delivery) *nats.Msg {
 	m := &b.msgs[i]
 	if m.Header == nil {
 		m.Header = make(nats.Header, natsFields(d))
-	} else {
-		clear(m.Header)
 	}
 	m.Subject, m.Data = subject, d.Payload
 	putNATSFields(m.Header, &b.values, d)
 	return m
 }
 
-// publish publishes d asynchronously.
-func (h *natsHandler) publish(d *Delivery) (jetstream.PubAckFuture, error) {
-	return h.conn.Load().js.PublishMsgAsync(&nats.Msg{Subject: h.subject, Data: d.Payload, Header: natsHeader(d)})
+// reset empties the first n messages of b, and what they held, for the
+// next batch: b keeps no record alive.
+func (b *natsBatch) reset(n int) {
+	for i := range b.msgs[:n] {
+		clear(b.msgs[i].Header)
+		b.msgs[i].Data = nil
+	}
+	clear(b.futures)
+	clear(b.values)
+	b.values = b.values[:0]
+}
+
+// publish publishes m asynchronously.
+func (h *natsHandler) publish(m *nats.Msg) (jetstream.PubAckFuture, error) {
+	return h.conn.Load().js.PublishMsgAsync(m)
 }
 
 // wait waits for the acknowledgement of d's publish f, and returns its
-// outcome, and whether f answered (the client is done with the message):
-// not when ctx ended first.
+// outcome, and whether JetStream acknowledged it. Only then is the client
+// done with the message: it may still read it after an error (a retry of
+// its own that a reconnection failed), and after ctx ended.
 func (h *natsHandler) wait(ctx context.Context, d *Delivery, f jetstream.PubAckFuture) (Outcome, bool) {
 	var err error
 	select {
 	case ack := <-f.Ok():
 		return Outcome{Kind: OutcomeAck, Duplicate: ack.Duplicate}, true
 	case err = <-f.Err():
-		return h.failure(ctx, d, err), true
 	case <-ctx.Done():
 		select { // an acknowledgement at the same moment wins: the record is stored
 		case ack := <-f.Ok():

@@ -231,10 +231,11 @@ func TestNATSHandlerBatch(t *testing.T) {
 	}
 }
 
-// TestNATSHandlerBatchAgain: the messages of a batch, made again for the
-// next ones, carry each record's own fields and nothing of the records
-// before: a record with fewer headers, a batch with fewer records, a
-// record without a file (no Nats-Msg-Id).
+// TestNATSHandlerBatchAgain: batches one after the other, of records with
+// fewer headers, fewer records, a record without a file (no Nats-Msg-Id):
+// each message in the stream carries its record's fields and payload, and
+// nothing of the records before (TestNATSBatchMadeAgain makes sure the
+// messages are made again).
 func TestNATSHandlerBatchAgain(t *testing.T) {
 	srv := natstest.Start(t)
 	srv.AddStream(jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}})
@@ -270,6 +271,39 @@ func TestNATSHandlerBatchAgain(t *testing.T) {
 		}
 		if string(m.Data()) != string(sent[i].Payload) {
 			t.Errorf("message %d: payload %q, want %q", i, m.Data(), sent[i].Payload)
+		}
+	}
+}
+
+// TestNATSBatchMadeAgain: a batch's messages, made again for a smaller
+// batch of records with fewer headers, carry each new record's fields and
+// nothing of the records before, and a reset batch holds no record.
+func TestNATSBatchMadeAgain(t *testing.T) {
+	record := func(offset int64, headers int) *Delivery {
+		d := testDelivery()
+		d.File, d.Offset, d.Seq, d.Payload = "abc", offset, uint64(offset), []byte(strconv.FormatInt(offset, 10))
+		d.Headers = d.Headers[:headers]
+		return d
+	}
+	noFile := record(6, 1)
+	noFile.File = ""
+	var b natsBatch
+	for _, ds := range [][]*Delivery{
+		{record(1, 4), record(2, 4), record(3, 4)},
+		{record(4, 0), noFile},
+	} {
+		b.start(len(ds))
+		for i, d := range ds {
+			m := b.message(i, "orders.orders", d)
+			if want := natsHeader(d); !maps.EqualFunc(m.Header, want, slices.Equal) || string(m.Data) != string(d.Payload) {
+				t.Errorf("record at %d: message %v %q, want %v %q", d.Offset, m.Header, m.Data, want, d.Payload)
+			}
+		}
+		b.reset(len(ds))
+		for i, m := range b.msgs {
+			if len(m.Header) != 0 || m.Data != nil {
+				t.Errorf("message %d after reset: %v %q, want empty", i, m.Header, m.Data)
+			}
 		}
 	}
 }
@@ -680,19 +714,23 @@ func BenchmarkNATSHeader(b *testing.B) {
 		File:    "0123456789abcdef01234567", Offset: 987654321, Payload: make([]byte, 512)}
 	var batch natsBatch
 	for _, bench := range []struct {
-		name    string
-		message func() *nats.Msg
+		name string
+		size func() int // of the message made
 	}{
-		{"record", func() *nats.Msg { return &nats.Msg{Subject: "orders.orders", Data: d.Payload, Header: natsHeader(d)} }},
-		{"batch", func() *nats.Msg {
+		{"record", func() int {
+			return (&nats.Msg{Subject: "orders.orders", Data: d.Payload, Header: natsHeader(d)}).Size()
+		}},
+		{"batch", func() int {
 			batch.start(1)
-			return batch.message(0, "orders.orders", d)
+			n := batch.message(0, "orders.orders", d).Size()
+			batch.reset(1)
+			return n
 		}},
 	} {
 		b.Run(bench.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if bench.message().Size() == 0 {
+				if bench.size() == 0 {
 					b.Fatal("no size")
 				}
 			}
