@@ -112,7 +112,7 @@ func runStageShell(t *testing.T, dir string, stdin []byte, timeout time.Duration
 	case <-time.After(timeout):
 		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		<-done
-		t.Fatalf("the pipeline ran longer than %s; stderr:\n%s", timeout, errb.String())
+		t.Fatalf("the pipeline ran longer than %s; stderr:\n%s%s%s", timeout, errb.String(), stageFile(dir, "a.err"), stageFile(dir, "b.err"))
 	}
 	elapsed := time.Since(start)
 	code := 0
@@ -845,7 +845,9 @@ func TestPipeLargeRecordNextStage(t *testing.T) {
 	writeStageConfig(t, dir, "b.toml", `shutdown_timeout = "5s"`,
 		stageSub("retries", "jobs.retry", `out_retry = "jobs.retry2"`,
 			`if cmp -s - "$DIR/payload"; then p=same; else p=differs; fi; echo "$p $STREAMD_ATTEMPT $STREAMD_HEADER_X_RUSTSTREAM_RETRY_COUNT" >> "$DIR/b.log"`))
-	r, _ := runStageShell(t, dir, nil, 30*time.Second, `
+	// A race-built stage takes seconds over such a line, and several
+	// times longer beside the other tests on a busy machine.
+	r, _ := runStageShell(t, dir, nil, 90*time.Second, `
 { "$STREAMD" pipe --config.file="$DIR/a.toml" --log.format=json < "$DIR/in" 2>"$DIR/a.err"; echo $? > "$DIR/a.rc"; } |
 { "$STREAMD" pipe --config.file="$DIR/b.toml" --log.format=json 2>"$DIR/b.err"; echo $? > "$DIR/b.rc"; }`)
 	if r.code != 0 || r.stderr != "" || r.stdout != "" {
