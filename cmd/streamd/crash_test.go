@@ -458,7 +458,10 @@ func TestCrashKill9(t *testing.T) {
 			t.Logf("at the end: %s (%d records)", missing, records)
 		}
 	}()
-	eventually(t, 60*time.Second, "the daemon to deliver everything and go quiet", func() bool {
+	// Each look reads the delivery log and the whole stream file: four a
+	// second leave the cores to the daemon, which may have thousands of
+	// handler processes to start.
+	eventuallyEvery(t, 3*time.Minute, 250*time.Millisecond, "the daemon to deliver everything and go quiet", func() bool {
 		lines, recs := e.deliveries(), scanFrames(e.stream)
 		if len(lines) != lastLog || len(recs) != lastFrames {
 			lastLog, lastFrames, quietSince = len(lines), len(recs), time.Now()

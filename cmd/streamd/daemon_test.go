@@ -174,12 +174,19 @@ func (e *env) deliveries() []string {
 // eventually polls cond until it holds or the timeout passes.
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
+	eventuallyEvery(t, timeout, 20*time.Millisecond, what, cond)
+}
+
+// eventuallyEvery is eventually with cond tried every interval: for a
+// cond that costs enough to slow the daemon it waits for.
+func eventuallyEvery(t *testing.T, timeout, interval time.Duration, what string, cond func() bool) {
+	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out after %s waiting for %s", timeout, what)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(interval)
 	}
 }
 
