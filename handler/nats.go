@@ -396,18 +396,15 @@ func (h *natsHandler) Close() error {
 	return nil
 }
 
-// Handle publishes d and waits for JetStream's acknowledgement. It
-// publishes asynchronously, as JetStream's own benchmark publisher does:
-// the acknowledgements of the deliveries in flight (the subscription's
-// concurrency) come back on one reply subscription, timed out by the
-// client after the handler's timeout.
+// Handle publishes d and waits for JetStream's acknowledgement: a batch
+// of one (HandleBatch). It publishes asynchronously, as JetStream's own
+// benchmark publisher does: the acknowledgements of the deliveries in
+// flight (the subscription's concurrency) come back on one reply
+// subscription, timed out by the client after the handler's timeout.
 func (h *natsHandler) Handle(ctx context.Context, d *Delivery) Outcome {
-	f, err := h.publish(&nats.Msg{Subject: h.subject, Data: d.Payload, Header: natsHeader(d)})
-	if err != nil {
-		return h.failure(ctx, d, err)
-	}
-	o, _ := h.wait(ctx, d, f)
-	return o
+	var out [1]Outcome
+	h.HandleBatch(ctx, []Delivery{*d}, out[:])
+	return out[0]
 }
 
 // HandleBatch publishes every record of ds, then waits for their
@@ -424,17 +421,17 @@ func (h *natsHandler) HandleBatch(ctx context.Context, ds []Delivery, outs []Out
 	for i := range ds {
 		err := ctx.Err() // once ctx ends, the rest is not published
 		if err == nil {
-			b.futures[i], err = h.publish(b.message(i, h.subject, &ds[i]))
+			b.futures[i], err = h.conn.Load().js.PublishMsgAsync(b.message(i, h.subject, &ds[i]))
 		}
 		if err != nil {
-			outs[i] = h.failure(ctx, &ds[i], err)
+			outs[i] = h.failure(ctx, &ds[i], &b.msgs[i], err)
 		}
 	}
 	acked := true
 	for i, f := range b.futures {
 		if f != nil {
 			var ok bool
-			outs[i], ok = h.wait(ctx, &ds[i], f)
+			outs[i], ok = h.wait(ctx, &ds[i], &b.msgs[i], f)
 			acked = acked && ok
 		}
 	}
@@ -466,10 +463,13 @@ func (b *natsBatch) start(n int) {
 func (b *natsBatch) message(i int, subject string, d *Delivery) *nats.Msg {
 	m := &b.msgs[i]
 	if m.Header == nil {
-		m.Header = make(nats.Header, natsFields(d))
+		m.Header = make(nats.Header, len(d.Headers)+len(deliveryMeta)+1) // +1: Nats-Msg-Id
 	}
 	m.Subject, m.Data = subject, d.Payload
-	putNATSFields(m.Header, &b.values, d)
+	putRecordFields(m.Header, &b.values, d)
+	if d.File != "" {
+		b.values.put(m.Header, natsMsgIDHeader, natsMsgID(d))
+	}
 	return m
 }
 
@@ -485,16 +485,11 @@ func (b *natsBatch) reset(n int) {
 	b.values = b.values[:0]
 }
 
-// publish publishes m asynchronously.
-func (h *natsHandler) publish(m *nats.Msg) (jetstream.PubAckFuture, error) {
-	return h.conn.Load().js.PublishMsgAsync(m)
-}
-
-// wait waits for the acknowledgement of d's publish f, and returns its
-// outcome, and whether JetStream acknowledged it. Only then is the client
-// done with the message: it may still read it after an error (a retry of
-// its own that a reconnection failed), and after ctx ended.
-func (h *natsHandler) wait(ctx context.Context, d *Delivery, f jetstream.PubAckFuture) (Outcome, bool) {
+// wait waits for the acknowledgement of f, the publish of d's message m,
+// and returns its outcome, and whether JetStream acknowledged it. Only
+// then is the client done with m: it may still read it after an error (a
+// retry of its own that a reconnection failed), and after ctx ended.
+func (h *natsHandler) wait(ctx context.Context, d *Delivery, m *nats.Msg, f jetstream.PubAckFuture) (Outcome, bool) {
 	var err error
 	select {
 	case ack := <-f.Ok():
@@ -508,11 +503,11 @@ func (h *natsHandler) wait(ctx context.Context, d *Delivery, f jetstream.PubAckF
 			err = ctx.Err()
 		}
 	}
-	return h.failure(ctx, d, err), false
+	return h.failure(ctx, d, m, err), false
 }
 
-// failure maps a publish error to an outcome.
-func (h *natsHandler) failure(ctx context.Context, d *Delivery, err error) Outcome {
+// failure maps the error of the publish of d's message m to an outcome.
+func (h *natsHandler) failure(ctx context.Context, d *Delivery, m *nats.Msg, err error) Outcome {
 	apiErr, isAPI := errors.AsType[*jetstream.APIError](err)
 	nc := h.conn.Load().nc
 	switch {
@@ -520,7 +515,7 @@ func (h *natsHandler) failure(ctx context.Context, d *Delivery, err error) Outco
 		return Failed(FailureCanceled, fmt.Errorf("nats: cancelled: %w", context.Cause(ctx)))
 	case errors.Is(err, nats.ErrMaxPayload) || isAPI && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum:
 		// The limits count the message's headers too, not only the payload.
-		size := (&nats.Msg{Subject: h.subject, Data: d.Payload, Header: natsHeader(d)}).Size()
+		size := m.Size()
 		h.logger.Error("dropping a record too large for NATS (its payload and headers): raise the server's max_payload or the stream's max_msg_size to forward such records",
 			"subject", h.subject, "seq", d.Seq, "bytes", size, "payload_bytes", len(d.Payload), "err", err)
 		return Outcome{Kind: OutcomeDrop}
@@ -543,29 +538,6 @@ func (h *natsHandler) failure(ctx context.Context, d *Delivery, err error) Outco
 		return Failed(FailureUnreachable, err)
 	}
 	return Failed(FailureUnreachable, fmt.Errorf("nats: %w", err))
-}
-
-// natsHeader returns the NATS headers of d.
-func natsHeader(d *Delivery) nats.Header {
-	n := natsFields(d)
-	h := make(nats.Header, n)
-	vs := make(fieldValues, 0, n)
-	putNATSFields(h, &vs, d)
-	return h
-}
-
-// natsFields is the number of header fields of d's message, at most.
-func natsFields(d *Delivery) int {
-	return len(d.Headers) + len(deliveryMeta) + 1
-}
-
-// putNATSFields puts the header fields of d's message into h, their
-// values into vs.
-func putNATSFields(h nats.Header, vs *fieldValues, d *Delivery) {
-	putRecordFields(h, vs, d)
-	if d.File != "" {
-		vs.put(h, natsMsgIDHeader, natsMsgID(d))
-	}
 }
 
 // natsMsgID is the Nats-Msg-Id of a subscription's record: the
