@@ -18,7 +18,7 @@ LDFLAGS  := -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Revision=$(RE
 FUZZTIME ?= 10s
 BENCHTIME ?= 1s
 
-.PHONY: all build test test-short bench torture fuzz style vet tidy-check ci run clean verify-unit install check-config deb deb-tool
+.PHONY: all build test test-e2e-race test-short bench torture fuzz style vet tidy-check ci run clean verify-unit install check-config deb deb-tool
 
 all: build
 
@@ -29,6 +29,13 @@ build:
 test:
 	@echo ">> running tests (race detector on)"
 	$(GO) test -race -count=1 ./...
+
+# test-e2e-race runs the end-to-end tests again with the daemon they start
+# built with the race detector too (make test runs it as a plain build: see
+# STREAMD_E2E_RACE in cmd/streamd/e2e_test.go). CI runs both.
+test-e2e-race:
+	@echo ">> running the end-to-end tests with a race-built daemon"
+	STREAMD_E2E_RACE=1 $(GO) test -race -count=1 ./cmd/streamd
 
 test-short:
 	@echo ">> running short tests"
@@ -47,16 +54,16 @@ bench:
 	$(GO) run ./tools/benchreport < bench.out > BENCHMARKS.md
 	@echo ">> wrote BENCHMARKS.md"
 
-# torture kills the daemon with SIGKILL $(KILLS) times at random points while a
-# producer appends and handlers mix every outcome, and $(POINT_KILLS) times at
-# each failpoint (internal/failpoint: mid-append, mid-commit, mid-spool), then
-# audits everything.
+# torture kills the daemon, race-built, with SIGKILL $(KILLS) times at random
+# points while a producer appends and handlers mix every outcome, and
+# $(POINT_KILLS) times at each failpoint (internal/failpoint: mid-append,
+# mid-commit, mid-spool), then audits everything.
 KILLS ?= 100
 POINT_KILLS ?= 5
 torture:
 	@echo ">> torture: $(KILLS) kills at random points, $(POINT_KILLS) at each failpoint"
 	@out=$$(mktemp) && trap 'rm -f "$$out"' EXIT && \
-	if STREAMD_TORTURE_KILLS=$(KILLS) STREAMD_TORTURE_POINT_KILLS=$(POINT_KILLS) \
+	if STREAMD_E2E_RACE=1 STREAMD_TORTURE_KILLS=$(KILLS) STREAMD_TORTURE_POINT_KILLS=$(POINT_KILLS) \
 		$(GO) test -race -count=1 -run '^TestCrashKill9$$' -v -timeout 30m ./cmd/streamd > "$$out" 2>&1; \
 	then grep -E 'audit:|seed|^(ok|---)' "$$out"; else cat "$$out"; exit 1; fi
 

@@ -59,7 +59,11 @@ func (n *notifySocket) skipTo(t *testing.T, prefix string) string {
 // interval, and the reload ends with READY=1 once the handler returns.
 func TestWatchdogDuringReload(t *testing.T) {
 	ns := listenNotify(t)
-	t.Setenv("WATCHDOG_USEC", "200000") // a ping every 100ms
+	// A ping every 500ms. The daemon stops pinging when no commit has
+	// finished for the commit interval and the watchdog timeout (1s
+	// here): on a busy machine one fsync of the sidecar can outlast a
+	// shorter timeout.
+	t.Setenv("WATCHDOG_USEC", "1000000")
 	t.Setenv("WATCHDOG_PID", "")
 	e := newRunEnv(t, runSub("s", "orders", ""))
 	e.put("orders", nil, "a")

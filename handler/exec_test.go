@@ -209,6 +209,7 @@ func waitProcessGone(pid int, within time.Duration) bool {
 }
 
 func TestExecHandlerLingeringOutput(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	var logs bytes.Buffer
 	h, err := New(conf.Handler{

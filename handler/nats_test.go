@@ -391,6 +391,7 @@ func TestNATSHandlerStreamGone(t *testing.T) {
 // TestNATSHandlerReconnected: the handler tells when its connection comes
 // back after the server was gone, so that held deliveries go at once.
 func TestNATSHandlerReconnected(t *testing.T) {
+	t.Parallel()
 	srv := natstest.Start(t)
 	srv.AddStream(jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}})
 	h := mustNewHandler(t, natsConfig(srv)).(Reconnecting)
@@ -437,6 +438,7 @@ func TestNATSHandlerSubscriptionsShareNoID(t *testing.T) {
 // until one does, then looks for its stream and publishes; check-config
 // refuses the unreachable servers.
 func TestNATSHandlerStartsWithoutServers(t *testing.T) {
+	t.Parallel()
 	srv := natstest.Start(t)
 	srv.AddStream(jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}})
 	cfg := natsConfig(srv)
@@ -507,6 +509,7 @@ func TestNATSHandlerStartTriesOnce(t *testing.T) {
 // once, so that it waits for the slowest rather than for all in turn, and
 // names each that failed.
 func TestCheckAtOnce(t *testing.T) {
+	t.Parallel()
 	silent := natstest.StartSilent(t)
 	cfg := conf.Handler{Kind: conf.HandlerNATS, URL: silent.URL(), Subject: "orders.eu", Timeout: conf.Duration(time.Second)}
 	err := Check(&conf.Config{Subscriptions: []conf.Subscription{{Name: "a", Handler: cfg}, {Name: "b", Handler: cfg}}})
@@ -560,6 +563,7 @@ func TestNATSHandlerClosedForGood(t *testing.T) {
 // again gets its publishes again; by default the client would give up
 // for good after two refusals in a row.
 func TestNATSHandlerOutlivesRefusedCredentials(t *testing.T) {
+	t.Parallel()
 	auth := &switchAuth{}
 	auth.accept.Store(true)
 	opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,

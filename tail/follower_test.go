@@ -215,6 +215,7 @@ func TestTornTailEveryCut(t *testing.T) {
 // TestGrowth writes a file with many spliced frames into a live file in
 // several patterns of write sizes while the follower reads it.
 func TestGrowth(t *testing.T) {
+	t.Parallel()
 	src := filepath.Join(t.TempDir(), "src.ss")
 	rng := rand.New(rand.NewPCG(5, 6))
 	var fs []streamfile.Frame

@@ -375,6 +375,7 @@ func TestReplaceWaitsForLockedWriter(t *testing.T) {
 // not grown for the grace period; then the new file is read. Every frame
 // of both files comes, the old file's first.
 func TestReplaceGrace(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	path, moved := filepath.Join(dir, "r.ss"), filepath.Join(dir, "r.ss.1")
 	old := frames("old", 1, 30, 1, 60)

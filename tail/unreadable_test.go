@@ -32,6 +32,7 @@ func noItem(t *testing.T, items <-chan item, d time.Duration, what string) {
 // error once however often it tries again, and once the file can be opened
 // it reads it from its beginning by itself.
 func TestUnopenableReplacement(t *testing.T) {
+	t.Parallel()
 	const unopenable = "stream file replaced by a file that cannot be opened"
 	tests := []struct {
 		name string

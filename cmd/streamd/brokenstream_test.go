@@ -31,7 +31,7 @@ name = "audit"
 path = %q
 beacon_interval = 1024
 poll_interval = "200ms"
-`, bad) + strings.Replace(execSubTable("audit", "audit", "", `p=$(cat); echo "$STREAMD_SEQ $STREAMD_ATTEMPT $p" >> LOG`), `stream = "orders"`, `stream = "audit"`, 1))
+`, bad) + strings.Replace(execSubTable("audit", "audit", "", `IFS= read -r p; echo "$STREAMD_SEQ $STREAMD_ATTEMPT $p" >> LOG`), `stream = "orders"`, `stream = "audit"`, 1))
 	e.editConfig(`listen = ""`, fmt.Sprintf("listen = %q", addr))
 	e.publish("a", "b")
 	p := e.start()

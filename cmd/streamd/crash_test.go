@@ -260,7 +260,7 @@ backoff = ["100ms"]
 kind = "exec"
 timeout = "10s"
 command = ["/bin/sh", "-c", '''
-p=$(cat)
+IFS= read -r p
 n=${p#p-}
 out= code=0
 [ $(( ${n:-0} % 37 )) = 0 ] && sleep 0.15
@@ -812,7 +812,7 @@ concurrency = 8
 kind = "exec"
 timeout = "10s"
 command = ["/bin/sh", "-c", '''
-p=$(cat)
+IFS= read -r p
 sleep $(printf '0.%03d' $(( STREAMD_SEQ * 37 % 51 + (STREAMD_SEQ % 16 == 0) * 400 )))
 case $p in
 "c-$STREAMD_SEQ") ;;
@@ -1003,7 +1003,7 @@ func TestTornAppendRepaired(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
 			arm := filepath.Join(dir, "arm")
-			e := newEnv(t, execSubTable("billing", "orders", "max_attempts = 3", fmt.Sprintf(`p=$(cat)
+			e := newEnv(t, execSubTable("billing", "orders", "max_attempts = 3", fmt.Sprintf(`IFS= read -r p
 echo "$STREAMD_SEQ $STREAMD_ATTEMPT $p $STREAMD_TIMESTAMP_MS $PPID" >> LOG
 if [ "$p" = tear ] && [ -e %q ]; then echo outcome=retry; fi`, arm)))
 			e.publish("a", "b", "tear")

@@ -123,13 +123,11 @@ func (p *daemonProc) stop(t *testing.T) int {
 	return p.cmd.ProcessState.ExitCode()
 }
 
-// publish appends lines (stdio format) with the publish command.
+// publish appends plain records under key orders, as streamd publish
+// --key=orders does with these lines (see put).
 func (e *env) publish(lines ...string) {
 	e.t.Helper()
-	r := runBinary(e.t, []byte(strings.Join(lines, "\n")+"\n"), "publish", "--file="+e.stream, "--key=orders", "--beacon-interval=1024")
-	if r.code != 0 {
-		e.t.Fatalf("publish: %s", r.stderr)
-	}
+	e.put("orders", nil, lines...)
 }
 
 // frames decodes the stream file.
@@ -194,7 +192,7 @@ func eventuallyEvery(t *testing.T, timeout, interval time.Duration, what string,
 // and answers with the shell case on the attempt given in outcome: a shell
 // snippet that prints an outcome line and/or exits.
 func execSub(name, extra, outcome string) string {
-	return execSubTable(name, "orders", extra, `p=$(cat); echo "$STREAMD_SEQ $STREAMD_ATTEMPT $p" >> LOG; `+outcome)
+	return execSubTable(name, "orders", extra, `IFS= read -r p; echo "$STREAMD_SEQ $STREAMD_ATTEMPT $p" >> LOG; `+outcome)
 }
 
 // execSubTable is a [[subscription]] on stream "orders" reading key, with
@@ -344,7 +342,7 @@ key = "orders.retry"
 [subscription.handler]
 kind = "exec"
 timeout = "10s"
-command = ["/bin/sh", "-c", '''p=$(cat); echo "retry $STREAMD_ATTEMPT $p" >> LOG''']
+command = ["/bin/sh", "-c", '''IFS= read -r p; echo "retry $STREAMD_ATTEMPT $p" >> LOG''']
 `)
 	e.publish("x")
 	p := e.start()

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"flag"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +19,15 @@ var (
 	buildErr  error
 )
 
+// e2eRaceEnv, when set to 1 (make test-e2e-race, make torture), has the
+// binary the end-to-end tests run built with the race detector: a data race
+// in the daemon then ends it with exit status 66 and a report on stderr,
+// and the test that ran it fails. Unset, the binary is a plain build, as
+// users run it: the test process itself runs under -race either way, and
+// the race-built daemon costs a third of this package's CPU, which took
+// make test past two minutes on 2 cores.
+const e2eRaceEnv = "STREAMD_E2E_RACE"
+
 // streamdBinary builds cmd/streamd once per test run and returns its path.
 func streamdBinary(t testing.TB) string {
 	t.Helper()
@@ -28,10 +38,16 @@ func streamdBinary(t testing.TB) string {
 			return
 		}
 		binPath = filepath.Join(dir, "streamd")
-		out, err := exec.Command("go", "build", "-race", "-o", binPath, ".").CombinedOutput()
-		if err != nil {
-			buildErr = &buildError{err, out}
+		var flags []string
+		switch v := os.Getenv(e2eRaceEnv); v {
+		case "", "0":
+		case "1":
+			flags = append(flags, "-race")
+		default:
+			buildErr = fmt.Errorf("%s=%q: want 1 (a race-built binary) or 0", e2eRaceEnv, v)
+			return
 		}
+		buildErr = goBuild(binPath, flags...)
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
@@ -39,12 +55,14 @@ func streamdBinary(t testing.TB) string {
 	return binPath
 }
 
-type buildError struct {
-	err error
-	out []byte
+// goBuild builds cmd/streamd into out with the extra go build flags.
+func goBuild(out string, flags ...string) error {
+	args := append(append([]string{"build"}, flags...), "-o", out, ".")
+	if b, err := exec.Command("go", args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("go build: %w\n%s", err, b)
+	}
+	return nil
 }
-
-func (e *buildError) Error() string { return "go build: " + e.err.Error() + "\n" + string(e.out) }
 
 // e2eParallel is how many tests that call t.Parallel run at once unless
 // -test.parallel says otherwise, per core: most of them wait on a daemon and

@@ -702,7 +702,7 @@ timeout = %q
 	}
 	shell := func(script string) func(t *testing.T, dir string) string {
 		return func(t *testing.T, dir string) string {
-			return sub("exec", fmt.Sprintf(`command = ["/bin/sh", "-c", '''p=$(cat); echo "$STREAMD_SEQ $STREAMD_ATTEMPT $p" >> LOG
+			return sub("exec", fmt.Sprintf(`command = ["/bin/sh", "-c", '''IFS= read -r p; echo "$STREAMD_SEQ $STREAMD_ATTEMPT $p" >> LOG
 if [ "$p" = hang ] && [ ! -e %[1]s/hung ]; then touch %[1]s/hung; cd %[1]s; %[2]s; fi''']`, dir, script))
 		}
 	}

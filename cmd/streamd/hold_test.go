@@ -106,9 +106,12 @@ func serveAt(t *testing.T, addr string, h http.Handler) {
 	t.Cleanup(func() { srv.Close() })
 }
 
-// holdHTTPSub is httpSub with the backoff given (a TOML array).
+// holdHTTPSub is httpSub with the backoff given (a TOML array), and a
+// timeout of 10s: the servers of these tests answer at once or refuse,
+// and a busy machine must not add timeouts to the failures they count.
 func holdHTTPSub(name, key, url, backoff, extra string) string {
-	return strings.Replace(httpSub(name, key, url, extra), `backoff = ["200ms"]`, "backoff = "+backoff, 1)
+	sub := strings.Replace(httpSub(name, key, url, extra), `backoff = ["200ms"]`, "backoff = "+backoff, 1)
+	return strings.Replace(sub, `timeout = "1s"`, `timeout = "10s"`, 1)
 }
 
 // payloads returns n payloads "prefix0001", "prefix0002", ...

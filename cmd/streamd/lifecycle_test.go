@@ -58,7 +58,7 @@ func (p *daemonProc) logCount(msg string) int { return strings.Count(p.stderr.St
 // payload start|end" around the given shell snippet.
 func lifecycleSub(name, key, extra, script string) string {
 	return execSubTable(name, key, extra, `
-p=$(cat)
+IFS= read -r p
 echo "$STREAMD_SUBSCRIPTION $STREAMD_SEQ $STREAMD_ATTEMPT $p start" >> LOG
 `+script+`
 echo "$STREAMD_SUBSCRIPTION $STREAMD_SEQ $STREAMD_ATTEMPT $p end" >> LOG

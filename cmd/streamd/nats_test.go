@@ -269,6 +269,11 @@ func TestNATSTruncatedInPlace(t *testing.T) {
 	if err := os.Truncate(e.stream, streamfile.HeaderSize); err != nil {
 		t.Fatal(err)
 	}
+	// Records of the same sizes written before streamd looks would leave
+	// the file as it was, and nothing to tell that it changed.
+	eventually(t, 30*time.Second, "streamd to see the truncation", func() bool {
+		return strings.Contains(p.stderr.String(), "stream file was truncated below the read position")
+	})
 	e.publish("b0", "b1", "b2")
 	eventually(t, 30*time.Second, "the records written again in the stream", holds(6))
 	if code := p.stop(t); code != 0 {

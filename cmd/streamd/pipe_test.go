@@ -1,6 +1,6 @@
 package main
 
-// End-to-end tests of `streamd pipe`, the race-built binary run as one stage
+// End-to-end tests of `streamd pipe`, the binary run as one stage
 // of a shell pipeline: settlement.md checklist items 35–42, a three-stage
 // pipeline, invalid stdin lines, and how a stage ends (closed stdout,
 // SIGTERM, end of input with delayed copies pending).
@@ -63,7 +63,7 @@ func writeStageConfig(t *testing.T, dir, file, top string, subs ...string) strin
 }
 
 // stageEnv is the environment of a stage: the test's, with $STREAMD and $DIR.
-// Unless GORACE is set, the race-built binary does not sleep for 1s when it
+// Unless GORACE is set, a race-built binary does not sleep for 1s when it
 // exits with status 0 (atexit_sleep_ms), which would blur the timings.
 func stageEnv(t *testing.T, dir string) []string {
 	env := append(os.Environ(), "STREAMD="+streamdBinary(t), "DIR="+dir)
@@ -481,7 +481,7 @@ func TestPipeItem36(t *testing.T) {
 	dir := t.TempDir()
 	writeStageConfig(t, dir, "pipe.toml", `shutdown_timeout = "5s"`,
 		stageSub("jobs", "jobs", `out_retry = "jobs.retry"`,
-			`p=$(cat); echo "$STREAMD_ATTEMPT $p" >> "$DIR/log"; if [ "$STREAMD_ATTEMPT" = 1 ]; then echo retry_after=400ms; fi`))
+			`IFS= read -r p; echo "$STREAMD_ATTEMPT $p" >> "$DIR/log"; if [ "$STREAMD_ATTEMPT" = 1 ]; then echo retry_after=400ms; fi`))
 	p := startStage(t, dir, stageKeepStdout, "/bin/sh", "-c",
 		`{ "$STREAMD" pipe --config.file="$DIR/pipe.toml" --log.format=json; echo $? > "$DIR/rc"; } | cat`)
 	sent := time.Now()
@@ -530,7 +530,7 @@ func TestPipeItem37(t *testing.T) {
 	dir := t.TempDir()
 	writeStageConfig(t, dir, "pipe.toml", `shutdown_timeout = "5s"`,
 		stageSub("jobs", "jobs", "out_retry = \"jobs.retry\"\nmax_attempts = 2\ndead_letter = \"jobs.dead\"",
-			`echo "$STREAMD_ATTEMPT $(cat)" >> "$DIR/log"; echo retry_after=300ms`))
+			`IFS= read -r p; echo "$STREAMD_ATTEMPT $p" >> "$DIR/log"; echo retry_after=300ms`))
 	second := envelope.Encode(envelope.Headers{{Name: "x-tenant", Value: []byte("acme")}, {Name: envelope.RetryCountHeader, Value: []byte("1")}}, []byte(`{"id":2}`), true)
 	in := "[jobs] {\"id\":1}\n[jobs] " + string(second) + "\n"
 	r, _ := runStageShell(t, dir, []byte(in), 20*time.Second,
@@ -790,10 +790,10 @@ func TestPipeThreeStages(t *testing.T) {
 	dir := t.TempDir()
 	writeStageConfig(t, dir, "a.toml", `shutdown_timeout = "5s"`,
 		stageSub("jobs", "jobs", `out_retry = "jobs.retry"`,
-			`p=$(cat); echo "$STREAMD_SEQ $STREAMD_ATTEMPT $p" >> "$DIR/a.log"; if [ "$STREAMD_ATTEMPT" = 1 ]; then echo retry_after=100ms; fi`))
+			`IFS= read -r p; echo "$STREAMD_SEQ $STREAMD_ATTEMPT $p" >> "$DIR/a.log"; if [ "$STREAMD_ATTEMPT" = 1 ]; then echo retry_after=100ms; fi`))
 	writeStageConfig(t, dir, "b.toml", `shutdown_timeout = "5s"`,
 		stageSub("retries", "jobs.retry", `out_retry = "jobs.retry2"`,
-			`p=$(cat); h=$(env | grep '^STREAMD_HEADER_' | sort | tr '\n' ' '); echo "$STREAMD_STREAM_KEY $STREAMD_SEQ $STREAMD_ATTEMPT $p | $h" >> "$DIR/b.log"`))
+			`IFS= read -r p; h=$(env | grep '^STREAMD_HEADER_' | sort | tr '\n' ' '); echo "$STREAMD_STREAM_KEY $STREAMD_SEQ $STREAMD_ATTEMPT $p | $h" >> "$DIR/b.log"`))
 	first := envelope.Encode(envelope.Headers{{Name: "x-tenant", Value: []byte("acme")}}, []byte(`{"id":7}`), true)
 	in := "[jobs | 5] " + string(first) + "\n[other] not for A\n[jobs] {\"id\":8}\n"
 	if err := os.WriteFile(filepath.Join(dir, "in"), []byte(in), 0o644); err != nil {
@@ -845,8 +845,9 @@ func TestPipeLargeRecordNextStage(t *testing.T) {
 	writeStageConfig(t, dir, "b.toml", `shutdown_timeout = "5s"`,
 		stageSub("retries", "jobs.retry", `out_retry = "jobs.retry2"`,
 			`if cmp -s - "$DIR/payload"; then p=same; else p=differs; fi; echo "$p $STREAMD_ATTEMPT $STREAMD_HEADER_X_RUSTSTREAM_RETRY_COUNT" >> "$DIR/b.log"`))
-	// A race-built stage takes seconds over such a line, and several
-	// times longer beside the other tests on a busy machine.
+	// A race-built stage (make test-e2e-race) takes seconds over such a
+	// line, and several times longer beside the other tests on a busy
+	// machine.
 	r, _ := runStageShell(t, dir, nil, 90*time.Second, `
 { "$STREAMD" pipe --config.file="$DIR/a.toml" --log.format=json < "$DIR/in" 2>"$DIR/a.err"; echo $? > "$DIR/a.rc"; } |
 { "$STREAMD" pipe --config.file="$DIR/b.toml" --log.format=json 2>"$DIR/b.err"; echo $? > "$DIR/b.rc"; }`)
@@ -1168,7 +1169,7 @@ func TestPipeSIGTERM(t *testing.T) {
 				dir := t.TempDir()
 				cfg := writeStageConfig(t, dir, "pipe.toml", `shutdown_timeout = "300ms"`,
 					stageSub("jobs", "jobs", "out_retry = \"jobs.retry\"\nmax_attempts = 1\ndead_letter = \"jobs.dead\"",
-						`p=$(cat); echo "$p" >> "$DIR/log"; sleep 30`))
+						`IFS= read -r p; echo "$p" >> "$DIR/log"; sleep 30`))
 				p := startStage(t, dir, stageKeepStdout, streamdBinary(t), "pipe", "--config.file="+cfg, "--log.format=json")
 				for i := range 20 {
 					p.write(t, fmt.Sprintf("[jobs] %d", i))
@@ -1291,7 +1292,7 @@ func TestPipeEOFPendingDelays(t *testing.T) {
 		dir := t.TempDir()
 		writeStageConfig(t, dir, "pipe.toml", `shutdown_timeout = "1s"`,
 			stageSub("jobs", "jobs", `out_retry = "jobs.retry"`,
-				`p=$(cat); if [ "$p" = short ]; then echo retry_after=200ms; else echo retry_after=10s; fi`))
+				`IFS= read -r p; if [ "$p" = short ]; then echo retry_after=200ms; else echo retry_after=10s; fi`))
 		r, elapsed := runStageShell(t, dir, nil, 20*time.Second,
 			`printf '[jobs] long\n[jobs] short\n' | { "$STREAMD" pipe --config.file="$DIR/pipe.toml" --log.format=json; echo $? > "$DIR/rc"; } | cat`)
 		if code := stageExit(t, dir, "rc"); code == 0 {

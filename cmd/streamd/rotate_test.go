@@ -51,7 +51,7 @@ func TestRunCopytruncate(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, execSubTable("billing", "orders", "", `p=$(cat); echo "$STREAMD_ATTEMPT $p" >> LOG; `+tc.outcome))
+			e := newEnv(t, execSubTable("billing", "orders", "", `IFS= read -r p; echo "$STREAMD_ATTEMPT $p" >> LOG; `+tc.outcome))
 			e.publish("a", "b", "c")
 			p := e.start()
 			eventually(t, 10*time.Second, "the deliveries before the truncation", func() bool { return len(e.deliveries()) == tc.before })
@@ -90,7 +90,7 @@ func TestRunRotationKeepsOldFileWriter(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, execSubTable("billing", "orders", "", `p=$(cat); echo "$p" >> LOG`))
+			e := newEnv(t, execSubTable("billing", "orders", "", `IFS= read -r p; echo "$p" >> LOG`))
 			target := e.stream
 			if symlink {
 				target = filepath.Join(e.dir, "a.ss")

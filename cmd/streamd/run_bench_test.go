@@ -26,8 +26,8 @@ import (
 func benchBinary(b *testing.B) string {
 	b.Helper()
 	bin := filepath.Join(b.TempDir(), "streamd")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		b.Fatalf("go build: %v\n%s", err, out)
+	if err := goBuild(bin); err != nil {
+		b.Fatal(err)
 	}
 	return bin
 }

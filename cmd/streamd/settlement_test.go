@@ -45,7 +45,7 @@ const (
 // which may print a directive and/or exit. extra is TOML for the
 // [[subscription]] table.
 func xsub(name, key, extra, script string) string {
-	return execSubTable(name, key, extra, `p=$(cat); echo "$STREAMD_SEQ|$STREAMD_ATTEMPT|$(date +%s%3N)|${STREAMD_HEADER_X_RUSTSTREAM_RETRY_COUNT--}|${STREAMD_HEADER_X_TENANT--}|$p" >> LOG.`+name+`; `+script)
+	return execSubTable(name, key, extra, `IFS= read -r p; echo "$STREAMD_SEQ|$STREAMD_ATTEMPT|$(date +%s%3N)|${STREAMD_HEADER_X_RUSTSTREAM_RETRY_COUNT--}|${STREAMD_HEADER_X_TENANT--}|$p" >> LOG.`+name+`; `+script)
 }
 
 // xcall is one delivery as an xsub handler logged it.
@@ -90,9 +90,9 @@ func (e *env) waitXcalls(name string, n int, timeout time.Duration) []xcall {
 }
 
 // put publishes payloads under key with headers h, as streamd publish does
-// (the same flock'd writer, the next sequences of the key), but in process:
-// the race-built binary sleeps a second at exit. It creates the file with a
-// 1024-byte beacon interval.
+// (the same flock'd writer, the next sequences of the key), but in process,
+// without starting the binary. It creates the file with a 1024-byte beacon
+// interval.
 func (e *env) put(key string, h envelope.Headers, payloads ...string) {
 	e.t.Helper()
 	frames := make([]streamfile.Frame, len(payloads))
@@ -246,10 +246,10 @@ func scrapeMetric(t *testing.T, addr, name, sub string) float64 {
 	return 0
 }
 
-// quickExit is the environment for a short-lived run of the race-built
-// binary (a command line tool, or a daemon that must not start) without the
-// race runtime's one-second sleep at exit. A race it detected still ends it
-// with exit status 66.
+// quickExit is the environment for a short-lived run of the binary (a
+// command line tool, or a daemon that must not start): when race-built, it
+// does not sleep a second at exit. A race it detected still ends it with
+// exit status 66.
 func quickExit() []string {
 	return append(os.Environ(), "GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 }
