@@ -26,9 +26,14 @@ build:
 	@echo ">> building $(BIN)"
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/streamd
 
+# TESTP is how many packages' tests run at once: one more than the cores,
+# as many packages spend their time waiting on timers, servers and
+# processes, not on a core.
+TESTP ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 1) + 1 )))
+
 test:
-	@echo ">> running tests (race detector on)"
-	$(GO) test -race -count=1 ./...
+	@echo ">> running tests (race detector on, $(TESTP) packages at once)"
+	$(GO) test -race -count=1 -p $(TESTP) ./...
 
 # test-e2e-race runs the end-to-end tests again with the daemon they start
 # built with the race detector too (make test runs it as a plain build: see
