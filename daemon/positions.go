@@ -66,7 +66,12 @@ func Positions(cfg *conf.Config) ([]PositionReport, error) {
 		case p.Stream != path:
 			r.Note = joinNote(r.Note, "stored for another file path "+p.Stream+": starts over")
 		case ferr == nil && p.File != id:
-			r.Note = joinNote(r.Note, "the file was replaced since: starts at its beginning")
+			if rotated, rsize := rotatedState(path, p.File); rotated != "" {
+				r.Note = joinNote(r.Note, "the file was rotated to "+rotated+" since: its rest is read first, then the new file")
+				r.Lag = rsize - p.Offset + size
+			} else {
+				r.Note = joinNote(r.Note, "the file was replaced since: starts at its beginning")
+			}
 		case ferr == nil:
 			r.Lag = size - p.Offset
 		}
@@ -181,6 +186,20 @@ func fileState(path string) (int64, streamfile.Identity, error) {
 	defer f.Close()
 	_, size, id, err := identify(f)
 	return size, id, err
+}
+
+// rotatedState returns the path and size of the file with identity id that
+// a rotation renamed within the directory of path, or "" if there is none.
+func rotatedState(path string, id streamfile.Identity) (string, int64) {
+	rotated, err := streamfile.Locate(path, id)
+	if err != nil || rotated == "" {
+		return "", 0
+	}
+	size, rid, err := fileState(rotated)
+	if err != nil || rid != id {
+		return "", 0
+	}
+	return rotated, size
 }
 
 // identify reads an open stream file's header, size and identity.

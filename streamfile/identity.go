@@ -3,6 +3,8 @@ package streamfile
 import (
 	"fmt"
 	"io/fs"
+	"os"
+	"path/filepath"
 	"syscall"
 )
 
@@ -42,4 +44,48 @@ func IdentityOf(fi fs.FileInfo, h Header) (Identity, error) {
 		return Identity{}, fmt.Errorf("streamfile: %s: no inode number", fi.Name())
 	}
 	return Identity{Ino: st.Ino, FileName: h.FileName, CreatedAtMs: h.CreatedAtMs}, nil
+}
+
+// Locate returns the path of the stream file with identity id in the
+// directory of path (of the file a symlink at path names), or "" when it
+// holds none: where a rotation that renames the file within its directory
+// (logrotate's default) put it. It looks at the regular files of the
+// directory for the inode number, and reads the header of the one that has
+// it; files it cannot look at or read are passed over.
+func Locate(path string, id Identity) (string, error) {
+	if real, err := filepath.EvalSymlinks(path); err == nil {
+		path = real
+	}
+	dir := filepath.Dir(path)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return "", err
+	}
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil {
+			continue // gone since the directory was read
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); !ok || st.Ino != id.Ino {
+			continue
+		}
+		name := filepath.Join(dir, e.Name())
+		if h, err := readHeaderFile(name); err == nil && h.FileName == id.FileName && h.CreatedAtMs == id.CreatedAtMs {
+			return name, nil
+		}
+	}
+	return "", nil
+}
+
+// readHeaderFile reads the header of the file at path.
+func readHeaderFile(path string) (Header, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Header{}, err
+	}
+	defer f.Close()
+	return ReadHeader(f)
 }

@@ -39,11 +39,15 @@
 // [Follower.Position] is the position of the next record.
 //
 // A stored position passed as [Options.Resume] is used when the file at the
-// path has its identity, and is checked to be a frame boundary of the file;
-// if the identity differs, or the offset is past the end or not a frame
-// boundary (the file was truncated or rewritten), the file is read from its
-// beginning, with a warning and an [Event]. Otherwise [Options.Start]
-// applies:
+// path has its identity, and is checked to be a frame boundary of the file.
+// If the identity differs, a live follower looks in the directory of the
+// file for the one that has it ([streamfile.Locate]: where a rotation
+// renamed it while nothing followed it), and reads it on from the position
+// first, then the file at the path from its beginning, as after a rotation
+// while following. If there is none, or the offset is past the end or not a
+// frame boundary (the file was truncated or rewritten), the file at the
+// path is read from its beginning, with a warning and an [Event]. Without
+// a stored position, [Options.Start] applies:
 //
 //	beginning     the first frame
 //	end           after the last complete frame when following starts (spec §11.3)

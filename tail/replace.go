@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/streamd/streamd/internal/durable"
@@ -36,6 +37,54 @@ type replaceState struct {
 	// openTrouble: the file that replaced the one read cannot be opened.
 	// It is tried again until it can.
 	openTrouble ratelog.Trouble
+}
+
+// resumeRotated opens, in place of the file at the path, the file the
+// stored position belongs to when a rotation renamed it within the
+// directory while nothing followed it (streamd was stopped): the follower
+// then reads it on from the position, and check finds that the path names
+// another file, which it reads from its beginning once this one is read
+// to its end and has stopped growing. A file that cannot be found, or
+// opened, leaves the file at the path, which startOffset then reads from
+// its beginning.
+func (fl *Follower) resumeRotated() {
+	r := fl.opts.Resume
+	if r == nil || fl.opts.Replay {
+		return
+	}
+	if fi, err := fl.f.Stat(); err != nil || sameInode(fi, r.File.Ino) {
+		return
+	}
+	path, err := streamfile.Locate(fl.path, r.File)
+	if err != nil || path == "" {
+		return
+	}
+	f, err := fl.open(path)
+	if err != nil {
+		fl.log.Warn("cannot open the rotated file the stored position belongs to", "rotated_path", path, "err", err)
+		return
+	}
+	// Checked again on the open file: the name may have been taken since.
+	h, herr := streamfile.ReadHeader(f)
+	fi, serr := f.Stat()
+	if herr != nil || serr != nil {
+		f.Close()
+		return
+	}
+	if id, err := streamfile.IdentityOf(fi, h); err != nil || id != r.File {
+		f.Close()
+		return
+	}
+	fl.f.Close()
+	fl.f = f
+	fl.log.Info("the stored position is in a file rotated away from the path while streamd was stopped: reading it on to its end, then the file at the path from its beginning",
+		"rotated_path", path, "offset", r.Offset, "ino", r.File.Ino)
+}
+
+// sameInode reports whether fi, from the operating system, has inode ino.
+func sameInode(fi os.FileInfo, ino uint64) bool {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && st.Ino == ino
 }
 
 // check looks at the open file and at the path after a wake-up.

@@ -76,6 +76,52 @@ func TestRunCopytruncate(t *testing.T) {
 	}
 }
 
+// TestRunRotationWhileStopped: the stream file is rotated (renamed within
+// its directory, and a new file created at the path) while streamd is
+// stopped with records of it not delivered: offsets show says that the
+// rotated file's rest is read first, and counts it in the lag; the next
+// start delivers that rest, then the new file's records, each once.
+func TestRunRotationWhileStopped(t *testing.T) {
+	t.Parallel()
+	flag := filepath.Join(t.TempDir(), "answer")
+	e := newEnv(t, execSubTable("billing", "orders", `backoff = ["100ms"]`,
+		`IFS= read -r p; if [ "$p" = a4 ] && [ ! -e `+flag+` ]; then exit 75; fi; echo "$p" >> LOG`))
+	e.editConfig(`poll_interval = "200ms"`, "poll_interval = \"200ms\"\nrotation_grace = \"300ms\"")
+	e.publish("a1", "a2", "a3", "a4", "a5", "a6")
+	p := e.start()
+	// a4 is held: the stored position stays at it.
+	eventually(t, 10*time.Second, "a1 to a3 committed", committedThrough(e.stateDirPath(), "billing", 3))
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+	stored := storedPosition(t, e, "billing")
+	rotated := e.stream + ".1"
+	if err := os.Rename(e.stream, rotated); err != nil {
+		t.Fatal(err)
+	}
+	e.publish("b1", "b2")
+	if row := e.offsetsShowRow("billing"); len(row) < 8 || row[5] != fmt.Sprint(fileSize(t, rotated)-stored.Offset+fileSize(t, e.stream)) ||
+		!strings.Contains(strings.Join(row[7:], " "), "rotated to "+rotated) {
+		t.Errorf("offsets show: %q, want the lag over both files and the rotated file named", row)
+	}
+
+	if err := os.WriteFile(flag, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p = e.start()
+	want := []string{"a1", "a2", "a3", "a4", "a5", "a6", "b1", "b2"}
+	eventually(t, 15*time.Second, "every record of both files delivered", func() bool { return len(e.deliveries()) >= len(want) })
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+	if got := e.deliveries(); !slices.Equal(got, want) {
+		t.Errorf("deliveries %q, want %q", got, want)
+	}
+	if rec := slogRecords(p.stderr.String(), "the stored position is in a file rotated away"); len(rec) != 1 || rec[0]["rotated_path"] != rotated {
+		t.Errorf("the resumption in the rotated file logged %v, want once, naming %s", rec, rotated)
+	}
+}
+
 // TestRunRotationKeepsOldFileWriter: the stream file is rotated (renamed
 // away, or a symlink at the path retargeted) while a producer that keeps
 // its descriptor, as the upstream writer does under logrotate's create,

@@ -1,0 +1,108 @@
+package tail
+
+import (
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/streamd/streamd/internal/testutil"
+)
+
+// TestResumeRotated: a position stored in a file that a rotation renamed
+// while nothing followed it (streamd stopped) resumes in that file when it
+// is still in the directory of the path (under another name, or where the
+// path's symlink points): the rest of it is read, then the new file at the
+// path from its beginning. A file rotated out of the directory (or gone)
+// cannot be found: the new file is read from its beginning, and the loss
+// is logged at ERROR.
+func TestResumeRotated(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		// rotate renames the file followed at path (data/r.ss, or the link
+		// r.ss to it) away, and returns where it went.
+		rotate  func(t *testing.T, dir string) string
+		found   bool
+		symlink bool
+	}{
+		{"renamed in the directory", func(t *testing.T, dir string) string { return rename(t, dir, "data/r.ss", "data/r.ss.1") }, true, false},
+		{"renamed where the symlink points", func(t *testing.T, dir string) string { return rename(t, dir, "data/r.ss", "data/r.ss.1") }, true, true},
+		{"moved to another directory", func(t *testing.T, dir string) string { return rename(t, dir, "data/r.ss", "old/r.ss.1") }, false, false},
+		{"removed", func(t *testing.T, dir string) string {
+			if err := os.Remove(filepath.Join(dir, "data/r.ss")); err != nil {
+				t.Fatal(err)
+			}
+			return ""
+		}, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			for _, d := range []string{"data", "old"} {
+				if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			file := filepath.Join(dir, "data/r.ss")
+			path := file
+			if tc.symlink {
+				path = filepath.Join(dir, "r.ss")
+				if err := os.Symlink(file, path); err != nil {
+					t.Fatal(err)
+				}
+			}
+			old := frames("old", 1, 20, 1, 60)
+			repl := frames("new", 1, 5, 1, 20)
+			writeFile(t, file, oldHeader, old)
+			fl, err := New(Options{Path: path, Logger: testLogger(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			first := nextN(t, fl, 8, new(int))
+			stored := fl.Position()
+			fl.Close()
+
+			rotated := tc.rotate(t, dir)
+			writeFile(t, file, newHeader, repl)
+			var log testutil.SyncBuffer
+			obs := newObserver()
+			fl, err = New(Options{Path: path, Resume: &stored, PollInterval: 20 * time.Millisecond, RotationGrace: 100 * time.Millisecond,
+				Observer: obs, Logger: slog.New(slog.NewTextHandler(&log, nil))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer fl.Close()
+			items, stop := follow(t, fl)
+			defer stop()
+			want := append(old[:8:8], repl...)
+			if tc.found {
+				want = append(old[:len(old):len(old)], repl...)
+			}
+			rest := collect(t, items, len(want)-8, 10*time.Second)
+			if err := sameFrames(append(first, rest...), want); err != nil {
+				t.Fatalf("%v\nlog:\n%s", err, log.String())
+			}
+			if n := obs.count(EventReplaced); n != 1 {
+				t.Errorf("%d replacements counted, want 1", n)
+			}
+			resumed := strings.Contains(log.String(), "rotated_path="+rotated)
+			lost := strings.Contains(log.String(), "level=ERROR msg=\"stored position belongs to another file")
+			if resumed != tc.found || lost == tc.found {
+				t.Errorf("resumed in the rotated file: %v, loss logged: %v; want %v, %v\nlog:\n%s", resumed, lost, tc.found, !tc.found, log.String())
+			}
+		})
+	}
+}
+
+// rename renames from to to, both under dir, and returns to's path.
+func rename(t *testing.T, dir, from, to string) string {
+	t.Helper()
+	to = filepath.Join(dir, to)
+	if err := os.Rename(filepath.Join(dir, from), to); err != nil {
+		t.Fatal(err)
+	}
+	return to
+}
