@@ -8,6 +8,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -30,7 +31,9 @@ type PositionReport struct {
 	// FileSize is the stream file's size, -1 when it cannot be read.
 	FileSize int64
 	// Lag is FileSize minus the stored offset, -1 when it does not apply
-	// (nothing stored, another file, an unreadable file).
+	// (nothing stored, another file, an unreadable file). When the stored
+	// position is in a file rotated away from the path, it is that file's
+	// size minus the offset, plus the records of the file at the path.
 	Lag int64
 	// Note says what the position means at the next start, or why a value
 	// is missing.
@@ -65,15 +68,12 @@ func Positions(cfg *conf.Config) ([]PositionReport, error) {
 			r.Note = joinNote(r.Note, "no stored position: starts at "+sc.StartAt.String())
 		case p.Stream != path:
 			r.Note = joinNote(r.Note, "stored for another file path "+p.Stream+": starts over")
-		case ferr == nil && p.File != id:
-			if rotated, rsize := rotatedState(path, p.File); rotated != "" {
-				r.Note = joinNote(r.Note, "the file was rotated to "+rotated+" since: its rest is read first, then the new file")
-				r.Lag = rsize - p.Offset + size
-			} else {
-				r.Note = joinNote(r.Note, "the file was replaced since: starts at its beginning")
-			}
-		case ferr == nil:
+		case ferr == nil && p.File == id:
 			r.Lag = size - p.Offset
+		default:
+			var note string
+			note, r.Lag = replacedNote(sc, path, p, ferr == nil, size)
+			r.Note = joinNote(r.Note, note)
 		}
 		if ok {
 			r.Stored = &p
@@ -188,18 +188,36 @@ func fileState(path string) (int64, streamfile.Identity, error) {
 	return size, id, err
 }
 
-// rotatedState returns the path and size of the file with identity id that
-// a rotation renamed within the directory of path, or "" if there is none.
-func rotatedState(path string, id streamfile.Identity) (string, int64) {
-	rotated, err := streamfile.Locate(path, id)
-	if err != nil || rotated == "" {
-		return "", 0
+// replacedNote says where subscription sc starts when its stored position p
+// is not in the file at path (of size, when found) and returns the lag:
+// the rest of the file a rotation renamed within the directory and the
+// records of the file at the path when a live subscription reads that
+// file on, -1 otherwise. See tail.Options.Resume.
+func replacedNote(sc conf.Subscription, path string, p offsets.Position, found bool, size int64) (string, int64) {
+	var rot streamfile.Rotation
+	if !sc.Replay {
+		rot, _ = streamfile.Locate(path, p.File)
 	}
-	size, rid, err := fileState(rotated)
-	if err != nil || rid != id {
-		return "", 0
+	if rot.File == nil {
+		if !found {
+			return "", -1
+		}
+		return "the file was replaced since: starts at its beginning", -1
 	}
-	return rotated, size
+	defer rot.File.Close()
+	fi, err := rot.File.Stat()
+	if err != nil {
+		return "", -1
+	}
+	note := "the file was rotated to " + rot.Path + " since: its rest is read first, then the file at the path"
+	if len(rot.Later) > 0 {
+		note += fmt.Sprintf("; %d files rotated after it are not read (%s)", len(rot.Later), strings.Join(rot.Later, " "))
+	}
+	lag := fi.Size() - p.Offset
+	if found {
+		lag += max(size-streamfile.HeaderSize, 0)
+	}
+	return note, lag
 }
 
 // identify reads an open stream file's header, size and identity.
@@ -226,9 +244,10 @@ func streamConfig(cfg *conf.Config, name string) conf.Stream {
 	return cfg.Streams[i]
 }
 
+// joinNote joins two parts of a note, either of which may be empty.
 func joinNote(a, b string) string {
-	if a == "" {
-		return b
+	if a == "" || b == "" {
+		return a + b
 	}
 	return a + "; " + b
 }

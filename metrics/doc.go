@@ -115,6 +115,10 @@
 //
 //	streamd_stream_size_bytes - on (stream) group_right streamd_stream_position_bytes
 //
+// While a subscription reads a file that a rotation renamed away from the
+// path, its position is in that file and the size is the new file's: the
+// difference means nothing until it reads the new one.
+//
 // [NewRegistry] adds the go_* and process_* metrics of the Go runtime and
 // process collectors.
 package metrics

@@ -1,10 +1,12 @@
 package streamfile
 
 import (
+	"cmp"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 )
 
@@ -46,21 +48,43 @@ func IdentityOf(fi fs.FileInfo, h Header) (Identity, error) {
 	return Identity{Ino: st.Ino, FileName: h.FileName, CreatedAtMs: h.CreatedAtMs}, nil
 }
 
-// Locate returns the path of the stream file with identity id in the
-// directory of path (of the file a symlink at path names), or "" when it
-// holds none: where a rotation that renames the file within its directory
-// (logrotate's default) put it. It looks at the regular files of the
-// directory for the inode number, and reads the header of the one that has
-// it; files it cannot look at or read are passed over.
-func Locate(path string, id Identity) (string, error) {
+// Rotation is what [Locate] found in the directory of a path.
+type Rotation struct {
+	// File is the stream file with the identity looked for, open, and
+	// Path its path; nil and "" when the directory holds none.
+	File *os.File
+	Path string
+	// Later are the paths of the other stream files of the directory with
+	// the same file name in their header, created after it, but for the one
+	// at the path: files rotated after it, in the order of their creation.
+	Later []string
+}
+
+// Locate looks in the directory of path (of the file a symlink at path
+// names) for the stream file with identity id: where a rotation that
+// renamed it within its directory (logrotate's default) put it. It opens
+// the regular file with its inode number, checks the identity on the open
+// file, and lists the files rotated after it (Rotation.Later). Files it
+// cannot look at or read are passed over.
+func Locate(path string, id Identity) (Rotation, error) {
 	if real, err := filepath.EvalSymlinks(path); err == nil {
 		path = real
+	}
+	var atPath uint64 // the inode of the file at the path, 0 if none
+	if fi, err := os.Stat(path); err == nil {
+		atPath = inode(fi)
 	}
 	dir := filepath.Dir(path)
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return "", err
+		return Rotation{}, err
 	}
+	var rot Rotation
+	type later struct {
+		path    string
+		created uint64
+	}
+	var after []later
 	for _, e := range entries {
 		if !e.Type().IsRegular() {
 			continue
@@ -69,15 +93,52 @@ func Locate(path string, id Identity) (string, error) {
 		if err != nil {
 			continue // gone since the directory was read
 		}
-		if st, ok := fi.Sys().(*syscall.Stat_t); !ok || st.Ino != id.Ino {
-			continue
-		}
 		name := filepath.Join(dir, e.Name())
-		if h, err := readHeaderFile(name); err == nil && h.FileName == id.FileName && h.CreatedAtMs == id.CreatedAtMs {
-			return name, nil
+		switch ino := inode(fi); {
+		case ino == id.Ino && rot.File == nil:
+			if f := openIdentified(name, id); f != nil {
+				rot.File, rot.Path = f, name
+			}
+		case ino != atPath && ino != id.Ino:
+			if h, err := readHeaderFile(name); err == nil && h.FileName == id.FileName && h.CreatedAtMs > id.CreatedAtMs {
+				after = append(after, later{name, h.CreatedAtMs})
+			}
 		}
 	}
-	return "", nil
+	if rot.File == nil {
+		return Rotation{}, nil
+	}
+	slices.SortFunc(after, func(a, b later) int { return cmp.Compare(a.created, b.created) })
+	for _, l := range after {
+		rot.Later = append(rot.Later, l.path)
+	}
+	return rot, nil
+}
+
+// inode returns the inode number of fi, from the operating system.
+func inode(fi fs.FileInfo) uint64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return st.Ino
+	}
+	return 0
+}
+
+// openIdentified opens the file at path if it has identity id, checked on
+// the open file; it returns nil otherwise.
+func openIdentified(path string, id Identity) *os.File {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	h, herr := ReadHeader(f)
+	fi, serr := f.Stat()
+	if herr == nil && serr == nil {
+		if got, err := IdentityOf(fi, h); err == nil && got == id {
+			return f
+		}
+	}
+	f.Close()
+	return nil
 }
 
 // readHeaderFile reads the header of the file at path.

@@ -4,6 +4,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -76,5 +77,61 @@ func TestIdentityOfNoStat(t *testing.T) {
 	_, err := IdentityOf(fakeInfo{}, Header{FileName: "fake.ss"})
 	if err == nil || !strings.Contains(err.Error(), "fake.ss: no inode number") {
 		t.Fatalf("got %v, want an error naming the file", err)
+	}
+}
+
+// TestLocate finds a file renamed within the directory of the path by its
+// identity, and lists the files with its header's name created after it,
+// but for the one at the path; a file with its inode but another header is
+// not it.
+func TestLocate(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "r.ss")
+	write := func(name string, created uint64) Identity {
+		t.Helper()
+		p := filepath.Join(dir, name)
+		h := Header{FileName: "r.ss", CreatedAtMs: created, BeaconInterval: 1024}
+		b, err := AppendHeader(nil, &h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, err := IdentityOf(fi, h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	first := write("r.ss.3", 1)
+	write("r.ss.1", 3)
+	write("r.ss.2", 2)
+	write("r.ss", 4)
+	write("earlier", 0)
+	if err := os.WriteFile(filepath.Join(dir, "not-a-stream-file"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	rot, err := Locate(path, first)
+	if err != nil || rot.File == nil {
+		t.Fatalf("Locate = %+v, %v; want r.ss.3", rot, err)
+	}
+	defer rot.File.Close()
+	if want := filepath.Join(dir, "r.ss.3"); rot.Path != want {
+		t.Errorf("found %s, want %s", rot.Path, want)
+	}
+	if want := []string{filepath.Join(dir, "r.ss.2"), filepath.Join(dir, "r.ss.1")}; !slices.Equal(rot.Later, want) {
+		t.Errorf("later files %q, want %q", rot.Later, want)
+	}
+
+	rewritten := first
+	rewritten.CreatedAtMs = 9
+	if rot, err := Locate(path, rewritten); err != nil || rot.File != nil {
+		t.Errorf("Locate of a header the file with the inode does not have = %+v, %v; want none", rot, err)
 	}
 }

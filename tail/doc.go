@@ -40,14 +40,15 @@
 //
 // A stored position passed as [Options.Resume] is used when the file at the
 // path has its identity, and is checked to be a frame boundary of the file.
-// If the identity differs, a live follower looks in the directory of the
-// file for the one that has it ([streamfile.Locate]: where a rotation
-// renamed it while nothing followed it), and reads it on from the position
-// first, then the file at the path from its beginning, as after a rotation
-// while following. If there is none, or the offset is past the end or not a
-// frame boundary (the file was truncated or rewritten), the file at the
-// path is read from its beginning, with a warning and an [Event]. Without
-// a stored position, [Options.Start] applies:
+// If the identity differs, a live follower looks for the file that has it
+// in the directory of the path, or of the file a symlink there names
+// ([streamfile.Locate]: where a rotation renamed it while nothing followed
+// the path), and reads that file first, then the file at the path from its
+// beginning, as after a rotation while following. If there is none, the
+// file at the path is read from its beginning; if the offset is past the
+// end of its file or not a frame boundary (the file was truncated or
+// rewritten), that file is: each with a warning and an [Event]. Without a
+// stored position, [Options.Start] applies:
 //
 //	beginning     the first frame
 //	end           after the last complete frame when following starts (spec §11.3)

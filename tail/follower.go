@@ -37,13 +37,13 @@ type Options struct {
 	// Start is where to begin when Resume does not apply.
 	Start Start
 	// Resume is a stored position. It applies when the file at Path has the
-	// identity Resume.File. Otherwise, unless Replay is set, a file with
-	// that identity in the directory of Path (where a rotation renamed it)
-	// is read from the position to its end first, and the file at Path from
-	// its beginning after it, as after a rotation while following. Failing
-	// that, the file is another one than the position was stored for, and
-	// it is read from its beginning (logged, and counted as
-	// [EventReplaced]).
+	// identity Resume.File. Otherwise, unless Replay is set, the file with
+	// that identity in the directory of Path (or of the file a symlink there
+	// names), where a rotation renamed it, is read from the position to its
+	// end first, and the file at Path from its beginning after it, as after
+	// a rotation while following. Failing that, the file at Path is another
+	// one than the position was stored for, and it is read from its
+	// beginning (logged, and counted as [EventReplaced]).
 	Resume *Position
 	// Replay reads to the end of the data (or the end-of-stream frame) and
 	// finishes there, instead of following the file as it grows.
@@ -642,8 +642,9 @@ func (fl *Follower) startOffset(size int64) (int64, error) {
 			// The file the position names was replaced while nothing
 			// followed it (renamed by a rotation while streamd was
 			// stopped, say): what it held after the position is not read.
-			fl.log.Error("stored position belongs to another file, replaced while streamd was not following it and not in the directory of the path any more: "+
-				"reading this one from the beginning; the records of the other after the stored offset are not delivered (find the other by its inode, and read them with streamd decode)",
+			fl.log.Error("stored position belongs to another file, replaced while nothing followed the path: reading this one from the beginning; "+
+				"the records of the other after the stored offset are not delivered (a live subscription reads them on when the other is still in the directory of the path; "+
+				"find it by its inode, and read them with streamd decode)",
 				"stored_offset", r.Offset, "stored_ino", r.File.Ino, "stored_file_name", r.File.FileName, "stored_created_at_ms", r.File.CreatedAtMs,
 				"ino", fl.id.Ino, "file_name", fl.id.FileName, "created_at_ms", fl.id.CreatedAtMs)
 			fl.obs.Event(EventReplaced)

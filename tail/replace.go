@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"strings"
 	"syscall"
 	"time"
 
@@ -41,12 +42,12 @@ type replaceState struct {
 
 // resumeRotated opens, in place of the file at the path, the file the
 // stored position belongs to when a rotation renamed it within the
-// directory while nothing followed it (streamd was stopped): the follower
-// then reads it on from the position, and check finds that the path names
-// another file, which it reads from its beginning once this one is read
-// to its end and has stopped growing. A file that cannot be found, or
-// opened, leaves the file at the path, which startOffset then reads from
-// its beginning.
+// directory while nothing followed the path: the follower then reads it on
+// from the position, and check finds that the path names another file,
+// which it reads from its beginning once this one is read to its end and
+// has stopped growing. Files rotated after that one are not read, and
+// logged at ERROR. A file that cannot be found leaves the file at the
+// path, which startOffset then reads from its beginning.
 func (fl *Follower) resumeRotated() {
 	r := fl.opts.Resume
 	if r == nil || fl.opts.Replay {
@@ -55,30 +56,22 @@ func (fl *Follower) resumeRotated() {
 	if fi, err := fl.f.Stat(); err != nil || sameInode(fi, r.File.Ino) {
 		return
 	}
-	path, err := streamfile.Locate(fl.path, r.File)
-	if err != nil || path == "" {
-		return
-	}
-	f, err := fl.open(path)
+	rot, err := streamfile.Locate(fl.path, r.File)
 	if err != nil {
-		fl.log.Warn("cannot open the rotated file the stored position belongs to", "rotated_path", path, "err", err)
+		fl.log.Warn("cannot look for the file the stored position belongs to in the directory of the path", "err", err)
 		return
 	}
-	// Checked again on the open file: the name may have been taken since.
-	h, herr := streamfile.ReadHeader(f)
-	fi, serr := f.Stat()
-	if herr != nil || serr != nil {
-		f.Close()
-		return
-	}
-	if id, err := streamfile.IdentityOf(fi, h); err != nil || id != r.File {
-		f.Close()
+	if rot.File == nil {
 		return
 	}
 	fl.f.Close()
-	fl.f = f
-	fl.log.Info("the stored position is in a file rotated away from the path while streamd was stopped: reading it on to its end, then the file at the path from its beginning",
-		"rotated_path", path, "offset", r.Offset, "ino", r.File.Ino)
+	fl.f = timedFile{rot.File, &fl.reading, &fl.reads}
+	fl.log.Info("the stored position is in a file rotated away from the path while nothing followed it: reading it on to its end, then the file at the path from its beginning",
+		"rotated_path", rot.Path, "offset", r.Offset, "ino", r.File.Ino)
+	if len(rot.Later) > 0 {
+		fl.log.Error("stream files rotated after the one the stored position is in, while nothing followed the path, are not read: read their records with streamd decode",
+			"files", strings.Join(rot.Later, " "))
+	}
 }
 
 // sameInode reports whether fi, from the operating system, has inode ino.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/streamd/streamd/internal/testutil"
+	"github.com/streamd/streamd/streamfile"
 )
 
 // TestResumeRotated: a position stored in a file that a rotation renamed
@@ -17,7 +18,8 @@ import (
 // path's symlink points): the rest of it is read, then the new file at the
 // path from its beginning. A file rotated out of the directory (or gone)
 // cannot be found: the new file is read from its beginning, and the loss
-// is logged at ERROR.
+// is logged at ERROR. So is a file rotated after the one resumed in, which
+// is not read.
 func TestResumeRotated(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -27,16 +29,22 @@ func TestResumeRotated(t *testing.T) {
 		rotate  func(t *testing.T, dir string) string
 		found   bool
 		symlink bool
+		between bool // a file rotated after the stored position's: data/r.ss.1
 	}{
-		{"renamed in the directory", func(t *testing.T, dir string) string { return rename(t, dir, "data/r.ss", "data/r.ss.1") }, true, false},
-		{"renamed where the symlink points", func(t *testing.T, dir string) string { return rename(t, dir, "data/r.ss", "data/r.ss.1") }, true, true},
-		{"moved to another directory", func(t *testing.T, dir string) string { return rename(t, dir, "data/r.ss", "old/r.ss.1") }, false, false},
+		{"renamed in the directory", func(t *testing.T, dir string) string { return rename(t, dir, "data/r.ss", "data/r.ss.1") }, true, false, false},
+		{"renamed where the symlink points", func(t *testing.T, dir string) string { return rename(t, dir, "data/r.ss", "data/r.ss.1") }, true, true, false},
+		{"moved to another directory", func(t *testing.T, dir string) string { return rename(t, dir, "data/r.ss", "old/r.ss.1") }, false, false, false},
 		{"removed", func(t *testing.T, dir string) string {
 			if err := os.Remove(filepath.Join(dir, "data/r.ss")); err != nil {
 				t.Fatal(err)
 			}
 			return ""
-		}, false, false},
+		}, false, false, false},
+		{"rotated twice", func(t *testing.T, dir string) string {
+			rotated := rename(t, dir, "data/r.ss", "data/r.ss.2")
+			writeFile(t, filepath.Join(dir, "data/r.ss.1"), betweenHeader, frames("between", 1, 3, 1, 20))
+			return rotated
+		}, true, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -66,7 +74,7 @@ func TestResumeRotated(t *testing.T) {
 			fl.Close()
 
 			rotated := tc.rotate(t, dir)
-			writeFile(t, file, newHeader, repl)
+			writeFile(t, file, lastHeader, repl)
 			var log testutil.SyncBuffer
 			obs := newObserver()
 			fl, err = New(Options{Path: path, Resume: &stored, PollInterval: 20 * time.Millisecond, RotationGrace: 100 * time.Millisecond,
@@ -85,6 +93,11 @@ func TestResumeRotated(t *testing.T) {
 			if err := sameFrames(append(first, rest...), want); err != nil {
 				t.Fatalf("%v\nlog:\n%s", err, log.String())
 			}
+			select {
+			case it := <-items:
+				t.Fatalf("after every record, another: %+v", it)
+			case <-time.After(300 * time.Millisecond): // the grace and a few polls
+			}
 			if n := obs.count(EventReplaced); n != 1 {
 				t.Errorf("%d replacements counted, want 1", n)
 			}
@@ -93,9 +106,20 @@ func TestResumeRotated(t *testing.T) {
 			if resumed != tc.found || lost == tc.found {
 				t.Errorf("resumed in the rotated file: %v, loss logged: %v; want %v, %v\nlog:\n%s", resumed, lost, tc.found, !tc.found, log.String())
 			}
+			between := strings.Contains(log.String(), "level=ERROR msg=\"stream files rotated after the one the stored position is in")
+			if named := strings.Contains(log.String(), "files="+filepath.Join(dir, "data/r.ss.1")); between != tc.between || named != tc.between {
+				t.Errorf("the file rotated in between logged at ERROR: %v, named: %v; want %v\nlog:\n%s", between, named, tc.between, log.String())
+			}
 		})
 	}
 }
+
+// The headers of the files rotated after the one of oldHeader: the next
+// one, and the last, at the path.
+var (
+	betweenHeader = streamfile.Header{FileName: "r.ss", CreatedAtMs: 2, BeaconInterval: 1024}
+	lastHeader    = streamfile.Header{FileName: "r.ss", CreatedAtMs: 3, BeaconInterval: 1024}
+)
 
 // rename renames from to to, both under dir, and returns to's path.
 func rename(t *testing.T, dir, from, to string) string {

@@ -100,7 +100,7 @@ func TestRunRotationWhileStopped(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.publish("b1", "b2")
-	if row := e.offsetsShowRow("billing"); len(row) < 8 || row[5] != fmt.Sprint(fileSize(t, rotated)-stored.Offset+fileSize(t, e.stream)) ||
+	if row := e.offsetsShowRow("billing"); len(row) < 8 || row[5] != fmt.Sprint(fileSize(t, rotated)-stored.Offset+fileSize(t, e.stream)-streamfile.HeaderSize) ||
 		!strings.Contains(strings.Join(row[7:], " "), "rotated to "+rotated) {
 		t.Errorf("offsets show: %q, want the lag over both files and the rotated file named", row)
 	}
@@ -119,6 +119,10 @@ func TestRunRotationWhileStopped(t *testing.T) {
 	}
 	if rec := slogRecords(p.stderr.String(), "the stored position is in a file rotated away"); len(rec) != 1 || rec[0]["rotated_path"] != rotated {
 		t.Errorf("the resumption in the rotated file logged %v, want once, naming %s", rec, rotated)
+	}
+	// The switch to the file at the path is the one warning.
+	if lines := problemLines(p.stderr.String()); len(lines) != 1 || !strings.Contains(lines[0], "stream file replaced") {
+		t.Errorf("warnings and errors after the restart:\n%s\nwant only the switch to the file at the path", strings.Join(lines, "\n"))
 	}
 }
 
