@@ -8,7 +8,6 @@ import (
 	"maps"
 	"os"
 	"slices"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -190,34 +189,48 @@ func fileState(path string) (int64, streamfile.Identity, error) {
 
 // replacedNote says where subscription sc starts when its stored position p
 // is not in the file at path (of size, when found) and returns the lag:
-// the rest of the file a rotation renamed within the directory and the
-// records of the file at the path when a live subscription reads that
-// file on, -1 otherwise. See tail.Options.Resume.
+// when a live subscription reads on in the file a rotation renamed within
+// the directory, the rest of it, the files rotated after it, and the
+// records of the file at the path; -1 otherwise. See tail.Options.Resume.
 func replacedNote(sc conf.Subscription, path string, p offsets.Position, found bool, size int64) (string, int64) {
-	var rot streamfile.Rotation
+	var f *os.File
 	if !sc.Replay {
-		rot, _ = streamfile.Locate(path, p.File)
+		f, _ = streamfile.Locate(path, p.File)
 	}
-	if rot.File == nil {
+	var fi os.FileInfo
+	if f != nil {
+		defer f.Close()
+		fi, _ = f.Stat()
+	}
+	if fi == nil {
 		if !found {
 			return "", -1
 		}
 		return "the file was replaced since: starts at its beginning", -1
 	}
-	defer rot.File.Close()
-	fi, err := rot.File.Stat()
-	if err != nil {
-		return "", -1
+	lag, later := fi.Size()-p.Offset, 0
+	for id := p.File; ; later++ {
+		next, err := streamfile.NextRotated(path, id)
+		if err != nil || next == "" {
+			break
+		}
+		var nsize int64
+		if nsize, id, err = fileState(next); err != nil {
+			break
+		}
+		lag += nsize - streamfile.HeaderSize
 	}
-	note := "the file was rotated to " + rot.Path + " since: its rest is read first, then the file at the path"
-	if len(rot.Later) > 0 {
-		note += fmt.Sprintf("; %d files rotated after it are not read (%s)", len(rot.Later), strings.Join(rot.Later, " "))
-	}
-	lag := fi.Size() - p.Offset
 	if found {
 		lag += max(size-streamfile.HeaderSize, 0)
 	}
-	return note, lag
+	note := "the file was rotated to " + f.Name() + " since: its rest is read first"
+	switch {
+	case later == 1:
+		note += ", then the file rotated after it"
+	case later > 1:
+		note += fmt.Sprintf(", then the %d files rotated after it", later)
+	}
+	return note + ", then the file at the path", lag
 }
 
 // identify reads an open stream file's header, size and identity.

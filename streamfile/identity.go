@@ -1,12 +1,11 @@
 package streamfile
 
 import (
-	"cmp"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
-	"slices"
 	"syscall"
 )
 
@@ -48,71 +47,98 @@ func IdentityOf(fi fs.FileInfo, h Header) (Identity, error) {
 	return Identity{Ino: st.Ino, FileName: h.FileName, CreatedAtMs: h.CreatedAtMs}, nil
 }
 
-// Rotation is what [Locate] found in the directory of a path.
-type Rotation struct {
-	// File is the stream file with the identity looked for, open, and
-	// Path its path; nil and "" when the directory holds none.
-	File *os.File
-	Path string
-	// Later are the paths of the other stream files of the directory with
-	// the same file name in their header, created after it, but for the one
-	// at the path: files rotated after it, in the order of their creation.
-	Later []string
+// Locate returns, open, the stream file with identity id in the directory
+// of path (of the file a symlink at path names), or nil when there is none:
+// where a rotation that renamed it within its directory (logrotate's
+// default) put it. The identity is checked on the open file. Its path is
+// the file's Name.
+func Locate(path string, id Identity) (*os.File, error) {
+	dir, err := rotationDir(path)
+	if err != nil {
+		return nil, err
+	}
+	for _, fi := range dir.files {
+		if inode(fi) == id.Ino {
+			return openIdentified(filepath.Join(dir.name, fi.Name()), id), nil
+		}
+	}
+	return nil, nil
 }
 
-// Locate looks in the directory of path (of the file a symlink at path
-// names) for the stream file with identity id: where a rotation that
-// renamed it within its directory (logrotate's default) put it. It opens
-// the regular file with its inode number, checks the identity on the open
-// file, and lists the files rotated after it (Rotation.Later). Files it
-// cannot look at or read are passed over.
-func Locate(path string, id Identity) (Rotation, error) {
-	if real, err := filepath.EvalSymlinks(path); err == nil {
-		path = real
-	}
-	var atPath uint64 // the inode of the file at the path, 0 if none
-	if fi, err := os.Stat(path); err == nil {
-		atPath = inode(fi)
-	}
-	dir := filepath.Dir(path)
-	entries, err := os.ReadDir(dir)
+// NextRotated returns the path of the stream file that a rotation put
+// after the one with identity id, in the directory of path (of the file a
+// symlink at path names): of the files whose header has id's file name and
+// a creation time after id's and before that of the file at the path (if
+// it has a header), the first created. It returns "" when there is none:
+// the file at the path comes next; and when no regular file is at the
+// path, to be waited for. Files it cannot read are passed over.
+//
+// Going from a file to the next this way reads each file of a rotation
+// once, in the order of their creation, however many rotations happened
+// while the first was read: a copy of one (same header) is not read again.
+func NextRotated(path string, id Identity) (string, error) {
+	dir, err := rotationDir(path)
 	if err != nil {
-		return Rotation{}, err
+		return "", err
 	}
-	var rot Rotation
-	type later struct {
-		path    string
-		created uint64
+	if dir.atPath == nil || !dir.atPath.Mode().IsRegular() {
+		// Nothing tells which files came before the next one at the path:
+		// a file to be renamed over it may be waiting in the directory.
+		// (And opening a FIFO would block.)
+		return "", nil
 	}
-	var after []later
+	before := uint64(math.MaxUint64) // a new file at the path, its header not written yet
+	if h, err := readHeaderFile(dir.path); err == nil {
+		before = h.CreatedAtMs
+	}
+	next, created := "", before
+	for _, fi := range dir.files {
+		if inode(fi) == id.Ino || dir.atPath != nil && os.SameFile(fi, dir.atPath) {
+			continue
+		}
+		name := filepath.Join(dir.name, fi.Name())
+		if h, err := readHeaderFile(name); err == nil && h.FileName == id.FileName &&
+			h.CreatedAtMs > id.CreatedAtMs && h.CreatedAtMs < created {
+			next, created = name, h.CreatedAtMs
+		}
+	}
+	return next, nil
+}
+
+// rotation is the directory a rotation of the file at a path renames in.
+type rotation struct {
+	path   string        // the path, a symlink there followed
+	name   string        // the directory
+	files  []fs.FileInfo // its regular files
+	atPath fs.FileInfo   // the file at the path, nil if none
+}
+
+// rotationDir reads the directory of path, or of the file a symlink at
+// path names, whether it exists or not (a rotation may have renamed it).
+func rotationDir(path string) (rotation, error) {
+	if target, err := os.Readlink(path); err == nil {
+		if !filepath.IsAbs(target) {
+			target = filepath.Join(filepath.Dir(path), target)
+		}
+		path = target
+	}
+	r := rotation{path: path, name: filepath.Dir(path)}
+	entries, err := os.ReadDir(r.name)
+	if err != nil {
+		return rotation{}, err
+	}
 	for _, e := range entries {
 		if !e.Type().IsRegular() {
 			continue
 		}
-		fi, err := e.Info()
-		if err != nil {
-			continue // gone since the directory was read
-		}
-		name := filepath.Join(dir, e.Name())
-		switch ino := inode(fi); {
-		case ino == id.Ino && rot.File == nil:
-			if f := openIdentified(name, id); f != nil {
-				rot.File, rot.Path = f, name
-			}
-		case ino != atPath && ino != id.Ino:
-			if h, err := readHeaderFile(name); err == nil && h.FileName == id.FileName && h.CreatedAtMs > id.CreatedAtMs {
-				after = append(after, later{name, h.CreatedAtMs})
-			}
+		if fi, err := e.Info(); err == nil { // else gone since the directory was read
+			r.files = append(r.files, fi)
 		}
 	}
-	if rot.File == nil {
-		return Rotation{}, nil
+	if fi, err := os.Stat(path); err == nil {
+		r.atPath = fi
 	}
-	slices.SortFunc(after, func(a, b later) int { return cmp.Compare(a.created, b.created) })
-	for _, l := range after {
-		rot.Later = append(rot.Later, l.path)
-	}
-	return rot, nil
+	return r, nil
 }
 
 // inode returns the inode number of fi, from the operating system.

@@ -4,7 +4,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -81,9 +80,9 @@ func TestIdentityOfNoStat(t *testing.T) {
 }
 
 // TestLocate finds a file renamed within the directory of the path by its
-// identity, and lists the files with its header's name created after it,
-// but for the one at the path; a file with its inode but another header is
-// not it.
+// identity; a file with its inode but another header is not it.
+// NextRotated goes from it to the files of its name rotated after it, in
+// the order of their creation, to none before the one at the path.
 func TestLocate(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "r.ss")
@@ -108,30 +107,45 @@ func TestLocate(t *testing.T) {
 		}
 		return id
 	}
-	first := write("r.ss.3", 1)
-	write("r.ss.1", 3)
-	write("r.ss.2", 2)
-	write("r.ss", 4)
-	write("earlier", 0)
+	ids := map[string]Identity{}
+	for _, f := range []struct {
+		name    string
+		created uint64
+	}{{"r.ss.3", 10}, {"r.ss.1", 30}, {"r.ss.2", 20}, {"r.ss", 40}, {"copy-of-2", 20}, {"earlier", 5}, {"later-than-the-path", 50}} {
+		ids[f.name] = write(f.name, f.created)
+	}
 	if err := os.WriteFile(filepath.Join(dir, "not-a-stream-file"), []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 
-	rot, err := Locate(path, first)
-	if err != nil || rot.File == nil {
-		t.Fatalf("Locate = %+v, %v; want r.ss.3", rot, err)
+	f, err := Locate(path, ids["r.ss.3"])
+	if err != nil || f == nil {
+		t.Fatalf("Locate = %v, %v; want r.ss.3", f, err)
 	}
-	defer rot.File.Close()
-	if want := filepath.Join(dir, "r.ss.3"); rot.Path != want {
-		t.Errorf("found %s, want %s", rot.Path, want)
+	f.Close()
+	if want := filepath.Join(dir, "r.ss.3"); f.Name() != want {
+		t.Errorf("found %s, want %s", f.Name(), want)
 	}
-	if want := []string{filepath.Join(dir, "r.ss.2"), filepath.Join(dir, "r.ss.1")}; !slices.Equal(rot.Later, want) {
-		t.Errorf("later files %q, want %q", rot.Later, want)
+	rewritten := ids["r.ss.3"]
+	rewritten.CreatedAtMs = 9
+	if f, err := Locate(path, rewritten); err != nil || f != nil {
+		t.Errorf("Locate of a header the file with the inode does not have = %v, %v; want none", f, err)
 	}
 
-	rewritten := first
-	rewritten.CreatedAtMs = 9
-	if rot, err := Locate(path, rewritten); err != nil || rot.File != nil {
-		t.Errorf("Locate of a header the file with the inode does not have = %+v, %v; want none", rot, err)
+	// r.ss.3, then r.ss.2 or its copy (once), r.ss.1, and the path.
+	var chain []string
+	for id := ids["r.ss.3"]; ; {
+		next, err := NextRotated(path, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if next == "" {
+			break
+		}
+		chain = append(chain, filepath.Base(next))
+		id = ids[filepath.Base(next)]
+	}
+	if len(chain) != 2 || chain[0] != "r.ss.2" && chain[0] != "copy-of-2" || chain[1] != "r.ss.1" {
+		t.Errorf("rotated after r.ss.3: %q, want r.ss.2 (or its copy) and r.ss.1", chain)
 	}
 }

@@ -43,12 +43,13 @@
 // If the identity differs, a live follower looks for the file that has it
 // in the directory of the path, or of the file a symlink there names
 // ([streamfile.Locate]: where a rotation renamed it while nothing followed
-// the path), and reads that file first, then the file at the path from its
-// beginning, as after a rotation while following. If there is none, the
-// file at the path is read from its beginning; if the offset is past the
-// end of its file or not a frame boundary (the file was truncated or
-// rewritten), that file is: each with a warning and an [Event]. Without a
-// stored position, [Options.Start] applies:
+// the path), and reads that file first, then the files rotated after it
+// and the one at the path, as after rotations while following. If there
+// is none, the file at the path is read from its beginning, logged at
+// ERROR; if the offset is past the end of its file or not a frame boundary
+// (the file was truncated or rewritten), that file is, with a warning:
+// each with an [Event]. Without a stored position, [Options.Start]
+// applies:
 //
 //	beginning     the first frame
 //	end           after the last complete frame when following starts (spec §11.3)
@@ -82,10 +83,13 @@
 //   - a path that names another file (renamed over, deleted and created
 //     again, a symlink retargeted): the old file is read to its end first,
 //     and followed until it has not grown for [Options.RotationGrace] (a
-//     producer may still write to it), then the new one is read from its
+//     producer may still write to it), then the next one is read from its
 //     beginning ([EventReplaced]; the log line counts the records read
-//     from the old file after the switch was noticed); an incomplete frame
-//     at the end of the old file is lost ([EventTornTail]);
+//     from the old file after the switch was noticed): the file rotated
+//     next within the directory when rotations closer together than the
+//     follower's lag left several ([streamfile.NextRotated]), or else the
+//     one at the path; an incomplete frame at the end of the old file is
+//     lost ([EventTornTail]);
 //   - a path that is gone: the follower reports it ([EventRemoved], and a
 //     log line every 10 s), keeps reading the open file (a writer may still
 //     append to it), and takes the new file when the path comes back;

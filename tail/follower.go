@@ -40,8 +40,8 @@ type Options struct {
 	// identity Resume.File. Otherwise, unless Replay is set, the file with
 	// that identity in the directory of Path (or of the file a symlink there
 	// names), where a rotation renamed it, is read from the position to its
-	// end first, and the file at Path from its beginning after it, as after
-	// a rotation while following. Failing that, the file at Path is another
+	// end first, and the files rotated after it and the one at Path from
+	// their beginning after it, as after rotations while following. Failing that, the file at Path is another
 	// one than the position was stored for, and it is read from its
 	// beginning (logged, and counted as [EventReplaced]).
 	Resume *Position

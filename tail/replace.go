@@ -7,7 +7,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"strings"
 	"syscall"
 	"time"
 
@@ -44,10 +43,10 @@ type replaceState struct {
 // stored position belongs to when a rotation renamed it within the
 // directory while nothing followed the path: the follower then reads it on
 // from the position, and check finds that the path names another file,
-// which it reads from its beginning once this one is read to its end and
-// has stopped growing. Files rotated after that one are not read, and
-// logged at ERROR. A file that cannot be found leaves the file at the
-// path, which startOffset then reads from its beginning.
+// which switchFile goes on with (through the files rotated after it) once
+// this one is read to its end and has stopped growing. A file that cannot
+// be found leaves the file at the path, which startOffset then reads from
+// its beginning.
 func (fl *Follower) resumeRotated() {
 	r := fl.opts.Resume
 	if r == nil || fl.opts.Replay {
@@ -56,22 +55,18 @@ func (fl *Follower) resumeRotated() {
 	if fi, err := fl.f.Stat(); err != nil || sameInode(fi, r.File.Ino) {
 		return
 	}
-	rot, err := streamfile.Locate(fl.path, r.File)
+	f, err := streamfile.Locate(fl.path, r.File)
 	if err != nil {
 		fl.log.Warn("cannot look for the file the stored position belongs to in the directory of the path", "err", err)
 		return
 	}
-	if rot.File == nil {
+	if f == nil {
 		return
 	}
 	fl.f.Close()
-	fl.f = timedFile{rot.File, &fl.reading, &fl.reads}
-	fl.log.Info("the stored position is in a file rotated away from the path while nothing followed it: reading it on to its end, then the file at the path from its beginning",
-		"rotated_path", rot.Path, "offset", r.Offset, "ino", r.File.Ino)
-	if len(rot.Later) > 0 {
-		fl.log.Error("stream files rotated after the one the stored position is in, while nothing followed the path, are not read: read their records with streamd decode",
-			"files", strings.Join(rot.Later, " "))
-	}
+	fl.f = timedFile{f, &fl.reading, &fl.reads}
+	fl.log.Info("the stored position is in a file rotated away from the path while nothing followed it: reading it on to its end, then the files rotated after it and the file at the path",
+		"rotated_path", f.Name(), "offset", r.Offset, "ino", r.File.Ino)
 }
 
 // sameInode reports whether fi, from the operating system, has inode ino.
@@ -266,7 +261,7 @@ func (fl *Follower) underSharedLock(ctx context.Context, fn func()) (ok bool, er
 // or is replaced or removed again.
 func (fl *Follower) switchFile(err error) error {
 	r := &fl.replace
-	nf, oerr := fl.openReplacement()
+	nf, name, oerr := fl.openNext()
 	if errors.Is(oerr, fs.ErrNotExist) {
 		r.draining = false
 		return nil // check notices the removal at the next wake-up
@@ -298,7 +293,7 @@ func (fl *Follower) switchFile(err error) error {
 	}
 	fl.log.Warn("stream file replaced; reading the new file from the beginning",
 		"old_ino", fl.id.Ino, "old_file_name", fl.id.FileName, "old_created_at_ms", fl.id.CreatedAtMs, "old_offset", fl.pos(),
-		"old_records_after_switch", r.drained, "rotation_grace", fl.opts.RotationGrace)
+		"old_records_after_switch", r.drained, "rotation_grace", fl.opts.RotationGrace, "file", name)
 	st, _ := nf.Stat()
 	fl.countReplacement(st)
 	r.told, r.unopened = false, nil
@@ -322,6 +317,24 @@ func (fl *Follower) countReplacement(st os.FileInfo) {
 	}
 	fl.obs.Event(EventReplaced)
 	r.told, r.unopened = true, st
+}
+
+// openNext opens the file switchFile goes on with, and returns its path:
+// the next file rotated after the open one within the directory
+// (rotations closer together than the follower's lag leave several), or
+// else the file at the path.
+func (fl *Follower) openNext() (file, string, error) {
+	next, err := streamfile.NextRotated(fl.path, fl.id)
+	if err == nil && next != "" {
+		f, err := fl.open(next)
+		if err == nil {
+			return f, next, nil
+		}
+		fl.log.Error("cannot open the stream file rotated after the one read; its records are not read, and the file at the path is read next",
+			"rotated_path", next, "err", err)
+	}
+	f, err := fl.openReplacement()
+	return f, fl.path, err
 }
 
 // openReplacement opens the file at the path for switchFile. Anything but a

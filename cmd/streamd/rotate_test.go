@@ -76,11 +76,12 @@ func TestRunCopytruncate(t *testing.T) {
 	}
 }
 
-// TestRunRotationWhileStopped: the stream file is rotated (renamed within
-// its directory, and a new file created at the path) while streamd is
-// stopped with records of it not delivered: offsets show says that the
-// rotated file's rest is read first, and counts it in the lag; the next
-// start delivers that rest, then the new file's records, each once.
+// TestRunRotationWhileStopped: the stream file is rotated twice (renamed
+// within its directory, and a new file created at the path) while streamd
+// is stopped with records of it not delivered: offsets show says that the
+// rotated file's rest is read first, then the file rotated after it, and
+// counts them in the lag; the next start delivers that rest, then the
+// records of the file in between and of the new file, each once.
 func TestRunRotationWhileStopped(t *testing.T) {
 	t.Parallel()
 	flag := filepath.Join(t.TempDir(), "answer")
@@ -95,21 +96,28 @@ func TestRunRotationWhileStopped(t *testing.T) {
 		t.Fatalf("exit code %d", code)
 	}
 	stored := storedPosition(t, e, "billing")
-	rotated := e.stream + ".1"
+	rotated, between := e.stream+".2", e.stream+".1"
 	if err := os.Rename(e.stream, rotated); err != nil {
 		t.Fatal(err)
 	}
+	e.publish("m1", "m2")
+	if err := os.Rename(e.stream, between); err != nil {
+		t.Fatal(err)
+	}
+	// Files are told apart by their creation time, in milliseconds.
+	time.Sleep(2 * time.Millisecond)
 	e.publish("b1", "b2")
-	if row := e.offsetsShowRow("billing"); len(row) < 8 || row[5] != fmt.Sprint(fileSize(t, rotated)-stored.Offset+fileSize(t, e.stream)-streamfile.HeaderSize) ||
-		!strings.Contains(strings.Join(row[7:], " "), "rotated to "+rotated) {
-		t.Errorf("offsets show: %q, want the lag over both files and the rotated file named", row)
+	lag := fileSize(t, rotated) - stored.Offset + fileSize(t, between) + fileSize(t, e.stream) - 2*streamfile.HeaderSize
+	if row := e.offsetsShowRow("billing"); len(row) < 8 || row[5] != fmt.Sprint(lag) ||
+		!strings.Contains(strings.Join(row[7:], " "), "rotated to "+rotated+" since: its rest is read first, then the file rotated after it") {
+		t.Errorf("offsets show: %q, want the lag %d over the three files and the rotated file named", row, lag)
 	}
 
 	if err := os.WriteFile(flag, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	p = e.start()
-	want := []string{"a1", "a2", "a3", "a4", "a5", "a6", "b1", "b2"}
+	want := []string{"a1", "a2", "a3", "a4", "a5", "a6", "m1", "m2", "b1", "b2"}
 	eventually(t, 15*time.Second, "every record of both files delivered", func() bool { return len(e.deliveries()) >= len(want) })
 	if code := p.stop(t); code != 0 {
 		t.Fatalf("exit code %d", code)
@@ -120,9 +128,10 @@ func TestRunRotationWhileStopped(t *testing.T) {
 	if rec := slogRecords(p.stderr.String(), "the stored position is in a file rotated away"); len(rec) != 1 || rec[0]["rotated_path"] != rotated {
 		t.Errorf("the resumption in the rotated file logged %v, want once, naming %s", rec, rotated)
 	}
-	// The switch to the file at the path is the one warning.
-	if lines := problemLines(p.stderr.String()); len(lines) != 1 || !strings.Contains(lines[0], "stream file replaced") {
-		t.Errorf("warnings and errors after the restart:\n%s\nwant only the switch to the file at the path", strings.Join(lines, "\n"))
+	// The switches to the file in between and to the one at the path are
+	// the only warnings.
+	if lines := problemLines(p.stderr.String()); len(lines) != 2 || !strings.Contains(lines[0], "stream file replaced") || !strings.Contains(lines[1], "stream file replaced") {
+		t.Errorf("warnings and errors after the restart:\n%s\nwant only the two switches", strings.Join(lines, "\n"))
 	}
 }
 
