@@ -32,7 +32,8 @@ type PositionReport struct {
 	// Lag is FileSize minus the stored offset, -1 when it does not apply
 	// (nothing stored, another file, an unreadable file). When the stored
 	// position is in a file rotated away from the path, it is that file's
-	// size minus the offset, plus the records of the file at the path.
+	// size minus the offset, plus the records of the files rotated after it
+	// and of the file at the path.
 	Lag int64
 	// Note says what the position means at the next start, or why a value
 	// is missing.
@@ -209,16 +210,18 @@ func replacedNote(sc conf.Subscription, path string, p offsets.Position, found b
 		return "the file was replaced since: starts at its beginning", -1
 	}
 	lag, later := fi.Size()-p.Offset, 0
-	for id := p.File; ; later++ {
-		next, err := streamfile.NextRotated(path, id)
-		if err != nil || next == "" {
+	for after := p.File.CreatedAtMs; ; later++ {
+		next, err := streamfile.NextRotated(path, p.File.FileName, after)
+		if err != nil || next == nil {
 			break
 		}
-		var nsize int64
-		if nsize, id, err = fileState(next); err != nil {
+		_, nsize, id, err := identify(next)
+		next.Close()
+		if err != nil {
 			break
 		}
 		lag += nsize - streamfile.HeaderSize
+		after = id.CreatedAtMs
 	}
 	if found {
 		lag += max(size-streamfile.HeaderSize, 0)

@@ -65,44 +65,61 @@ func Locate(path string, id Identity) (*os.File, error) {
 	return nil, nil
 }
 
-// NextRotated returns the path of the stream file that a rotation put
-// after the one with identity id, in the directory of path (of the file a
-// symlink at path names): of the files whose header has id's file name and
-// a creation time after id's and before that of the file at the path (if
-// it has a header), the first created. It returns "" when there is none:
-// the file at the path comes next; and when no regular file is at the
-// path, to be waited for. Files it cannot read are passed over.
+// NextRotated opens the stream file that a rotation put next, in the
+// directory of path (of the file a symlink at path names), after the files
+// named fileName in their header that were created up to after
+// (milliseconds since the epoch): of the files with that name in their
+// header, created after that and before the file at the path (if it has a
+// header), the first created, checked on the open file. It returns nil
+// when there is none: the file at the path comes next; and when no
+// regular file is at the path, to be waited for. Files it cannot read are
+// passed over.
 //
-// Going from a file to the next this way reads each file of a rotation
-// once, in the order of their creation, however many rotations happened
-// while the first was read: a copy of one (same header) is not read again.
-func NextRotated(path string, id Identity) (string, error) {
-	dir, err := rotationDir(path)
-	if err != nil {
-		return "", err
-	}
-	if dir.atPath == nil || !dir.atPath.Mode().IsRegular() {
-		// Nothing tells which files came before the next one at the path:
-		// a file to be renamed over it may be waiting in the directory.
-		// (And opening a FIFO would block.)
-		return "", nil
-	}
-	before := uint64(math.MaxUint64) // a new file at the path, its header not written yet
-	if h, err := readHeaderFile(dir.path); err == nil {
-		before = h.CreatedAtMs
-	}
-	next, created := "", before
-	for _, fi := range dir.files {
-		if inode(fi) == id.Ino || dir.atPath != nil && os.SameFile(fi, dir.atPath) {
-			continue
+// Going from file to file this way, with after the latest creation time
+// read, reads each file of a rotation once, in the order of creation,
+// however many rotations happened while the first was read: a copy of one
+// (same header) is not read again. Files created in the same millisecond
+// as the one before them are passed over.
+func NextRotated(path, fileName string, after uint64) (*os.File, error) {
+	for range 3 {
+		dir, err := rotationDir(path)
+		if err != nil {
+			return nil, err
 		}
-		name := filepath.Join(dir.name, fi.Name())
-		if h, err := readHeaderFile(name); err == nil && h.FileName == id.FileName &&
-			h.CreatedAtMs > id.CreatedAtMs && h.CreatedAtMs < created {
-			next, created = name, h.CreatedAtMs
+		if dir.atPath == nil || !dir.atPath.Mode().IsRegular() {
+			// Nothing tells which files came before the next one at the
+			// path: a file to be renamed over it may be waiting in the
+			// directory. (And opening a FIFO would block.)
+			return nil, nil
 		}
+		before := uint64(math.MaxUint64) // a new file at the path, its header not written yet
+		if h, err := readHeaderFile(dir.path); err == nil {
+			before = h.CreatedAtMs
+		}
+		var next string
+		var id Identity
+		for _, fi := range dir.files {
+			if fi.Size() < HeaderSize || os.SameFile(fi, dir.atPath) {
+				continue
+			}
+			name := filepath.Join(dir.name, fi.Name())
+			h, err := readHeaderFile(name)
+			if err != nil || h.FileName != fileName || h.CreatedAtMs <= after || h.CreatedAtMs >= before ||
+				next != "" && h.CreatedAtMs >= id.CreatedAtMs {
+				continue
+			}
+			next, id = name, Identity{Ino: inode(fi), FileName: h.FileName, CreatedAtMs: h.CreatedAtMs}
+		}
+		if next == "" {
+			return nil, nil
+		}
+		if f := openIdentified(next, id); f != nil {
+			return f, nil
+		}
+		// Renamed since the directory was read (logrotate shifting .1 to
+		// .2), or unreadable: look again.
 	}
-	return next, nil
+	return nil, fmt.Errorf("streamfile: the file rotated next in the directory of %s could not be opened as found, three times", path)
 }
 
 // rotation is the directory a rotation of the file at a path renames in.
@@ -116,7 +133,9 @@ type rotation struct {
 // rotationDir reads the directory of path, or of the file a symlink at
 // path names, whether it exists or not (a rotation may have renamed it).
 func rotationDir(path string) (rotation, error) {
-	if target, err := os.Readlink(path); err == nil {
+	if real, err := filepath.EvalSymlinks(path); err == nil {
+		path = real
+	} else if target, err := os.Readlink(path); err == nil { // a dangling link
 		if !filepath.IsAbs(target) {
 			target = filepath.Join(filepath.Dir(path), target)
 		}

@@ -134,16 +134,17 @@ func TestLocate(t *testing.T) {
 
 	// r.ss.3, then r.ss.2 or its copy (once), r.ss.1, and the path.
 	var chain []string
-	for id := ids["r.ss.3"]; ; {
-		next, err := NextRotated(path, id)
+	for after := ids["r.ss.3"].CreatedAtMs; ; {
+		f, err := NextRotated(path, "r.ss", after)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if next == "" {
+		if f == nil {
 			break
 		}
-		chain = append(chain, filepath.Base(next))
-		id = ids[filepath.Base(next)]
+		f.Close()
+		chain = append(chain, filepath.Base(f.Name()))
+		after = ids[filepath.Base(f.Name())].CreatedAtMs
 	}
 	if len(chain) != 2 || chain[0] != "r.ss.2" && chain[0] != "copy-of-2" || chain[1] != "r.ss.1" {
 		t.Errorf("rotated after r.ss.3: %q, want r.ss.2 (or its copy) and r.ss.1", chain)

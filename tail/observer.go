@@ -32,7 +32,8 @@ const (
 	// EventReplaced: the path names another file (renamed over, or
 	// deleted and created again), or a stored position belongs to another
 	// file. The old file was read to its end; the new one is read from its
-	// beginning.
+	// beginning. Counted once per file switched to: a file rotated in
+	// between, then the one at the path, count twice.
 	EventReplaced
 	// EventRemoved: the path no longer exists. The follower keeps the old
 	// file open and waits for the path to come back.

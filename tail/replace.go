@@ -37,6 +37,12 @@ type replaceState struct {
 	// openTrouble: the file that replaced the one read cannot be opened.
 	// It is tried again until it can.
 	openTrouble ratelog.Trouble
+	// readUpTo is the latest creation time (header) of the files read:
+	// the next rotated file was created after it.
+	readUpTo uint64
+	// nextTrouble: the directory cannot be looked at for the next
+	// rotated file.
+	nextTrouble ratelog.Trouble
 }
 
 // resumeRotated opens, in place of the file at the path, the file the
@@ -65,8 +71,20 @@ func (fl *Follower) resumeRotated() {
 	}
 	fl.f.Close()
 	fl.f = timedFile{f, &fl.reading, &fl.reads}
+	if fi, err := f.Stat(); err == nil {
+		fl.drainRotated(fi)
+	}
 	fl.log.Info("the stored position is in a file rotated away from the path while nothing followed it: reading it on to its end, then the files rotated after it and the file at the path",
 		"rotated_path", f.Name(), "offset", r.Offset, "ino", r.File.Ino)
+}
+
+// drainRotated marks the open file, fi, as one a rotation renamed away
+// from the path: it is left once read to its end and quiet for the grace,
+// counted from when it was last written, so that a file rotated long ago
+// is not waited on for the whole grace.
+func (fl *Follower) drainRotated(fi os.FileInfo) {
+	r := &fl.replace
+	r.draining, r.drainSize, r.grew, r.drained = true, fi.Size(), fi.ModTime(), 0
 }
 
 // sameInode reports whether fi, from the operating system, has inode ino.
@@ -301,6 +319,9 @@ func (fl *Follower) switchFile(err error) error {
 	fl.f = nf
 	fl.startOver()
 	r.draining, r.removed = false, false
+	if name != fl.path && st != nil {
+		fl.drainRotated(st)
+	}
 	if cerr != nil {
 		fl.log.Warn("closing the replaced file failed", "err", cerr)
 	}
@@ -320,21 +341,23 @@ func (fl *Follower) countReplacement(st os.FileInfo) {
 }
 
 // openNext opens the file switchFile goes on with, and returns its path:
-// the next file rotated after the open one within the directory
+// the next file rotated after the ones read within the directory
 // (rotations closer together than the follower's lag leave several), or
 // else the file at the path.
 func (fl *Follower) openNext() (file, string, error) {
-	next, err := streamfile.NextRotated(fl.path, fl.id)
-	if err == nil && next != "" {
-		f, err := fl.open(next)
-		if err == nil {
-			return f, next, nil
-		}
-		fl.log.Error("cannot open the stream file rotated after the one read; its records are not read, and the file at the path is read next",
-			"rotated_path", next, "err", err)
+	r := &fl.replace
+	r.readUpTo = max(r.readUpTo, fl.id.CreatedAtMs)
+	f, err := streamfile.NextRotated(fl.path, fl.id.FileName, r.readUpTo)
+	if err != nil {
+		r.nextTrouble.Failed(fl.log, "cannot look for the stream file rotated after the one read; the file at the path is read next", err)
+	} else if r.nextTrouble.Failing() {
+		r.nextTrouble.Passed(fl.log, "the files rotated after the one read can be looked for again")
 	}
-	f, err := fl.openReplacement()
-	return f, fl.path, err
+	if f != nil {
+		return timedFile{f, &fl.reading, &fl.reads}, f.Name(), nil
+	}
+	nf, err := fl.openReplacement()
+	return nf, fl.path, err
 }
 
 // openReplacement opens the file at the path for switchFile. Anything but a

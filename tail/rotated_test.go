@@ -1,6 +1,8 @@
 package tail
 
 import (
+	"errors"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -77,7 +79,14 @@ func TestResumeRotated(t *testing.T) {
 			writeFile(t, file, lastHeader, repl)
 			var log testutil.SyncBuffer
 			obs := newObserver()
-			fl, err = New(Options{Path: path, Resume: &stored, PollInterval: 20 * time.Millisecond, RotationGrace: 100 * time.Millisecond,
+			// Rotated files written to last an hour before the grace: they
+			// are left at once once read.
+			for _, f := range []string{rotated, filepath.Join(dir, "data/r.ss.1")} {
+				if err := os.Chtimes(f, time.Time{}, time.Now().Add(-2*time.Hour)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+					t.Fatal(err)
+				}
+			}
+			fl, err = New(Options{Path: path, Resume: &stored, PollInterval: 20 * time.Millisecond, RotationGrace: time.Hour,
 				Observer: obs, Logger: slog.New(slog.NewTextHandler(&log, nil))})
 			if err != nil {
 				t.Fatal(err)
@@ -100,7 +109,7 @@ func TestResumeRotated(t *testing.T) {
 			select {
 			case it := <-items:
 				t.Fatalf("after every record, another: %+v", it)
-			case <-time.After(300 * time.Millisecond): // the grace and a few polls
+			case <-time.After(300 * time.Millisecond): // a few polls
 			}
 			if n, want := obs.count(EventReplaced), 1+btoi(tc.between); n != want {
 				t.Errorf("%d replacements counted, want %d", n, want)
