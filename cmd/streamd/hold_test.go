@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -92,6 +93,29 @@ func (s *holdServer) of(payload string) []holdRequest {
 		}
 	}
 	return out
+}
+
+// reservedPort returns an address on 127.0.0.1 whose port is bound but
+// not listening: a connection to it is refused, and no other listener (of
+// a test running beside, or the kernel choosing a free port) takes it, as
+// it could take a port closed after use. release frees it, for a server
+// to listen there.
+func reservedPort(t *testing.T) (addr string, release func()) {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release = sync.OnceFunc(func() { syscall.Close(fd) })
+	t.Cleanup(release)
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port), release
 }
 
 // serveAt serves h on addr (host:port) until the test ends.
@@ -206,7 +230,7 @@ func problemLines(stderr string) []string {
 func TestHoldOutageHTTP(t *testing.T) {
 	t.Parallel()
 	const n = 1000
-	addr := freePort(t)
+	addr, release := reservedPort(t)
 	e := newEnv(t, holdHTTPSub("web", "orders", "http://"+addr+"/", `["200ms", "1s"]`, `dead_letter = "orders.dead"`))
 	metrics := e.withMetrics()
 	e.put("orders", nil, payloads("r", n)...)
@@ -251,6 +275,7 @@ func TestHoldOutageHTTP(t *testing.T) {
 	}
 
 	srv := &holdServer{}
+	release()
 	serveAt(t, addr, srv)
 	eventually(t, time.Minute, "1,000 deliveries", func() bool { return srv.count("") >= n })
 	eventually(t, 10*time.Second, "the last record to be committed", committedAtEnd(e, "web"))
