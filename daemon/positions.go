@@ -166,7 +166,7 @@ func resolvePosition(path string, start tail.Start, key string) (offsets.Positio
 		return offsets.Position{}, err
 	}
 	defer f.Close()
-	h, size, id, err := identify(f)
+	h, size, id, err := streamfile.Identify(f)
 	if err != nil {
 		return offsets.Position{}, err
 	}
@@ -184,7 +184,7 @@ func fileState(path string) (int64, streamfile.Identity, error) {
 		return 0, streamfile.Identity{}, err
 	}
 	defer f.Close()
-	_, size, id, err := identify(f)
+	_, size, id, err := streamfile.Identify(f)
 	return size, id, err
 }
 
@@ -215,7 +215,7 @@ func replacedNote(sc conf.Subscription, path string, p offsets.Position, found b
 		if err != nil || next == nil {
 			break
 		}
-		_, nsize, id, err := identify(next)
+		_, nsize, id, err := streamfile.Identify(next)
 		next.Close()
 		if err != nil {
 			break
@@ -234,20 +234,6 @@ func replacedNote(sc conf.Subscription, path string, p offsets.Position, found b
 		note += fmt.Sprintf(", then the %d files rotated after it", later)
 	}
 	return note + ", then the file at the path", lag
-}
-
-// identify reads an open stream file's header, size and identity.
-func identify(f *os.File) (streamfile.Header, int64, streamfile.Identity, error) {
-	h, err := streamfile.ReadHeader(f)
-	if err != nil {
-		return h, 0, streamfile.Identity{}, err
-	}
-	fi, err := f.Stat()
-	if err != nil {
-		return h, 0, streamfile.Identity{}, err
-	}
-	id, err := streamfile.IdentityOf(fi, h)
-	return h, fi.Size(), id, err
 }
 
 // streamConfig returns the configuration of the named stream, the zero

@@ -58,7 +58,7 @@ func Locate(path string, id Identity) (*os.File, error) {
 		return nil, err
 	}
 	for _, fi := range dir.files {
-		if inode(fi) == id.Ino {
+		if Inode(fi) == id.Ino {
 			return openIdentified(filepath.Join(dir.name, fi.Name()), id), nil
 		}
 	}
@@ -108,7 +108,9 @@ func NextRotated(path, fileName string, after uint64) (*os.File, error) {
 				next != "" && h.CreatedAtMs >= id.CreatedAtMs {
 				continue
 			}
-			next, id = name, Identity{Ino: inode(fi), FileName: h.FileName, CreatedAtMs: h.CreatedAtMs}
+			if hid, err := IdentityOf(fi, h); err == nil {
+				next, id = name, hid
+			}
 		}
 		if next == "" {
 			return nil, nil
@@ -160,12 +162,27 @@ func rotationDir(path string) (rotation, error) {
 	return r, nil
 }
 
-// inode returns the inode number of fi, from the operating system.
-func inode(fi fs.FileInfo) uint64 {
+// Inode returns the inode number of fi, from the operating system; 0 for
+// another fs.FileInfo.
+func Inode(fi fs.FileInfo) uint64 {
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		return st.Ino
 	}
 	return 0
+}
+
+// Identify reads an open stream file's header, size and identity.
+func Identify(f *os.File) (Header, int64, Identity, error) {
+	h, err := ReadHeader(f)
+	if err != nil {
+		return h, 0, Identity{}, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return h, 0, Identity{}, err
+	}
+	id, err := IdentityOf(fi, h)
+	return h, fi.Size(), id, err
 }
 
 // openIdentified opens the file at path if it has identity id, checked on
@@ -175,12 +192,8 @@ func openIdentified(path string, id Identity) *os.File {
 	if err != nil {
 		return nil
 	}
-	h, herr := ReadHeader(f)
-	fi, serr := f.Stat()
-	if herr == nil && serr == nil {
-		if got, err := IdentityOf(fi, h); err == nil && got == id {
-			return f
-		}
+	if _, _, got, err := Identify(f); err == nil && got == id {
+		return f
 	}
 	f.Close()
 	return nil

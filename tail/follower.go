@@ -416,14 +416,17 @@ func (fl *Follower) Stalled() time.Duration {
 	return 0
 }
 
-// open opens the file at path to follow it, timed (timedFile).
+// open opens the file at path to follow it, timed.
 func (fl *Follower) open(path string) (file, error) {
 	f, err := fl.hooks.open(path)
 	if err != nil {
 		return nil, err
 	}
-	return timedFile{f, &fl.reading, &fl.reads}, nil
+	return fl.timed(f), nil
 }
+
+// timed wraps a file the follower reads, for Stalled and the read count.
+func (fl *Follower) timed(f file) file { return timedFile{f, &fl.reading, &fl.reads} }
 
 // timedFile is a followed file whose reads and stats record when they
 // began, for Stalled, and whose reads are counted. A read fills the

@@ -7,7 +7,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"syscall"
 	"time"
 
 	"github.com/streamd/streamd/internal/durable"
@@ -58,7 +57,7 @@ func (fl *Follower) resumeRotated() {
 	if r == nil || fl.opts.Replay {
 		return
 	}
-	if fi, err := fl.f.Stat(); err != nil || sameInode(fi, r.File.Ino) {
+	if fi, err := fl.f.Stat(); err != nil || streamfile.Inode(fi) == r.File.Ino {
 		return
 	}
 	f, err := streamfile.Locate(fl.path, r.File)
@@ -70,7 +69,7 @@ func (fl *Follower) resumeRotated() {
 		return
 	}
 	fl.f.Close()
-	fl.f = timedFile{f, &fl.reading, &fl.reads}
+	fl.f = fl.timed(f)
 	if fi, err := f.Stat(); err == nil {
 		fl.drainRotated(fi)
 	}
@@ -85,12 +84,6 @@ func (fl *Follower) resumeRotated() {
 func (fl *Follower) drainRotated(fi os.FileInfo) {
 	r := &fl.replace
 	r.draining, r.drainSize, r.grew, r.drained = true, fi.Size(), fi.ModTime(), 0
-}
-
-// sameInode reports whether fi, from the operating system, has inode ino.
-func sameInode(fi os.FileInfo, ino uint64) bool {
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	return ok && st.Ino == ino
 }
 
 // check looks at the open file and at the path after a wake-up.
@@ -354,7 +347,7 @@ func (fl *Follower) openNext() (file, string, error) {
 		r.nextTrouble.Passed(fl.log, "the files rotated after the one read can be looked for again")
 	}
 	if f != nil {
-		return timedFile{f, &fl.reading, &fl.reads}, f.Name(), nil
+		return fl.timed(f), f.Name(), nil
 	}
 	nf, err := fl.openReplacement()
 	return nf, fl.path, err
