@@ -64,7 +64,9 @@ bench:
 # torture kills the daemon, race-built, with SIGKILL $(KILLS) times at random
 # points while a producer appends and handlers mix every outcome, and
 # $(POINT_KILLS) times at each failpoint (internal/failpoint: mid-append,
-# mid-commit, mid-spool), then audits everything.
+# mid-commit, mid-spool), then audits everything. It also kills a process
+# committing positions in a tight loop $(KILLS) times in each of four lanes
+# (offsets TestCrash), and checks every sidecar left.
 KILLS ?= 100
 POINT_KILLS ?= 5
 torture:
@@ -73,6 +75,10 @@ torture:
 	if STREAMD_E2E_RACE=1 STREAMD_TORTURE_KILLS=$(KILLS) STREAMD_TORTURE_POINT_KILLS=$(POINT_KILLS) \
 		$(GO) test -race -count=1 -run '^TestCrashKill9$$' -v -timeout 30m ./cmd/streamd > "$$out" 2>&1; \
 	then grep -E 'audit:|seed|^(ok|---)' "$$out"; else cat "$$out"; exit 1; fi
+	@echo ">> torture: $(KILLS) kills of a committing process in each of 4 lanes"
+	@out=$$(mktemp) && trap 'rm -f "$$out"' EXIT && \
+	if STREAMD_TORTURE_KILLS=$(KILLS) $(GO) test -race -count=1 -run '^TestCrash$$' -v -timeout 30m ./offsets > "$$out" 2>&1; \
+	then grep -E 'kills|seed|^(ok|---)' "$$out"; else cat "$$out"; exit 1; fi
 
 # fuzz runs every Fuzz target for $(FUZZTIME), $(FUZZJOBS) targets at a time
 # (tools/fuzz.sh). The long run, one hour per target, on 2 cores:

@@ -813,7 +813,8 @@ kind = "exec"
 timeout = "10s"
 command = ["/bin/sh", "-c", '''
 IFS= read -r p
-sleep $(printf '0.%03d' $(( STREAMD_SEQ * 37 % 51 + (STREAMD_SEQ % 16 == 0) * 400 )))
+ms=$(( STREAMD_SEQ * 37 % 51 + (STREAMD_SEQ % 16 == 0) * 400 ))
+sleep 0.$(( ms / 100 ))$(( ms / 10 % 10 ))$(( ms % 10 ))
 case $p in
 "c-$STREAMD_SEQ") ;;
 *) p="mismatch(len=${#p})" ;;

@@ -212,13 +212,13 @@ func checkForwarded(t *testing.T, msgs []jetstream.Msg, want []decodedRecord) {
 	}
 }
 
-// TestNATSForward forwards records with concurrency 1, 5,000 one at a
+// TestNATSForward forwards records with concurrency 1, 2,000 one at a
 // time (the 100,000 with STREAMD_LARGE_TESTS=1) and 2,000 in
 // batches of 100: the stream holds each once, in file order, with its
 // headers and payload as streamd decode shows them.
 func TestNATSForward(t *testing.T) {
 	t.Parallel()
-	single := 5000
+	single := 2000
 	if testutil.Large() {
 		single = 100000
 	}
