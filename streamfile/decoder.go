@@ -204,7 +204,7 @@ func (d *Decoder) readFrame() (*Record, error) {
 			b := d.buf[start-d.bufOff:]
 			key, ok := d.intern(b[1 : 1+l])
 			if !ok {
-				return nil, &FormatError{start, fmt.Sprintf("invalid stream key %q", key)}
+				return nil, &FormatError{start, fmt.Sprintf("invalid stream key %s", quoteKey(key))}
 			}
 			return d.finishFields(start, key, b[1+l:hdr], b[hdr:hdr+n], b[hdr+n:total], start+total)
 		}
@@ -233,7 +233,7 @@ func (d *Decoder) readFrameSlow(start int64) (*Record, error) {
 	}
 	key, ok := d.intern(kb)
 	if !ok {
-		return nil, &FormatError{start, fmt.Sprintf("invalid stream key %q", key)}
+		return nil, &FormatError{start, fmt.Sprintf("invalid stream key %s", quoteKey(key))}
 	}
 	head, _, err := d.take(&c, 28, d.small[:0]) // shard, seq, ts, size
 	if err != nil {
@@ -343,7 +343,7 @@ func (d *Decoder) readBeacon(at int64) (int, error) {
 		m := d.buf[at-d.bufOff+size:]
 		key, ok := d.intern(m[1 : 1+l])
 		if !ok {
-			return 0, &FormatError{at + size, fmt.Sprintf("invalid stream key %q in beacon marker", key)}
+			return 0, &FormatError{at + size, fmt.Sprintf("invalid stream key %s in beacon marker", quoteKey(key))}
 		}
 		f := m[1+l:]
 		bc.Markers = append(bc.Markers, Marker{

@@ -163,6 +163,17 @@ func keyByte(c byte) bool {
 	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-'
 }
 
+// quoteKey quotes the bytes of an invalid stream key for an error: at most
+// its first 16, since they are often other records' bytes, which logs
+// should not spread.
+func quoteKey[K string | []byte](key K) string {
+	const shown = 16
+	if len(key) <= shown {
+		return fmt.Sprintf("%q", key)
+	}
+	return fmt.Sprintf("%q... (%d bytes)", key[:shown], len(key))
+}
+
 // validKeyBytes is the read-side check: the upstream reader accepts the empty
 // key (spec §8).
 func validKeyBytes(b []byte) bool {

@@ -14,7 +14,8 @@ import (
 // FuzzDecoder feeds arbitrary files to the decoder. It must never panic nor
 // loop, it must decode the same through small reads and whole, and every frame
 // it accepts must survive a round trip: written again by a Writer into a
-// file with the same header, the frames decode the same.
+// file with the same header, the frames decode the same. A whole frame
+// WholeFrameAfter finds must be one the decoder reads.
 func FuzzDecoder(f *testing.F) {
 	for _, name := range vectorNames {
 		b, err := os.ReadFile(filepath.Join(vectorDir, name+".ss"))
@@ -36,6 +37,14 @@ func decodeRoundTrip(t *testing.T, file []byte) {
 	h, err := ReadHeader(bytes.NewReader(file))
 	if err != nil {
 		return
+	}
+	// A whole frame the search for one reports is one the decoder reads.
+	if p, err := WholeFrameAfter(bytes.NewReader(file), int64(h.BeaconInterval), HeaderSize, int64(len(file))); err != nil {
+		t.Fatal(err)
+	} else if p >= 0 {
+		if _, err := NewDecoder(bytes.NewReader(file), h, p).Next(); err != nil {
+			t.Fatalf("WholeFrameAfter found a frame at %d, the decoder reads %v", p, err)
+		}
 	}
 	frames, events := fuzzDecode(t, file, h, readSizes[0])
 	whole, wholeEvents := fuzzDecode(t, file, h, readSizes[1])

@@ -308,7 +308,9 @@ func (p Format) AppendError(b []byte, err error, pos, size int64) []byte {
 // it), and a terminal error line when damage or the end of the data inside
 // a frame stops the decode. It returns the error that stopped it, nil at
 // the end of the data or of the stream: [ErrTruncated], a [*ChecksumError]
-// or a [*FormatError] (after their error line), a read error, or the first
+// or a [*FormatError] (after their error line; a frame that runs past the
+// end with whole frames after it is one, see [DamagedSize]), a read error,
+// or the first
 // error writing to w as a [*WriteError]; and the position of the decoder
 // then, the start of the frame a truncation or a format error is about.
 func (p Format) Print(w io.Writer, r io.ReaderAt, h *Header, size int64) (pos int64, err error) {
@@ -352,6 +354,14 @@ func (p Format) Print(w io.Writer, r io.ReaderAt, h *Header, size int64) (pos in
 		}
 		if errors.Is(err, io.EOF) || errors.Is(err, ErrEndOfStream) {
 			err = nil
+		}
+		if errors.Is(err, ErrTruncated) {
+			_, derr := DamagedSize(r, int64(h.BeaconInterval), d.Pos(), size)
+			if _, damaged := errors.AsType[*FormatError](derr); !damaged && derr != nil {
+				return d.Pos(), derr
+			} else if damaged {
+				err = derr
+			}
 		}
 		line = p.AppendError(line[:0], err, d.Pos(), size)
 		if werr := write(size + 1); werr != nil {

@@ -727,9 +727,14 @@ func CrashLeftovers(f io.ReaderAt, interval, off, size int64) (bool, error) {
 // tornFrame returns nil when the bytes of f from off to size can be the
 // start of a frame an interrupted writer left (its key length, key and
 // fields as far as they go), and a [*FormatError] saying why not
-// otherwise. Bytes that reach a boundary are taken as torn: a beacon lies
-// among them.
+// otherwise. A complete frame among them proves them damage: a frame whose
+// size field was damaged to run past the end of the file, with the frames
+// after it, which a writer must not cut off as a torn tail. Other bytes
+// that reach a boundary are taken as torn: a beacon lies among them.
 func tornFrame(f io.ReaderAt, interval, off, size int64) error {
+	if _, err := DamagedSize(f, interval, off, size); err != nil {
+		return err
+	}
 	if off%interval == 0 || off/interval != size/interval {
 		return nil
 	}
@@ -741,13 +746,97 @@ func tornFrame(f io.ReaderAt, interval, off, size int64) error {
 	key := b[1:min(len(b), 1+l)]
 	switch {
 	case !validKeyBytes(key):
-		return &FormatError{off, fmt.Sprintf("bytes that do not start a frame: invalid stream key %q", key)}
+		return &FormatError{off, fmt.Sprintf("bytes that do not start a frame: invalid stream key %s", quoteKey(key))}
 	case len(b) >= l+29 && binary.BigEndian.Uint64(b[l+17:]) > maxTimestampMs:
 		return &FormatError{off, "bytes that do not start a frame: timestamp after year 9999"}
 	case len(b) >= l+29 && int64(binary.BigEndian.Uint32(b[l+25:])) > int64(DefaultMaxPayload):
 		return &FormatError{off, "bytes that do not start a frame: payload size over the decoder limit"}
 	}
 	return nil
+}
+
+// DamagedSize tells a damaged frame from a torn one, for a frame at off
+// that runs past the end of the file at size (the decoder's
+// [ErrTruncated]): writers append in order, so whole frames after it prove
+// its size field damaged. It returns the offset of the first whole frame
+// after off and a [*FormatError] saying so; -1 and nil when none follows,
+// as after a torn frame; -1 and the error of a failed read.
+//
+// A payload that holds a whole frame of its own, cut by the end of the
+// file, passes for damage: a writer then refuses the file rather than cut
+// it, the safe side.
+func DamagedSize(r io.ReaderAt, interval, off, size int64) (int64, error) {
+	next, err := WholeFrameAfter(r, interval, off, size)
+	if err != nil || next < 0 {
+		return -1, err
+	}
+	return next, &FormatError{off, fmt.Sprintf("a frame that runs past the end of the file, yet a whole frame follows at offset %d: a damaged frame, not a torn one", next)}
+}
+
+// WholeFrameAfter returns the offset of the first frame of f that starts
+// after off, ends by size, has a valid key and fields, its trailer and a
+// matching checksum; -1 when there is none. Frames that a beacon cuts are
+// not looked for: one whole frame is enough to tell damage from a torn
+// tail, and a reader past damaged bytes finds the frames a beacon cuts
+// through the beacon ([FrameBoundaryAfter]). It reads the bytes once, in
+// blocks, and a candidate's payload in blocks too, so its memory stays
+// small whatever the sizes claim. A whole frame inside another frame's
+// payload passes for one.
+func WholeFrameAfter(f io.ReaderAt, interval, off, size int64) (int64, error) {
+	const block = 64 << 10
+	const maxFields = 1 + 255 + 28 // key length byte, longest key, shard, seq, timestamp, size
+	buf := make([]byte, block+maxFields)
+	for start := off + 1; start < size; start += block {
+		b := buf[:min(int64(len(buf)), size-start)]
+		if _, err := f.ReadAt(b, start); err != nil {
+			return -1, fmt.Errorf("streamfile: read at %d: %w", start, err)
+		}
+		for i := range min(block, len(b)) {
+			ok, err := frameAt(f, interval, b[i:], start+int64(i), size)
+			if err != nil || ok {
+				return start + int64(i), err
+			}
+		}
+	}
+	return -1, nil
+}
+
+// frameAt reports whether a whole frame, not cut by a beacon, starts at
+// offset p of f (whose bytes from p begin with b) and ends by size, with a
+// valid key and fields, its trailer and a matching checksum.
+func frameAt(f io.ReaderAt, interval int64, b []byte, p, size int64) (bool, error) {
+	l := int(b[0])
+	if len(b) < l+29 || p%interval == 0 {
+		return false, nil
+	}
+	n := int64(binary.BigEndian.Uint32(b[l+25:]))
+	end := p + int64(l) + frameOverhead + n
+	switch {
+	case binary.BigEndian.Uint64(b[l+17:]) > maxTimestampMs, n > DefaultMaxPayload, end > size,
+		(end-1)/interval != p/interval, !validKeyBytes(b[1 : 1+l]):
+		return false, nil
+	}
+	var tail [3]byte // checksum and trailer
+	if _, err := f.ReadAt(tail[:], end-3); err != nil {
+		return false, fmt.Errorf("streamfile: read at %d: %w", end-3, err)
+	}
+	if tail[2] != trailer {
+		return false, nil
+	}
+	crc, at := uint16(CRCInit), p+int64(l)+29
+	if rest := b[l+29:]; int64(len(rest)) >= n {
+		crc = UpdateCRC16(crc, rest[:n])
+	} else {
+		var chunk [8 << 10]byte
+		for at < end-3 {
+			c := chunk[:min(int64(len(chunk)), end-3-at)]
+			if _, err := f.ReadAt(c, at); err != nil {
+				return false, fmt.Errorf("streamfile: read at %d: %w", at, err)
+			}
+			crc, at = UpdateCRC16(crc, c), at+int64(len(c))
+		}
+	}
+	return crc == binary.BigEndian.Uint16(tail[:2]), nil
 }
 
 // damage returns the DamageError of the file at offset, showing the first

@@ -2,6 +2,7 @@ package streamfile
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -748,5 +749,71 @@ func TestWriterHeaderHole(t *testing.T) {
 		if frames, _ := readFrames(t, path); len(frames) != 1 || string(frames[0].Payload) != "next" {
 			t.Errorf("open %v: the file holds %v, want the batch after the hole alone", open, frames)
 		}
+	}
+}
+
+// TestAppendRefusesDamagedSize: a frame whose size field was damaged to run
+// past the end of the file reads like a torn tail, but the frames after it
+// are whole. A writer must refuse the file, as for other damage, and not
+// cut them off as it would a torn frame; decode says where the damage is.
+func TestAppendRefusesDamagedSize(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "s.ss")
+	w, err := OpenWriter(path, CreateOptions{Create: true, Header: Header{FileName: "s.ss", BeaconInterval: 1024}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var frames []Frame
+	for i := range 30 {
+		frames = append(frames, Frame{Key: "orders", TimestampMs: 1, Payload: []byte(strings.Repeat(string(rune('a'+i%26)), 20+i*7))})
+	}
+	if err := w.Publish(frames); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	whole, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, offsets := readFrames(t, path)
+	refused := 0
+	for i, off := range offsets[:len(offsets)-1] {
+		// The size field, 1+6+24 bytes into the frame, unless a beacon
+		// cuts the frame before it: past the end of the file.
+		at := off + 31
+		if off/1024 != (at+4)/1024 {
+			continue
+		}
+		damaged := slices.Clone(whole)
+		binary.BigEndian.PutUint32(damaged[at:], uint32(len(whole)))
+		os.WriteFile(path, damaged, 0o644)
+		w, err := OpenWriter(path, CreateOptions{})
+		if err == nil {
+			err = w.Publish(frames[:1])
+			w.Close()
+		}
+		var de *DamageError
+		if !errors.As(err, &de) || de.Offset != off {
+			t.Fatalf("frame %d at %d: append = %v, want a DamageError at %d", i, off, err, off)
+		}
+		if got, _ := os.ReadFile(path); !bytes.Equal(got, damaged) {
+			t.Fatalf("frame %d at %d: the refused append changed the file from %d to %d bytes", i, off, len(damaged), len(got))
+		}
+		f, _ := os.Open(path)
+		h, size, _, err := Identify(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		_, err = FormatLog.Print(&out, f, &h, size)
+		f.Close()
+		var fe *FormatError
+		if !errors.As(err, &fe) || fe.Offset != off || !strings.Contains(out.String(), "a damaged frame, not a torn one") {
+			t.Fatalf("frame %d at %d: decode = %v, want a format error there; printed:\n%s", i, off, err, out.String())
+		}
+		refused++
+	}
+	if refused < 20 {
+		t.Fatalf("only %d frames checked", refused)
 	}
 }

@@ -1,6 +1,7 @@
 package tail
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -40,11 +41,17 @@ type damageState struct {
 	// that offset to the end of a file of that size (atLeftovers), which
 	// each wake-up meets again until a writer removes them; -1 if none.
 	leftoversAt, leftoversSize int64
+	// truncatedAt and truncatedSize: the read position and file size
+	// when the data last ended inside a frame (pastDamagedSize), -1 when
+	// not; sizeChecked: the frame there was checked for whole frames
+	// after it.
+	truncatedAt, truncatedSize int64
+	sizeChecked                bool
 }
 
 // noDamage returns the state of a file where no damage was met.
 func noDamage() damageState {
-	return damageState{skipAt: -1, recheckAt: -1, replayRecheckAt: -1, leftoversAt: -1, leftoversSize: -1}
+	return damageState{skipAt: -1, recheckAt: -1, replayRecheckAt: -1, leftoversAt: -1, leftoversSize: -1, truncatedAt: -1, truncatedSize: -1}
 }
 
 // forget drops what is known of damage in the open file, which is read
@@ -97,6 +104,52 @@ func (fl *Follower) atLeftovers(off int64) bool {
 	return true
 }
 
+// pastDamagedSize handles a frame at the read position that runs past the
+// end of the file although whole frames follow it (streamfile.DamagedSize):
+// not a frame a writer is still writing, as writers append in order, but a
+// damaged size field, which would hold the follower there for good. It
+// reports the damage by the policy and has the follower skip it as bytes
+// that are not a frame, returning true. A live follower checks only a file
+// that stopped growing there (met twice at the same size: a poll later),
+// once, and while no writer holds the file's lock; a replay checks at once.
+func (fl *Follower) pastDamagedSize(ctx context.Context) (bool, error) {
+	off, size := fl.pos(), fl.size()
+	d := &fl.damage
+	if off != d.truncatedAt || size != d.truncatedSize {
+		d.truncatedAt, d.truncatedSize, d.sizeChecked = off, size, false
+		if !fl.opts.Replay {
+			return false, nil
+		}
+	}
+	if d.sizeChecked || size < 0 {
+		return false, nil
+	}
+	d.sizeChecked = true
+	var err error
+	if _, lerr := fl.underSharedLock(ctx, func() {
+		// The size first: when the frame still runs past it, no whole
+		// frame a writer appended after the frame can lie before it.
+		size := fl.size()
+		if _, err := streamfile.NewDecoder(fl.f, fl.hdr, off).Next(); !errors.Is(err, streamfile.ErrTruncated) {
+			return // written since: read it again
+		}
+		_, err = streamfile.DamagedSize(fl.f, int64(fl.hdr.BeaconInterval), off, size)
+	}); lerr != nil {
+		return false, lerr
+	}
+	if _, damaged := errors.AsType[*streamfile.FormatError](err); !damaged {
+		if err != nil {
+			return false, &readError{fmt.Errorf("tail: %s: %w", fl.path, err)}
+		}
+		return false, nil
+	}
+	if err := fl.damaged(EventFormat, err, off); err != nil {
+		return false, err
+	}
+	d.skipAt, fl.dec = off, nil
+	return true, nil
+}
+
 // damaged handles a corrupt frame by the policy.
 func (fl *Follower) damaged(e Event, err error, off int64) error {
 	fl.obs.Event(e)
@@ -111,31 +164,66 @@ func (fl *Follower) damaged(e Event, err error, off int64) error {
 }
 
 // skipDamaged finds the first frame after the damaged bytes at
-// damage.skipAt and puts the decoder there. It reports false when it has to
-// wait for more data.
+// damage.skipAt and puts the decoder there: the first whole frame before
+// the next beacon, else the frame boundary a beacon gives. When a frame
+// reads at skipAt again, the damaged bytes were cut and written anew
+// (streamd repair, then an append): it reads on there. It reports false
+// when it has to wait for more data.
 func (fl *Follower) skipDamaged() (bool, error) {
 	skipAt := fl.damage.skipAt
-	next := skipAt + 1
+	if _, err := streamfile.NewDecoder(fl.f, fl.hdr, skipAt).Next(); err == nil {
+		fl.log.Info("the damaged bytes were replaced by a frame; reading on there", "offset", skipAt)
+		return fl.resumeAt(skipAt), nil
+	}
+	p, err := fl.beaconBoundaryAfter(skipAt)
+	if err != nil {
+		return false, err
+	}
+	end := fl.size()
+	if p >= 0 {
+		end = p
+	}
+	if q, err := streamfile.WholeFrameAfter(fl.f, int64(fl.hdr.BeaconInterval), skipAt, end); err != nil {
+		return false, &readError{fmt.Errorf("tail: %s: %w", fl.path, err)}
+	} else if q >= 0 {
+		p = q
+	}
+	if p < 0 {
+		return false, nil
+	}
+	fl.log.Warn("skipped damaged bytes", "offset", skipAt, "next_frame", p)
+	return fl.resumeAt(p), nil
+}
+
+// resumeAt puts the decoder at the frame at p after damaged bytes, which
+// count as read, and reports true.
+func (fl *Follower) resumeAt(p int64) bool {
+	fl.dec = streamfile.NewDecoder(fl.f, fl.hdr, p)
+	fl.reportPos += p - fl.damage.skipAt
+	fl.damage.skipAt = -1
+	return true
+}
+
+// beaconBoundaryAfter returns the first frame boundary that a beacon after
+// offset off gives (its frame read whole), -1 while the file ends before.
+func (fl *Follower) beaconBoundaryAfter(off int64) (int64, error) {
+	next := off + 1
 	interval := int64(fl.hdr.BeaconInterval)
 	for {
 		p, err := streamfile.FrameBoundaryAfter(fl.f, fl.hdr, next)
 		var fe *streamfile.FormatError
 		switch {
 		case err == nil && p > fl.size():
-			return false, nil // the rest of the frame after the beacon is still being written
+			return -1, nil // the rest of the frame after the beacon is still being written
 		case err == nil:
-			fl.log.Warn("skipped damaged bytes", "offset", skipAt, "next_frame", p)
-			fl.dec = streamfile.NewDecoder(fl.f, fl.hdr, p)
-			fl.reportPos += p - skipAt
-			fl.damage.skipAt = -1
-			return true, nil
+			return p, nil
 		case errors.Is(err, streamfile.ErrTruncated):
-			return false, nil
+			return -1, nil
 		case errors.As(err, &fe):
 			// The beacon is damaged too: try the one after it.
 			next = (next+interval-1)/interval*interval + 1
 		default:
-			return false, &readError{fmt.Errorf("tail: %s: %w", fl.path, err)}
+			return -1, &readError{fmt.Errorf("tail: %s: %w", fl.path, err)}
 		}
 	}
 }

@@ -118,9 +118,15 @@
 // counted ([EventChecksum], [EventFormat]), logged at most every 10 s, and
 // skipped by default: a frame with a bad checksum has intact framing, so
 // reading goes on after it; after unparsable bytes it goes on at the first
-// frame after the next beacon. With [StopOnCorrupt], Next returns the
-// error. Before damage is reported, the follower checks that the file was
-// not truncated or rewritten under it.
+// whole frame before the next beacon ([streamfile.WholeFrameAfter]), else
+// at the first frame after that beacon, and at the damaged bytes' offset
+// once a frame can be read there (streamd repair cut them, a writer
+// appended). A frame that runs past the end of the file with whole frames
+// after it ([streamfile.DamagedSize]) is unparsable too, not a torn tail:
+// a live follower checks once the file stopped growing there, a poll
+// later. With [StopOnCorrupt], Next returns the error. Before damage is
+// reported, the follower checks that the file was not truncated or
+// rewritten under it.
 //
 // # Observing
 //

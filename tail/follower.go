@@ -531,6 +531,11 @@ func (fl *Follower) idle(ctx context.Context, err error) error {
 		}
 		return fl.switchFile(err)
 	}
+	if errors.Is(err, streamfile.ErrTruncated) {
+		if skipped, err := fl.pastDamagedSize(ctx); err != nil || skipped {
+			return err
+		}
+	}
 	if fl.opts.Replay {
 		if at := fl.pos(); errors.Is(err, streamfile.ErrTruncated) && fl.damage.replayRecheckAt != at {
 			// A writer may be in the middle of appending the frame (the

@@ -123,8 +123,21 @@ func TestPublishDamagedFile(t *testing.T) {
 	if err := os.WriteFile(badSum, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// A size field damaged to run past the end reads like a torn frame,
+	// which publish would cut off with the whole frames after it.
+	badSize := filepath.Join(dir, "bad-size.ss")
+	writeFrames(t, badSize, frame("a"), frame("x"), frame("y"))
+	b, err = os.ReadFile(badSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	binary.BigEndian.PutUint32(b[162+1+1+24:], 1000)
+	if err := os.WriteFile(badSize, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct{ path, want string }{
 		{midEOS, "offset 162 of 257 bytes: an end-of-stream frame"},
+		{badSize, "offset 162 of 230 bytes: streamfile: format error at offset 162: a frame that runs past the end of the file, yet a whole frame follows at offset 196"},
 		{junk, "offset 162 of 202 bytes"},
 		{badSum, "offset 162 of 196 bytes: streamfile: checksum mismatch"},
 	} {

@@ -1,0 +1,124 @@
+package tail
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/streamd/streamd/streamfile"
+)
+
+// damagedFile writes 12 frames of key "k" (payloads 40 to 80 bytes, one
+// beacon interval of 64 KiB, so no beacon among them), damages the frame
+// at index lost with damage, and returns the file's path, the frames and
+// the damaged frame's offset.
+func damagedFile(t *testing.T, lost int, damage func(b []byte, off int64)) (string, []streamfile.Frame, int64) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "d.ss")
+	fs := frames("k", 1, 12, 1, 40)
+	writeFile(t, path, streamfile.Header{FileName: "d.ss", CreatedAtMs: 1, BeaconInterval: 64 << 10}, fs)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	off := int64(streamfile.HeaderSize)
+	for _, f := range fs[:lost] {
+		off += int64(len(f.Key)) + 32 + int64(len(f.Payload))
+	}
+	damage(b, off)
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path, fs, off
+}
+
+// damageSize makes the size field of the frame at off (key "k") run past
+// the end of the file: it reads like a torn frame.
+func damageSize(b []byte, off int64) { binary.BigEndian.PutUint32(b[off+27:], uint32(len(b))) }
+
+// damageKey makes the frame at off unreadable: its key length byte points
+// into the fields.
+func damageKey(b []byte, off int64) { b[off] = 9 }
+
+// TestDamageBeforeTheNextBeacon: a frame that cannot be read, or whose size
+// runs past the end of the file, in a file that ends before its next
+// beacon. The follower must not wait for that beacon (a writer refuses a
+// damaged file, so it may never come): it goes on at the next whole frame,
+// live (the damaged size found a poll later) and in a replay, and counts
+// one format error.
+func TestDamageBeforeTheNextBeacon(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		damage func([]byte, int64)
+	}{{"size", damageSize}, {"key", damageKey}} {
+		for _, replay := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/replay=%v", tc.name, replay), func(t *testing.T) {
+				const lost = 5
+				path, fs, _ := damagedFile(t, lost, tc.damage)
+				obs := newObserver()
+				fl, err := New(Options{Path: path, Replay: replay, PollInterval: 20 * time.Millisecond, Observer: obs, Logger: testLogger(t)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer fl.Close()
+				want := slices.Concat(fs[:lost], fs[lost+1:])
+				var gotten []got
+				if replay {
+					for {
+						r, err := fl.Next(t.Context())
+						if errors.Is(err, io.EOF) {
+							break
+						}
+						if err != nil {
+							t.Fatalf("after %d records: %v", len(gotten), err)
+						}
+						gotten = append(gotten, copyRecord(r))
+					}
+				} else {
+					items, stop := follow(t, fl)
+					gotten = collect(t, items, len(want), 10*time.Second)
+					stop()
+				}
+				if err := sameFrames(gotten, want); err != nil {
+					t.Fatal(err)
+				}
+				if obs.count(EventFormat) != 1 {
+					t.Fatalf("observer: %v, want one format error", obs)
+				}
+			})
+		}
+	}
+}
+
+// TestDamageRepaired: while a live follower waits past damaged bytes for a
+// frame to read on at, the file is cut at the damage (streamd repair) and
+// appended to: it reads the new frames from there.
+func TestDamageRepaired(t *testing.T) {
+	const lost = 11 // the last frame: nothing whole follows it
+	path, fs, off := damagedFile(t, lost, damageKey)
+	obs := newObserver()
+	fl, err := New(Options{Path: path, PollInterval: 20 * time.Millisecond, Observer: obs, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fl.Close()
+	items, stop := follow(t, fl)
+	defer stop()
+	gotten := collect(t, items, lost, 10*time.Second)
+	waitFor(t, 10*time.Second, "the format error", func() bool { return obs.count(EventFormat) == 1 })
+	if err := os.Truncate(path, off); err != nil {
+		t.Fatal(err)
+	}
+	more := frames("k", 12, 3, 2, 40)
+	appendFrames(t, path, more)
+	gotten = append(gotten, collect(t, items, len(more), 10*time.Second)...)
+	if err := sameFrames(gotten, slices.Concat(fs[:lost], more)); err != nil {
+		t.Fatal(err)
+	}
+}
