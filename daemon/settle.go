@@ -197,6 +197,7 @@ type settler struct {
 	logger        *slog.Logger
 	unsupported   *unsupportedLog
 	cutLog        ratelog.Line // delays cut to max_retry_after
+	dropLog       ratelog.Line // drops with a reason (an HTTP status)
 	now           func() time.Time
 }
 
@@ -259,6 +260,9 @@ func (s *settler) settle(ctx context.Context, d *handler.Delivery, o handler.Out
 		return nil
 	case handler.OutcomeDrop:
 		m.HandlerRecords[metrics.OutcomeDrop].Inc()
+		if o.Err != nil {
+			s.dropLog.Warn(s.logger, "the handler dropped the record", "key", d.Key, "seq", d.Seq, "err", o.Err)
+		}
 		s.unsupported.report(opDrop, d)
 		m.Unsupported[metrics.OperationDrop].Inc()
 		return nil

@@ -25,6 +25,7 @@ import (
 	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/envelope"
 	"github.com/streamd/streamd/handler"
+	"github.com/streamd/streamd/internal/ratelog"
 	"github.com/streamd/streamd/metrics"
 )
 
@@ -670,6 +671,32 @@ func TestSettleUnsupportedSummary(t *testing.T) {
 		checkLogs(t, e.logs.all(), append(want, summary(map[string]string{"ack": "6"})))
 		checkMetrics(t, e.m, map[string]float64{"ack": 107, "drop": 3, "retry": 2, "rejects": 2,
 			"unsupported/ack": 107, "unsupported/drop": 3, "unsupported/reject": 2})
+	})
+}
+
+// TestSettleDropReason: a drop that carries its reason (an HTTP status,
+// as a wrong url gives for every record) is logged at warning level, at
+// most once every ratelog.Every with the count left out, even with
+// log_unsupported = "off"; a drop without one is not.
+func TestSettleDropReason(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newSettleEnv(settleSub{off: true}, false)
+		const msg = "the handler dropped the record"
+		refused := handler.Outcome{Kind: handler.OutcomeDrop, Err: errors.New("http: 404 Not Found, check the url")}
+		for seq, o := range []handler.Outcome{drop, refused, refused, refused} {
+			if err := e.s.settle(t.Context(), settleDelivery(uint64(seq+1), nil, []byte("x")), o); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(ratelog.Every)
+		if err := e.s.settle(t.Context(), settleDelivery(5, nil, []byte("x")), refused); err != nil {
+			t.Fatal(err)
+		}
+		checkLogs(t, e.logs.all(), []wantLog{
+			{slog.LevelWarn, msg, map[string]string{"seq": "2", "err": "http: 404 Not Found, check the url"}},
+			{slog.LevelWarn, msg, map[string]string{"seq": "5", "suppressed": "2"}},
+		})
+		checkMetrics(t, e.m, map[string]float64{"drop": 5, "unsupported/drop": 5})
 	})
 }
 

@@ -56,7 +56,9 @@ type Outcome struct {
 	// time the handler asks to wait before the next delivery (Retry-After);
 	// 0 for the next backoff step.
 	Delay time.Duration
-	// Failure classifies an OutcomeFailed, and Err says what failed.
+	// Failure classifies an OutcomeFailed, and Err says what failed; for
+	// an OutcomeDrop, Err, when set, says why the handler dropped the
+	// record (an HTTP status), and the daemon logs it.
 	Failure Failure
 	Err     error
 	// Duplicate marks an ack of a record the destination already held

@@ -84,7 +84,7 @@ const (
 //	                                    when it has a valid one in the future, else for the next
 //	                                    backoff step
 //	408                                 failed
-//	other 4xx                           drop
+//	other 4xx                           drop (with the status as Err, which the daemon logs)
 //	1xx, 3xx, 5xx                       failed (redirects are not followed)
 //	timeout, transport error            failed
 //	ctx ended (shutdown)                failed (cancelled)
@@ -310,7 +310,9 @@ func (h *httpHandler) outcome(resp *http.Response) Outcome {
 	case code == http.StatusRequestTimeout:
 		return Failed(FailureHTTPStatus, statusError(resp, ""))
 	case code >= 400 && code <= 499:
-		return Outcome{Kind: OutcomeDrop}
+		// A wrong url or credentials drop every record: the reason goes
+		// to the log.
+		return Outcome{Kind: OutcomeDrop, Err: statusError(resp, refusalHint(code))}
 	default:
 		return Failed(FailureHTTPStatus, statusError(resp, ""))
 	}

@@ -105,8 +105,9 @@ func TestHTTPHandlerOutcomes(t *testing.T) {
 	}{
 		{name: "200", server: respond(200), kind: OutcomeAck},
 		{name: "204", server: respond(204), kind: OutcomeAck},
-		{name: "400", server: respond(400), kind: OutcomeDrop},
-		{name: "404", server: respond(404), kind: OutcomeDrop},
+		{name: "400", server: respond(400), kind: OutcomeDrop, err: "http: 400 Bad Request"},
+		{name: "404", server: respond(404), kind: OutcomeDrop, err: "http: 404 Not Found, check the url"},
+		{name: "403", server: respond(403), kind: OutcomeDrop, err: "http: 403 Forbidden, the server refuses the credentials"},
 		{name: "429 Retry-After seconds", server: respond(429, "Retry-After", "3"),
 			kind: OutcomeFailed, minDelay: 3 * time.Second, maxDelay: 3 * time.Second, err: "http: 429 Too Many Requests"},
 		{name: "503 Retry-After HTTP-date", server: func(w http.ResponseWriter, r *http.Request) {

@@ -96,12 +96,22 @@ func batchRefusal(code, size, records int) string {
 		return fmt.Sprintf("the server takes no body of %d bytes, a batch of this one record: raise the server's limit, or set max_failed_deliveries to give up on such a record", size)
 	case code == http.StatusRequestEntityTooLarge:
 		return fmt.Sprintf("the server takes no body of %d bytes (a batch of %d records): lower batch_max_bytes or batch_max_records, or raise the server's limit", size, records)
-	case code == http.StatusUnauthorized, code == http.StatusForbidden:
-		return "the server refuses the credentials: check bearer_token_file and the configured headers (" + drop + ")"
-	case code == http.StatusNotFound, code == http.StatusMethodNotAllowed:
-		return "check the url: the server takes no POST there (" + drop + ")"
+	case refusalHint(code) != "":
+		return refusalHint(code) + " (" + drop + ")"
 	}
 	return drop
+}
+
+// refusalHint says what to check for a 4xx status that a wrong url or
+// credentials cause, "" for others.
+func refusalHint(code int) string {
+	switch code {
+	case http.StatusUnauthorized, http.StatusForbidden:
+		return "the server refuses the credentials: check bearer_token_file and the configured headers"
+	case http.StatusNotFound, http.StatusMethodNotAllowed:
+		return "check the url: the server takes no POST there"
+	}
+	return ""
 }
 
 // batchBody is the request body of the batch ds: one line per record.
