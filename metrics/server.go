@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -108,6 +109,9 @@ func (s *Server) Listen() error {
 		var sysErr *os.SyscallError
 		if errors.As(err, &sysErr) {
 			err = sysErr.Err
+		}
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return fmt.Errorf("metrics: listen on %s: %w: another process (another streamd?) listens there; stop it, or set another address in [metrics] listen", s.listen, err)
 		}
 		return fmt.Errorf("metrics: listen on %s: %w", s.listen, err)
 	}

@@ -161,6 +161,7 @@ func TestListenError(t *testing.T) {
 	}
 	defer busy.Close()
 	addr := busy.Addr().String()
+	const inUseHint = ": another process (another streamd?) listens there; stop it, or set another address in [metrics] listen"
 
 	tests := []struct {
 		name   string
@@ -169,8 +170,8 @@ func TestListenError(t *testing.T) {
 		want   string
 		is     error
 	}{
-		{"address in use", addr, false, "metrics: listen on " + addr + ": address already in use", syscall.EADDRINUSE},
-		{"address in use, Run", addr, true, "metrics: listen on " + addr + ": address already in use", syscall.EADDRINUSE},
+		{"address in use", addr, false, "metrics: listen on " + addr + ": address already in use" + inUseHint, syscall.EADDRINUSE},
+		{"address in use, Run", addr, true, "metrics: listen on " + addr + ": address already in use" + inUseHint, syscall.EADDRINUSE},
 		{"no port", "127.0.0.1", false, "metrics: listen on 127.0.0.1: address 127.0.0.1: missing port in address", nil},
 	}
 	for _, tt := range tests {

@@ -11,29 +11,33 @@ import (
 // damage, then truncates the file at the damage's offset, discarding what
 // follows (an end-of-stream frame in the middle and every frame after it, or
 // the bytes after the last good frame), and syncs it. It returns the damage
-// it repaired, nil when the file's records reach its end. A torn last frame
-// or zeros to the end (after the first bytes of a torn frame too) are no
-// damage: the next append repairs those itself.
-func Repair(path string, discard func(*DamageError)) (*DamageError, error) {
+// it repaired, nil when there was none, and where the next append writes:
+// the damage's offset, or, without damage, the file's size or the start of
+// what the next append removes or overwrites itself (a torn last frame,
+// zeros to the end after it, a closing end-of-stream frame).
+func Repair(path string, discard func(*DamageError)) (*DamageError, int64, error) {
 	w, err := OpenWriter(path, CreateOptions{})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	var de *DamageError
+	var next int64
 	err = w.locked(func() error {
 		size, err := w.size()
 		if err != nil {
 			return err
 		}
-		_, err = w.scan(HeaderSize, size, nil)
+		se, err := w.scan(HeaderSize, size, nil)
+		next = se.next
 		if !errors.As(err, &de) {
 			return err
 		}
 		discard(de)
+		next = de.Offset
 		if err := w.f.Truncate(de.Offset); err != nil {
 			return fmt.Errorf("streamfile: truncate %s at %d: %w", path, de.Offset, err)
 		}
 		return w.Sync()
 	})
-	return de, errors.Join(err, w.Close())
+	return de, next, errors.Join(err, w.Close())
 }

@@ -21,6 +21,10 @@ func TestCommandLine(t *testing.T) {
 		{args: []string{"offsets", "show", "--help"}, out: []string{"usage: streamd offsets show", "--config.file"}, notOut: []string{"--subscription", "--to"}},
 		{args: []string{"decode", "-h"}, out: []string{"usage: streamd decode", "<FILE>", "follow", "--[no-]headers"}},
 		{args: []string{"frobnicate"}, code: exitUsage, errs: []string{`streamd: unknown command "frobnicate"; see 'streamd --help'`}},
+		{args: []string{"--config.file=x.toml", "offsets", "show"}, code: exitUsage,
+			errs: []string{"streamd: flags go after the command: streamd offsets show --config.file=x.toml"}},
+		{args: []string{"reload", "--timeout=0s"}, code: exitUsage, errs: []string{"streamd reload: --timeout=0s: want a positive duration"}},
+		{args: []string{"publish", "--file="}, code: exitUsage, errs: []string{"streamd publish: --file is empty"}},
 		{args: []string{"run", "--nope"}, code: exitUsage, errs: []string{"streamd run: unknown long flag '--nope'; see 'streamd run --help'"}},
 		{args: []string{"offsets", "set", "--to=end"}, code: exitUsage, errs: []string{"streamd offsets set: required flag(s) '--subscription' not provided"}},
 	} {

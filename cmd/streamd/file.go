@@ -6,6 +6,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"os"
 	"strconv"
 	"syscall"
 
@@ -72,6 +73,9 @@ func publishCommand(app *kingpin.Application) action {
 		"0660 in a directory shared with streamd, which appends retry copies to it. Default: 0644 less the umask.").
 		PlaceHolder("MODE").SetValue(&mode)
 	return func(s stdio) int {
+		if *path == "" {
+			return s.exitWith(exitUsage, "streamd publish: --file is empty: name the stream file to append to")
+		}
 		if err := streamfile.CheckBeaconInterval(int64(*interval)); err != nil {
 			return s.exitWith(exitUsage, "streamd publish: %v", err)
 		}
@@ -113,13 +117,20 @@ func repairCommand(app *kingpin.Application) action {
 		"damage after the last good frame) to its last frame readers reach, saying first what it discards. Stop every writer of the file first.")
 	path := cmd.Arg("file", "Stream file to repair.").Required().String()
 	return func(s stdio) int {
-		de, err := streamfile.Repair(*path, func(de *streamfile.DamageError) {
+		var size int64
+		de, next, err := streamfile.Repair(*path, func(de *streamfile.DamageError) {
 			fmt.Fprintf(s.out, "%s: readers stop at offset %d: %s\n%s: discarding the %d bytes from offset %d to the end\n",
 				*path, de.Offset, de.What, *path, de.Size-de.Offset, de.Offset)
 		})
+		if fi, serr := os.Stat(*path); serr == nil {
+			size = fi.Size()
+		}
 		switch {
 		case err != nil:
 			return s.exitWith(failureExit(err), "streamd repair: %v", err)
+		case de == nil && next < size:
+			fmt.Fprintf(s.out, "%s: nothing to repair: the next append writes at offset %d, over the %d bytes after it "+
+				"(a torn last frame, zeros a crash left after it, or a closing end-of-stream frame), as writers do\n", *path, next, size-next)
 		case de == nil:
 			fmt.Fprintf(s.out, "%s: its records reach its end; nothing to repair\n", *path)
 		default:

@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -106,6 +107,10 @@ func run(args []string, s stdio) (code int) {
 	cmd, err := app.Parse(args)
 	if err != nil {
 		name := "streamd"
+		if i := commandAfterFlags(app, args); i > 0 {
+			// Flags before a command are taken for run's, the default.
+			return s.exitWith(exitUsage, "%s: flags go after the command: streamd %s", name, strings.Join(append(slices.Clone(args[i:]), args[:i]...), " "))
+		}
 		if len(args) > 0 && !strings.HasPrefix(args[0], "-") && app.GetCommand(args[0]) == nil {
 			err = fmt.Errorf("unknown command %q", args[0])
 		} else if ctx, _ := app.ParseContext(args); ctx != nil && ctx.SelectedCommand != nil {
@@ -114,6 +119,23 @@ func run(args []string, s stdio) (code int) {
 		return s.exitWith(exitUsage, "%s: %v; see '%s --help'", name, err, name)
 	}
 	return actions[cmd](s)
+}
+
+// commandAfterFlags returns the index of the first argument that names a
+// command when flags come before it, 0 when none does.
+func commandAfterFlags(app *kingpin.Application, args []string) int {
+	if len(args) == 0 || !strings.HasPrefix(args[0], "-") {
+		return 0
+	}
+	for i, a := range args {
+		if a == "--" {
+			return 0
+		}
+		if !strings.HasPrefix(a, "-") && app.GetCommand(a) != nil {
+			return i
+		}
+	}
+	return 0
 }
 
 // version.Version is set at build time (the Makefile's -ldflags -X); a

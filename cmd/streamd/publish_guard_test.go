@@ -224,3 +224,25 @@ func TestPublishShortFile(t *testing.T) {
 		t.Errorf("records %q, want a b", got)
 	}
 }
+
+// TestRepairTornTail: repair leaves a torn last frame to the next append,
+// and says where it will write, rather than that the records reach the
+// end.
+func TestRepairTornTail(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "torn.ss")
+	frame := func(p string) streamfile.Frame {
+		return streamfile.Frame{Key: "k", Seq: 1, TimestampMs: 1700000000000, Payload: []byte(p)}
+	}
+	writeFrames(t, path, frame("a"), frame("b"), frame("c"))
+	if err := os.Truncate(path, 225); err != nil { // 5 bytes short of the last frame's end
+		t.Fatal(err)
+	}
+	r := runBinary(t, nil, "repair", path)
+	if want := "nothing to repair: the next append writes at offset 196, over the 29 bytes after it"; r.code != exitOK || !strings.Contains(r.stdout, want) {
+		t.Fatalf("repair: exit %d, stdout %q, stderr %q; want exit 0 saying %q", r.code, r.stdout, r.stderr, want)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Size() != 225 {
+		t.Fatalf("repair changed the file: %v, %v", fi.Size(), err)
+	}
+}

@@ -134,6 +134,9 @@ func reloadCommand(app *kingpin.Application) action {
 	cf := configFlag(cmd, conf.ModeRun, "streamd reload")
 	timeout := cmd.Flag("timeout", "How long to wait for the daemon's answer.").Default("90s").Duration()
 	return func(s stdio) int {
+		if *timeout <= 0 {
+			return s.exitWith(exitUsage, "streamd reload: --timeout=%s: want a positive duration, such as 90s", *timeout)
+		}
 		// The daemon loads the file itself, and answers why it refuses
 		// one: only the state directory, which names the daemon, must be
 		// read here.
