@@ -33,6 +33,10 @@ type damageState struct {
 	skipAt    int64           // >= 0: find the first frame boundary after this offset (after a format error)
 	recheckAt int64           // the frame read again after damage met there (see readAgain), or -1
 	logLimit  ratelog.Limiter // of the log lines about corrupt frames, across files
+	// leftOutAt and leftOutErr: the last corrupt frame the log limit left
+	// out of the log (logLeftOut), across files.
+	leftOutAt  int64
+	leftOutErr error
 	// replayRecheckAt is where a replay last found the data ending inside
 	// a frame, and read it again once writers let go of the file (idle);
 	// -1 after a record was read since.
@@ -57,9 +61,9 @@ func noDamage() damageState {
 // forget drops what is known of damage in the open file, which is read
 // again from its header. The log limit carries over.
 func (d *damageState) forget() {
-	limit := d.logLimit
+	limit, at, err := d.logLimit, d.leftOutAt, d.leftOutErr
 	*d = noDamage()
-	d.logLimit = limit
+	d.logLimit, d.leftOutAt, d.leftOutErr = limit, at, err
 }
 
 // readAgain reports whether the damage met at the frame at off is met there
@@ -159,8 +163,20 @@ func (fl *Follower) damaged(e Event, err error, off int64) error {
 	}
 	if ok, suppressed := fl.damage.logLimit.Allow(time.Now()); ok {
 		fl.log.Warn("corrupt frame; skipping it", "offset", off, "err", err, "suppressed", suppressed)
+	} else {
+		fl.damage.leftOutAt, fl.damage.leftOutErr = off, err
 	}
 	return nil
+}
+
+// logLeftOut logs the corrupt frames the log limit left out, once
+// ratelog.Every passed since the last line: without it, damage met within
+// that time would reach the log only with the next damage, maybe never.
+func (fl *Follower) logLeftOut() {
+	d := &fl.damage
+	if n := d.logLimit.Overdue(time.Now()); n > 0 {
+		fl.log.Warn("corrupt frames skipped since the last line, left out of the log", "count", n, "last_offset", d.leftOutAt, "last_err", d.leftOutErr)
+	}
 }
 
 // skipDamaged finds the first frame after the damaged bytes at

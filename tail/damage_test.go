@@ -5,12 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/streamd/streamd/internal/ratelog"
+	"github.com/streamd/streamd/internal/testutil"
 	"github.com/streamd/streamd/streamfile"
 )
 
@@ -121,4 +125,40 @@ func TestDamageRepaired(t *testing.T) {
 	if err := sameFrames(gotten, slices.Concat(fs[:lost], more)); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestDamageLeftOutLogged: two frames with bad checksums met within
+// ratelog.Every: the first is logged at once, and the second, which the
+// limit left out, once Every passed, while the follower waits, though no
+// damage follows.
+func TestDamageLeftOutLogged(t *testing.T) {
+	t.Parallel()
+	const first, second = 3, 8
+	path, fs, _ := damagedFile(t, first, func(b []byte, off int64) { b[off+30] ^= 0xFF }) // its payload
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	off := int64(streamfile.HeaderSize)
+	for _, f := range fs[:second] {
+		off += int64(len(f.Key)) + 32 + int64(len(f.Payload))
+	}
+	b[off+30] ^= 0xFF
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var logs testutil.SyncBuffer
+	fl, err := New(Options{Path: path, PollInterval: 100 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fl.Close()
+	items, stop := follow(t, fl)
+	defer stop()
+	collect(t, items, len(fs)-2, 10*time.Second)
+	if n := strings.Count(logs.String(), "corrupt frame; skipping it"); n != 1 {
+		t.Fatalf("%d lines about the first damage, want 1:\n%s", n, logs.String())
+	}
+	want := fmt.Sprintf(`msg="corrupt frames skipped since the last line, left out of the log" component=tail path=%s count=1 last_offset=%d`, path, off)
+	waitFor(t, ratelog.Every+5*time.Second, "the line of the damage left out", func() bool { return strings.Contains(logs.String(), want) })
 }

@@ -109,6 +109,7 @@ func (fl *Follower) ensureWatch() bool {
 // looks at the file and the path.
 func (fl *Follower) wait(ctx context.Context) error {
 	fl.report()
+	fl.logLeftOut()
 	if fl.opts.OnWait != nil {
 		fl.opts.OnWait()
 	}

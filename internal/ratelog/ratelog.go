@@ -32,6 +32,19 @@ func (l *Limiter) Allow(now time.Time) (ok bool, suppressed int) {
 	return true, suppressed
 }
 
+// Overdue returns how many lines were left out since the last one let
+// through, once Every has passed since it, and counts a line logged at now
+// for them; 0 otherwise. A caller that checks now and then logs them, so
+// that a line left out is not left out for good when no other follows.
+func (l *Limiter) Overdue(now time.Time) int {
+	if l.suppressed == 0 || now.Sub(l.last) < Every {
+		return 0
+	}
+	n := l.suppressed
+	l.last, l.suppressed = now, 0
+	return n
+}
+
 // Reset counts a line as logged at now: the next one is let through Every
 // after it.
 func (l *Limiter) Reset(now time.Time) { l.last, l.suppressed = now, 0 }

@@ -77,3 +77,30 @@ func textLogger(buf *bytes.Buffer) *slog.Logger {
 		},
 	}))
 }
+
+// TestLimiterOverdue: lines left out are overdue once Every passed since the
+// last one let through, and then count as a line: the next is left out
+// again for Every.
+func TestLimiterOverdue(t *testing.T) {
+	var l Limiter
+	t0 := time.Unix(1000, 0)
+	if ok, _ := l.Allow(t0); !ok {
+		t.Fatal("the first line was left out")
+	}
+	if n := l.Overdue(t0.Add(Every)); n != 0 {
+		t.Fatalf("overdue %d with none left out", n)
+	}
+	l.Allow(t0.Add(time.Second))
+	l.Allow(t0.Add(2 * time.Second))
+	for _, tc := range []struct {
+		at   time.Duration
+		want int
+	}{{Every - time.Nanosecond, 0}, {Every, 2}, {Every + time.Second, 0}} {
+		if n := l.Overdue(t0.Add(tc.at)); n != tc.want {
+			t.Fatalf("overdue at %s: %d, want %d", tc.at, n, tc.want)
+		}
+	}
+	if ok, _ := l.Allow(t0.Add(Every + time.Second)); ok {
+		t.Fatal("a line let through less than Every after the overdue ones were logged")
+	}
+}
