@@ -191,12 +191,19 @@ func fileState(path string) (int64, streamfile.Identity, error) {
 // replacedNote says where subscription sc starts when its stored position p
 // is not in the file at path (of size, when found) and returns the lag:
 // when a live subscription reads on in the file a rotation renamed within
-// the directory, the rest of it, the files rotated after it, and the
-// records of the file at the path; -1 otherwise. See tail.Options.Resume.
+// the directory (or in a copy of it, when it was truncated after the copy
+// was made: copytruncate), the rest of it, the files rotated after it,
+// and the records of the file at the path; -1 otherwise. See
+// tail.Options.Resume.
 func replacedNote(sc conf.Subscription, path string, p offsets.Position, found bool, size int64) (string, int64) {
 	var f *os.File
+	copied := false
 	if !sc.Replay {
 		f, _ = streamfile.Locate(path, p.File)
+		if f == nil {
+			f, _ = streamfile.LocateCopy(path, p.File, p.Offset+1)
+			copied = f != nil
+		}
 	}
 	var fi os.FileInfo
 	if f != nil {
@@ -227,6 +234,9 @@ func replacedNote(sc conf.Subscription, path string, p offsets.Position, found b
 		lag += max(size-streamfile.HeaderSize, 0)
 	}
 	note := "the file was rotated to " + f.Name() + " since: its rest is read first"
+	if copied {
+		note = "the file was copied to " + f.Name() + " and truncated since (copytruncate): the copy's rest is read first"
+	}
 	switch {
 	case later == 1:
 		note += ", then the file rotated after it"

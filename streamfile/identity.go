@@ -65,6 +65,40 @@ func Locate(path string, id Identity) (*os.File, error) {
 	return nil, nil
 }
 
+// LocateCopy returns, open, a copy of the stream file with identity id in
+// the directory of path (of the file a symlink at path names), at least
+// minSize bytes long, or nil when there is none: a regular file of another
+// inode with the same header, where logrotate's copytruncate put the
+// file's records before it truncated the file. Of several, it returns the
+// longest. The header is checked on the open file. Its path is the file's
+// Name.
+func LocateCopy(path string, id Identity, minSize int64) (*os.File, error) {
+	dir, err := rotationDir(path)
+	if err != nil {
+		return nil, err
+	}
+	var best string
+	var bestID Identity
+	var bestSize int64
+	for _, fi := range dir.files {
+		if Inode(fi) == id.Ino || fi.Size() < max(minSize, HeaderSize) || best != "" && fi.Size() <= bestSize {
+			continue
+		}
+		name := filepath.Join(dir.name, fi.Name())
+		h, err := readHeaderFile(name)
+		if err != nil || h.FileName != id.FileName || h.CreatedAtMs != id.CreatedAtMs {
+			continue
+		}
+		if hid, err := IdentityOf(fi, h); err == nil {
+			best, bestID, bestSize = name, hid, fi.Size()
+		}
+	}
+	if best == "" {
+		return nil, nil
+	}
+	return openIdentified(best, bestID), nil
+}
+
 // NextRotated opens the stream file that a rotation put next, in the
 // directory of path (of the file a symlink at path names), after the files
 // named fileName in their header that were created up to after

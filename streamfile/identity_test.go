@@ -4,6 +4,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -148,5 +149,52 @@ func TestLocate(t *testing.T) {
 	}
 	if len(chain) != 2 || chain[0] != "r.ss.2" && chain[0] != "copy-of-2" || chain[1] != "r.ss.1" {
 		t.Errorf("rotated after r.ss.3: %q, want r.ss.2 (or its copy) and r.ss.1", chain)
+	}
+}
+
+// TestLocateCopy: a copy of a file is found by its header, in another
+// inode, the longest of those at least minSize long; not the file itself.
+func TestLocateCopy(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "r.ss")
+	h := Header{FileName: "r.ss", CreatedAtMs: 7, BeaconInterval: 1024}
+	head, err := AppendHeader(nil, &h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name string, b []byte, extra int) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), append(slices.Clone(b), make([]byte, extra)...), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("r.ss", head, 100)
+	write("r.ss.1", head, 300) // the copy
+	write("r.ss.2", head, 200) // a shorter one
+	other := h
+	other.CreatedAtMs = 8
+	otherHead, _ := AppendHeader(nil, &other)
+	write("r.ss.3", otherHead, 500) // another file of the same name
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := IdentityOf(fi, h)
+	for _, tc := range []struct {
+		min  int64
+		want string
+	}{{0, "r.ss.1"}, {HeaderSize + 300, "r.ss.1"}, {HeaderSize + 301, ""}} {
+		f, err := LocateCopy(path, id, tc.min)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := ""
+		if f != nil {
+			got = filepath.Base(f.Name())
+			f.Close()
+		}
+		if got != tc.want {
+			t.Errorf("LocateCopy(min %d) = %q, want %q", tc.min, got, tc.want)
+		}
 	}
 }

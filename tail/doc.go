@@ -43,9 +43,11 @@
 // If the identity differs, a live follower looks for the file that has it
 // in the directory of the path, or of the file a symlink there names
 // ([streamfile.Locate]: where a rotation renamed it while nothing followed
-// the path), and reads that file first, then the files rotated after it
-// and the one at the path, as after rotations while following. If there
-// is none, the file at the path is read from its beginning, logged at
+// the path), or else a copy of it there with more than the offset
+// ([streamfile.LocateCopy]: where logrotate's copytruncate put its records
+// before it truncated it), and reads that file first, then the files
+// rotated after it and the one at the path, as after rotations while
+// following. If there is none, the file at the path is read from its beginning, logged at
 // ERROR; if the offset is past the end of its file or not a frame boundary
 // (the file was truncated or rewritten), that file is, with a warning:
 // each with an [Event]. Without a stored position, [Options.Start]
@@ -79,7 +81,10 @@
 //
 //   - a file that shrank below the read position, or whose header changed,
 //     was truncated or rewritten in place: it is read again from its
-//     beginning ([EventTruncated]);
+//     beginning ([EventTruncated]); unless a copy of it in the directory
+//     holds more than was read (logrotate's copytruncate,
+//     [streamfile.LocateCopy]): that copy is read on from the position to
+//     its end first, then the file, as after a rotation;
 //   - a path that names another file (renamed over, deleted and created
 //     again, a symlink retargeted): the old file is read to its end first,
 //     and followed until it has not grown for [Options.RotationGrace] (a

@@ -41,7 +41,9 @@ type Options struct {
 	// that identity in the directory of Path (or of the file a symlink there
 	// names), where a rotation renamed it, is read from the position to its
 	// end first, and the files rotated after it and the one at Path from
-	// their beginning after it, as after rotations while following. Failing that, the file at Path is another
+	// their beginning after it, as after rotations while following; so is
+	// a copy of it there, when it was truncated in place after the copy
+	// was made (copytruncate). Failing that, the file at Path is another
 	// one than the position was stored for, and it is read from its
 	// beginning (logged, and counted as [EventReplaced]).
 	Resume *Position

@@ -46,21 +46,19 @@ type replaceState struct {
 
 // resumeRotated opens, in place of the file at the path, the file the
 // stored position belongs to when a rotation renamed it within the
-// directory while nothing followed the path: the follower then reads it on
-// from the position, and check finds that the path names another file,
-// which switchFile goes on with (through the files rotated after it) once
-// this one is read to its end and has stopped growing. A file that cannot
-// be found leaves the file at the path, which startOffset then reads from
-// its beginning.
+// directory while nothing followed the path, or else a copy of it there
+// when it was truncated in place after the copy was made (logrotate's
+// copytruncate): the follower then reads it on from the position, and
+// check finds that the path names another file, which switchFile goes on
+// with (through the files rotated after it) once this one is read to its
+// end and has stopped growing. A file that cannot be found leaves the file
+// at the path, which startOffset then reads from its beginning.
 func (fl *Follower) resumeRotated() {
 	r := fl.opts.Resume
 	if r == nil || fl.opts.Replay {
 		return
 	}
-	if fi, err := fl.f.Stat(); err != nil || streamfile.Inode(fi) == r.File.Ino {
-		return
-	}
-	f, err := streamfile.Locate(fl.path, r.File)
+	f, copied, err := fl.locateResume(*r)
 	if err != nil {
 		fl.log.Warn("cannot look for the file the stored position belongs to in the directory of the path", "err", err)
 		return
@@ -68,13 +66,54 @@ func (fl *Follower) resumeRotated() {
 	if f == nil {
 		return
 	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return
+	}
 	fl.f.Close()
 	fl.f = fl.timed(f)
-	if fi, err := f.Stat(); err == nil {
-		fl.drainRotated(fi)
+	fl.drainRotated(fi)
+	if !copied {
+		fl.log.Info("the stored position is in a file rotated away from the path while nothing followed it: reading it on to its end, then the files rotated after it and the file at the path",
+			"rotated_path", f.Name(), "offset", r.Offset, "ino", r.File.Ino)
+		return
 	}
-	fl.log.Info("the stored position is in a file rotated away from the path while nothing followed it: reading it on to its end, then the files rotated after it and the file at the path",
-		"rotated_path", f.Name(), "offset", r.Offset, "ino", r.File.Ino)
+	// The position holds in the copy: its bytes are the file's.
+	id := r.File
+	id.Ino = streamfile.Inode(fi)
+	fl.opts.Resume = &Position{File: id, Offset: r.Offset}
+	fl.log.Info("the file of the stored position was truncated in place after a copy of it was made (copytruncate) while nothing followed it: reading the copy on to its end, then the file at the path",
+		"copy_path", f.Name(), "offset", r.Offset, "ino", r.File.Ino)
+}
+
+// locateResume finds the file of the stored position r when the open
+// file, at the path, is not it: by its inode, renamed within the
+// directory, or else a copy of it that holds more than r's offset. It
+// reports whether the file found is a copy; nil when the open file is the
+// position's, or none is found.
+func (fl *Follower) locateResume(r Position) (*os.File, bool, error) {
+	fi, err := fl.f.Stat()
+	if err != nil {
+		return nil, false, nil // the first read says why
+	}
+	if streamfile.Inode(fi) == r.File.Ino {
+		var b [streamfile.HeaderSize]byte
+		n, err := fl.f.ReadAt(b[:], 0)
+		if n == len(b) {
+			h, herr := streamfile.ParseHeader(b[:])
+			if herr != nil || h.FileName == r.File.FileName && h.CreatedAtMs == r.File.CreatedAtMs {
+				return nil, false, nil // the position's file, or not a stream file (startOffset says so)
+			}
+		} else if !errors.Is(err, io.EOF) {
+			return nil, false, nil // cannot tell
+		}
+		// Truncated, and maybe written anew, in place.
+	} else if f, err := streamfile.Locate(fl.path, r.File); err != nil || f != nil {
+		return f, false, err
+	}
+	f, err := streamfile.LocateCopy(fl.path, r.File, r.Offset+1)
+	return f, f != nil, err
 }
 
 // drainRotated marks the open file, fi, as one a rotation renamed away
@@ -180,6 +219,9 @@ func (fl *Follower) checkInPlace(size, seen int64) bool {
 		}
 	}
 	fl.report()
+	if fl.readRestFromCopy() {
+		return true
+	}
 	attrs := []any{"offset", fl.pos(), "size", size, "file_name", fl.id.FileName, "created_at_ms", fl.id.CreatedAtMs}
 	if unread > 0 {
 		fl.log.Error("stream file was truncated before its records were all read: those not read are lost to this reader "+
@@ -190,6 +232,44 @@ func (fl *Follower) checkInPlace(size, seen int64) bool {
 	}
 	fl.obs.Event(EventTruncated)
 	fl.startOver()
+	return true
+}
+
+// readRestFromCopy goes on, when the open file was truncated or written
+// anew in place, in a copy of it in the directory that holds more than was
+// read of it (logrotate's copytruncate makes one just before it
+// truncates): from the read position to the copy's end, then, as after a
+// rotation, in the file at the path from its beginning. It reports whether
+// it found one.
+func (fl *Follower) readRestFromCopy() bool {
+	if fl.dec == nil || fl.opts.Replay {
+		return false
+	}
+	pos := fl.pos()
+	f, err := streamfile.LocateCopy(fl.path, fl.id, pos+1)
+	if err != nil {
+		fl.log.Warn("cannot look for a copy of the truncated stream file in the directory of the path", "err", err)
+		return false
+	}
+	if f == nil {
+		return false
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return false
+	}
+	fl.log.Info("stream file truncated in place after a copy of it was made (copytruncate): reading the copy on from the read position, then the file at the path from its beginning",
+		"copy_path", f.Name(), "offset", pos, "copy_size", fi.Size())
+	if err := fl.f.Close(); err != nil {
+		fl.log.Warn("closing the truncated file failed", "err", err)
+	}
+	fl.f = fl.timed(f)
+	fl.id.Ino = streamfile.Inode(fi)
+	fl.dec = streamfile.NewDecoder(fl.f, fl.hdr, pos)
+	fl.lastSize = fi.Size()
+	fl.damage.forget()
+	fl.drainRotated(fi)
 	return true
 }
 

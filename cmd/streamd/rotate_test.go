@@ -135,6 +135,65 @@ func TestRunRotationWhileStopped(t *testing.T) {
 	}
 }
 
+// TestRunCopytruncateWhileStopped: logrotate's copytruncate (the file
+// copied, then truncated in place, and written anew) while streamd is
+// stopped with records of it not delivered: offsets show names the copy,
+// whose rest is read first, and counts it in the lag; the next start
+// delivers that rest from the copy, then the new records, each once, and
+// logs no loss.
+func TestRunCopytruncateWhileStopped(t *testing.T) {
+	t.Parallel()
+	flag := filepath.Join(t.TempDir(), "answer")
+	e := newEnv(t, execSubTable("billing", "orders", `backoff = ["100ms"]`,
+		`IFS= read -r p; if [ "$p" = a4 ] && [ ! -e `+flag+` ]; then exit 75; fi; echo "$p" >> LOG`))
+	e.editConfig(`poll_interval = "200ms"`, "poll_interval = \"200ms\"\nrotation_grace = \"300ms\"")
+	e.publish("a1", "a2", "a3", "a4", "a5", "a6")
+	p := e.start()
+	// a4 is held: the stored position stays at it.
+	eventually(t, 10*time.Second, "a1 to a3 committed", committedThrough(e.stateDirPath(), "billing", 3))
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+	stored := storedPosition(t, e, "billing")
+	copied := e.stream + ".1"
+	b, err := os.ReadFile(e.stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(copied, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(e.stream, 0); err != nil {
+		t.Fatal(err)
+	}
+	e.publish("b1", "b2")
+	lag := fileSize(t, copied) - stored.Offset + fileSize(t, e.stream) - streamfile.HeaderSize
+	if row := e.offsetsShowRow("billing"); len(row) < 8 || row[5] != fmt.Sprint(lag) ||
+		!strings.Contains(strings.Join(row[7:], " "), "copied to "+copied+" and truncated since (copytruncate): the copy's rest is read first, then the file at the path") {
+		t.Errorf("offsets show: %q, want the lag %d over the copy and the file, and the copy named", row, lag)
+	}
+
+	if err := os.WriteFile(flag, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p = e.start()
+	want := []string{"a1", "a2", "a3", "a4", "a5", "a6", "b1", "b2"}
+	eventually(t, 15*time.Second, "every record of the copy and the file delivered", func() bool { return len(e.deliveries()) >= len(want) })
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+	if got := e.deliveries(); !slices.Equal(got, want) {
+		t.Errorf("deliveries %q, want %q", got, want)
+	}
+	if rec := slogRecords(p.stderr.String(), "the file of the stored position was truncated in place after a copy"); len(rec) != 1 || rec[0]["copy_path"] != copied {
+		t.Errorf("the resumption in the copy logged %v, want once, naming %s", rec, copied)
+	}
+	// The switch back to the file at the path is the only warning.
+	if lines := problemLines(p.stderr.String()); len(lines) != 1 || !strings.Contains(lines[0], "stream file replaced") {
+		t.Errorf("warnings and errors after the restart:\n%s\nwant only the switch to the file at the path", strings.Join(lines, "\n"))
+	}
+}
+
 // TestRunRotationKeepsOldFileWriter: the stream file is rotated (renamed
 // away, or a symlink at the path retargeted) while a producer that keeps
 // its descriptor, as the upstream writer does under logrotate's create,

@@ -1,0 +1,106 @@
+package tail
+
+import (
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/streamd/streamd/internal/testutil"
+)
+
+// copytruncate does what logrotate's copytruncate does to the file at path:
+// it copies it to path.1 (a new inode, dated an hour before the grace, so
+// that the copy is left once read), then truncates it; a writer then
+// starts it over with a new header, unless stopped is set.
+func copytruncate(t *testing.T, path string, written bool) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path+".1", b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(path+".1", time.Time{}, time.Now().Add(-2*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(path, 0); err != nil {
+		t.Fatal(err)
+	}
+	if written {
+		writeFile(t, path, lastHeader, copyRepl)
+	}
+}
+
+// copyRepl are the frames written into the truncated file.
+var copyRepl = frames("new", 1, 5, 1, 20)
+
+// TestCopytruncate: a file that logrotate's copytruncate truncated after
+// copying it is read on in the copy, from where the follower was, to the
+// copy's end, then from the beginning of the file at the path: nothing is
+// lost, nothing read twice, and no loss is logged. Whether the follower
+// followed the file then, or started after it (stored position) with the
+// file written again or still empty.
+func TestCopytruncate(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name             string
+		stopped, written bool
+	}{
+		{"while following", false, true},
+		{"while stopped", true, true},
+		{"while stopped, not written again yet", true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			path := filepath.Join(t.TempDir(), "r.ss")
+			old := frames("old", 1, 200, 1, 60)
+			writeFile(t, path, oldHeader, old)
+			var log testutil.SyncBuffer
+			obs := newObserver()
+			opts := Options{Path: path, PollInterval: 20 * time.Millisecond, RotationGrace: time.Hour,
+				Observer: obs, Logger: slog.New(slog.NewTextHandler(&log, nil))}
+			fl, err := New(opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			first := nextN(t, fl, 8, new(int))
+			if tc.stopped {
+				stored := fl.Position()
+				fl.Close()
+				copytruncate(t, path, tc.written)
+				opts.Resume = &stored
+				if fl, err = New(opts); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				copytruncate(t, path, tc.written)
+			}
+			defer fl.Close()
+			items, stop := follow(t, fl)
+			defer stop()
+			rest := collect(t, items, len(old)-8, 10*time.Second)
+			if !tc.written {
+				writeFile(t, path, lastHeader, copyRepl)
+			}
+			rest = append(rest, collect(t, items, len(copyRepl), 10*time.Second)...)
+			if err := sameFrames(append(first, rest...), append(old[:len(old):len(old)], copyRepl...)); err != nil {
+				t.Fatalf("%v\nlog:\n%s", err, log.String())
+			}
+			select {
+			case it := <-items:
+				t.Fatalf("after every record, another: %+v", it)
+			case <-time.After(200 * time.Millisecond): // a few polls
+			}
+			if strings.Contains(log.String(), "level=ERROR") || obs.count(EventTruncated) != 0 {
+				t.Errorf("a loss logged or counted (%d truncations):\n%s", obs.count(EventTruncated), log.String())
+			}
+			if !strings.Contains(log.String(), "copy_path="+path+".1") {
+				t.Errorf("the copy is not named in the log:\n%s", log.String())
+			}
+		})
+	}
+}
