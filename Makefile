@@ -187,11 +187,12 @@ install: build
 # running it from there. The Debian version, with revision 1, is the tag
 # without its v (v1.2.3: 1.2.3); commits after a tag sort after it and
 # before the next (v1.2.3-4-gabc1234: 1.2.3+4.gabc1234), a pre-release
-# before its release (v1.2.3-rc1: 1.2.3~rc1); a version that is not a tag's
+# before its release (v1.2.3-rc1: 1.2.3~rc1), a build of a modified tree
+# after what it modifies (v1.2.3-dirty: 1.2.3+dirty); a version that is not a tag's
 # (a commit hash, even one that starts with a digit) becomes 0~VERSION,
 # which sorts before any release.
 NFPM        ?= github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.2
-DEB_VERSION ?= $(shell echo '$(VERSION)' | sed -E '/^v?[0-9]+\.[0-9]+/!s/^/0~/; s/^v//; s/-([0-9]+)-g([0-9a-f]+)/+\1.g\2/; s/-/~/g; s/$$/-1/')
+DEB_VERSION ?= $(shell echo '$(VERSION)' | sed -E '/^v?[0-9]+\.[0-9]+/!s/^/0~/; s/^v//; s/-dirty$$/+dirty/; s/-([0-9]+)-g([0-9a-f]+)/+\1.g\2/; s/-/~/g; s/$$/-1/')
 deb:
 	@echo ">> building bin/streamd_$(DEB_VERSION)_amd64.deb"
 	rm -rf bin/deb bin/streamd_*_amd64.deb && mkdir -p bin/deb

@@ -309,13 +309,19 @@ func (h *httpHandler) outcome(resp *http.Response) Outcome {
 		return o
 	case code == http.StatusRequestTimeout:
 		return Failed(FailureHTTPStatus, statusError(resp, ""))
-	case code >= 400 && code <= 499:
+	case dropsByStatus(code):
 		// A wrong url or credentials drop every record: the reason goes
 		// to the log.
 		return Outcome{Kind: OutcomeDrop, Err: statusError(resp, refusalHint(code))}
 	default:
 		return Failed(FailureHTTPStatus, statusError(resp, ""))
 	}
+}
+
+// dropsByStatus reports whether a status drops the record it answers:
+// a 4xx, but 408 and 429.
+func dropsByStatus(code int) bool {
+	return code >= 400 && code <= 499 && code != http.StatusRequestTimeout && code != http.StatusTooManyRequests
 }
 
 // statusError describes a response that failed: its status, a note, and

@@ -62,12 +62,12 @@ func (h *httpHandler) HandleBatch(ctx context.Context, ds []Delivery, outs []Out
 	}
 	defer release(resp)
 	_, named := resp.Header[httpOutcomeHeader]
+	if code := resp.StatusCode; !named && dropsByStatus(code) {
+		fill(outs, Failed(FailureHTTPStatus, statusError(resp, batchRefusal(code, len(body), len(ds)))))
+		return
+	}
 	if named || resp.StatusCode < 200 || resp.StatusCode > 299 {
-		o := h.outcome(resp)
-		if !named && o.Kind == OutcomeDrop { // a 4xx, but 408 and 429
-			o = Failed(FailureHTTPStatus, statusError(resp, batchRefusal(resp.StatusCode, len(body), len(ds))))
-		}
-		fill(outs, o)
+		fill(outs, h.outcome(resp))
 		return
 	}
 	limit := httpDrainLimit + len(ds)*httpBatchLineLimit

@@ -148,6 +148,7 @@ func TestHTTPBatchOutcomes(t *testing.T) {
 		{"401 names bearer_token_file", answer(401, ""), []want{failed, failed, failed}, "401 Unauthorized, the server refuses the credentials: check bearer_token_file"},
 		{"403 names bearer_token_file", answer(403, ""), []want{failed, failed, failed}, "403 Forbidden, the server refuses the credentials: check bearer_token_file"},
 		{"404 names the url", answer(404, ""), []want{failed, failed, failed}, "404 Not Found, check the url"},
+		{"404 shows the body", answer(404, "no such route /ingest"), []want{failed, failed, failed}, `: "no such route /ingest"`},
 		{"405 names the url", answer(405, ""), []want{failed, failed, failed}, "405 Method Not Allowed, check the url"},
 		{"413", answer(413, ""), []want{failed, failed, failed}, "413 Request Entity Too Large, the server takes no body of "},
 		{"413 says lower batch_max_bytes", answer(413, ""), []want{failed, failed, failed}, "bytes (a batch of 3 records): lower batch_max_bytes or batch_max_records"},

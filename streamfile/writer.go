@@ -757,14 +757,15 @@ func tornFrame(f io.ReaderAt, interval, off, size int64) error {
 
 // DamagedSize tells a damaged frame from a torn one, for a frame at off
 // that runs past the end of the file at size (the decoder's
-// [ErrTruncated]): writers append in order, so whole frames after it prove
-// its size field damaged. It returns the offset of the first whole frame
+// [ErrTruncated]): writers append in order, so whole frames after it,
+// reading on cleanly to size, prove its size field damaged. It returns the offset of the first whole frame
 // after off and a [*FormatError] saying so; -1 and nil when none follows,
 // as after a torn frame; -1 and the error of a failed read.
 //
-// A payload that holds a whole frame of its own, cut by the end of the
-// file, passes for damage: a writer then refuses the file rather than cut
-// it, the safe side.
+// A frame cut by the end of the file whose payload holds stream file
+// bytes, frames that read on cleanly to that end, passes for damage: a
+// writer then refuses the file rather than cut it, and a follower skips
+// the frame (only once the file stopped growing there for a while).
 func DamagedSize(r io.ReaderAt, interval, off, size int64) (int64, error) {
 	next, err := WholeFrameAfter(r, interval, off, size)
 	if err != nil || next < 0 {
@@ -774,14 +775,16 @@ func DamagedSize(r io.ReaderAt, interval, off, size int64) (int64, error) {
 }
 
 // WholeFrameAfter returns the offset of the first frame of f that starts
-// after off, ends by size, has a valid key and fields, its trailer and a
-// matching checksum; -1 when there is none. Frames that a beacon cuts are
-// not looked for: one whole frame is enough to tell damage from a torn
-// tail, and a reader past damaged bytes finds the frames a beacon cuts
-// through the beacon ([FrameBoundaryAfter]). It reads the bytes once, in
-// blocks, and a candidate's payload in blocks too, so its memory stays
-// small whatever the sizes claim. A whole frame inside another frame's
-// payload passes for one.
+// after off and ends by size, with a valid key and fields, its trailer and
+// a matching checksum, from which the frames read on cleanly to size (a
+// torn or end-of-stream frame may end them); -1 when there is none.
+// Frames that a beacon cuts are not looked for: one whole frame is enough
+// to tell damage from a torn tail, and a reader past damaged bytes finds
+// the frames a beacon cuts through the beacon ([FrameBoundaryAfter]). It
+// reads the bytes once, in blocks, and a candidate's payload in blocks
+// too, so its memory stays small whatever the sizes claim. A whole frame
+// inside another frame's payload passes for one only if frames follow it
+// cleanly to size too, as when a payload holds stream file bytes.
 func WholeFrameAfter(f io.ReaderAt, interval, off, size int64) (int64, error) {
 	const block = 64 << 10
 	const maxFields = 1 + 255 + 28 // key length byte, longest key, shard, seq, timestamp, size
@@ -792,13 +795,37 @@ func WholeFrameAfter(f io.ReaderAt, interval, off, size int64) (int64, error) {
 			return -1, fmt.Errorf("streamfile: read at %d: %w", start, err)
 		}
 		for i := range min(block, len(b)) {
-			ok, err := frameAt(f, interval, b[i:], start+int64(i), size)
+			p := start + int64(i)
+			ok, err := frameAt(f, interval, b[i:], p, size)
+			if err == nil && ok {
+				ok, err = readsOnCleanly(f, interval, p, size)
+			}
 			if err != nil || ok {
-				return start + int64(i), err
+				return p, err
 			}
 		}
 	}
 	return -1, nil
+}
+
+// readsOnCleanly reports whether the frames of f from offset p read without
+// damage up to size: to its end, or to a torn or end-of-stream frame.
+func readsOnCleanly(f io.ReaderAt, interval, p, size int64) (bool, error) {
+	d := NewDecoder(io.NewSectionReader(f, 0, size), Header{BeaconInterval: uint32(interval)}, p)
+	for {
+		_, err := d.Next()
+		var ce *ChecksumError
+		var fe *FormatError
+		switch {
+		case err == nil:
+		case errors.Is(err, io.EOF), errors.Is(err, ErrTruncated), errors.Is(err, ErrEndOfStream):
+			return true, nil
+		case errors.As(err, &ce), errors.As(err, &fe):
+			return false, nil
+		default:
+			return false, err
+		}
+	}
 }
 
 // frameAt reports whether a whole frame, not cut by a beacon, starts at
@@ -816,6 +843,11 @@ func frameAt(f io.ReaderAt, interval int64, b []byte, p, size int64) (bool, erro
 		(end-1)/interval != p/interval, !validKeyBytes(b[1 : 1+l]):
 		return false, nil
 	}
+	if whole := end - p; whole <= int64(len(b)) {
+		// In the block read: no read per candidate (a run of zeros is
+		// one candidate per byte).
+		return b[whole-1] == trailer && CRC16(b[l+29:l+29+int(n)]) == binary.BigEndian.Uint16(b[whole-3:]), nil
+	}
 	var tail [3]byte // checksum and trailer
 	if _, err := f.ReadAt(tail[:], end-3); err != nil {
 		return false, fmt.Errorf("streamfile: read at %d: %w", end-3, err)
@@ -824,17 +856,13 @@ func frameAt(f io.ReaderAt, interval int64, b []byte, p, size int64) (bool, erro
 		return false, nil
 	}
 	crc, at := uint16(CRCInit), p+int64(l)+29
-	if rest := b[l+29:]; int64(len(rest)) >= n {
-		crc = UpdateCRC16(crc, rest[:n])
-	} else {
-		var chunk [8 << 10]byte
-		for at < end-3 {
-			c := chunk[:min(int64(len(chunk)), end-3-at)]
-			if _, err := f.ReadAt(c, at); err != nil {
-				return false, fmt.Errorf("streamfile: read at %d: %w", at, err)
-			}
-			crc, at = UpdateCRC16(crc, c), at+int64(len(c))
+	var chunk [8 << 10]byte
+	for at < end-3 {
+		c := chunk[:min(int64(len(chunk)), end-3-at)]
+		if _, err := f.ReadAt(c, at); err != nil {
+			return false, fmt.Errorf("streamfile: read at %d: %w", at, err)
 		}
+		crc, at = UpdateCRC16(crc, c), at+int64(len(c))
 	}
 	return crc == binary.BigEndian.Uint16(tail[:2]), nil
 }

@@ -20,8 +20,8 @@ type CorruptPolicy uint8
 
 const (
 	// SkipCorrupt counts and logs the damage and reads on: after the frame
-	// when its framing is intact, otherwise from the first frame after the
-	// next beacon.
+	// when its framing is intact, otherwise from the first whole frame
+	// before the next beacon, or else the first frame after that beacon.
 	SkipCorrupt CorruptPolicy = iota
 	// StopOnCorrupt makes [Follower.Next] return the error, now and on
 	// every later call.
@@ -33,9 +33,11 @@ type damageState struct {
 	skipAt    int64           // >= 0: find the first frame boundary after this offset (after a format error)
 	recheckAt int64           // the frame read again after damage met there (see readAgain), or -1
 	logLimit  ratelog.Limiter // of the log lines about corrupt frames, across files
-	// leftOutAt and leftOutErr: the last corrupt frame the log limit left
-	// out of the log (logLeftOut), across files.
+	// leftOutAt, leftOutIno and leftOutErr: the last corrupt frame the
+	// log limit left out of the log (logLeftOut), across files: its
+	// offset, its file's inode, the error.
 	leftOutAt  int64
+	leftOutIno uint64
 	leftOutErr error
 	// replayRecheckAt is where a replay last found the data ending inside
 	// a frame, and read it again once writers let go of the file (idle);
@@ -47,23 +49,27 @@ type damageState struct {
 	leftoversAt, leftoversSize int64
 	// truncatedAt and truncatedSize: the read position and file size
 	// when the data last ended inside a frame (pastDamagedSize), -1 when
-	// not; sizeChecked: the frame there was checked for whole frames
-	// after it.
+	// not, and since when; sizeChecked: the frame there was checked for
+	// whole frames after it.
 	truncatedAt, truncatedSize int64
+	truncatedSince             time.Time
 	sizeChecked                bool
+	// skipScannedSize: the file size when skipDamaged last found no
+	// frame to read on at, -1 when not.
+	skipScannedSize int64
 }
 
 // noDamage returns the state of a file where no damage was met.
 func noDamage() damageState {
-	return damageState{skipAt: -1, recheckAt: -1, replayRecheckAt: -1, leftoversAt: -1, leftoversSize: -1, truncatedAt: -1, truncatedSize: -1}
+	return damageState{skipAt: -1, recheckAt: -1, replayRecheckAt: -1, leftoversAt: -1, leftoversSize: -1, truncatedAt: -1, truncatedSize: -1, skipScannedSize: -1}
 }
 
 // forget drops what is known of damage in the open file, which is read
 // again from its header. The log limit carries over.
 func (d *damageState) forget() {
-	limit, at, err := d.logLimit, d.leftOutAt, d.leftOutErr
+	limit, at, ino, err := d.logLimit, d.leftOutAt, d.leftOutIno, d.leftOutErr
 	*d = noDamage()
-	d.logLimit, d.leftOutAt, d.leftOutErr = limit, at, err
+	d.logLimit, d.leftOutAt, d.leftOutIno, d.leftOutErr = limit, at, ino, err
 }
 
 // readAgain reports whether the damage met at the frame at off is met there
@@ -109,23 +115,24 @@ func (fl *Follower) atLeftovers(off int64) bool {
 }
 
 // pastDamagedSize handles a frame at the read position that runs past the
-// end of the file although whole frames follow it (streamfile.DamagedSize):
-// not a frame a writer is still writing, as writers append in order, but a
-// damaged size field, which would hold the follower there for good. It
-// reports the damage by the policy and has the follower skip it as bytes
-// that are not a frame, returning true. A live follower checks only a file
-// that stopped growing there (met twice at the same size: a poll later),
-// once, and while no writer holds the file's lock; a replay checks at once.
+// end of the file although whole frames follow it, reading on cleanly to
+// the end (streamfile.DamagedSize): not a frame a writer is still writing,
+// as writers append in order, but a damaged size field, which would hold
+// the follower there for good. It reports the damage by the policy and has
+// the follower skip it as bytes that are not a frame, returning true. A
+// live follower checks only a file that has not grown there for
+// RotationGrace (the upstream writer, which takes no lock, can leave a
+// frame half written while it buffers), once, and while no writer holds
+// the file's lock; a replay checks at once. What cannot be checked (a
+// read error) is taken for a torn frame, and checked again after another
+// grace.
 func (fl *Follower) pastDamagedSize(ctx context.Context) (bool, error) {
 	off, size := fl.pos(), fl.size()
 	d := &fl.damage
 	if off != d.truncatedAt || size != d.truncatedSize {
-		d.truncatedAt, d.truncatedSize, d.sizeChecked = off, size, false
-		if !fl.opts.Replay {
-			return false, nil
-		}
+		d.truncatedAt, d.truncatedSize, d.truncatedSince, d.sizeChecked = off, size, time.Now(), false
 	}
-	if d.sizeChecked || size < 0 {
+	if d.sizeChecked || size < 0 || !fl.opts.Replay && time.Since(d.truncatedSince) < fl.opts.RotationGrace {
 		return false, nil
 	}
 	d.sizeChecked = true
@@ -143,7 +150,8 @@ func (fl *Follower) pastDamagedSize(ctx context.Context) (bool, error) {
 	}
 	if _, damaged := errors.AsType[*streamfile.FormatError](err); !damaged {
 		if err != nil {
-			return false, &readError{fmt.Errorf("tail: %s: %w", fl.path, err)}
+			fl.log.Debug("cannot check the frame the file ends in for damage; taking it for a torn frame", "offset", off, "err", err)
+			d.sizeChecked, d.truncatedSince = false, time.Now()
 		}
 		return false, nil
 	}
@@ -164,7 +172,7 @@ func (fl *Follower) damaged(e Event, err error, off int64) error {
 	if ok, suppressed := fl.damage.logLimit.Allow(time.Now()); ok {
 		fl.log.Warn("corrupt frame; skipping it", "offset", off, "err", err, "suppressed", suppressed)
 	} else {
-		fl.damage.leftOutAt, fl.damage.leftOutErr = off, err
+		fl.damage.leftOutAt, fl.damage.leftOutIno, fl.damage.leftOutErr = off, fl.id.Ino, err
 	}
 	return nil
 }
@@ -175,7 +183,8 @@ func (fl *Follower) damaged(e Event, err error, off int64) error {
 func (fl *Follower) logLeftOut() {
 	d := &fl.damage
 	if n := d.logLimit.Overdue(time.Now()); n > 0 {
-		fl.log.Warn("corrupt frames skipped since the last line, left out of the log", "count", n, "last_offset", d.leftOutAt, "last_err", d.leftOutErr)
+		fl.log.Warn("corrupt frames skipped since the last line, left out of the log", "count", n,
+			"last_offset", d.leftOutAt, "last_ino", d.leftOutIno, "last_err", d.leftOutErr)
 	}
 }
 
@@ -195,14 +204,20 @@ func (fl *Follower) skipDamaged() (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	end := fl.size()
-	if p >= 0 {
-		end = p
-	}
-	if q, err := streamfile.WholeFrameAfter(fl.f, int64(fl.hdr.BeaconInterval), skipAt, end); err != nil {
-		return false, &readError{fmt.Errorf("tail: %s: %w", fl.path, err)}
-	} else if q >= 0 {
-		p = q
+	// A whole frame before the next beacon, not in what follows it: the
+	// rest of a frame that beacon cuts, or of one still being written.
+	interval, size := int64(fl.hdr.BeaconInterval), fl.size()
+	if d := &fl.damage; size != d.skipScannedSize {
+		end := min(size, (skipAt/interval+1)*interval)
+		q, err := streamfile.WholeFrameAfter(fl.f, interval, skipAt, end)
+		if err != nil {
+			return false, &readError{fmt.Errorf("tail: %s: %w", fl.path, err)}
+		}
+		if q >= 0 {
+			p = q
+		} else if p < 0 {
+			d.skipScannedSize = size // not again until the file changes
+		}
 	}
 	if p < 0 {
 		return false, nil

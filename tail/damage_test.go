@@ -66,7 +66,7 @@ func TestDamageBeforeTheNextBeacon(t *testing.T) {
 				const lost = 5
 				path, fs, _ := damagedFile(t, lost, tc.damage)
 				obs := newObserver()
-				fl, err := New(Options{Path: path, Replay: replay, PollInterval: 20 * time.Millisecond, Observer: obs, Logger: testLogger(t)})
+				fl, err := New(Options{Path: path, Replay: replay, PollInterval: 20 * time.Millisecond, RotationGrace: 100 * time.Millisecond, Observer: obs, Logger: testLogger(t)})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -128,8 +128,9 @@
 // once a frame can be read there (streamd repair cut them, a writer
 // appended). A frame that runs past the end of the file with whole frames
 // after it ([streamfile.DamagedSize]) is unparsable too, not a torn tail:
-// a live follower checks once the file stopped growing there, a poll
-// later. With [StopOnCorrupt], Next returns the error. Before damage is
+// a live follower checks once the file has not grown there for
+// [Options.RotationGrace]. Corrupt frames the log limit left out are
+// logged once it allows, with the last one's offset. With [StopOnCorrupt], Next returns the error. Before damage is
 // reported, the follower checks that the file was not truncated or
 // rewritten under it.
 //

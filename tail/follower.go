@@ -325,7 +325,7 @@ func (fl *Follower) Next(ctx context.Context) (*Record, error) {
 		// it truncated and written again under a new header, with frames
 		// where the old ones were: the record would be the new file's,
 		// read from its middle.
-		if err == nil && fl.reads != reads && reads != fl.looked && fl.changedInPlace(true) {
+		if err == nil && fl.reads != reads && reads != fl.looked && fl.changedInPlace(rec.Offset, true) {
 			continue
 		}
 		if err == nil {
@@ -361,14 +361,14 @@ func (fl *Follower) Next(ctx context.Context) (*Record, error) {
 				return nil, err
 			}
 		case errors.As(err, &ce):
-			if fl.changedInPlace(false) || fl.readAgain(ce.Offset) {
+			if fl.changedInPlace(ce.Offset, false) || fl.readAgain(ce.Offset) {
 				continue
 			}
 			if err := fl.damaged(EventChecksum, err, ce.Offset); err != nil {
 				return nil, err
 			}
 		case errors.As(err, &fe):
-			if fl.changedInPlace(false) || fl.readAgain(fl.dec.Pos()) {
+			if fl.changedInPlace(fl.dec.Pos(), false) || fl.readAgain(fl.dec.Pos()) {
 				continue
 			}
 			if err := fl.damaged(EventFormat, err, fe.Offset); err != nil {

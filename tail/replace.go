@@ -102,13 +102,15 @@ func (fl *Follower) locateResume(r Position) (*os.File, bool, error) {
 		n, err := fl.f.ReadAt(b[:], 0)
 		if n == len(b) {
 			h, herr := streamfile.ParseHeader(b[:])
-			if herr != nil || h.FileName == r.File.FileName && h.CreatedAtMs == r.File.CreatedAtMs {
-				return nil, false, nil // the position's file, or not a stream file (startOffset says so)
+			if herr == nil && h.FileName == r.File.FileName && h.CreatedAtMs == r.File.CreatedAtMs && fi.Size() >= r.Offset {
+				return nil, false, nil // the position's file
 			}
 		} else if !errors.Is(err, io.EOF) {
 			return nil, false, nil // cannot tell
 		}
-		// Truncated, and maybe written anew, in place.
+		// Truncated, and maybe written anew, in place: under a new
+		// header, or its own (shorter than the position), or none a
+		// reader takes (an older writer's zeros where it was).
 	} else if f, err := streamfile.Locate(fl.path, r.File); err != nil || f != nil {
 		return f, false, err
 	}
@@ -138,7 +140,7 @@ func (fl *Follower) check(polled bool) error {
 	}
 	seen := fl.lastSize
 	fl.lastSize = size
-	inPlace := fl.checkInPlace(size, seen)
+	inPlace := fl.checkInPlace(size, seen, fl.pos())
 	fl.looked = fl.reads // the next read sees the file as just looked at
 	if inPlace {
 		return nil
@@ -181,10 +183,12 @@ func (fl *Follower) check(polled bool) error {
 
 // changedInPlace looks, before damage is reported or after a read
 // (afterRead), whether the file was truncated or rewritten under the
-// follower; if so it starts over in it. After a read, a file shorter than
-// the read position is left to the next look: it was truncated after the
-// read, and what was read is the old file's, handed out first.
-func (fl *Follower) changedInPlace(afterRead bool) bool {
+// follower; if so it starts over in it. at is where the frame the caller
+// drops starts: the read position, for a copy of the file. After a read, a
+// file shorter than the read position is left to the next look: it was
+// truncated after the read, and what was read is the old file's, handed
+// out first.
+func (fl *Follower) changedInPlace(at int64, afterRead bool) bool {
 	if fl.opts.Replay {
 		return false
 	}
@@ -192,21 +196,22 @@ func (fl *Follower) changedInPlace(afterRead bool) bool {
 	if err != nil || afterRead && fi.Size() < fl.pos() {
 		return false
 	}
-	return fl.checkInPlace(fi.Size(), fl.lastSize)
+	return fl.checkInPlace(fi.Size(), fl.lastSize, at)
 }
 
 // checkInPlace starts over in the open file when it shrank below the read
-// position or its header changed. seen is the largest size the follower
-// saw the file have: what it had not read of it is gone, and logged as an
-// error (logrotate's copytruncate moves it to the copy, which nobody
-// follows), also when the file grew past the read position again before
-// the follower looked.
-func (fl *Follower) checkInPlace(size, seen int64) bool {
+// position at or its header changed. seen is the largest size the
+// follower saw the file have. What it had not read of it is read from a
+// copy in the directory when there is one (readRestFromCopy); otherwise it
+// is gone, and logged as an error (logrotate's copytruncate moved it to a
+// copy streamd did not find), also when the file grew past the read
+// position again before the follower looked.
+func (fl *Follower) checkInPlace(size, seen, at int64) bool {
 	if fl.hdr.BeaconInterval == 0 {
 		return false
 	}
-	what, unread := "stream file was rewritten with a new header; reading it from the beginning", seen-fl.pos()
-	if size < fl.pos() {
+	what, unread := "stream file was rewritten with a new header; reading it from the beginning", seen-at
+	if size < at {
 		what = "stream file was truncated below the read position; reading it from the beginning"
 	} else {
 		var b [streamfile.HeaderSize]byte
@@ -219,13 +224,13 @@ func (fl *Follower) checkInPlace(size, seen int64) bool {
 		}
 	}
 	fl.report()
-	if fl.readRestFromCopy() {
+	if fl.readRestFromCopy(at, seen) {
 		return true
 	}
-	attrs := []any{"offset", fl.pos(), "size", size, "file_name", fl.id.FileName, "created_at_ms", fl.id.CreatedAtMs}
+	attrs := []any{"offset", at, "size", size, "file_name", fl.id.FileName, "created_at_ms", fl.id.CreatedAtMs}
 	if unread > 0 {
 		fl.log.Error("stream file was truncated before its records were all read: those not read are lost to this reader "+
-			"(copytruncate leaves them only in the copy; rotate by renaming the file instead); reading it from the beginning",
+			"(copytruncate leaves them only in the copy, which was not found in the directory of the path; rotate by renaming the file instead); reading it from the beginning",
 			append(attrs, "unread_bytes_at_least", unread)...)
 	} else {
 		fl.log.Warn(what, attrs...)
@@ -238,15 +243,16 @@ func (fl *Follower) checkInPlace(size, seen int64) bool {
 // readRestFromCopy goes on, when the open file was truncated or written
 // anew in place, in a copy of it in the directory that holds more than was
 // read of it (logrotate's copytruncate makes one just before it
-// truncates): from the read position to the copy's end, then, as after a
-// rotation, in the file at the path from its beginning. It reports whether
-// it found one.
-func (fl *Follower) readRestFromCopy() bool {
+// truncates): from the read position at to the copy's end, then, as after
+// a rotation, in the file at the path from its beginning. It reports
+// whether it found one. What the file held past the copy's end, up to
+// seen, the largest size the follower saw it have, is lost: logged at
+// ERROR and counted.
+func (fl *Follower) readRestFromCopy(at, seen int64) bool {
 	if fl.dec == nil || fl.opts.Replay {
 		return false
 	}
-	pos := fl.pos()
-	f, err := streamfile.LocateCopy(fl.path, fl.id, pos+1)
+	f, err := streamfile.LocateCopy(fl.path, fl.id, at+1)
 	if err != nil {
 		fl.log.Warn("cannot look for a copy of the truncated stream file in the directory of the path", "err", err)
 		return false
@@ -260,13 +266,19 @@ func (fl *Follower) readRestFromCopy() bool {
 		return false
 	}
 	fl.log.Info("stream file truncated in place after a copy of it was made (copytruncate): reading the copy on from the read position, then the file at the path from its beginning",
-		"copy_path", f.Name(), "offset", pos, "copy_size", fi.Size())
+		"copy_path", f.Name(), "offset", at, "copy_size", fi.Size())
+	if lost := seen - fi.Size(); lost > 0 {
+		fl.log.Error("the copy of the truncated stream file is shorter than the file was: what the file held after the copy's end is lost to this reader",
+			"copy_path", f.Name(), "copy_size", fi.Size(), "size_seen", seen, "unread_bytes_at_least", lost)
+		fl.obs.Event(EventTruncated)
+	}
 	if err := fl.f.Close(); err != nil {
 		fl.log.Warn("closing the truncated file failed", "err", err)
 	}
 	fl.f = fl.timed(f)
 	fl.id.Ino = streamfile.Inode(fi)
-	fl.dec = streamfile.NewDecoder(fl.f, fl.hdr, pos)
+	fl.rec.File = fl.id
+	fl.dec = streamfile.NewDecoder(fl.f, fl.hdr, at)
 	fl.lastSize = fi.Size()
 	fl.damage.forget()
 	fl.drainRotated(fi)

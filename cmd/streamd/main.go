@@ -108,8 +108,12 @@ func run(args []string, s stdio) (code int) {
 	if err != nil {
 		name := "streamd"
 		if i := commandAfterFlags(app, args); i > 0 {
-			// Flags before a command are taken for run's, the default.
-			return s.exitWith(exitUsage, "%s: flags go after the command: streamd %s", name, strings.Join(append(slices.Clone(args[i:]), args[:i]...), " "))
+			// Flags before a command are taken for run's, the default:
+			// say where they go when that is all that is wrong.
+			reordered := append(slices.Clone(args[i:]), args[:i]...)
+			if _, perr := app.Parse(reordered); perr == nil {
+				return s.exitWith(exitUsage, "%s: flags go after the command: streamd %s", name, strings.Join(reordered, " "))
+			}
 		}
 		if len(args) > 0 && !strings.HasPrefix(args[0], "-") && app.GetCommand(args[0]) == nil {
 			err = fmt.Errorf("unknown command %q", args[0])
