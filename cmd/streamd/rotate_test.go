@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/streamd/streamd/offsets"
 	"github.com/streamd/streamd/streamfile"
 )
 
@@ -76,6 +77,25 @@ func TestRunCopytruncate(t *testing.T) {
 	}
 }
 
+// stoppedHoldingA4 runs streamd on records a1 to a6 of subscription
+// billing, whose handler fails a4 until the file flag exists, and stops it
+// once a1 to a3 are committed: the stored position is at a4. Files are
+// left quiet for 300 ms (rotation_grace) before they are left.
+func stoppedHoldingA4(t *testing.T) (e *env, flag string, stored offsets.Position) {
+	t.Helper()
+	flag = filepath.Join(t.TempDir(), "answer")
+	e = newEnv(t, execSubTable("billing", "orders", `backoff = ["100ms"]`,
+		`IFS= read -r p; if [ "$p" = a4 ] && [ ! -e `+flag+` ]; then exit 75; fi; echo "$p" >> LOG`))
+	e.editConfig(`poll_interval = "200ms"`, "poll_interval = \"200ms\"\nrotation_grace = \"300ms\"")
+	e.publish("a1", "a2", "a3", "a4", "a5", "a6")
+	p := e.start()
+	eventually(t, 10*time.Second, "a1 to a3 committed", committedThrough(e.stateDirPath(), "billing", 3))
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+	return e, flag, storedPosition(t, e, "billing")
+}
+
 // TestRunRotationWhileStopped: the stream file is rotated twice (renamed
 // within its directory, and a new file created at the path) while streamd
 // is stopped with records of it not delivered: offsets show says that the
@@ -84,18 +104,7 @@ func TestRunCopytruncate(t *testing.T) {
 // records of the file in between and of the new file, each once.
 func TestRunRotationWhileStopped(t *testing.T) {
 	t.Parallel()
-	flag := filepath.Join(t.TempDir(), "answer")
-	e := newEnv(t, execSubTable("billing", "orders", `backoff = ["100ms"]`,
-		`IFS= read -r p; if [ "$p" = a4 ] && [ ! -e `+flag+` ]; then exit 75; fi; echo "$p" >> LOG`))
-	e.editConfig(`poll_interval = "200ms"`, "poll_interval = \"200ms\"\nrotation_grace = \"300ms\"")
-	e.publish("a1", "a2", "a3", "a4", "a5", "a6")
-	p := e.start()
-	// a4 is held: the stored position stays at it.
-	eventually(t, 10*time.Second, "a1 to a3 committed", committedThrough(e.stateDirPath(), "billing", 3))
-	if code := p.stop(t); code != 0 {
-		t.Fatalf("exit code %d", code)
-	}
-	stored := storedPosition(t, e, "billing")
+	e, flag, stored := stoppedHoldingA4(t)
 	rotated, between := e.stream+".2", e.stream+".1"
 	if err := os.Rename(e.stream, rotated); err != nil {
 		t.Fatal(err)
@@ -116,7 +125,7 @@ func TestRunRotationWhileStopped(t *testing.T) {
 	if err := os.WriteFile(flag, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p = e.start()
+	p := e.start()
 	want := []string{"a1", "a2", "a3", "a4", "a5", "a6", "m1", "m2", "b1", "b2"}
 	eventually(t, 15*time.Second, "every record of both files delivered", func() bool { return len(e.deliveries()) >= len(want) })
 	if code := p.stop(t); code != 0 {
@@ -143,18 +152,7 @@ func TestRunRotationWhileStopped(t *testing.T) {
 // logs no loss.
 func TestRunCopytruncateWhileStopped(t *testing.T) {
 	t.Parallel()
-	flag := filepath.Join(t.TempDir(), "answer")
-	e := newEnv(t, execSubTable("billing", "orders", `backoff = ["100ms"]`,
-		`IFS= read -r p; if [ "$p" = a4 ] && [ ! -e `+flag+` ]; then exit 75; fi; echo "$p" >> LOG`))
-	e.editConfig(`poll_interval = "200ms"`, "poll_interval = \"200ms\"\nrotation_grace = \"300ms\"")
-	e.publish("a1", "a2", "a3", "a4", "a5", "a6")
-	p := e.start()
-	// a4 is held: the stored position stays at it.
-	eventually(t, 10*time.Second, "a1 to a3 committed", committedThrough(e.stateDirPath(), "billing", 3))
-	if code := p.stop(t); code != 0 {
-		t.Fatalf("exit code %d", code)
-	}
-	stored := storedPosition(t, e, "billing")
+	e, flag, stored := stoppedHoldingA4(t)
 	copied := e.stream + ".1"
 	b, err := os.ReadFile(e.stream)
 	if err != nil {
@@ -176,7 +174,7 @@ func TestRunCopytruncateWhileStopped(t *testing.T) {
 	if err := os.WriteFile(flag, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p = e.start()
+	p := e.start()
 	want := []string{"a1", "a2", "a3", "a4", "a5", "a6", "b1", "b2"}
 	eventually(t, 15*time.Second, "every record of the copy and the file delivered", func() bool { return len(e.deliveries()) >= len(want) })
 	if code := p.stop(t); code != 0 {
