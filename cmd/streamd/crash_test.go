@@ -333,14 +333,14 @@ func (p *daemonProc) awaitFailpoint(t *testing.T, point string, hit int, timeout
 // TestConcurrencyCrash covers plain records under concurrency > 1.
 //
 // STREAMD_TORTURE_KILLS sets the number of kills from outside (make
-// torture runs 100; 8 by default, 4 with -short),
+// torture runs 100; 4 by default, 2 with -short),
 // STREAMD_TORTURE_POINT_KILLS the number at each failpoint (make torture
 // runs 5; 1 by default).
 func TestCrashKill9(t *testing.T) {
 	t.Parallel()
-	kills, pointKills := 8, 1
+	kills, pointKills := 4, 1
 	if testing.Short() {
-		kills = 4
+		kills = 2
 	}
 	for _, v := range []struct {
 		name string
@@ -845,7 +845,7 @@ func TestConcurrencyCrash(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, concurrencySub)
 			t.Cleanup(e.waitOrphans)
-			const n = 200
+			const n = 120
 			var in strings.Builder
 			for i := range n {
 				fmt.Fprintf(&in, "c-%d\n", i+1)
@@ -862,7 +862,7 @@ func TestConcurrencyCrash(t *testing.T) {
 			var problems []string
 			note := func(s string) { problems = append(problems, s) }
 
-			for _, at := range []int{60, 130} {
+			for _, at := range []int{40, 80} {
 				p := e.start()
 				eventually(t, 30*time.Second, fmt.Sprintf("%d deliveries", at), func() bool { return len(e.deliveries()) >= at })
 				p.kill9(t)

@@ -98,16 +98,20 @@ func (s *holdServer) of(payload string) []holdRequest {
 // reservedPort returns an address on 127.0.0.1 whose port is bound but
 // not listening: a connection to it is refused, and no other listener (of
 // a test running beside, or the kernel choosing a free port) takes it, as
-// it could take a port closed after use. release frees it, for a server
-// to listen there.
-func reservedPort(t *testing.T) (addr string, release func()) {
+// it could take a port closed after use. listen makes the same socket
+// listen, so that no other socket can take the port in between either.
+func reservedPort(t *testing.T) (addr string, listen func() net.Listener) {
 	t.Helper()
 	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	release = sync.OnceFunc(func() { syscall.Close(fd) })
-	t.Cleanup(release)
+	var listening atomic.Bool // fd then belongs to an *os.File, which closes it
+	t.Cleanup(func() {
+		if !listening.Load() {
+			syscall.Close(fd)
+		}
+	})
 	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +119,21 @@ func reservedPort(t *testing.T) (addr string, release func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port), release
+	listen = func() net.Listener {
+		t.Helper()
+		if err := syscall.Listen(fd, syscall.SOMAXCONN); err != nil {
+			t.Fatal(err)
+		}
+		listening.Store(true)
+		f := os.NewFile(uintptr(fd), "reserved port")
+		defer f.Close()
+		l, err := net.FileListener(f) // a duplicate of fd
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	return fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port), listen
 }
 
 // serveAt serves h on addr (host:port) until the test ends.
@@ -125,6 +143,11 @@ func serveAt(t *testing.T, addr string, h http.Handler) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	serveOn(t, l, h)
+}
+
+// serveOn serves h on l until the test ends.
+func serveOn(t *testing.T, l net.Listener, h http.Handler) {
 	srv := &http.Server{Handler: h}
 	go srv.Serve(l)
 	t.Cleanup(func() { srv.Close() })
@@ -230,7 +253,7 @@ func problemLines(stderr string) []string {
 func TestHoldOutageHTTP(t *testing.T) {
 	t.Parallel()
 	const n = 1000
-	addr, release := reservedPort(t)
+	addr, listen := reservedPort(t)
 	e := newEnv(t, holdHTTPSub("web", "orders", "http://"+addr+"/", `["200ms", "1s"]`, `dead_letter = "orders.dead"`))
 	metrics := e.withMetrics()
 	e.put("orders", nil, payloads("r", n)...)
@@ -275,8 +298,7 @@ func TestHoldOutageHTTP(t *testing.T) {
 	}
 
 	srv := &holdServer{}
-	release()
-	serveAt(t, addr, srv)
+	serveOn(t, listen(), srv)
 	eventually(t, time.Minute, "1,000 deliveries", func() bool { return srv.count("") >= n })
 	eventually(t, 10*time.Second, "the last record to be committed", committedAtEnd(e, "web"))
 	eventually(t, 10*time.Second, "the held gauge to fall", gaugeIs(metrics, heldSeries("web"), 0))
