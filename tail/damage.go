@@ -57,6 +57,9 @@ type damageState struct {
 	// skipScannedSize: the file size when skipDamaged last found no
 	// frame to read on at, -1 when not.
 	skipScannedSize int64
+	// skipSizeDamaged: the damage at skipAt is a frame that runs past the
+	// end (pastDamagedSize), which reads as a torn frame.
+	skipSizeDamaged bool
 }
 
 // noDamage returns the state of a file where no damage was met.
@@ -158,7 +161,7 @@ func (fl *Follower) pastDamagedSize(ctx context.Context) (bool, error) {
 	if err := fl.damaged(EventFormat, err, off); err != nil {
 		return false, err
 	}
-	d.skipAt, fl.dec = off, nil
+	d.skipAt, d.skipSizeDamaged, fl.dec = off, true, nil
 	return true, nil
 }
 
@@ -196,9 +199,14 @@ func (fl *Follower) logLeftOut() {
 // when it has to wait for more data.
 func (fl *Follower) skipDamaged() (bool, error) {
 	skipAt := fl.damage.skipAt
-	if _, err := streamfile.NewDecoder(fl.f, fl.hdr, skipAt).Next(); err == nil {
+	switch _, err := streamfile.NewDecoder(fl.f, fl.hdr, skipAt).Next(); {
+	case err == nil:
 		fl.log.Info("the damaged bytes were replaced by a frame; reading on there", "offset", skipAt)
 		return fl.resumeAt(skipAt), nil
+	case errors.Is(err, streamfile.ErrTruncated) && !fl.damage.skipSizeDamaged:
+		// Bytes that were not a frame now start one, still being
+		// written: wait for it.
+		return false, nil
 	}
 	p, err := fl.beaconBoundaryAfter(skipAt)
 	if err != nil {
@@ -231,7 +239,7 @@ func (fl *Follower) skipDamaged() (bool, error) {
 func (fl *Follower) resumeAt(p int64) bool {
 	fl.dec = streamfile.NewDecoder(fl.f, fl.hdr, p)
 	fl.reportPos += p - fl.damage.skipAt
-	fl.damage.skipAt = -1
+	fl.damage.skipAt, fl.damage.skipSizeDamaged = -1, false
 	return true
 }
 
