@@ -199,14 +199,8 @@ func (fl *Follower) logLeftOut() {
 // when it has to wait for more data.
 func (fl *Follower) skipDamaged() (bool, error) {
 	skipAt := fl.damage.skipAt
-	switch _, err := streamfile.NewDecoder(fl.f, fl.hdr, skipAt).Next(); {
-	case err == nil:
-		fl.log.Info("the damaged bytes were replaced by a frame; reading on there", "offset", skipAt)
-		return fl.resumeAt(skipAt), nil
-	case errors.Is(err, streamfile.ErrTruncated) && !fl.damage.skipSizeDamaged:
-		// Bytes that were not a frame now start one, still being
-		// written: wait for it.
-		return false, nil
+	if done, rewritten := fl.rewrittenAt(skipAt); rewritten {
+		return done, nil
 	}
 	p, err := fl.beaconBoundaryAfter(skipAt)
 	if err != nil {
@@ -230,8 +224,29 @@ func (fl *Follower) skipDamaged() (bool, error) {
 	if p < 0 {
 		return false, nil
 	}
+	// Looked at again after the search: a writer that cut the damage and
+	// appended while it read, which it may have read the new frames of,
+	// has then put a frame at skipAt.
+	if done, rewritten := fl.rewrittenAt(skipAt); rewritten {
+		return done, nil
+	}
 	fl.log.Warn("skipped damaged bytes", "offset", skipAt, "next_frame", p)
 	return fl.resumeAt(p), nil
+}
+
+// rewrittenAt reports whether the damaged bytes at skipAt were cut and
+// written anew: a frame reads there (done: the decoder is put there), or
+// starts there and is still being written (not done: wait for it). A
+// frame that runs past the end was the damage itself (skipSizeDamaged).
+func (fl *Follower) rewrittenAt(skipAt int64) (done, rewritten bool) {
+	switch _, err := streamfile.NewDecoder(fl.f, fl.hdr, skipAt).Next(); {
+	case err == nil:
+		fl.log.Info("the damaged bytes were replaced by a frame; reading on there", "offset", skipAt)
+		return fl.resumeAt(skipAt), true
+	case errors.Is(err, streamfile.ErrTruncated) && !fl.damage.skipSizeDamaged:
+		return false, true
+	}
+	return false, false
 }
 
 // resumeAt puts the decoder at the frame at p after damaged bytes, which
