@@ -116,8 +116,9 @@
 //	streamd_stream_size_bytes - on (stream) group_right streamd_stream_position_bytes
 //
 // While a subscription reads a file that a rotation renamed away from the
-// path, its position is in that file and the size is the new file's: the
-// difference means nothing until it reads the new one.
+// path, or the copy of a file that copytruncate truncated, its position is
+// in that file and the size is the one at the path's: the difference means
+// nothing until it reads the file at the path.
 //
 // [NewRegistry] adds the go_* and process_* metrics of the Go runtime and
 // process collectors.
