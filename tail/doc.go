@@ -96,9 +96,11 @@
 //     one at the path; an incomplete frame at the end of the old file is
 //     lost ([EventTornTail]);
 //   - a path that is gone: the follower reports it ([EventRemoved], and a
-//     log line every 10 s), keeps reading the open file (a writer may still
-//     append to it), and takes the new file when the path comes back (the
-//     files rotated in between first);
+//     log line every 10 s: the first at INFO when the open file was
+//     renamed, as by a rotation, at WARN when it was removed), keeps
+//     reading the open file (a writer may still append to it), and takes
+//     the new file when the path comes back (the files rotated in between
+//     first);
 //   - an overflow of the notification queue ([EventOverflow]) is followed
 //     by the same look as a poll, so nothing is missed;
 //   - a replacement that cannot be opened (no permission, not a regular

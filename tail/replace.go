@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/streamd/streamd/internal/durable"
@@ -156,7 +157,13 @@ func (fl *Follower) check(polled bool) error {
 		if !r.removed {
 			r.removed = true
 			r.missing.Reset(time.Now())
-			fl.log.Warn("stream file removed; waiting for it to come back", "offset", fl.pos())
+			if linked(fi) {
+				// Renamed, as a rotation does before it creates the
+				// next file: routine, not a loss.
+				fl.log.Info("stream file renamed away from the path; reading it on, and waiting for a file at the path", "offset", fl.pos())
+			} else {
+				fl.log.Warn("stream file removed; waiting for it to come back", "offset", fl.pos())
+			}
 			fl.obs.Event(EventRemoved)
 		} else if ok, _ := r.missing.Allow(time.Now()); ok {
 			fl.log.Warn("stream file still missing", "offset", fl.pos())
@@ -179,6 +186,13 @@ func (fl *Follower) check(polled bool) error {
 		fl.log.Info("stream file is back")
 	}
 	return nil
+}
+
+// linked reports whether the open file, of stat information fi, still has
+// a name: it was renamed, not removed.
+func linked(fi os.FileInfo) bool {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && st.Nlink > 0
 }
 
 // changedInPlace looks, before damage is reported or after a read

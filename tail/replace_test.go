@@ -560,3 +560,40 @@ func TestTruncatedAfterRead(t *testing.T) {
 	}
 	checkDelivery(t, gotten)
 }
+
+// TestPathGoneLogged: a file renamed away from the path (as a rotation
+// does before it creates the next one) is logged at INFO, a file removed
+// at WARN; both are counted as EventRemoved.
+func TestPathGoneLogged(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, want string
+		gone       func(path string) error
+	}{
+		{"renamed", "level=INFO msg=\"stream file renamed away from the path", func(path string) error { return os.Rename(path, path+".1") }},
+		{"removed", "level=WARN msg=\"stream file removed", os.Remove},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			path := filepath.Join(t.TempDir(), "r.ss")
+			writeFile(t, path, oldHeader, frames("old", 1, 3, 1, 40))
+			var log testutil.SyncBuffer
+			obs := newObserver()
+			fl, err := New(Options{Path: path, PollInterval: 20 * time.Millisecond, Observer: obs, Logger: slog.New(slog.NewTextHandler(&log, nil))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer fl.Close()
+			items, stop := follow(t, fl)
+			defer stop()
+			collect(t, items, 3, 10*time.Second)
+			if err := tc.gone(path); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, 10*time.Second, "the path gone counted", func() bool { return obs.count(EventRemoved) == 1 })
+			if !strings.Contains(log.String(), tc.want) {
+				t.Errorf("log:\n%s\nwant a line %s", log.String(), tc.want)
+			}
+		})
+	}
+}
