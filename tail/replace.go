@@ -157,7 +157,7 @@ func (fl *Follower) check(polled bool) error {
 		if !r.removed {
 			r.removed = true
 			r.missing.Reset(time.Now())
-			if linked(fi) {
+			if cur, err := fl.f.Stat(); err == nil && linked(cur) { // looked at after the path: fi may predate the removal
 				// Renamed, as a rotation does before it creates the
 				// next file: routine, not a loss.
 				fl.log.Info("stream file renamed away from the path; reading it on, and waiting for a file at the path", "offset", fl.pos())
