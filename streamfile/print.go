@@ -356,10 +356,10 @@ func (p Format) Print(w io.Writer, r io.ReaderAt, h *Header, size int64) (pos in
 			err = nil
 		}
 		if errors.Is(err, ErrTruncated) {
-			_, derr := DamagedSize(r, int64(h.BeaconInterval), d.Pos(), size)
-			if _, damaged := errors.AsType[*FormatError](derr); !damaged && derr != nil {
-				return d.Pos(), derr
-			} else if damaged {
+			if _, derr := DamagedSize(r, int64(h.BeaconInterval), d.Pos(), size); derr != nil {
+				if _, damaged := errors.AsType[*FormatError](derr); !damaged {
+					return d.Pos(), derr // a read error
+				}
 				err = derr
 			}
 		}

@@ -67,14 +67,10 @@ func (fl *Follower) resumeRotated() {
 	if f == nil {
 		return
 	}
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
+	fi, ok := fl.drainInstead(f)
+	if !ok {
 		return
 	}
-	fl.f.Close()
-	fl.f = fl.timed(f)
-	fl.drainRotated(fi)
 	if !copied {
 		fl.log.Info("the stored position is in a file rotated away from the path while nothing followed it: reading it on to its end, then the files rotated after it and the file at the path",
 			"rotated_path", f.Name(), "offset", r.Offset, "ino", r.File.Ino)
@@ -102,9 +98,10 @@ func (fl *Follower) locateResume(r Position) (*os.File, bool, error) {
 		var b [streamfile.HeaderSize]byte
 		n, err := fl.f.ReadAt(b[:], 0)
 		if n == len(b) {
-			h, herr := streamfile.ParseHeader(b[:])
-			if herr == nil && h.FileName == r.File.FileName && h.CreatedAtMs == r.File.CreatedAtMs && fi.Size() >= r.Offset {
-				return nil, false, nil // the position's file
+			if h, err := streamfile.ParseHeader(b[:]); err == nil && fi.Size() >= r.Offset {
+				if id, err := streamfile.IdentityOf(fi, h); err == nil && id == r.File {
+					return nil, false, nil // the position's file
+				}
 			}
 		} else if !errors.Is(err, io.EOF) {
 			return nil, false, nil // cannot tell
@@ -117,6 +114,24 @@ func (fl *Follower) locateResume(r Position) (*os.File, bool, error) {
 	}
 	f, err := streamfile.LocateCopy(fl.path, r.File, r.Offset+1)
 	return f, f != nil, err
+}
+
+// drainInstead closes the open file and reads f, found in the directory
+// of the path, in its place, as a file rotated away from the path
+// (drainRotated). It returns f's stat information; false, with f closed,
+// when f cannot be looked at.
+func (fl *Follower) drainInstead(f *os.File) (os.FileInfo, bool) {
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, false
+	}
+	if err := fl.f.Close(); err != nil {
+		fl.log.Warn("closing the stream file left for one in the directory failed", "err", err)
+	}
+	fl.f = fl.timed(f)
+	fl.drainRotated(fi)
+	return fi, true
 }
 
 // drainRotated marks the open file, fi, as one a rotation renamed away
@@ -274,9 +289,8 @@ func (fl *Follower) readRestFromCopy(at, seen int64) bool {
 	if f == nil {
 		return false
 	}
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
+	fi, ok := fl.drainInstead(f)
+	if !ok {
 		return false
 	}
 	fl.log.Info("stream file truncated in place after a copy of it was made (copytruncate): reading the copy on from the read position, then the file at the path from its beginning",
@@ -286,16 +300,11 @@ func (fl *Follower) readRestFromCopy(at, seen int64) bool {
 			"copy_path", f.Name(), "copy_size", fi.Size(), "size_seen", seen, "unread_bytes_at_least", lost)
 		fl.obs.Event(EventTruncated)
 	}
-	if err := fl.f.Close(); err != nil {
-		fl.log.Warn("closing the truncated file failed", "err", err)
-	}
-	fl.f = fl.timed(f)
 	fl.id.Ino = streamfile.Inode(fi)
 	fl.rec.File = fl.id
 	fl.dec = streamfile.NewDecoder(fl.f, fl.hdr, at)
 	fl.lastSize = fi.Size()
 	fl.damage.forget()
-	fl.drainRotated(fi)
 	return true
 }
 
