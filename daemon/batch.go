@@ -154,11 +154,11 @@ func (s *subscription) gather(ctx context.Context, jobs <-chan job, batches chan
 // unsettled, and are read again after a restart.
 func (s *subscription) deliverBatch(ctx, hctx context.Context, b *batch, w int) error {
 	handed := monoNow()
-	s.handed[w].Store(handed)
-	s.batched[w].Store(int32(len(b.ds)))
+	s.workers[w].handed.Store(handed)
+	s.workers[w].batched.Store(int32(len(b.ds)))
 	defer func() {
-		s.handed[w].Store(0)
-		s.batched[w].Store(0)
+		s.workers[w].handed.Store(0)
+		s.workers[w].batched.Store(0)
 	}()
 	b.outs = slices.Grow(b.outs[:0], len(b.ds))[:len(b.ds)]
 	err := s.answerBatch(hctx, ctx.Done(), s.batches.handler, b.ds, b.outs, w, handed)

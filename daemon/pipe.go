@@ -387,9 +387,9 @@ func readLines(ctx, hctx context.Context, in io.Reader, lim stageLimits, subs []
 				Headers: headers, Payload: body, Attempt: envelope.RetryCount(headers) + 1}
 			if !stopping {
 				handed := monoNow()
-				s.handed[0].Store(handed)
+				s.workers[0].handed.Store(handed)
 				o, err := s.answer(hctx, ctx.Done(), &d, 0, slog.Int("line", lineNo), handed)
-				s.handed[0].Store(0)
+				s.workers[0].handed.Store(0)
 				if err == nil {
 					if err := lost(s, s.settler.settle(hctx, &d, o), lineNo); err != nil {
 						return err

@@ -67,10 +67,12 @@ type readAhead struct {
 // aheadBatch is records of one file, in file order, then the follower's
 // error if it ended there.
 type aheadBatch struct {
+	_       cpu.CacheLinePad
 	file    streamfile.Identity
 	records []streamfile.Record
 	payload []byte // the records' payloads
 	err     error
+	_       cpu.CacheLinePad
 }
 
 // followAhead opens a follower with opts, to be read ahead once started.

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/cpu"
+
 	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/envelope"
 	"github.com/streamd/streamd/handler"
@@ -57,16 +59,9 @@ type deliverer struct {
 	settler *settler
 	logger  *slog.Logger
 	metrics *metrics.SubscriptionMetrics
-	// busy holds, per worker, when its delivery in flight started
-	// ([monoNow]; 0 when idle): the watchdog's view of a handler that hangs.
-	busy []atomic.Int64
-	// handed holds, per worker, when its record was handed out ([monoNow];
-	// 0 when none is): a held record stays handed out across its failed
-	// deliveries, for the in-flight and oldest-unsettled gauges.
-	handed []atomic.Int64
-	// batched holds, per worker, the records of the batch it has handed
-	// out, 0 for a single delivery (which counts one).
-	batched []atomic.Int32
+	// workers is what each worker has in hand, for the watchdog and the
+	// gauges.
+	workers []workerState
 	failed  [handler.NumFailures]prometheus.Counter
 	hold    holdLog
 	// limitLog logs the records settled at max_failed_deliveries, at
@@ -84,9 +79,7 @@ func newDeliverer(sc conf.Subscription, h handler.Handler, t transport, copies c
 		settler: newSettler(sc, t, copies, m, logger),
 		logger:  logger,
 		metrics: m,
-		busy:    make([]atomic.Int64, max(sc.Concurrency, 1)),
-		handed:  make([]atomic.Int64, max(sc.Concurrency, 1)),
-		batched: make([]atomic.Int32, max(sc.Concurrency, 1)),
+		workers: make([]workerState, max(sc.Concurrency, 1)),
 		blind:   handler.IsBlind(h),
 	}
 	for f := range handler.NumFailures {
@@ -97,14 +90,33 @@ func newDeliverer(sc conf.Subscription, h handler.Handler, t transport, copies c
 	return dl
 }
 
+// workerState is what one worker has in hand. Each worker writes its own
+// twice per delivery, so each has cache lines of its own: one shared with
+// another worker, or with what the reader writes, would pass between cores
+// on every record.
+type workerState struct {
+	_ cpu.CacheLinePad
+	// busy is when its delivery in flight started ([monoNow]; 0 when
+	// idle): the watchdog's view of a handler that hangs.
+	busy atomic.Int64
+	// handed is when its record was handed out ([monoNow]; 0 when none
+	// is): a held record stays handed out across its failed deliveries,
+	// for the in-flight and oldest-unsettled gauges.
+	handed atomic.Int64
+	// batched is the records of the batch it has handed out, 0 for a
+	// single delivery (which counts one).
+	batched atomic.Int32
+	_       cpu.CacheLinePad
+}
+
 // observe sets the gauges of the records handed out and not settled: how
 // many, and the age of the oldest.
 func (dl *deliverer) observe() {
 	now := monoNow()
 	n, oldest := 0, int64(0)
-	for i := range dl.handed {
-		if t := dl.handed[i].Load(); t != 0 {
-			n += max(1, int(dl.batched[i].Load()))
+	for i := range dl.workers {
+		if t := dl.workers[i].handed.Load(); t != 0 {
+			n += max(1, int(dl.workers[i].batched.Load()))
 			oldest = max(oldest, now-t)
 		}
 	}
@@ -117,7 +129,7 @@ func (dl *deliverer) observe() {
 // counted, the record stays unsettled, and the error (a *panicError) stops
 // the daemon or the pipe stage, which exits non-zero.
 func (dl *deliverer) handle(ctx context.Context, d *handler.Delivery, w int, start int64) (o handler.Outcome, err error) {
-	dl.busy[w].Store(start) // for the watchdog
+	dl.workers[w].busy.Store(start) // for the watchdog
 	defer dl.timed(w, start, &err)
 	return dl.handler.Handle(ctx, d), nil
 }
@@ -125,7 +137,7 @@ func (dl *deliverer) handle(ctx context.Context, d *handler.Delivery, w int, sta
 // handleBatch is handle for a batch: bh sets the outcome of each of ds in
 // outs. The call is timed, and a panic settled, as handle's.
 func (dl *deliverer) handleBatch(ctx context.Context, bh handler.BatchHandler, ds []handler.Delivery, outs []handler.Outcome, w int, start int64) (err error) {
-	dl.busy[w].Store(start)
+	dl.workers[w].busy.Store(start)
 	defer dl.timed(w, start, &err)
 	// An outcome the handler leaves unset is a failed delivery, held, not
 	// the zero Outcome, which acknowledges.
@@ -144,7 +156,7 @@ var unanswered = handler.Failed(handler.FailureOther, errors.New("the batch hand
 // worker w began at start: it observes its duration, and recovers a panic
 // of the handler into *err.
 func (dl *deliverer) timed(w int, start int64, err *error) {
-	dl.busy[w].Store(0)
+	dl.workers[w].busy.Store(0)
 	dl.metrics.HandlerDuration.Observe(time.Duration(monoNow() - start).Seconds())
 	if p := recover(); p != nil {
 		dl.metrics.HandlerRecords[metrics.OutcomePanic].Inc()
@@ -168,8 +180,8 @@ func (e *panicError) Error() string {
 func (dl *deliverer) longestBusy() time.Duration {
 	now := monoNow()
 	var longest int64
-	for i := range dl.busy {
-		if t := dl.busy[i].Load(); t != 0 {
+	for i := range dl.workers {
+		if t := dl.workers[i].busy.Load(); t != 0 {
 			longest = max(longest, now-t)
 		}
 	}

@@ -328,8 +328,8 @@ func (s *subscription) deliver(ctx, hctx context.Context, d *handler.Delivery, t
 		return nil
 	}
 	handed := monoNow()
-	s.handed[w].Store(handed)
-	defer s.handed[w].Store(0)
+	s.workers[w].handed.Store(handed)
+	defer s.workers[w].handed.Store(0)
 	o, err := s.answer(hctx, ctx.Done(), d, w, slog.Int64("offset", d.Offset), handed)
 	switch {
 	case errors.Is(err, errStopped):
