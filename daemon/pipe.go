@@ -13,6 +13,7 @@ import (
 	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/envelope"
 	"github.com/streamd/streamd/handler"
+	"github.com/streamd/streamd/internal/ratelog"
 	"github.com/streamd/streamd/metrics"
 	"github.com/streamd/streamd/pipe"
 	"github.com/streamd/streamd/retrytimer"
@@ -265,6 +266,24 @@ func readLines(ctx, hctx context.Context, in io.Reader, lim stageLimits, subs []
 	for _, s := range subs {
 		failOnInvalid = failOnInvalid || s.cfg.OnInvalid == "fail"
 	}
+	// Invalid lines are logged at most once every ratelog.Every, with the
+	// count left out since the last: a file that is not stdio lines, fed
+	// by mistake, is a line of log per line of input otherwise. Those
+	// left out are logged once the limit allows when stdin goes quiet
+	// (overdue), and at the end of the stage.
+	var invalidLog ratelog.Limiter
+	var lastInvalid struct {
+		line int
+		err  error
+	}
+	var overdue <-chan time.Time
+	logLeftOut := func(n int) {
+		if n > 0 {
+			logger.Warn(msgInvalidLeftOut, "count", n, "last_line", lastInvalid.line, "last_err", lastInvalid.err)
+		}
+		overdue = nil
+	}
+	defer func() { logLeftOut(invalidLog.Drain()) }()
 	invalid := func(lineNo int, err error) error {
 		for _, s := range subs {
 			s.metrics.ReadErrors[metrics.ReasonInvalidLine].Inc()
@@ -272,7 +291,15 @@ func readLines(ctx, hctx context.Context, in io.Reader, lim stageLimits, subs []
 		if failOnInvalid {
 			return fmt.Errorf("stdin line %d: %w (on_invalid = \"fail\")", lineNo, err)
 		}
-		logger.Warn("invalid stdin line skipped", "line", lineNo, "err", err)
+		if ok, suppressed := invalidLog.Allow(time.Now()); ok {
+			logger.Warn(msgInvalidLine, "line", lineNo, "err", err, "suppressed", suppressed)
+			overdue = nil
+		} else {
+			lastInvalid.line, lastInvalid.err = lineNo, err
+			if overdue == nil {
+				overdue = time.After(ratelog.Every)
+			}
+		}
 		return nil
 	}
 	// Reading stdin cannot be interrupted: a goroutine reads ahead, and
@@ -316,11 +343,16 @@ func readLines(ctx, hctx context.Context, in io.Reader, lim stageLimits, subs []
 	var d handler.Delivery
 	for lineNo := 1; ; lineNo++ {
 		var next stdinLine
-		var ok bool
-		select {
-		case next, ok = <-lines:
-		case <-ctx.Done():
-			return stopped(lineNo - 1)
+		var ok, taken bool
+		for !taken {
+			select {
+			case next, ok = <-lines:
+				taken = true
+			case <-overdue:
+				logLeftOut(invalidLog.Overdue(time.Now()))
+			case <-ctx.Done():
+				return stopped(lineNo - 1)
+			}
 		}
 		if !ok {
 			return <-readErr
@@ -415,6 +447,13 @@ func readLines(ctx, hctx context.Context, in io.Reader, lim stageLimits, subs []
 		}
 	}
 }
+
+// msgInvalidLine is logged for an invalid stdin line that is skipped,
+// and msgInvalidLeftOut for those the log limit left out.
+const (
+	msgInvalidLine    = "invalid stdin line skipped"
+	msgInvalidLeftOut = "invalid stdin lines skipped since the last line, left out of the log"
+)
 
 // msgStoppedReading is logged when a stage stops (SIGTERM, or stdout
 // closed) before the end of stdin: the lines it read ahead of the one it

@@ -31,15 +31,14 @@ import (
 
 // The log messages of settlement.md §6, and streamd's own around them.
 const (
-	msgL1          = "ack / nack failed"
-	msgL2          = "retry attempts exhausted; publishing the delivery to the dead-letter destination"
-	msgL3          = "retry attempts exhausted and no dead-letter destination is declared; rejecting the delivery"
-	msgL4          = "publishing the retry copy failed; message lost"
-	msgL5          = "graceful shutdown timed out; abandoning in-flight continuations"
-	msgL6          = "retry declaration; a cap applies to the copies this process publishes"
-	msgL7          = "handler panicked"
-	msgSummary     = msgUnsupportedSummary
-	msgInvalidLine = "invalid stdin line skipped"
+	msgL1      = "ack / nack failed"
+	msgL2      = "retry attempts exhausted; publishing the delivery to the dead-letter destination"
+	msgL3      = "retry attempts exhausted and no dead-letter destination is declared; rejecting the delivery"
+	msgL4      = "publishing the retry copy failed; message lost"
+	msgL5      = "graceful shutdown timed out; abandoning in-flight continuations"
+	msgL6      = "retry declaration; a cap applies to the copies this process publishes"
+	msgL7      = "handler panicked"
+	msgSummary = msgUnsupportedSummary
 )
 
 // copyRec is one copy the fake copy writer was asked to write.
@@ -93,6 +92,7 @@ func (f *fakeCopies) written() []copyRec {
 // logRecord is one log record, its attributes (the logger's own included)
 // as strings.
 type logRecord struct {
+	at    time.Time
 	level slog.Level
 	msg   string
 	attrs map[string]string
@@ -136,7 +136,7 @@ type captureHandler struct {
 func (h captureHandler) Enabled(context.Context, slog.Level) bool { return true }
 
 func (h captureHandler) Handle(_ context.Context, r slog.Record) error {
-	rec := logRecord{level: r.Level, msg: r.Message, attrs: map[string]string{}}
+	rec := logRecord{at: r.Time, level: r.Level, msg: r.Message, attrs: map[string]string{}}
 	for _, a := range h.attrs {
 		rec.attrs[a.Key] = a.Value.Resolve().String()
 	}

@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,6 +32,7 @@ import (
 	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/envelope"
 	"github.com/streamd/streamd/handler"
+	"github.com/streamd/streamd/internal/ratelog"
 	"github.com/streamd/streamd/pipe"
 )
 
@@ -714,8 +716,11 @@ func stageRecord(h envelope.Headers, size int) []byte {
 // TestStageInvalidLongLines: a line longer than a stage's limit, and a line
 // whose record is larger than its limit, are invalid lines like any
 // other: under on_invalid = "skip" each is counted, logged with its line
-// number and skipped, and the lines after it are handled and numbered
-// right; under "fail" the stage stops at it with an error naming the line.
+// number (or left out of the log by its limit, and counted in the next
+// line logged) and skipped, and the lines after it are handled and
+// numbered right; under "fail" the stage stops at it with an error naming
+// the line. The handler takes the log limit's time (a fake clock's), so
+// that an invalid line after a valid one may be logged.
 func TestStageInvalidLongLines(t *testing.T) {
 	lim := limitsFor(64 << 10) // as stageMax, at a size the race detector goes through quickly
 	tooLong := "[jobs] " + strings.Repeat("x", lim.line)
@@ -754,7 +759,10 @@ func TestStageInvalidLongLines(t *testing.T) {
 				t.Fatal(err)
 			}
 			synctest.Test(t, func(t *testing.T) {
-				r := runStageLimited(t, cfg, tt.in, 0, lim, stageHandlers{"jobs": func(*handler.Delivery) handler.Outcome { return ack }})
+				r := runStageLimited(t, cfg, tt.in, 0, lim, stageHandlers{"jobs": func(*handler.Delivery) handler.Outcome {
+					time.Sleep(ratelog.Every)
+					return ack
+				}})
 				if got := fmt.Sprint(r.err); (tt.err == "") != (r.err == nil) || (r.err != nil && got != tt.err) {
 					t.Errorf("RunPipe returned %v, want %q", r.err, tt.err)
 				}
@@ -762,17 +770,100 @@ func TestStageInvalidLongLines(t *testing.T) {
 					t.Errorf("handlers got %q, want %q", got, tt.seen)
 				}
 				logged := r.logs.with(msgInvalidLine)
+				accounted := len(logged)
 				for _, l := range logged {
 					if l.level != slog.LevelWarn || tt.invalid[l.attrs["line"]] == "" || !strings.Contains(l.attrs["err"], tt.invalid[l.attrs["line"]]) {
 						t.Errorf("logged %v, want one of %v", l, tt.invalid)
 					}
+					n, _ := strconv.Atoi(l.attrs["suppressed"])
+					accounted += n
 				}
-				if len(logged) != len(tt.invalid) {
-					t.Errorf("%d invalid lines logged, want %d", len(logged), len(tt.invalid))
+				for _, l := range r.logs.with(msgInvalidLeftOut) {
+					n, _ := strconv.Atoi(l.attrs["count"])
+					accounted += n
+					if tt.invalid[l.attrs["last_line"]] == "" || !strings.Contains(l.attrs["last_err"], tt.invalid[l.attrs["last_line"]]) {
+						t.Errorf("logged %v, want the last of them one of %v", l, tt.invalid)
+					}
+				}
+				if accounted != len(tt.invalid) {
+					t.Errorf("%d invalid lines logged or counted as left out of the log, want %d", accounted, len(tt.invalid))
+				}
+				// Line 4 comes after the limit's time (line 3's handler),
+				// with none left out since line 2; line 5 is left out, and
+				// line 7 may be too, after the count of line 5.
+				for _, line := range []string{"2", "4"} {
+					if want := tt.invalid[line]; want != "" && !slices.ContainsFunc(logged, func(l logRecord) bool { return l.attrs["line"] == line }) {
+						t.Errorf("line %s not logged; logged %v", line, logged)
+					}
 				}
 				wantCount := float64(max(len(tt.invalid), 1))
 				if v := gatheredValue(t, r.reg, "streamd_read_errors_total", map[string]string{"subscription": "jobs", "reason": "invalid_line"}); v != wantCount {
 					t.Errorf("%v invalid lines counted, want %v", v, wantCount)
+				}
+			})
+		})
+	}
+}
+
+// TestStageInvalidLinesLogLimit: a flood of invalid lines (a file that is
+// not stdio lines, fed by mistake) is counted line by line and logged at
+// most once every ratelog.Every: the first line, then the count left out,
+// once the limit allows while stdin is quiet, and at the end of the stage.
+func TestStageInvalidLinesLogLimit(t *testing.T) {
+	cfg, err := loadTestConfig(t, stageSub("jobs", "jobs", `out_retry = "jobs.retry"`), conf.ModePipe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := strings.Repeat("[k |] not a header\n", 1000) + "[jobs] valid\n"
+	tests := []struct {
+		name string
+		hold time.Duration // how long stdin stays open and quiet after the lines
+		want []wantLog
+	}{{
+		name: "to the end",
+		want: []wantLog{
+			{slog.LevelWarn, msgInvalidLine, map[string]string{"line": "1", "suppressed": "0"}},
+			{slog.LevelWarn, msgInvalidLeftOut, map[string]string{"count": "999", "last_line": "1000"}},
+		},
+	}, {
+		name: "then quiet",
+		hold: 2 * ratelog.Every,
+		want: []wantLog{
+			{slog.LevelWarn, msgInvalidLine, map[string]string{"line": "1", "suppressed": "0"}},
+			{slog.LevelWarn, msgInvalidLeftOut, map[string]string{"count": "999", "last_line": "1000"}},
+		},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				start := time.Now()
+				r := runStage(t, cfg, in, tt.hold, stageHandlers{"jobs": func(*handler.Delivery) handler.Outcome { return ack }})
+				if r.err != nil {
+					t.Fatal(r.err)
+				}
+				var got []logRecord
+				for _, l := range r.logs.all() {
+					if l.msg == msgInvalidLine || l.msg == msgInvalidLeftOut {
+						got = append(got, l)
+					}
+				}
+				checkLogs(t, got, tt.want)
+				if len(got) != 2 {
+					return
+				}
+				if !strings.Contains(got[1].attrs["last_err"], `invalid header part ""`) {
+					t.Errorf("the count left out names the last error %q", got[1].attrs["last_err"])
+				}
+				// While stdin is quiet, the count is logged once the
+				// limit allows, before the stage ends.
+				if tt.hold > 0 && got[1].at.Sub(start) != ratelog.Every {
+					t.Errorf("the count left out was logged %v after the start, want %v", got[1].at.Sub(start), ratelog.Every)
+				}
+				if v := gatheredValue(t, r.reg, "streamd_read_errors_total", map[string]string{"subscription": "jobs", "reason": "invalid_line"}); v != 1000 {
+					t.Errorf("%v invalid lines counted, want 1000", v)
+				}
+				if got := r.seenLines(); !slices.Equal(got, []string{`jobs 0 1 "valid"`}) {
+					t.Errorf("handled %q", got)
 				}
 			})
 		})

@@ -45,6 +45,15 @@ func (l *Limiter) Overdue(now time.Time) int {
 	return n
 }
 
+// Drain returns how many lines were left out since the last one let
+// through, and forgets them: for a last line when the condition's source
+// ends, whatever the time.
+func (l *Limiter) Drain() int {
+	n := l.suppressed
+	l.suppressed = 0
+	return n
+}
+
 // Reset counts a line as logged at now: the next one is let through Every
 // after it.
 func (l *Limiter) Reset(now time.Time) { l.last, l.suppressed = now, 0 }

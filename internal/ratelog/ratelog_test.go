@@ -104,3 +104,23 @@ func TestLimiterOverdue(t *testing.T) {
 		t.Fatal("a line let through less than Every after the overdue ones were logged")
 	}
 }
+
+func TestLimiterDrain(t *testing.T) {
+	var l Limiter
+	t0 := time.Unix(1000, 0)
+	l.Allow(t0)
+	if n := l.Drain(); n != 0 {
+		t.Fatalf("drained %d with none left out", n)
+	}
+	l.Allow(t0.Add(time.Second))
+	l.Allow(t0.Add(2 * time.Second))
+	if n := l.Drain(); n != 2 {
+		t.Fatalf("drained %d, want 2, before Every passed", n)
+	}
+	if n := l.Drain(); n != 0 {
+		t.Fatalf("drained %d again", n)
+	}
+	if ok, suppressed := l.Allow(t0.Add(Every)); !ok || suppressed != 0 {
+		t.Fatalf("Allow after Drain: %t, %d suppressed; want the line, none suppressed (Drain leaves the time of the last line)", ok, suppressed)
+	}
+}
