@@ -677,16 +677,29 @@ func (d *Daemon) fail(err error) {
 	}
 }
 
-// updateSizes sets streamd_stream_size_bytes of every stream each interval,
-// so that lag is size minus position.
+// updateSizes sets streamd_stream_size_bytes of every stream, and
+// streamd_stream_lag_bytes of every subscription of it, each interval.
 func (d *Daemon) updateSizes(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		d.mu.Lock()
 		for name, st := range d.streams {
-			if fi, err := os.Stat(st.cfg.Path); err == nil {
-				d.metrics.Stream(name).Size.Set(float64(fi.Size()))
+			size, id, err := fileState(st.cfg.Path)
+			if err != nil {
+				// No header to identify the file by (yet): its size alone.
+				if fi, serr := os.Stat(st.cfg.Path); serr == nil {
+					size = fi.Size()
+				}
+			}
+			d.metrics.Stream(name).Size.Set(float64(size))
+			for _, sc := range d.cfg.Subscriptions {
+				if sc.Stream != name {
+					continue
+				}
+				if lag, ok := d.lag(sc, st.cfg.Path, size, id, err == nil); ok {
+					d.metrics.Subscription(sc.Name, sc.Stream).Lag.Set(float64(lag))
+				}
 			}
 		}
 		d.mu.Unlock()

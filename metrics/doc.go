@@ -75,6 +75,7 @@
 //	| streamd_read_errors_total                            | counter   | stream, subscription, reason | problems met while reading for it, by Reason                               |
 //	| streamd_stream_size_bytes                            | gauge     | stream                       | size of the stream file                                                    |
 //	| streamd_stream_position_bytes                        | gauge     | stream, subscription         | position committed to the sidecar                                          |
+//	| streamd_stream_lag_bytes                             | gauge     | stream, subscription         | bytes it has yet to settle, across a rotation or a copytruncate            |
 //	| streamd_stream_last_record_timestamp_seconds         | gauge     | stream, subscription         | timestamp of the last record read for it                                   |
 //	| streamd_handler_records_total                        | counter   | subscription, outcome        | deliveries, by Outcome                                                     |
 //	| streamd_handler_unsupported_total                    | counter   | subscription, operation      | settlements the transport cannot perform, by Operation                     |
@@ -111,14 +112,14 @@
 // exec_start, exec_signal, exec_status, tempfail or other; the
 // daemon creates each at 0 ([SubscriptionMetrics.FailedDeliveries]).
 //
-// A subscription's lag in bytes is the difference of two series:
-//
-//	streamd_stream_size_bytes - on (stream) group_right streamd_stream_position_bytes
-//
-// While a subscription reads a file that a rotation renamed away from the
-// path, or the copy of a file that copytruncate truncated, its position is
-// in that file and the size is the one at the path's: the difference means
-// nothing until it reads the file at the path.
+// A subscription's lag, streamd_stream_lag_bytes, is set with the size
+// of the stream, each commit interval: the size at the path minus the
+// position while the subscription reads the file at the path. While it
+// reads a file that a rotation renamed away from the path, or the copy of
+// a file that copytruncate truncated, it is the rest of that file, plus
+// the files rotated after it, plus the file at the path past its header,
+// as streamd offsets show counts it: the size at the path minus the
+// position, which is in another file then, would mean nothing.
 //
 // [NewRegistry] adds the go_* and process_* metrics of the Go runtime and
 // process collectors.

@@ -68,6 +68,10 @@ type SubscriptionMetrics struct {
 	// Position is streamd_stream_position_bytes: set it to the offset
 	// committed to the sidecar.
 	Position prometheus.Gauge
+	// Lag is streamd_stream_lag_bytes: set it to the bytes the
+	// subscription has yet to settle, across a rotation or a
+	// copytruncate.
+	Lag prometheus.Gauge
 	// LastRecordTimestamp is streamd_stream_last_record_timestamp_seconds:
 	// set it to the record's timestamp in seconds since the Unix epoch.
 	LastRecordTimestamp prometheus.Gauge
@@ -142,6 +146,7 @@ func (m *Metrics) Subscription(name, stream string) *SubscriptionMetrics {
 		RecordsRead:         m.recordsRead.WithLabelValues(read...),
 		ReadBytes:           m.readBytes.WithLabelValues(read...),
 		Position:            m.position.WithLabelValues(read...),
+		Lag:                 m.lag.WithLabelValues(read...),
 		LastRecordTimestamp: m.lastRecord.WithLabelValues(read...),
 		HandlerDuration:     m.handlerDuration.WithLabelValues(name),
 		RetriesScheduled:    m.retriesScheduled.WithLabelValues(name),

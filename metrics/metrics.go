@@ -62,6 +62,7 @@ type Metrics struct {
 	readBytes        *prometheus.CounterVec
 	readErrors       *prometheus.CounterVec
 	position         *prometheus.GaugeVec
+	lag              *prometheus.GaugeVec
 	lastRecord       *prometheus.GaugeVec
 	handlerRecords   *prometheus.CounterVec
 	unsupported      *prometheus.CounterVec
@@ -138,6 +139,10 @@ func New(reg prometheus.Registerer) *Metrics {
 		position: f.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "stream_position_bytes",
 			Help: "Committed position of the subscription in the stream file.",
+		}, readLabels),
+		lag: f.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "stream_lag_bytes",
+			Help: "Bytes the subscription has yet to settle: the rest of the file it reads, of the files rotated after it, and of the file at the path.",
 		}, readLabels),
 		lastRecord: f.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "stream_last_record_timestamp_seconds",
@@ -240,7 +245,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	m.streamVecs = []*prometheus.MetricVec{m.streamSize.MetricVec, m.watchOverflows.MetricVec, m.pollReads.MetricVec}
 	m.subscriptionVecs = []*prometheus.MetricVec{
 		m.recordsRead.MetricVec, m.readBytes.MetricVec, m.readErrors.MetricVec,
-		m.position.MetricVec, m.lastRecord.MetricVec,
+		m.position.MetricVec, m.lag.MetricVec, m.lastRecord.MetricVec,
 		m.handlerRecords.MetricVec, m.unsupported.MetricVec, m.handlerDuration.MetricVec,
 		m.retriesScheduled.MetricVec, m.retriesAppended.MetricVec,
 		m.deadLetters.MetricVec, m.rejects.MetricVec, m.copyErrors.MetricVec, m.failed.MetricVec,

@@ -275,6 +275,7 @@ func TestHoldOutageHTTP(t *testing.T) {
 		t.Errorf("offsets show during the outage: %q, want offset %d, size %d, lag %d", row, first, size, size-first)
 	}
 	eventually(t, 10*time.Second, "the size metric", gaugeIs(metrics, `streamd_stream_size_bytes{stream="orders"}`, float64(size)))
+	eventually(t, 10*time.Second, "the lag metric", gaugeIs(metrics, `streamd_stream_lag_bytes{stream="orders",subscription="web"}`, float64(size-first)))
 	if pos := metricValue(t, metrics, `streamd_stream_position_bytes{stream="orders",subscription="web"}`); pos > float64(first) {
 		t.Errorf("lag metrics: position %v, size %d: lag %v, want every record behind (position at most %d)", pos, size, float64(size)-pos, first)
 	}
