@@ -2,6 +2,7 @@ package conf
 
 import (
 	"errors"
+	"fmt"
 	"maps"
 	"net"
 	"net/http"
@@ -88,6 +89,25 @@ func (l *loader) validate(cfg *Config) {
 	}
 }
 
+// streamHint names the stream that an unknown stream name was probably
+// meant to be, or else the streams there are.
+func streamHint(name string, streams map[string]keyPath) string {
+	known := slices.Sorted(maps.Keys(streams))
+	for _, s := range known {
+		if limit := max(1, len(name)/4); abs(len(s)-len(name)) <= limit && editDistance(s, name) <= limit {
+			return fmt.Sprintf("; did you mean %q?", s)
+		}
+	}
+	if len(known) == 0 {
+		return "; there is no [[stream]] table"
+	}
+	quoted := make([]string, len(known))
+	for i, s := range known {
+		quoted[i] = strconv.Quote(s)
+	}
+	return "; the streams are " + strings.Join(quoted, ", ")
+}
+
 func (l *loader) checkStream(p keyPath, s *Stream, streams, files map[string]keyPath) {
 	l.name(p.k("name"), s.Name, "stream", streams)
 	if !l.has(p.k("path")) {
@@ -126,7 +146,7 @@ func (l *loader) checkSubscription(p keyPath, s *Subscription, streams, names ma
 		case !l.has(q):
 			l.errorf(q, "required: the name of the [[stream]] to read")
 		case streams[s.Stream] == nil:
-			l.errorf(q, "no [[stream]] is named %q", s.Stream)
+			l.errorf(q, "no [[stream]] is named %q%s", s.Stream, streamHint(s.Stream, streams))
 		}
 		if s.Replay && s.StartAt.IsEnd() {
 			l.errorf(p.k("replay"), "start_at = %q leaves nothing to replay", s.StartAt)

@@ -81,11 +81,11 @@ F:12: subscription[0].key: stream key "a b" has character ' ' at byte 1; allowed
 F:13: subscription[0].concurrency: must be from 1 to 1024, not 2000
 F:14: subscription[0].handler.url: required: the http:// or https:// URL records are POSTed to
 F:18: subscription[1].name: subscription name "billing" is already used by subscription[0]
-F:19: subscription[1].stream: no [[stream]] is named "payments"
+F:19: subscription[1].stream: no [[stream]] is named "payments"; the streams are "orders"
 F:21: subscription[1].max_attempts: must be 1 or more (the first delivery is attempt 1), not 0; leave it out for no cap
 F:22: subscription[1].handler.command: required: the program and its arguments, as in ["/usr/local/bin/handle", "--json"]`},
 		{"max-attempts-zero", ModeRun, `F:11: subscription[0].max_attempts: must be 1 or more (the first delivery is attempt 1), not 0; leave it out for no cap`},
-		{"missing-stream", ModeRun, `F:9: subscription[0].stream: no [[stream]] is named "order"`},
+		{"missing-stream", ModeRun, `F:9: subscription[0].stream: no [[stream]] is named "order"; did you mean "orders"?`},
 		{"pipe-no-out-retry", ModePipe, `F:1: subscription[0].out_retry: subscription "jobs": a pipe stage must name a retry destination: set out_retry = "jobs.retry" (copies leave on stdout under that key)`},
 		{"pipe-run-keys", ModePipe, `F:1: state_dir: not used by streamd pipe: a pipe stage keeps no state
 F:2: commit_interval: not used by streamd pipe: a pipe stage commits no positions
@@ -131,7 +131,7 @@ F:32: subscription[2].handler.command: not an option of the discard handler, whi
 		{"names", ModeRun, `F:3: stream[0].name: required: the stream's name
 F:7: stream[1].name: stream name "new orders": use 1 to 64 characters of A-Z a-z 0-9 . _ -
 F:10: subscription[0].name: required: the subscription's name
-F:11: subscription[0].stream: no [[stream]] is named "orders"
+F:11: subscription[0].stream: no [[stream]] is named "orders"; the streams are "new orders"
 F:15: subscription[1].key: required: the stream key to read
 F:16: subscription[1].name: subscription name "billing/eu": use 1 to 64 characters of A-Z a-z 0-9 . _ -
 F:20: subscription[2].handler.kind: required: use http, exec, stdout, discard or nats
@@ -806,5 +806,25 @@ func TestStateDir(t *testing.T) {
 				t.Errorf("StateDir = %q, %v; want %q, error with %q", got, err, tc.want, tc.err)
 			}
 		})
+	}
+}
+
+func TestStreamHint(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		streams []string
+		want    string
+	}{
+		{"order", []string{"payments", "orders"}, `; did you mean "orders"?`},
+		{"billing", []string{"payments", "orders"}, `; the streams are "orders", "payments"`},
+		{"orders", nil, "; there is no [[stream]] table"},
+	} {
+		streams := map[string]keyPath{}
+		for _, s := range tc.streams {
+			streams[s] = keyPath{}
+		}
+		if got := streamHint(tc.name, streams); got != tc.want {
+			t.Errorf("streamHint(%q, %q) = %q, want %q", tc.name, tc.streams, got, tc.want)
+		}
 	}
 }
