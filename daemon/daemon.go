@@ -678,31 +678,52 @@ func (d *Daemon) fail(err error) {
 }
 
 // updateSizes sets streamd_stream_size_bytes of every stream, and
-// streamd_stream_lag_bytes of every subscription of it, each interval.
+// streamd_stream_lag_bytes of every subscription of it, each interval. It
+// reads the files (and, for a subscription behind a rotation, the
+// directory) without holding d.mu, which commits take.
 func (d *Daemon) updateSizes(ctx context.Context, interval time.Duration) {
+	type subscriptionLag struct {
+		cfg     conf.Subscription
+		metrics *metrics.SubscriptionMetrics
+	}
+	type streamSize struct {
+		path    string
+		metrics *metrics.StreamMetrics
+		subs    []subscriptionLag
+	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
+		var streams []streamSize
 		d.mu.Lock()
 		for name, st := range d.streams {
-			size, id, err := fileState(st.cfg.Path)
+			s := streamSize{path: st.cfg.Path, metrics: d.metrics.Stream(name)}
+			for _, sc := range d.cfg.Subscriptions {
+				if m := d.metrics.Lookup(sc.Name); sc.Stream == name && m != nil {
+					s.subs = append(s.subs, subscriptionLag{sc, m})
+				}
+			}
+			streams = append(streams, s)
+		}
+		d.mu.Unlock()
+		for _, s := range streams {
+			size, id, err := fileState(s.path)
 			if err != nil {
 				// No header to identify the file by (yet): its size alone.
-				if fi, serr := os.Stat(st.cfg.Path); serr == nil {
+				size = -1
+				if fi, serr := os.Stat(s.path); serr == nil {
 					size = fi.Size()
 				}
 			}
-			d.metrics.Stream(name).Size.Set(float64(size))
-			for _, sc := range d.cfg.Subscriptions {
-				if sc.Stream != name {
-					continue
-				}
-				if lag, ok := d.lag(sc, st.cfg.Path, size, id, err == nil); ok {
-					d.metrics.Subscription(sc.Name, sc.Stream).Lag.Set(float64(lag))
+			if size >= 0 {
+				s.metrics.Size.Set(float64(size))
+			}
+			for _, sub := range s.subs {
+				if lag, ok := d.lag(sub.cfg, s.path, size, id, err == nil); ok {
+					sub.metrics.Lag.Set(float64(lag))
 				}
 			}
 		}
-		d.mu.Unlock()
 		select {
 		case <-ctx.Done():
 			return

@@ -297,7 +297,7 @@ func readLines(ctx, hctx context.Context, in io.Reader, lim stageLimits, subs []
 		} else {
 			lastInvalid.line, lastInvalid.err = lineNo, err
 			if overdue == nil {
-				overdue = time.After(ratelog.Every)
+				overdue = time.After(invalidLog.Wait(time.Now()))
 			}
 		}
 		return nil

@@ -189,26 +189,30 @@ func fileState(path string) (int64, streamfile.Identity, error) {
 }
 
 // lag returns the bytes subscription sc has yet to settle of the stream at
-// path, whose file there has size and identity id (found false when it
-// has no header to identify it by), counted as streamd offsets show counts
-// them; false when that is not known: the file it reads is gone from the
-// directory, and the file at the path cannot be read.
+// path, whose file there has size (-1: there is none) and identity id
+// (found false when it has no header to identify it by), counted as
+// streamd offsets show counts them; false when that is not known.
 func (d *Daemon) lag(sc conf.Subscription, path string, size int64, id streamfile.Identity, found bool) (int64, bool) {
 	p, ok := d.store.Get(sc.Name)
 	switch {
 	case !ok || p.Stream != path:
-		// No position yet: it starts at the beginning (a start_at place
-		// is stored at the start).
+		// No position yet: it starts at the beginning, or at a start_at
+		// place, which its start stores.
+		return max(size-streamfile.HeaderSize, 0), size >= 0 && !sc.StartAt.IsPlace()
+	case found && p.File == id && size < p.Offset:
+		// Truncated in place and written again under the same header:
+		// read again from its beginning.
 		return max(size-streamfile.HeaderSize, 0), true
 	case found && p.File == id:
-		return max(size-p.Offset, 0), true
+		return size - p.Offset, true
 	}
 	if _, lag := replacedNote(sc, path, p, found, size); lag >= 0 {
 		return lag, true
 	}
-	// The file it reads is gone (it may read on in it, open): at least
-	// the file at the path.
-	return max(size-streamfile.HeaderSize, 0), found
+	// The file it reads is gone from the directory (it may read on in
+	// it, open), or a replay reads on in a rotated file: at least the
+	// file at the path.
+	return max(size-streamfile.HeaderSize, 0), size >= 0
 }
 
 // replacedNote says where subscription sc starts when its stored position p

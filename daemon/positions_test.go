@@ -148,8 +148,8 @@ func TestCorruptSidecarAdvice(t *testing.T) {
 		os.WriteFile(filepath.Join(state, retrytimer.SpoolName), nil, 0o600)); err != nil {
 		t.Fatal(err)
 	}
-	var end tail.Start
-	if err := end.UnmarshalText([]byte("end")); err != nil {
+	var end, seq tail.Start
+	if err := errors.Join(end.UnmarshalText([]byte("end")), seq.UnmarshalText([]byte("seq:2"))); err != nil {
 		t.Fatal(err)
 	}
 	want := "or move it aside together with " + filepath.Join(state, retrytimer.SpoolName) + " to start every subscription from its start_at"
@@ -164,6 +164,83 @@ func TestCorruptSidecarAdvice(t *testing.T) {
 			err := tc.run()
 			if _, corrupt := errors.AsType[*offsets.CorruptError](err); !corrupt || !strings.Contains(err.Error(), want) {
 				t.Errorf("error %v\nwant a corrupt sidecar, with the advice %q", err, want)
+			}
+		})
+	}
+}
+
+// TestLag: streamd_stream_lag_bytes counts what a subscription has yet to
+// settle: the file at the path past its position; the whole file again
+// after a truncation in place; the file past its header before a first
+// position when start_at names a record to look for, but nothing yet for
+// a start_at place, which the start stores;
+// a rotated file's rest and the file at the path; and not known when the
+// file at the path is gone.
+func TestLag(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "orders.ss")
+	rotated := filepath.Join(dir, "orders.ss.1")
+	publish := func(payloads ...string) (streamfile.Identity, int64) {
+		t.Helper()
+		w, err := streamfile.OpenWriter(path, streamfile.CreateOptions{Create: true, Header: streamfile.Header{FileName: "orders.ss", BeaconInterval: 1024}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		for _, p := range payloads {
+			if err := w.Publish([]streamfile.Frame{{Key: "orders", Payload: []byte(p)}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		size, id, err := fileState(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id, size
+	}
+	oldID, oldSize := publish("a1", "a2", "a3")
+	if err := os.Rename(path, rotated); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Millisecond) // files are told apart by their creation time
+	id, size := publish("b1")
+
+	store, err := offsets.Open(t.TempDir(), offsets.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	d := &Daemon{store: store}
+	var end, seq tail.Start
+	if err := errors.Join(end.UnmarshalText([]byte("end")), seq.UnmarshalText([]byte("seq:2"))); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		start  tail.Start
+		pos    *offsets.Position
+		size   int64
+		want   int64
+		wantOK bool
+	}{
+		{"at the path", tail.Start{}, &offsets.Position{Stream: path, File: id, Offset: streamfile.HeaderSize + 1}, size, size - streamfile.HeaderSize - 1, true},
+		{"truncated in place", tail.Start{}, &offsets.Position{Stream: path, File: id, Offset: size + 100}, size, size - streamfile.HeaderSize, true},
+		{"no position, start_at = seq:2", seq, nil, size, size - streamfile.HeaderSize, true},
+		{"no position, start_at = end", end, nil, size, 0, false},
+		{"in the rotated file", tail.Start{}, &offsets.Position{Stream: path, File: oldID, Offset: oldSize - 10}, size, 10 + size - streamfile.HeaderSize, true},
+		{"no file at the path", tail.Start{}, nil, -1, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := strings.ReplaceAll(tc.name, " ", "_")
+			if tc.pos != nil {
+				if err := store.Set(name, *tc.pos); err != nil {
+					t.Fatal(err)
+				}
+			}
+			sc := conf.Subscription{Name: name, Stream: "orders", StartAt: tc.start}
+			got, ok := d.lag(sc, path, tc.size, id, tc.size >= 0)
+			if ok != tc.wantOK || ok && got != tc.want {
+				t.Errorf("lag %d, %t; want %d, %t", got, ok, tc.want, tc.wantOK)
 			}
 		})
 	}

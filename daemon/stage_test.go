@@ -814,30 +814,51 @@ func TestStageInvalidLinesLogLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := strings.Repeat("[k |] not a header\n", 1000) + "[jobs] valid\n"
+	flood := strings.Repeat("[k |] not a header\n", 1000) + "[jobs] valid\n"
 	tests := []struct {
-		name string
-		hold time.Duration // how long stdin stays open and quiet after the lines
-		want []wantLog
+		name   string
+		in     string
+		handle time.Duration // how long the handler takes
+		hold   time.Duration // how long stdin stays open and quiet after the lines
+		want   []wantLog
+		at     time.Duration // when the count left out is logged, if not 0
 	}{{
 		name: "to the end",
+		in:   flood,
 		want: []wantLog{
 			{slog.LevelWarn, msgInvalidLine, map[string]string{"line": "1", "suppressed": "0"}},
 			{slog.LevelWarn, msgInvalidLeftOut, map[string]string{"count": "999", "last_line": "1000"}},
 		},
 	}, {
 		name: "then quiet",
+		in:   flood,
 		hold: 2 * ratelog.Every,
 		want: []wantLog{
 			{slog.LevelWarn, msgInvalidLine, map[string]string{"line": "1", "suppressed": "0"}},
 			{slog.LevelWarn, msgInvalidLeftOut, map[string]string{"count": "999", "last_line": "1000"}},
 		},
+		at: ratelog.Every,
+	}, {
+		// The count is logged Every after the line logged, not after the
+		// first line left out.
+		name:   "one left out later, then quiet",
+		in:     "[k |] one\n[jobs] valid\n[k |] two\n",
+		handle: 4 * time.Second,
+		hold:   2 * ratelog.Every,
+		want: []wantLog{
+			{slog.LevelWarn, msgInvalidLine, map[string]string{"line": "1", "suppressed": "0"}},
+			{slog.LevelWarn, msgInvalidLeftOut, map[string]string{"count": "1", "last_line": "3"}},
+		},
+		at: ratelog.Every,
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				start := time.Now()
-				r := runStage(t, cfg, in, tt.hold, stageHandlers{"jobs": func(*handler.Delivery) handler.Outcome { return ack }})
+				r := runStage(t, cfg, tt.in, tt.hold, stageHandlers{"jobs": func(*handler.Delivery) handler.Outcome {
+					time.Sleep(tt.handle)
+					return ack
+				}})
 				if r.err != nil {
 					t.Fatal(r.err)
 				}
@@ -856,11 +877,12 @@ func TestStageInvalidLinesLogLimit(t *testing.T) {
 				}
 				// While stdin is quiet, the count is logged once the
 				// limit allows, before the stage ends.
-				if tt.hold > 0 && got[1].at.Sub(start) != ratelog.Every {
-					t.Errorf("the count left out was logged %v after the start, want %v", got[1].at.Sub(start), ratelog.Every)
+				if tt.at != 0 && got[1].at.Sub(start) != tt.at {
+					t.Errorf("the count left out was logged %v after the start, want %v", got[1].at.Sub(start), tt.at)
 				}
-				if v := gatheredValue(t, r.reg, "streamd_read_errors_total", map[string]string{"subscription": "jobs", "reason": "invalid_line"}); v != 1000 {
-					t.Errorf("%v invalid lines counted, want 1000", v)
+				invalid := float64(strings.Count(tt.in, "[k |]"))
+				if v := gatheredValue(t, r.reg, "streamd_read_errors_total", map[string]string{"subscription": "jobs", "reason": "invalid_line"}); v != invalid {
+					t.Errorf("%v invalid lines counted, want %v", v, invalid)
 				}
 				if got := r.seenLines(); !slices.Equal(got, []string{`jobs 0 1 "valid"`}) {
 					t.Errorf("handled %q", got)

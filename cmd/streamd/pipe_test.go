@@ -966,19 +966,33 @@ func TestPipeInvalidLines(t *testing.T) {
 			if r.stdout != "" {
 				t.Errorf("stdout %q", r.stdout)
 			}
-			// The log limit lets the first through and counts the others,
-			// logged at the end with the last one's line and error (each
-			// line's error is checked under "fail" below).
+			// The log limit lets the first through and counts the others
+			// (each line's error is checked under "fail" below): each
+			// invalid line is either logged or counted as left out, in a
+			// later line's "suppressed" or in a count that names the last
+			// one (usually one count at the end; more on a machine slow
+			// enough to take the limit's 10 s on these lines).
 			first, last := vs[0], vs[len(vs)-1]
 			reported := logsWithMsg(r.stderr, msgInvalidLine)
-			if len(reported) != 1 || reported[0].str("line") != "2" || !strings.Contains(reported[0].str("err"), invalidWant(first)) {
-				t.Errorf("reported %v, want line 2 %q (%s line %d) alone, its err naming %q", reported, first.Input, file, first.Line, invalidWant(first))
+			if len(reported) == 0 || reported[0].str("line") != "2" || !strings.Contains(reported[0].str("err"), invalidWant(first)) {
+				t.Errorf("reported %v, want line 2 %q (%s line %d) first, its err naming %q", reported, first.Input, file, first.Line, invalidWant(first))
 			}
-			leftOut := logsWithMsg(r.stderr, msgInvalidLeftOut)
-			wantCount, wantLine := strconv.Itoa(len(vs)-1), strconv.Itoa(2*len(vs))
-			if len(vs) > 1 && (len(leftOut) != 1 || leftOut[0].str("count") != wantCount || leftOut[0].str("last_line") != wantLine ||
-				!strings.Contains(leftOut[0].str("last_err"), invalidWant(last))) {
-				t.Errorf("logged %v, want one count of %s left out, the last line %s %q, its err naming %q", leftOut, wantCount, wantLine, last.Input, invalidWant(last))
+			accounted, lastLine, lastErr := 0, "", ""
+			for _, l := range reported {
+				n, _ := strconv.Atoi(l.str("suppressed"))
+				accounted += 1 + n
+				lastLine, lastErr = l.str("line"), l.str("err")
+			}
+			for _, l := range logsWithMsg(r.stderr, msgInvalidLeftOut) {
+				n, _ := strconv.Atoi(l.str("count"))
+				accounted += n
+				lastLine, lastErr = l.str("last_line"), l.str("last_err")
+			}
+			if accounted != len(vs) {
+				t.Errorf("%d invalid lines logged or counted as left out, want %d", accounted, len(vs))
+			}
+			if lastLine != strconv.Itoa(2*len(vs)) || !strings.Contains(lastErr, invalidWant(last)) {
+				t.Errorf("the last invalid line named is %s (%s), want %d %q, its err naming %q", lastLine, lastErr, 2*len(vs), last.Input, invalidWant(last))
 			}
 		})
 		t.Run(file+"/fail", func(t *testing.T) {

@@ -45,6 +45,13 @@ func (l *Limiter) Overdue(now time.Time) int {
 	return n
 }
 
+// Wait returns how long after now the next line will be let through: a
+// caller that logs the lines left out once it may (Overdue) waits that
+// long.
+func (l *Limiter) Wait(now time.Time) time.Duration {
+	return max(l.last.Add(Every).Sub(now), 0)
+}
+
 // Drain returns how many lines were left out since the last one let
 // through, and forgets them: for a last line when the condition's source
 // ends, whatever the time.

@@ -105,6 +105,20 @@ func TestLimiterOverdue(t *testing.T) {
 	}
 }
 
+func TestLimiterWait(t *testing.T) {
+	var l Limiter
+	t0 := time.Unix(1000, 0)
+	if w := l.Wait(t0); w != 0 {
+		t.Fatalf("wait %s before the first line, want 0", w)
+	}
+	l.Allow(t0)
+	for _, tc := range []struct{ at, want time.Duration }{{0, Every}, {3 * time.Second, Every - 3*time.Second}, {Every, 0}, {Every + time.Second, 0}} {
+		if w := l.Wait(t0.Add(tc.at)); w != tc.want {
+			t.Errorf("wait at %s: %s, want %s", tc.at, w, tc.want)
+		}
+	}
+}
+
 func TestLimiterDrain(t *testing.T) {
 	var l Limiter
 	t0 := time.Unix(1000, 0)
