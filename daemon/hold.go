@@ -144,7 +144,7 @@ func (dl *deliverer) failedDelivery(ctx context.Context, stop, back <-chan struc
 	o := fouts[0] // the outcome the wait and the log follow
 	if o.Failure == handler.FailureCanceled || ctx.Err() != nil {
 		if *failures > 0 {
-			dl.hold.end(dl.metrics.Held)
+			dl.hold.end(dl.logger, dl.metrics.Held)
 		}
 		return false, errStopped // the daemon stops: not a failure of the handler
 	}
@@ -184,7 +184,7 @@ func (dl *deliverer) failedDelivery(ctx context.Context, stop, back <-chan struc
 	default:
 		return false, nil
 	}
-	dl.hold.end(dl.metrics.Held)
+	dl.hold.end(dl.logger, dl.metrics.Held)
 	return false, errStopped
 }
 
@@ -247,14 +247,26 @@ func (h *holdLog) failed(logger *slog.Logger, gauge prometheus.Gauge, first bool
 }
 
 // end releases a held delivery that was not answered (the subscription
-// stops). When it was the last one, the spell ends, without a word.
-func (h *holdLog) end(gauge prometheus.Gauge) {
+// stops). When it was the last one, the spell ends, logged with logger as
+// one that ends unanswered: the line that a recovery would have closed it
+// with does not come.
+func (h *holdLog) end(logger *slog.Logger, gauge prometheus.Gauge) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.release(gauge) {
-		h.close(nil)
+	if !h.release(gauge) {
+		return
 	}
+	if h.failures > 0 {
+		logger.Info(msgHoldEnds, "held_for", time.Since(h.since).Round(time.Millisecond),
+			"failed_deliveries", h.failures, "failed_records", h.records, "last_err", h.lastErr)
+	}
+	h.close(nil)
 }
+
+// msgHoldEnds is logged when a subscription stops while deliveries are
+// held: its record stays unsettled, delivered again at the next start (a
+// pipe stage's leaves as a retry copy).
+const msgHoldEnds = "the subscription stops with deliveries held; they end unanswered"
 
 // answered records that a delivery was answered, held before (after
 // failed deliveries) or not. The spell ends with the last one held, or

@@ -274,8 +274,8 @@ func TestHoldLimit(t *testing.T) {
 }
 
 // TestHoldStop: a held delivery ends with errStopped when the
-// subscription stops, and a delivery cancelled at shutdown is not a
-// failure.
+// subscription stops, logged as a hold that ends unanswered, and a
+// delivery cancelled at shutdown is not a failure.
 func TestHoldStop(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newHoldEnv(t, holdSub(time.Hour), failedWith(handler.FailureUnreachable, 0))
@@ -287,6 +287,11 @@ func TestHoldStop(t *testing.T) {
 		if g := testutil.ToFloat64(e.m.Held); g != 0 {
 			t.Errorf("held gauge %v after the stop, want 0", g)
 		}
+		// The hold's end is logged: no recovery line will close it.
+		checkLogs(t, e.logs.all(), []wantLog{
+			{slog.LevelWarn, "delivery failed; holding the record and delivering it again in place until the handler answers", map[string]string{"seq": "1"}},
+			{slog.LevelInfo, msgHoldEnds, map[string]string{"held_for": "1m0s", "failed_deliveries": "1", "failed_records": "1"}},
+		})
 
 		e = newHoldEnv(t, holdSub(time.Second), handler.Failed(handler.FailureCanceled, context.Canceled))
 		if _, err := e.dl.answer(t.Context(), nil, settleDelivery(1, nil, nil), 0, slog.Int64("offset", 128), monoNow()); !errors.Is(err, errStopped) {
