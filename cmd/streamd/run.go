@@ -11,6 +11,7 @@ import (
 	"github.com/alecthomas/kingpin/v2"
 	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/daemon"
+	"github.com/streamd/streamd/internal/heapfloor"
 	"github.com/streamd/streamd/pipe"
 	"github.com/streamd/streamd/tail"
 )
@@ -87,6 +88,16 @@ func (st *stage) exit(err error) int {
 	return exitError
 }
 
+// keepHeapFloor keeps the garbage collector from running while the heap is
+// under heapfloor.Default, unless the operator chose the collector's
+// percent (GOGC), and returns the function that stops it.
+func keepHeapFloor() (stop func()) {
+	if _, set := os.LookupEnv("GOGC"); set {
+		return func() {}
+	}
+	return heapfloor.Start(heapfloor.Default)
+}
+
 // runCommand is `streamd run`, the default command: the daemon, until
 // SIGTERM or SIGINT. SIGHUP reloads the configuration file.
 func runCommand(app *kingpin.Application) action {
@@ -102,6 +113,7 @@ func runCommand(app *kingpin.Application) action {
 		if code := st.load(s); code != exitOK {
 			return code
 		}
+		defer keepHeapFloor()()
 		st.opts.Stdout = s.out
 		d := daemon.New(st.cfg, st.opts)
 		return st.exit(d.Serve(ctx, hup, st.read))
@@ -119,6 +131,7 @@ func pipeCommand(app *kingpin.Application) action {
 		if code := st.load(s); code != exitOK {
 			return code
 		}
+		defer keepHeapFloor()()
 		st.opts.Stdout = s.err // the stdout handler must not mix with the copies
 		return st.exit(daemon.RunPipe(ctx, st.cfg, daemon.PipeOptions{Options: st.opts, In: s.in, Out: s.out}))
 	}
