@@ -92,7 +92,7 @@ func (st *stage) exit(err error) int {
 // under heapfloor.Default, unless the operator chose the collector's
 // percent (GOGC), and returns the function that stops it.
 func keepHeapFloor() (stop func()) {
-	if _, set := os.LookupEnv("GOGC"); set {
+	if os.Getenv("GOGC") != "" {
 		return func() {}
 	}
 	return heapfloor.Start(heapfloor.Default)

@@ -7,9 +7,10 @@
 // of them (in its clients' libraries too) while it keeps little alive, so
 // it would collect tens of times a second, and pay for each collection's
 // fixed costs and for the pages the runtime returns to the system and
-// faults in again: a fifth of its CPU when it forwards into NATS. Above
-// the floor, the collector runs as GOGC says, so a large heap costs no
-// more memory than without a floor: at most the floor more.
+// faults in again: a fifth of its CPU when it forwards into NATS. Once the
+// live heap reaches half the floor, GOGC alone sets the goal; below that,
+// the floor costs at most the floor less the runtime's own minimum goal of
+// 4 MiB.
 //
 // A memory limit (GOMEMLIMIT) still holds: the collector runs as the
 // process nears it, whatever the percent.
@@ -23,8 +24,7 @@ import (
 	"sync"
 )
 
-// Default is the floor streamd keeps: about 20 MB more than a daemon that
-// keeps 6 MB alive would use without it.
+// Default is the floor streamd keeps.
 const Default = 32 << 20
 
 // runtimeMinimum is the heap goal of the runtime at GOGC=100 while the
@@ -33,17 +33,19 @@ const Default = 32 << 20
 const runtimeMinimum = 4 << 20
 
 // Percent returns the collector's percent that sets the heap goal (the
-// size of the heap at which the next collection ends) at about floor for a
-// live heap of live bytes, and base when that would be less: the goal is
-// the live heap plus percent of it. The runtime's own minimum goal, which
-// grows with the percent, stays at floor or below, for a heap smaller
-// than a few megabytes and before the first collection.
-func Percent(live, floor uint64, base int) int {
+// heap size by which the next collection should end) at floor,
+// and base when that would be less. The goal is the live heap plus percent
+// of the memory a collection scans: the live heap, the goroutines' stacks
+// and the globals (scanned). The runtime's own minimum goal, which grows
+// with the percent, stays at floor or below, for a heap of a few MiB and
+// before the first collection.
+func Percent(live, scanned, floor uint64, base int) int {
 	p := floor * 100 / runtimeMinimum
-	if live > 0 && live < floor {
-		p = min(p, (floor-live)*100/live)
-	} else if live >= floor {
+	switch {
+	case live >= floor:
 		p = 0
+	case scanned > 0:
+		p = min(p, (floor-live)*100/scanned)
 	}
 	return int(max(uint64(base), p))
 }
@@ -52,7 +54,7 @@ func Percent(live, floor uint64, base int) int {
 type keeper struct {
 	floor   uint64
 	base    int
-	samples []metrics.Sample // the live heap
+	samples []metrics.Sample // the live heap, the stacks, the globals
 
 	mu      sync.Mutex
 	stopped bool
@@ -62,16 +64,17 @@ type keeper struct {
 // sentinel is allocated to learn when a collection ran: its cleanup runs
 // after the first collection that finds it unreachable. The pointer keeps
 // it out of the allocator's tiny blocks, in which a cleanup may never run.
-type sentinel struct {
-	_ *byte
-	_ [8]byte
-}
+type sentinel struct{ _ *byte }
 
-// Start keeps the heap goal at floor or above from the next collection on,
-// over the percent in effect (base: GOGC, or 100). The returned function
-// stops and sets base back. A collector turned off (GOGC=off) stays off.
+// Start keeps the heap goal at floor or above, now and after each
+// collection, for a percent in effect (base: GOGC, or 100) that would set
+// it lower. The returned function stops and sets base back. A collector
+// turned off (GOGC=off) stays off. The process has one percent: while
+// started, the keeper overrides anyone else who sets it.
 func Start(floor uint64) (stop func()) {
-	k := &keeper{floor: floor, samples: []metrics.Sample{{Name: "/gc/heap/live:bytes"}}}
+	k := &keeper{floor: floor, samples: []metrics.Sample{
+		{Name: "/gc/heap/live:bytes"}, {Name: "/gc/scan/stack:bytes"}, {Name: "/gc/scan/globals:bytes"},
+	}}
 	gogc := []metrics.Sample{{Name: "/gc/gogc:percent"}}
 	metrics.Read(gogc)
 	v := gogc[0].Value.Uint64()
@@ -97,7 +100,9 @@ func (k *keeper) adjust() {
 		return
 	}
 	metrics.Read(k.samples)
-	if p := Percent(k.samples[0].Value.Uint64(), k.floor, k.base); p != k.percent {
+	live := k.samples[0].Value.Uint64()
+	scanned := live + k.samples[1].Value.Uint64() + k.samples[2].Value.Uint64()
+	if p := Percent(live, scanned, k.floor, k.base); p != k.percent {
 		debug.SetGCPercent(p)
 		k.percent = p
 	}

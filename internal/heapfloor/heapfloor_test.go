@@ -10,71 +10,90 @@ import (
 func TestPercent(t *testing.T) {
 	const mib = 1 << 20
 	for _, tc := range []struct {
-		name              string
-		live, floor       uint64
-		base, wantPercent int
+		name                 string
+		live, scanned, floor uint64
+		base, wantPercent    int
 	}{
-		{"before the first collection: the runtime's minimum at floor", 0, 32 * mib, 100, 800},
-		{"a tiny heap: likewise", mib, 32 * mib, 100, 800},
-		{"a small heap: the goal at floor", 6 * mib, 32 * mib, 100, 433},
-		{"half the floor: the goal at floor, which base gives", 16 * mib, 32 * mib, 100, 100},
-		{"more than half the floor: base", 20 * mib, 32 * mib, 100, 100},
-		{"over the floor: base", 40 * mib, 32 * mib, 100, 100},
-		{"a lower base, over half the floor", 30 * mib, 32 * mib, 50, 50},
-		{"a lower base, a small heap", 8 * mib, 32 * mib, 50, 300},
-		{"a higher base wins", 6 * mib, 32 * mib, 1000, 1000},
-		{"a floor under the runtime's minimum: base", 0, 2 * mib, 100, 100},
+		{"before the first collection: the runtime's minimum at floor", 0, 0, 32 * mib, 100, 800},
+		{"a tiny heap: likewise", mib, mib, 32 * mib, 100, 800},
+		{"a small heap: the goal at floor", 6 * mib, 6 * mib, 32 * mib, 100, 433},
+		{"stacks and globals are scanned too", 6 * mib, 8 * mib, 32 * mib, 100, 325},
+		{"half the floor: the goal at floor, which base gives", 16 * mib, 16 * mib, 32 * mib, 100, 100},
+		{"more than half the floor: base", 20 * mib, 20 * mib, 32 * mib, 100, 100},
+		{"over the floor: base", 40 * mib, 41 * mib, 32 * mib, 100, 100},
+		{"a lower base, over half the floor", 30 * mib, 30 * mib, 32 * mib, 50, 50},
+		{"a lower base, a small heap", 8 * mib, 8 * mib, 32 * mib, 50, 300},
+		{"a higher base wins", 6 * mib, 6 * mib, 32 * mib, 1000, 1000},
+		{"a floor under the runtime's minimum: base", 0, 0, 2 * mib, 100, 100},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := Percent(tc.live, tc.floor, tc.base); got != tc.wantPercent {
-				t.Errorf("Percent(%d, %d, %d) = %d, want %d", tc.live, tc.floor, tc.base, got, tc.wantPercent)
+			if got := Percent(tc.live, tc.scanned, tc.floor, tc.base); got != tc.wantPercent {
+				t.Errorf("Percent(%d, %d, %d, %d) = %d, want %d", tc.live, tc.scanned, tc.floor, tc.base, got, tc.wantPercent)
 			}
 		})
 	}
 }
 
-// gcPercent returns the collector's percent in effect.
-func gcPercent() int {
-	s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+// read returns the collector's percent in effect, and the live heap and
+// the memory scanned (heap, stacks, globals) that the last collection found.
+func read() (percent int, live, scanned uint64) {
+	s := []metrics.Sample{{Name: "/gc/gogc:percent"}, {Name: "/gc/heap/live:bytes"},
+		{Name: "/gc/scan/stack:bytes"}, {Name: "/gc/scan/globals:bytes"}}
 	metrics.Read(s)
-	return int(s[0].Value.Uint64())
+	live = s[1].Value.Uint64()
+	return int(s[0].Value.Uint64()), live, live + s[2].Value.Uint64() + s[3].Value.Uint64()
 }
 
-// liveHeap returns the live heap the last collection found.
-func liveHeap() uint64 {
-	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
-	metrics.Read(s)
-	return s[0].Value.Uint64()
-}
-
-// TestStart: after collections, the percent is the one that puts the goal
-// at the floor for the live heap; stop sets the base back.
-func TestStart(t *testing.T) {
-	base := gcPercent()
-	if base < 0 || base > 1000 {
-		t.Skipf("GOGC=%d in this environment", base)
-	}
-	const floor = 256 << 20 // far above this test's heap
-	stop := Start(floor)
-	defer stop()
+// collectUntil runs collections until the percent in effect is the one
+// Percent gives for what the last one found, for floor and base, and
+// returns it.
+func collectUntil(t *testing.T, floor uint64, base int) int {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		runtime.GC()
-		// The percent follows the live heap of the collection before.
-		want := Percent(liveHeap(), floor, base)
-		if got := gcPercent(); got == want && got > base {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("the percent is %d after collections, want %d for a live heap of %d bytes", got, want, liveHeap())
+		percent, live, scanned := read()
+		want := Percent(live, scanned, floor, base)
+		if percent == want {
+			return percent
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the percent is %d after collections, want %d for a live heap of %d bytes (%d scanned)", percent, want, live, scanned)
 		}
 		time.Sleep(time.Millisecond) // for the cleanup that adjusts it
 	}
+}
+
+// TestStart: after each collection, the percent is the one that puts the
+// goal at the floor for the live heap; stop sets the base back.
+func TestStart(t *testing.T) {
+	base, _, _ := read()
+	if base < 0 || base > 100 {
+		t.Skipf("GOGC=%d in this environment", base)
+	}
+	const floor = 64 << 20
+	held := make([]byte, 8<<20) // a live heap for which the percent is under its cap
+	for i := range held {
+		held[i] = byte(i)
+	}
+	stop := Start(floor)
+	defer stop()
+	withHeld := collectUntil(t, floor, base)
+	if withHeld <= base || withHeld >= floor*100/runtimeMinimum {
+		t.Fatalf("with 8 MiB live, the percent is %d, want between %d and the cap", withHeld, base)
+	}
+	runtime.KeepAlive(held)
+	held = nil
+	// A second change, after a later collection: the hook is armed again.
+	if without := collectUntil(t, floor, base); without <= withHeld {
+		t.Fatalf("with 8 MiB less live, the percent is %d, want more than %d", without, withHeld)
+	}
 	stop()
-	if got := gcPercent(); got != base {
+	if got, _, _ := read(); got != base {
 		t.Errorf("after stop, the percent is %d, want %d", got, base)
 	}
 	stop() // a second call does nothing
-	if got := gcPercent(); got != base {
+	if got, _, _ := read(); got != base {
 		t.Errorf("after a second stop, the percent is %d, want %d", got, base)
 	}
 }
