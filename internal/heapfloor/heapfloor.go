@@ -1,6 +1,7 @@
 // Package heapfloor keeps Go's garbage collector from running while the
-// heap is small: it raises the collector's percent (GOGC) after each
-// collection so that the heap may grow to a floor before the next one.
+// heap is small and the process busy: after each collection, it raises the
+// collector's percent (GOGC) so that the heap may grow to a floor before
+// the next one, while the process allocates the floor or more a second.
 //
 // With the default GOGC=100, a heap of a few live megabytes is collected
 // each time it doubles. A daemon that forwards records allocates for each
@@ -10,7 +11,8 @@
 // faults in again: a fifth of its CPU when it forwards into NATS. Once the
 // live heap reaches half the floor, GOGC alone sets the goal; below that,
 // the floor costs at most the floor less the runtime's own minimum goal of
-// 4 MiB.
+// 4 MiB. A process that allocates less, such as a daemon that follows a
+// quiet file, collects as GOGC says and keeps its small heap.
 //
 // A memory limit (GOMEMLIMIT) still holds: the collector runs as the
 // process nears it, whatever the percent.
@@ -22,6 +24,7 @@ import (
 	"runtime/debug"
 	"runtime/metrics"
 	"sync"
+	"time"
 )
 
 // Default is the floor streamd keeps.
@@ -50,15 +53,25 @@ func Percent(live, scanned, floor uint64, base int) int {
 	return int(max(uint64(base), p))
 }
 
+// Busy reports whether a process that allocated allocated bytes in elapsed
+// allocates at least rate bytes a second.
+func Busy(allocated uint64, elapsed time.Duration, rate uint64) bool {
+	return float64(allocated) >= float64(rate)*elapsed.Seconds()
+}
+
 // keeper adjusts the percent after each collection until stopped.
 type keeper struct {
 	floor   uint64
 	base    int
-	samples []metrics.Sample // the live heap, the stacks, the globals
+	rate    uint64           // the allocation rate, in bytes a second, from which the process is busy
+	samples []metrics.Sample // the live heap, the stacks, the globals, the bytes allocated
 
-	mu      sync.Mutex
-	stopped bool
-	percent int // the percent set last
+	mu        sync.Mutex
+	stopped   bool
+	percent   int       // the percent set last
+	at        time.Time // the time of the last adjustment
+	allocated uint64    // the bytes allocated then
+	adjusted  int       // the adjustments made
 }
 
 // sentinel is allocated to learn when a collection ran: its cleanup runs
@@ -66,24 +79,38 @@ type keeper struct {
 // it out of the allocator's tiny blocks, in which a cleanup may never run.
 type sentinel struct{ _ *byte }
 
-// Start keeps the heap goal at floor or above, now and after each
-// collection, for a percent in effect (base: GOGC, or 100) that would set
-// it lower. The returned function stops and sets base back. A collector
-// turned off (GOGC=off) stays off. The process has one percent: while
-// started, the keeper overrides anyone else who sets it.
+// Start keeps the heap goal at floor or above after each collection that
+// ends a time in which the process allocated floor bytes a second or more,
+// for a percent in effect (base: GOGC, or 100) that would set it lower;
+// after any other collection, the percent is base. The returned function
+// stops and sets base back. A collector turned off (GOGC=off) stays off.
+// The process has one percent: while started, the keeper overrides anyone
+// else who sets it.
 func Start(floor uint64) (stop func()) {
-	k := &keeper{floor: floor, samples: []metrics.Sample{
+	if k := start(floor, floor); k != nil {
+		return k.stop
+	}
+	return func() {}
+}
+
+// start is Start, with the process busy from rate bytes allocated a
+// second; it returns nil for a collector turned off.
+func start(floor, rate uint64) *keeper {
+	k := &keeper{floor: floor, rate: rate, samples: []metrics.Sample{
 		{Name: "/gc/heap/live:bytes"}, {Name: "/gc/scan/stack:bytes"}, {Name: "/gc/scan/globals:bytes"},
+		{Name: "/gc/heap/allocs:bytes"},
 	}}
 	gogc := []metrics.Sample{{Name: "/gc/gogc:percent"}}
 	metrics.Read(gogc)
 	v := gogc[0].Value.Uint64()
 	if v > math.MaxInt32 { // off: -1
-		return func() {}
+		return nil
 	}
 	k.base, k.percent = int(v), int(v)
-	k.adjust()
-	return k.stop
+	metrics.Read(k.samples)
+	k.at, k.allocated = time.Now(), k.samples[3].Value.Uint64()
+	k.arm()
+	return k
 }
 
 // arm makes the next collection call adjust.
@@ -91,18 +118,25 @@ func (k *keeper) arm() {
 	runtime.AddCleanup(new(sentinel), func(k *keeper) { k.adjust() }, k)
 }
 
-// adjust sets the percent for the live heap the last collection found,
-// and arms the next adjustment.
+// adjust sets the percent for the live heap the last collection found and
+// the rate of allocation since the last adjustment, and arms the next one.
 func (k *keeper) adjust() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.stopped {
 		return
 	}
+	now := time.Now()
 	metrics.Read(k.samples)
-	live := k.samples[0].Value.Uint64()
+	live, allocated := k.samples[0].Value.Uint64(), k.samples[3].Value.Uint64()
 	scanned := live + k.samples[1].Value.Uint64() + k.samples[2].Value.Uint64()
-	if p := Percent(live, scanned, k.floor, k.base); p != k.percent {
+	p := k.base
+	if Busy(allocated-k.allocated, now.Sub(k.at), k.rate) {
+		p = Percent(live, scanned, k.floor, k.base)
+	}
+	k.at, k.allocated = now, allocated
+	k.adjusted++
+	if p != k.percent {
 		debug.SetGCPercent(p)
 		k.percent = p
 	}

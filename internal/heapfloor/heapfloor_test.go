@@ -34,6 +34,29 @@ func TestPercent(t *testing.T) {
 	}
 }
 
+func TestBusy(t *testing.T) {
+	const mib = 1 << 20
+	for _, tc := range []struct {
+		allocated uint64
+		elapsed   time.Duration
+		want      bool
+	}{
+		{32 * mib, time.Second, true},
+		{32*mib - 1, time.Second, false},
+		{4 * mib, 100 * time.Millisecond, true},
+		{mib, 100 * time.Millisecond, false},
+		{32 * mib, 2 * time.Minute, false}, // a forced collection of a quiet daemon
+		{0, 0, true},
+	} {
+		if got := Busy(tc.allocated, tc.elapsed, 32*mib); got != tc.want {
+			t.Errorf("Busy(%d, %s, 32 MiB) = %v, want %v", tc.allocated, tc.elapsed, got, tc.want)
+		}
+	}
+}
+
+// sink keeps the garbage the tests allocate from being optimised away.
+var sink []byte
+
 // read returns the collector's percent in effect, and the live heap and
 // the memory scanned (heap, stacks, globals) that the last collection found.
 func read() (percent int, live, scanned uint64) {
@@ -51,6 +74,7 @@ func collectUntil(t *testing.T, floor uint64, base int) int {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
+		sink = make([]byte, 64<<10) // busy at any rate the tests use
 		runtime.GC()
 		percent, live, scanned := read()
 		want := Percent(live, scanned, floor, base)
@@ -64,19 +88,28 @@ func collectUntil(t *testing.T, floor uint64, base int) int {
 	}
 }
 
-// TestStart: after each collection, the percent is the one that puts the
-// goal at the floor for the live heap; stop sets the base back.
-func TestStart(t *testing.T) {
+// baseOrSkip returns the percent in effect, and skips the test when the
+// environment set one that would hide the floor.
+func baseOrSkip(t *testing.T) int {
 	base, _, _ := read()
 	if base < 0 || base > 100 {
 		t.Skipf("GOGC=%d in this environment", base)
 	}
+	return base
+}
+
+// TestStart: after each collection of a busy process, the percent is the
+// one that puts the goal at the floor for the live heap; stop sets the
+// base back.
+func TestStart(t *testing.T) {
+	base := baseOrSkip(t)
 	const floor = 64 << 20
 	held := make([]byte, 8<<20) // a live heap for which the percent is under its cap
 	for i := range held {
 		held[i] = byte(i)
 	}
-	stop := Start(floor)
+	k := start(floor, 1) // busy whatever the machine's speed
+	stop := k.stop
 	defer stop()
 	withHeld := collectUntil(t, floor, base)
 	if withHeld <= base || withHeld >= floor*100/runtimeMinimum {
@@ -95,5 +128,28 @@ func TestStart(t *testing.T) {
 	stop() // a second call does nothing
 	if got, _, _ := read(); got != base {
 		t.Errorf("after a second stop, the percent is %d, want %d", got, base)
+	}
+}
+
+// TestStartQuiet: a process that allocates less than the rate keeps the
+// base percent, collection after collection.
+func TestStartQuiet(t *testing.T) {
+	base := baseOrSkip(t)
+	k := start(64<<20, 1<<50)
+	defer k.stop()
+	deadline := time.Now().Add(10 * time.Second)
+	for adjusted := 0; adjusted < 3; {
+		sink = make([]byte, 64<<10)
+		runtime.GC()
+		k.mu.Lock()
+		adjusted = k.adjusted
+		k.mu.Unlock()
+		if time.Now().After(deadline) {
+			t.Fatalf("%d adjustments after collections, want 3", adjusted)
+		}
+		time.Sleep(time.Millisecond) // for the cleanup that adjusts it
+	}
+	if percent, _, _ := read(); percent != base {
+		t.Fatalf("the percent is %d, want %d", percent, base)
 	}
 }
