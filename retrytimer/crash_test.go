@@ -167,7 +167,6 @@ func lineCount(t *testing.T, path string) int {
 	return bytes.Count(data, []byte("\n"))
 }
 
-// readLines returns the fields of each line of a file.
 // dropTornLine cuts the file at path after its last full line. A write
 // that SIGKILL interrupts may leave part of its line: the kernel copies a
 // write into the page cache a page at a time, and stops between pages for
@@ -191,6 +190,7 @@ func dropTornLine(t *testing.T, path string) {
 	}
 }
 
+// readLines returns the fields of each line of a file.
 func readLines(t *testing.T, path string) [][]string {
 	t.Helper()
 	data, err := os.ReadFile(path)
@@ -220,7 +220,13 @@ func TestHelperProcess(t *testing.T) {
 	acked := make(map[int]bool)
 	if _, err := os.Stat(filepath.Join(dir, crashAcks)); err == nil {
 		for _, f := range readLines(t, filepath.Join(dir, crashAcks)) {
-			i, _ := strconv.Atoi(f[0])
+			if len(f) != 1 {
+				t.Fatalf("ack line %q", f)
+			}
+			i, err := strconv.Atoi(f[0])
+			if err != nil {
+				t.Fatalf("ack line %q: %v", f, err)
+			}
 			acked[i] = true
 		}
 	}

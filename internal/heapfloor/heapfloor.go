@@ -69,7 +69,7 @@ type keeper struct {
 	mu        sync.Mutex
 	stopped   bool
 	percent   int       // the percent set last
-	at        time.Time // the time of the last adjustment
+	at        time.Time // the time of the last adjustment, zero before the first
 	allocated uint64    // the bytes allocated then
 	adjusted  int       // the adjustments made
 }
@@ -80,9 +80,12 @@ type keeper struct {
 type sentinel struct{ _ *byte }
 
 // Start keeps the heap goal at floor or above after each collection that
-// ends a time in which the process allocated floor bytes a second or more,
+// ends a time in which the process allocated floor bytes a second or more
+// (the time since the collection before, from the second after Start on),
 // for a percent in effect (base: GOGC, or 100) that would set it lower;
-// after any other collection, the percent is base. The returned function
+// after any other collection, the percent is base. A raised percent holds
+// until the next collection: for a process gone quiet, Go's forced one,
+// up to two minutes later, the heap bounded by the floor. The returned function
 // stops and sets base back. A collector turned off (GOGC=off) stays off.
 // The process has one percent: while started, the keeper overrides anyone
 // else who sets it.
@@ -107,8 +110,6 @@ func start(floor, rate uint64) *keeper {
 		return nil
 	}
 	k.base, k.percent = int(v), int(v)
-	metrics.Read(k.samples)
-	k.at, k.allocated = time.Now(), k.samples[3].Value.Uint64()
 	k.arm()
 	return k
 }
@@ -131,7 +132,9 @@ func (k *keeper) adjust() {
 	live, allocated := k.samples[0].Value.Uint64(), k.samples[3].Value.Uint64()
 	scanned := live + k.samples[1].Value.Uint64() + k.samples[2].Value.Uint64()
 	p := k.base
-	if Busy(allocated-k.allocated, now.Sub(k.at), k.rate) {
+	// The first collection measures what came before the start: a
+	// daemon's own start-up, not its load.
+	if !k.at.IsZero() && allocated >= k.allocated && Busy(allocated-k.allocated, now.Sub(k.at), k.rate) {
 		p = Percent(live, scanned, k.floor, k.base)
 	}
 	k.at, k.allocated = now, allocated

@@ -153,3 +153,52 @@ func TestStartQuiet(t *testing.T) {
 		t.Fatalf("the percent is %d, want %d", percent, base)
 	}
 }
+
+// adjustedAfter returns once k made n adjustments more than it had, after
+// collections.
+func adjustedAfter(t *testing.T, k *keeper, n int) {
+	t.Helper()
+	k.mu.Lock()
+	want := k.adjusted + n
+	k.mu.Unlock()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		sink = make([]byte, 64<<10)
+		runtime.GC()
+		k.mu.Lock()
+		adjusted := k.adjusted
+		k.mu.Unlock()
+		if adjusted >= want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d adjustments after collections, want %d", adjusted, want)
+		}
+		time.Sleep(time.Millisecond) // for the cleanup that adjusts it
+	}
+}
+
+// TestStartQuietAgain: once the process allocates less than the rate, the
+// next collection puts the base percent back, and a busy time raises it
+// again.
+func TestStartQuietAgain(t *testing.T) {
+	base := baseOrSkip(t)
+	k := start(64<<20, 1)
+	defer k.stop()
+	setRate := func(rate uint64) {
+		k.mu.Lock()
+		k.rate = rate
+		k.mu.Unlock()
+	}
+	for _, phase := range []struct {
+		rate uint64
+		busy bool
+	}{{1, true}, {1 << 50, false}, {1, true}} {
+		setRate(phase.rate)
+		adjustedAfter(t, k, 2) // the first measures a time partly before the change
+		percent, _, _ := read()
+		if busy := percent > base; busy != phase.busy {
+			t.Fatalf("at %d bytes a second, the percent is %d (base %d), want busy %v", phase.rate, percent, base, phase.busy)
+		}
+	}
+}
