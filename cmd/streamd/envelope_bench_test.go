@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -25,7 +26,8 @@ const (
 // files: one of plain payloads, and one of the same payloads each published
 // with two headers (a trace id and a content type), so that every record is
 // an rs1: envelope. Beside them, a bare CRC-16 pass over the plain file's
-// bytes held in memory, the floor of any replay of it. It reports each
+// bytes held in memory, the floor of any replay of it (the fastest of
+// crcPasses passes in each round). It reports each
 // rate in records/s and the two ratios: enveloped over plain replay
 // (x-plain), and plain replay over the CRC pass (plain-x-crc).
 func BenchmarkRunEnvelopes(b *testing.B) {
@@ -52,9 +54,16 @@ func BenchmarkRunEnvelopes(b *testing.B) {
 		d, _ = runReplay(b, bin, envDir, discard, 1)
 		enveloped += d
 		checkCommitted(b, envDir)
-		start := time.Now()
-		sum ^= streamfile.CRC16(data)
-		crc += time.Since(start)
+		// The fastest of a few passes: one pass lasts about 100 ms, which a
+		// stall of this shared machine (another guest, the disk writing
+		// back the files above) can double.
+		best := time.Duration(math.MaxInt64)
+		for range crcPasses {
+			start := time.Now()
+			sum ^= streamfile.CRC16(data)
+			best = min(best, time.Since(start))
+		}
+		crc += best
 	}
 	rate := func(d time.Duration) float64 { return float64(n) * float64(b.N) / d.Seconds() }
 	b.ReportMetric(rate(plain), "plain-records/s")
@@ -64,6 +73,10 @@ func BenchmarkRunEnvelopes(b *testing.B) {
 	b.ReportMetric(rate(plain)/rate(crc), "plain-x-crc")
 	_ = sum
 }
+
+// crcPasses is how many CRC passes each round of BenchmarkRunEnvelopes
+// makes, to keep the fastest.
+const crcPasses = 5
 
 // jsonPayload returns a JSON object of exactly size bytes (at least 32).
 func jsonPayload(size int) []byte {
