@@ -1,6 +1,7 @@
 package heapfloor
 
 import (
+	"fmt"
 	"runtime"
 	"runtime/metrics"
 	"testing"
@@ -67,25 +68,50 @@ func read() (percent int, live, scanned uint64) {
 	return int(s[0].Value.Uint64()), live, live + s[2].Value.Uint64() + s[3].Value.Uint64()
 }
 
-// collectUntil runs collections until the percent in effect is the one
-// Percent gives for what the last one found, for floor and base, and
-// returns it.
-func collectUntil(t *testing.T, floor uint64, base int) int {
+// collectUntil runs collections, each after some garbage (busy at any
+// rate the tests use), until done holds once the collection's cleanups had
+// a moment to run.
+func collectUntil(t *testing.T, what string, done func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		sink = make([]byte, 64<<10) // busy at any rate the tests use
+		sink = make([]byte, 64<<10)
 		runtime.GC()
-		percent, live, scanned := read()
-		want := Percent(live, scanned, floor, base)
-		if percent == want {
-			return percent
+		if done() {
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the percent is %d after collections, want %d for a live heap of %d bytes (%d scanned)", percent, want, live, scanned)
+			t.Fatalf("no %s after 10 s of collections", what)
 		}
-		time.Sleep(time.Millisecond) // for the cleanup that adjusts it
+		time.Sleep(time.Millisecond) // for the cleanup that adjusts the percent
 	}
+}
+
+// floorPercent runs collections until the percent in effect is the one
+// Percent gives for what the last one found, for floor and base, and
+// returns it.
+func floorPercent(t *testing.T, floor uint64, base int) int {
+	t.Helper()
+	var percent int
+	collectUntil(t, "percent at the floor", func() bool {
+		var live, scanned uint64
+		percent, live, scanned = read()
+		return percent == Percent(live, scanned, floor, base)
+	})
+	return percent
+}
+
+// adjustedAfter runs collections until k made n adjustments more than it
+// had.
+func adjustedAfter(t *testing.T, k *keeper, n int) {
+	t.Helper()
+	adjusted := func() int {
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		return k.adjusted
+	}
+	want := adjusted() + n
+	collectUntil(t, fmt.Sprintf("%d adjustments", n), func() bool { return adjusted() >= want })
 }
 
 // baseOrSkip returns the percent in effect, and skips the test when the
@@ -111,14 +137,14 @@ func TestStart(t *testing.T) {
 	k := start(floor, 1) // busy whatever the machine's speed
 	stop := k.stop
 	defer stop()
-	withHeld := collectUntil(t, floor, base)
+	withHeld := floorPercent(t, floor, base)
 	if withHeld <= base || withHeld >= floor*100/runtimeMinimum {
 		t.Fatalf("with 8 MiB live, the percent is %d, want between %d and the cap", withHeld, base)
 	}
 	runtime.KeepAlive(held)
 	held = nil
 	// A second change, after a later collection: the hook is armed again.
-	if without := collectUntil(t, floor, base); without <= withHeld {
+	if without := floorPercent(t, floor, base); without <= withHeld {
 		t.Fatalf("with 8 MiB less live, the percent is %d, want more than %d", without, withHeld)
 	}
 	stop()
@@ -137,44 +163,9 @@ func TestStartQuiet(t *testing.T) {
 	base := baseOrSkip(t)
 	k := start(64<<20, 1<<50)
 	defer k.stop()
-	deadline := time.Now().Add(10 * time.Second)
-	for adjusted := 0; adjusted < 3; {
-		sink = make([]byte, 64<<10)
-		runtime.GC()
-		k.mu.Lock()
-		adjusted = k.adjusted
-		k.mu.Unlock()
-		if time.Now().After(deadline) {
-			t.Fatalf("%d adjustments after collections, want 3", adjusted)
-		}
-		time.Sleep(time.Millisecond) // for the cleanup that adjusts it
-	}
+	adjustedAfter(t, k, 3)
 	if percent, _, _ := read(); percent != base {
 		t.Fatalf("the percent is %d, want %d", percent, base)
-	}
-}
-
-// adjustedAfter returns once k made n adjustments more than it had, after
-// collections.
-func adjustedAfter(t *testing.T, k *keeper, n int) {
-	t.Helper()
-	k.mu.Lock()
-	want := k.adjusted + n
-	k.mu.Unlock()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		sink = make([]byte, 64<<10)
-		runtime.GC()
-		k.mu.Lock()
-		adjusted := k.adjusted
-		k.mu.Unlock()
-		if adjusted >= want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d adjustments after collections, want %d", adjusted, want)
-		}
-		time.Sleep(time.Millisecond) // for the cleanup that adjusts it
 	}
 }
 
