@@ -2,7 +2,10 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -50,6 +53,52 @@ func TestCommandLine(t *testing.T) {
 			}
 		})
 	}
+}
+
+// failingWriter fails every write with err, as a closed stdout (EPIPE)
+// or one on a full disk (ENOSPC) does.
+type failingWriter struct{ err error }
+
+func (f failingWriter) Write([]byte) (int, error) {
+	return 0, &os.PathError{Op: "write", Path: "/dev/stdout", Err: f.err}
+}
+
+// TestOutputFailed: help and version written to a stdout that fails end
+// quietly with 0 when the reader went away (streamd --help | head -1),
+// else with 1 and the reason, never with kingpin's panic.
+func TestOutputFailed(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"publish", "--help"}, {"help", "run"}, {"--version"}, {"version"}} {
+		for _, tc := range []struct {
+			err  syscall.Errno
+			code int
+			errs string
+		}{
+			{syscall.EPIPE, exitOK, ""},
+			{syscall.ENOSPC, exitError, "streamd: cannot write the output: write /dev/stdout: no space left on device\n"},
+		} {
+			t.Run(strings.Join(args, " ")+"/"+tc.err.Error(), func(t *testing.T) {
+				var errs bytes.Buffer
+				if code := run(args, stdio{strings.NewReader(""), failingWriter{tc.err}, &errs}); code != tc.code || errs.String() != tc.errs {
+					t.Errorf("exit %d, stderr %q; want exit %d, stderr %q", code, errs.String(), tc.code, tc.errs)
+				}
+			})
+		}
+	}
+	// kingpin writes the man page to the process's stdout: a full disk.
+	t.Run("--help-man", func(t *testing.T) {
+		full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
+		if err != nil {
+			t.Skip(err)
+		}
+		defer full.Close()
+		cmd := exec.Command(streamdBinary(t), "--help-man")
+		var errs bytes.Buffer
+		cmd.Stdout, cmd.Stderr = full, &errs
+		err = cmd.Run()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != exitError || !strings.Contains(errs.String(), "cannot write the output") {
+			t.Errorf("streamd --help-man >/dev/full: %v, stderr %q; want exit 1 saying why", err, errs.String())
+		}
+	})
 }
 
 // TestManPageAndCompletions runs the binary (kingpin writes these to the

@@ -78,7 +78,8 @@ func stopContext() (context.Context, context.CancelFunc) {
 
 func run(args []string, s stdio) (code int) {
 	app := kingpin.New("streamd", "Tails SeaStreamer stream files and hands each record of a subscribed stream key to a handler.")
-	app.UsageWriter(s.out).ErrorWriter(s.err)
+	usage := &firstErrorWriter{w: s.out}
+	app.UsageWriter(usage).ErrorWriter(s.err)
 	app.HelpFlag.Short('h')
 	app.Version(version.Print("streamd"))
 	app.Terminate(func(c int) { panic(terminated(c)) })
@@ -95,7 +96,11 @@ func run(args []string, s stdio) (code int) {
 	addOffsetsCommands(app, actions)
 	defer func() {
 		r := recover()
-		if t, ok := r.(terminated); ok {
+		if r != nil && usage.err != nil {
+			// kingpin stopped after the help or the version, or panicked
+			// because it could not write them.
+			code = s.outputFailed(usage.err)
+		} else if t, ok := r.(terminated); ok {
 			code = exitOK
 			if t != 0 {
 				code = exitUsage
@@ -105,6 +110,9 @@ func run(args []string, s stdio) (code int) {
 		}
 	}()
 	cmd, err := app.Parse(args)
+	if pe, ok := errors.AsType[*os.PathError](err); ok && pe.Op == "write" {
+		return s.outputFailed(err) // --help-man or a completion script, written to os.Stdout
+	}
 	if err != nil {
 		name := "streamd"
 		if i := commandAfterFlags(app, args); i > 0 {
@@ -123,6 +131,31 @@ func run(args []string, s stdio) (code int) {
 		return s.exitWith(exitUsage, "%s: %v; see '%s --help'", name, err, name)
 	}
 	return actions[cmd](s)
+}
+
+// firstErrorWriter writes to w and keeps the first error: kingpin ignores
+// those of some of its writes.
+type firstErrorWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (f *firstErrorWriter) Write(p []byte) (int, error) {
+	n, err := f.w.Write(p)
+	if f.err == nil {
+		f.err = err
+	}
+	return n, err
+}
+
+// outputFailed is the exit code of a command whose output on stdout
+// failed with err: 0 without a word when the reader went away, as in
+// streamd --help | head -1; otherwise 1, saying why (a full disk).
+func (s stdio) outputFailed(err error) int {
+	if errors.Is(err, syscall.EPIPE) {
+		return exitOK
+	}
+	return s.exitWith(exitError, "streamd: cannot write the output: %v", err)
 }
 
 // commandAfterFlags returns the index of the first argument that names a
@@ -166,7 +199,9 @@ func manPage(tmpl string) string {
 func versionCommand(app *kingpin.Application) action {
 	app.Command("version", "Print version information.")
 	return func(s stdio) int {
-		fmt.Fprintln(s.out, version.Print("streamd"))
+		if _, err := fmt.Fprintln(s.out, version.Print("streamd")); err != nil {
+			return s.outputFailed(err)
+		}
 		return exitOK
 	}
 }
