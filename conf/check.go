@@ -61,6 +61,7 @@ func (l *loader) validate(cfg *Config) {
 		l.unused(root.k("stream"), "a pipe stage reads stdin and writes stdout, not stream files")
 	}
 	l.positive(root.k("shutdown_timeout"), cfg.ShutdownTimeout)
+	cfg.Log.Level = strings.ToLower(cfg.Log.Level) // as --log.level: WARN is warn
 	l.oneOf(root.k("log").k("level"), cfg.Log.Level, "debug", "info", "warn", "error")
 	l.oneOf(root.k("log").k("format"), cfg.Log.Format, "auto", "text", "json")
 	if p := root.k("metrics").k("listen"); cfg.Metrics.Listen != "" {

@@ -495,7 +495,7 @@ kind = "discard"
 state_dir = "/var/lib/streamd"
 shutdown_timeout = "1m"
 commit_interval = "250ms"
-log = { level = "debug", format = "json" }
+log = { level = "DEBUG", format = "json" }
 metrics.listen = ""
 [[stream]]
 name = "s"
