@@ -50,7 +50,7 @@ func (l *loader) validate(cfg *Config) {
 		default:
 			l.errorf(p, "required: the directory for positions and the retry spool (or $STATE_DIRECTORY, which systemd's StateDirectory= sets)")
 		}
-		l.positive(root.k("commit_interval"), cfg.CommitInterval)
+		l.atLeast(root.k("commit_interval"), cfg.CommitInterval, minInterval, "each commit fsyncs the sidecar")
 		l.unused(root.k("max_delayed_mib"), "delayed copies wait in the retry spool on disk (a pipe stage's key: is this streamd pipe's file? check-config --mode=pipe checks it as one)")
 	case ModePipe:
 		if p := root.k("max_delayed_mib"); l.has(p) && cfg.MaxDelayedMiB <= 0 {
@@ -127,7 +127,7 @@ func (l *loader) checkStream(p keyPath, s *Stream, streams, files map[string]key
 			l.errorf(q, "%v", err)
 		}
 	}
-	l.positive(p.k("poll_interval"), s.PollInterval)
+	l.atLeast(p.k("poll_interval"), s.PollInterval, minInterval, "each poll reads the file's size")
 	if s.RotationGrace < 0 {
 		l.errorf(p.k("rotation_grace"), "must not be negative, not %s", s.RotationGrace)
 	}
@@ -186,7 +186,7 @@ func (l *loader) checkSubscription(p keyPath, s *Subscription, streams, names ma
 			l.errorf(q, "must hold at least one delay")
 		}
 		for i, d := range s.Backoff {
-			l.positive(q.i(i), d)
+			l.atLeast(q.i(i), d, minBackoff, "a failed delivery is sent again after it")
 		}
 	}
 	switch {
@@ -515,6 +515,21 @@ func (l *loader) hostPort(p keyPath, addr string) {
 func (l *loader) positive(p keyPath, d Duration) {
 	if l.has(p) && d <= 0 {
 		l.errorf(p, "must be positive, not %s", d)
+	}
+}
+
+// The least intervals the file may set: less is a typo ("1us" for "1s")
+// that would keep a core busy.
+const (
+	minInterval = 10 * time.Millisecond // commit_interval, poll_interval
+	minBackoff  = time.Millisecond      // a backoff step
+)
+
+// atLeast checks that a duration the file sets is min or more; why says
+// what happens each time it passes.
+func (l *loader) atLeast(p keyPath, d Duration, min time.Duration, why string) {
+	if l.has(p) && time.Duration(d) < min {
+		l.errorf(p, "must be at least %s, not %s: %s", min, time.Duration(d), why)
 	}
 }
 

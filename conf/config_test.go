@@ -28,8 +28,9 @@ func TestLoadConfigBad(t *testing.T) {
 	}
 	tests := []row{
 		{"backoff-empty", ModeRun, `F:11: subscription[0].backoff: must hold at least one delay`},
-		{"backoff", ModeRun, `F:11: subscription[0].backoff[1]: must be positive, not 0s
-F:11: subscription[0].backoff[2]: must be positive, not -1m0s`},
+		{"backoff", ModeRun, `F:11: subscription[0].backoff[1]: must be at least 1ms, not 0s: a failed delivery is sent again after it
+F:11: subscription[0].backoff[2]: must be at least 1ms, not -1m0s: a failed delivery is sent again after it
+F:11: subscription[0].backoff[3]: must be at least 1ms, not 500µs: a failed delivery is sent again after it`},
 		{"bare-integer-duration", ModeRun, `F:2: shutdown_timeout: must be a duration string such as "5s", not the integer 20`},
 		{"beacon-interval", ModeRun, `F:6: stream[0].beacon_interval: invalid beacon interval 1000: use a positive multiple of 1024`},
 		{"case-mismatch", ModeRun, `F:8: subscription[0].Name: unknown key; keys are case-sensitive: did you mean "name"?`},
@@ -138,10 +139,10 @@ F:20: subscription[2].handler.kind: required: use http, exec, stdout, discard or
 F:20: subscription[2].stream: required: the name of the [[stream]] to read`},
 		{"stream-path", ModeRun, `F:9: stream[1].path: /var/lib/seastreamer/orders.ss is also the file of stream[0]
 F:11: stream[2].path: required: the stream file
-F:17: stream[3].poll_interval: must be positive, not 0s
+F:17: stream[3].poll_interval: must be at least 10ms, not 1µs: each poll reads the file's size
 F:18: stream[3].beacon_interval: invalid beacon interval 4294967296: use a positive multiple of 1024`},
 		{"subscription-options", ModeRun, `F:2: shutdown_timeout: must be positive, not 0s
-F:3: commit_interval: must be positive, not -1s
+F:3: commit_interval: must be at least 10ms, not -1s: each commit fsyncs the sidecar
 F:13: subscription[0].concurrency: must be from 1 to 1024, not 0
 F:14: subscription[0].out_retry: stream key "SEA_STREAMER_INTERNAL" is reserved for the end-of-stream mark
 F:15: subscription[0].dead_letter: stream key "orders dead" has character ' ' at byte 6; allowed are A-Z a-z 0-9 . _ -
