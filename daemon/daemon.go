@@ -191,6 +191,8 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 			d.logger.Info("stopped; positions committed", "retries_pending", d.queue.Pending())
 		}
 	}()
+	// No reload can be asked of this daemon before it holds the lock.
+	started := time.Now()
 	// The retry spool, created below, marks the directory as used: a
 	// sidecar missing next to it is refused rather than taken for a first
 	// start.
@@ -199,6 +201,13 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		return err
 	}
 	d.store = store
+	// Which file a reload reads, for streamd reload; the main loop, which
+	// takes reloads, writes their answers over it later.
+	if d.opts.ConfigFile != "" {
+		if err := writeReloadResult(cfg.StateDir, d.opts.ConfigFile, started, nil); err != nil {
+			d.logger.Warn("cannot record the configuration file for streamd reload, which then cannot tell whether it names another file", "err", err)
+		}
+	}
 	defer func() { err = errors.Join(err, store.Close()) }()
 	// A fired copy is recorded done in the spool only once its stream
 	// file is synced: a power loss keeps the copy or fires it again.
@@ -437,7 +446,7 @@ func (d *Daemon) reload(load func() (*conf.Config, error)) error {
 		err = d.applyReload(cfg)
 	}
 	d.metrics.ObserveReload(time.Now(), err)
-	if werr := writeReloadResult(d.cfg.StateDir, started, err); werr != nil {
+	if werr := writeReloadResult(d.cfg.StateDir, d.opts.ConfigFile, started, err); werr != nil {
 		d.logger.Error("cannot record the outcome of the reload for streamd reload", "err", werr)
 	}
 	if err != nil {

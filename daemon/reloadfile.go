@@ -15,7 +15,8 @@ import (
 )
 
 // ReloadName is the file in the state directory where the daemon answers
-// each reload, for `streamd reload`, which signalled it, to read.
+// each reload, for `streamd reload`, which signalled it, to read. The
+// daemon writes it at the start too, naming its configuration file.
 const ReloadName = "reload.json"
 
 // ReloadResult is the daemon's answer to a reload.
@@ -28,12 +29,16 @@ type ReloadResult struct {
 	Started time.Time `json:"started"`
 	// Error is why the new configuration was refused, "" when it runs.
 	Error string `json:"error,omitempty"`
+	// Config is the configuration file the daemon reloads
+	// ([Options.ConfigFile]), "" when unknown.
+	Config string `json:"config,omitempty"`
 }
 
 // writeReloadResult records the answer to the reload that started at
-// started in the state directory.
-func writeReloadResult(dir string, started time.Time, reloadErr error) error {
-	r := ReloadResult{PID: os.Getpid(), Started: started}
+// started in the state directory; at the daemon's start, with a nil
+// reloadErr, it names the daemon's configuration file before any reload.
+func writeReloadResult(dir, config string, started time.Time, reloadErr error) error {
+	r := ReloadResult{PID: os.Getpid(), Started: started, Config: config}
 	if reloadErr != nil {
 		r.Error = reloadErr.Error()
 	}
@@ -67,15 +72,30 @@ const reloadPoll = 20 * time.Millisecond
 
 // RequestReload asks the daemon that holds the lock of the state directory
 // dir to reload its configuration (SIGHUP), and waits up to timeout for
-// its answer: `streamd reload`, which systemd's ExecReload runs. It returns
-// the daemon's answer; an error when no daemon holds the lock, or none
-// answered.
-func RequestReload(dir string, timeout time.Duration) (ReloadResult, error) {
+// its answer: `streamd reload --config.file=config`, which systemd's
+// ExecReload runs. It returns the daemon's answer; an error when no daemon
+// holds the lock, when the daemon reloads another file than config (it
+// would report the other file's outcome), or when none answered.
+func RequestReload(config, dir string, timeout time.Duration) (ReloadResult, error) {
 	pid, err := offsets.LockHolder(dir)
 	if err != nil {
 		return ReloadResult{}, fmt.Errorf("%w (the file's state_dir names the daemon to ask: one that runs with another state_dir needs a restart to change it)", err)
 	}
+	if r, err := ReadReloadResult(dir); err == nil && r.PID == pid && r.Config != "" && !sameFile(r.Config, config) {
+		return ReloadResult{}, fmt.Errorf("streamd (pid %d) runs the configuration file %s, not %s, and a reload reads its own file: edit that one and reload, or restart streamd with --config.file=%s; it was not asked to reload", pid, r.Config, config, config)
+	}
 	return signalReload(dir, pid, timeout)
+}
+
+// sameFile reports whether the paths a and b name the same file, or cannot
+// both be examined (the daemon then says what is wrong with its own).
+func sameFile(a, b string) bool {
+	fa, err := os.Stat(a)
+	if err != nil {
+		return true
+	}
+	fb, err := os.Stat(b)
+	return err != nil || os.SameFile(fa, fb)
 }
 
 // Print says what the daemon answered, as `streamd reload` reports it: on

@@ -37,6 +37,11 @@ type Options struct {
 	// Registry collects the metrics; nil makes one with the Go and process
 	// collectors.
 	Registry *prometheus.Registry
+	// ConfigFile is the absolute path of the configuration file the daemon
+	// reloads, recorded in the state directory at the start so that
+	// `streamd reload` refuses to ask it to reload another file; "" when
+	// the caller loads the configuration from elsewhere.
+	ConfigFile string
 }
 
 // newLogger returns the logger writing to w: text with timestamps in a

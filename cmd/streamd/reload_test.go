@@ -1,7 +1,9 @@
 package main
 
 import (
+	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -34,12 +36,34 @@ kind = "discard"
 	e.publish(`{"n":1}`)
 	eventually(t, 10*time.Second, "the added subscription to deliver", func() bool { return len(e.deliveries()) == 1 })
 
-	// A changed commit_interval needs a restart: refused, and the
-	// configuration applied before keeps running.
+	// Another file with the same state_dir: the daemon reloads its own
+	// file, so it is not asked; a link to its own file is its file.
+	other, link := filepath.Join(e.dir, "other.toml"), filepath.Join(e.dir, "link.toml")
 	b, err := os.ReadFile(e.config)
 	if err != nil {
 		t.Fatal(err)
 	}
+	os.WriteFile(other, b, 0o644)
+	if err := os.Symlink(e.config, link); err != nil {
+		t.Fatal(err)
+	}
+	r = runBinary(t, nil, "reload", "--config.file="+other)
+	if wantErr := fmt.Sprintf("runs the configuration file %s, not %s, and a reload reads its own file", e.config, other); r.code != exitError || !strings.Contains(r.stderr, wantErr) || !strings.Contains(r.stderr, "it was not asked to reload") {
+		t.Fatalf("reload naming another file: exit %d, stderr %q; want exit 1 and %q", r.code, r.stderr, wantErr)
+	}
+	r = runBinary(t, nil, "reload", "--config.file="+link)
+	if r.code != exitOK {
+		t.Fatalf("reload naming a link to the daemon's file: exit %d, stderr %q", r.code, r.stderr)
+	}
+	eventually(t, 5*time.Second, "the daemon to log its second reload", func() bool {
+		return strings.Count(p.stderr.String(), "configuration reloaded") >= 2
+	})
+	if n := strings.Count(p.stderr.String(), "configuration reloaded"); n != 2 {
+		t.Fatalf("%d reloads logged, want 2: the one naming another file was not to be asked", n)
+	}
+
+	// A changed commit_interval needs a restart: refused, and the
+	// configuration applied before keeps running.
 	os.WriteFile(e.config, []byte(strings.Replace(string(b), `commit_interval = "100ms"`, `commit_interval = "200ms"`, 1)), 0o644)
 	r = runBinary(t, nil, "reload", "--config.file="+e.config)
 	want := "streamd reload: streamd (pid " // then the pid, and the daemon's reason

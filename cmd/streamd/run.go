@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 
 	"github.com/alecthomas/kingpin/v2"
@@ -88,6 +89,15 @@ func (st *stage) exit(err error) int {
 	return exitError
 }
 
+// absPath returns path made absolute, or as it is when the working
+// directory is gone.
+func absPath(path string) string {
+	if abs, err := filepath.Abs(path); err == nil {
+		return abs
+	}
+	return path
+}
+
 // keepHeapFloor keeps the garbage collector from running while the heap is
 // under heapfloor.Default, unless the operator chose the collector's
 // percent (GOGC), and returns the function that stops it.
@@ -115,6 +125,7 @@ func runCommand(app *kingpin.Application) action {
 		}
 		defer keepHeapFloor()()
 		st.opts.Stdout = s.out
+		st.opts.ConfigFile = absPath(*st.path)
 		d := daemon.New(st.cfg, st.opts)
 		return st.exit(d.Serve(ctx, hup, st.read))
 	}
@@ -158,7 +169,7 @@ func reloadCommand(app *kingpin.Application) action {
 			_, code := cf.load(s) // says what is wrong with the file
 			return s.exitWith(cmp.Or(code, exitError), "streamd reload: without the state_dir of this file, no daemon can be found, so none was asked to reload (a daemon that runs keeps its configuration)")
 		}
-		r, err := daemon.RequestReload(dir, *timeout)
+		r, err := daemon.RequestReload(absPath(*cf.path), dir, *timeout)
 		if err != nil {
 			return s.exitWith(exitError, "streamd reload: %v", err)
 		}
