@@ -94,4 +94,10 @@ kind = "discard"
 	if r.code != exitError || !strings.Contains(r.stderr, "no streamd runs on state directory") || !strings.Contains(r.stderr, "needs a restart to change it") {
 		t.Errorf("reload with no daemon: exit %d, stderr %q", r.code, r.stderr)
 	}
+	// A file that does not parse names no daemon.
+	os.WriteFile(other, append(b, "oops =\n"...), 0o644)
+	r = runBinary(t, nil, "reload", "--config.file="+other)
+	if r.code != exitError || !strings.Contains(r.stderr, "other.toml:") || !strings.Contains(r.stderr, "cannot be read, so no daemon was asked to reload") {
+		t.Errorf("reload of a file that does not parse: exit %d, stderr %q", r.code, r.stderr)
+	}
 }

@@ -167,7 +167,7 @@ func reloadCommand(app *kingpin.Application) action {
 		dir, err := conf.StateDir(*cf.path)
 		if err != nil {
 			_, code := cf.load(s) // says what is wrong with the file
-			return s.exitWith(cmp.Or(code, exitError), "streamd reload: without the state_dir of this file, no daemon can be found, so none was asked to reload (a daemon that runs keeps its configuration)")
+			return s.exitWith(cmp.Or(code, exitError), "streamd reload: the state_dir of this file, which names the daemon to ask, cannot be read, so no daemon was asked to reload (a daemon that runs keeps its configuration)")
 		}
 		r, err := daemon.RequestReload(absPath(*cf.path), dir, *timeout)
 		if err != nil {
