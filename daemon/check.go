@@ -14,6 +14,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/streamd/streamd/conf"
+	"github.com/streamd/streamd/offsets"
+	"github.com/streamd/streamd/retrytimer"
 	"github.com/streamd/streamd/streamfile"
 )
 
@@ -128,7 +130,7 @@ func (a Account) searchable(dir string) error {
 // calls the checks it is made of, checkStateDir and checkStream, so both
 // give the same message for each problem.
 func checkFiles(cfg *conf.Config, a Account) error {
-	errs := []error{checkStateDir(cfg.StateDir, a)}
+	errs := []error{checkStateDir(cfg.StateDir, a), checkState(cfg.StateDir)}
 	for _, s := range cfg.Streams {
 		errs = append(errs, checkStream(s, a))
 	}
@@ -156,6 +158,20 @@ func checkStateDir(dir string, a Account) error {
 	}
 	if err := a.searchable(filepath.Dir(d)); err != nil {
 		return fmt.Errorf("state directory: %w", err)
+	}
+	return nil
+}
+
+// checkState checks the sidecar and the retry spool in the state
+// directory dir as run reads them at its start, without taking the
+// directory's lock: run refuses a corrupt one, and a missing sidecar next
+// to a spool.
+func checkState(dir string) error {
+	if _, err := offsets.LoadMarked(dir, retrytimer.SpoolName); err != nil {
+		return err
+	}
+	if err := retrytimer.Check(dir); err != nil {
+		return fmt.Errorf("retrytimer: %w", err)
 	}
 	return nil
 }

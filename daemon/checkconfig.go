@@ -83,7 +83,7 @@ func (r ConfigReport) Print(out, errw io.Writer, path string) bool {
 		return false
 	}
 	if r.Files != nil {
-		fmt.Fprintf(errw, "streamd: configuration file %s is valid, but user %s cannot use its files:\n%v\n", path, r.Account.Name, r.Files)
+		fmt.Fprintf(errw, "streamd: configuration file %s is valid, but streamd run cannot use its files as user %s:\n%v\n", path, r.Account.Name, r.Files)
 	}
 	if r.Handlers != nil {
 		fmt.Fprintf(errw, "streamd: configuration file %s is valid, but it cannot start here:\n%v\n", path, r.Handlers)

@@ -105,11 +105,11 @@ func TestConfigReportPrint(t *testing.T) {
 		{name: "invalid", report: ConfigReport{Load: errors.New("streamd.toml:3: subscription[0].key: bad")},
 			errOut: "streamd: configuration file /etc/streamd/streamd.toml is invalid:\nstreamd.toml:3: subscription[0].key: bad\n"},
 		{name: "files", report: ConfigReport{Account: Account{Name: "streamd"}, Files: errors.New(`stream "orders": no access`)},
-			errOut: "streamd: configuration file /etc/streamd/streamd.toml is valid, but user streamd cannot use its files:\nstream \"orders\": no access\n"},
+			errOut: "streamd: configuration file /etc/streamd/streamd.toml is valid, but streamd run cannot use its files as user streamd:\nstream \"orders\": no access\n"},
 		{name: "handlers", report: ConfigReport{Handlers: errors.New(`subscription "jobs": no command`)},
 			errOut: "streamd: configuration file /etc/streamd/streamd.toml is valid, but it cannot start here:\nsubscription \"jobs\": no command\n"},
 		{name: "files and handlers", report: ConfigReport{Account: Account{Name: "streamd"}, Files: errors.New("no access"), Handlers: errors.New("no command")},
-			errOut: "streamd: configuration file /etc/streamd/streamd.toml is valid, but user streamd cannot use its files:\nno access\n" +
+			errOut: "streamd: configuration file /etc/streamd/streamd.toml is valid, but streamd run cannot use its files as user streamd:\nno access\n" +
 				"streamd: configuration file /etc/streamd/streamd.toml is valid, but it cannot start here:\nno command\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -132,6 +132,23 @@ func openSpool(dir string) (*spool, scanResult, int64, error) {
 	return sp, res, torn, nil
 }
 
+// Check reads the spool in dir as Open does, without opening it for
+// writing: a corrupt spool, which Open refuses, is an error; a torn tail,
+// which Open cuts, and a missing spool are not. For `streamd check-config`,
+// while a daemon may be running.
+func Check(dir string) error {
+	f, err := os.Open(filepath.Join(dir, SpoolName))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, _, err = loadFile(f)
+	return err
+}
+
 // loadFile scans f from its start and returns the scan and the size of the
 // torn tail.
 func loadFile(f *os.File) (scanResult, int64, error) {

@@ -128,3 +128,45 @@ func runMessage(t *testing.T, bin, dir, config string, asNobody bool, nobody *sy
 		return ""
 	}
 }
+
+// TestCheckConfigState: check-config refuses the state directories streamd
+// run refuses at its start, with run's words: a corrupt sidecar, a
+// missing one next to a retry spool, a corrupt spool.
+func TestCheckConfigState(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		spoil func(state string)
+		want  string
+	}{
+		{"corrupt sidecar", func(state string) { os.WriteFile(filepath.Join(state, "offsets.json"), []byte("{bad"), 0o640) }, "corrupt sidecar"},
+		{"missing sidecar", func(state string) { os.Remove(filepath.Join(state, "offsets.json")) }, "is missing, but"},
+		{"corrupt spool", func(state string) {
+			os.WriteFile(filepath.Join(state, "retry.spool"), []byte("garbage-garbage"), 0o640)
+		}, "corrupt spool"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, execSub("billing", "", "exit 0"))
+			p := e.start()
+			eventually(t, 10*time.Second, "the daemon to run", func() bool { return strings.Contains(p.stderr.String(), "streamd running") })
+			if code := p.stop(t); code != 0 {
+				t.Fatalf("daemon exit %d", code)
+			}
+			if r := runBinary(t, nil, "check-config", "--config.file="+e.config); r.code != exitOK {
+				t.Fatalf("check-config of a state directory run left: exit %d, stderr %q", r.code, r.stderr)
+			}
+			tc.spoil(e.stateDirPath())
+			r := runBinary(t, nil, "check-config", "--config.file="+e.config)
+			lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
+			if r.code != exitError || len(lines) != 2 || !strings.Contains(lines[1], tc.want) {
+				t.Fatalf("check-config: exit %d, stderr:\n%s\nwant exit 1 and one problem saying %q", r.code, r.stderr, tc.want)
+			}
+			run := runBinary(t, nil, "run", "--config.file="+e.config, "--log.format=json")
+			var rec struct{ Err string }
+			if err := json.Unmarshal([]byte(strings.TrimSpace(run.stderr)), &rec); err != nil || run.code != exitError || rec.Err != lines[1] {
+				t.Errorf("streamd run: exit %d, stderr %q; want exit 1 and the error check-config gives:\n%s", run.code, run.stderr, lines[1])
+			}
+		})
+	}
+}
