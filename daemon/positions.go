@@ -69,7 +69,7 @@ func Positions(cfg *conf.Config) ([]PositionReport, error) {
 		case p.Stream != path:
 			r.Note = joinNote(r.Note, "stored for another file path "+p.Stream+": starts over")
 		case ferr == nil && p.File == id:
-			r.Lag = size - p.Offset
+			r.Lag = lagAt(path, p.Offset, size)
 		default:
 			var note string
 			note, r.Lag = replacedNote(sc, path, p, ferr == nil, size)
@@ -177,6 +177,36 @@ func resolvePosition(path string, start tail.Start, key string) (offsets.Positio
 	return offsets.Position{Stream: path, File: id, Offset: off}, nil
 }
 
+// lagAt returns the bytes after the position off in the stream file at
+// path of the given size, but 0 when all there is after it is an
+// end-of-stream frame: a subscription that read every record of a stream
+// that ended waits at that frame (which a writer that continues the file
+// overwrites), with nothing to settle.
+func lagAt(path string, off, size int64) int64 {
+	lag := size - off
+	if lag <= 0 || lag > maxEOSSpan {
+		return lag
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return lag
+	}
+	defer f.Close()
+	h, err := streamfile.ReadHeader(f)
+	if err != nil {
+		return lag
+	}
+	if rec, err := streamfile.NewDecoder(f, h, off).Next(); err == nil && rec.IsEOS() && rec.End == size {
+		return 0
+	}
+	return lag
+}
+
+// maxEOSSpan bounds the bytes an end-of-stream frame spans, with a beacon
+// it may straddle, so that lagAt reads the file only when the lag may be
+// one.
+const maxEOSSpan = 64 << 10
+
 // fileState returns the size and identity of the stream file at path.
 func fileState(path string) (int64, streamfile.Identity, error) {
 	f, err := os.Open(path)
@@ -204,7 +234,7 @@ func (d *Daemon) lag(sc conf.Subscription, path string, size int64, id streamfil
 		// read again from its beginning.
 		return max(size-streamfile.HeaderSize, 0), true
 	case found && p.File == id:
-		return size - p.Offset, true
+		return lagAt(path, p.Offset, size), true
 	}
 	if _, lag := replacedNote(sc, path, p, found, size); lag >= 0 {
 		return lag, true

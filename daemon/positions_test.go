@@ -245,3 +245,30 @@ func TestLag(t *testing.T) {
 		})
 	}
 }
+
+// TestLagAt: what is left after a position is its bytes, but nothing when
+// it is the end-of-stream frame that ends the file, also when a beacon
+// splits that frame (edge-d-eos.ss).
+func TestLagAt(t *testing.T) {
+	for _, tc := range []struct {
+		file      string
+		off, want int64
+	}{
+		{"consumer.ss", 4774, 0},           // at the end-of-stream frame
+		{"consumer.ss", 4729, 4830 - 4729}, // at the last record, before it
+		{"consumer.ss", 4830, 0},           // past it
+		{"edge-d-eos.ss", 4076, 0},         // at the end-of-stream frame a beacon splits
+		{"edge-d-eos.ss", 3877, 4251 - 3877},
+		{"quicksort.ss", 8868, 8978 - 8868}, // at the last record of a file without an end-of-stream frame
+		{"quicksort.ss", 8978, 0},
+	} {
+		path := filepath.Join("..", "testdata", "streamfile", tc.file)
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := lagAt(path, tc.off, fi.Size()); got != tc.want {
+			t.Errorf("%s at %d: lag %d, want %d", tc.file, tc.off, got, tc.want)
+		}
+	}
+}

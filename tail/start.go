@@ -156,7 +156,16 @@ func (s Start) resolve(r io.ReaderAt, h streamfile.Header, size int64, key strin
 		}
 		return off, nil, err
 	case startOffset:
-		return s.off, nil, checkBoundary(r, h, size, s.off)
+		if err := checkBoundary(r, h, size, s.off); err != nil {
+			return 0, nil, err
+		}
+		// As for end: writers overwrite an end-of-stream frame, which
+		// would put an offset after it inside their first frame.
+		eos, err := eosBefore(r, h, s.off)
+		if err == nil && eos != s.off {
+			err = fmt.Errorf("offset %d is right after the end-of-stream frame at %d, which a writer that continues the file overwrites, leaving offset %d inside a frame: use offset:%d, where end starts", s.off, eos, s.off, eos)
+		}
+		return s.off, nil, err
 	}
 	return streamfile.HeaderSize, nil, nil
 }

@@ -3,6 +3,7 @@ package tail
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -211,4 +212,52 @@ func TestStartEndOfEndedStream(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestOffsetAfterEndOfStream: an offset right after a file's end-of-stream
+// frame (in edge-d spliced by a beacon) is refused with the frame's own
+// offset, where end starts: a writer that continues the file overwrites
+// the frame, and the offset would then lie inside a frame.
+func TestOffsetAfterEndOfStream(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		eos, size int64
+	}{
+		{"sample-1", -1, -1},
+		{"consumer", 4774, 4830},
+		{"edge-d-eos", 4076, 4251},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, err := os.Open(filepath.Join(vectorDir, tc.name+".ss"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			h, size, _, err := streamfile.Identify(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			end, _ := ParseStart("end")
+			eos, err := end.Offset(f, h, size, "")
+			if err != nil || tc.eos >= 0 && (eos != tc.eos || size != tc.size) {
+				t.Fatalf("end: %d, %v in %d bytes; want %d in %d", eos, err, size, tc.eos, tc.size)
+			}
+			if off, err := mustStart(t, fmt.Sprintf("offset:%d", eos)).Offset(f, h, size, ""); err != nil || off != eos {
+				t.Errorf("offset:%d = %d, %v; want it as it is", eos, off, err)
+			}
+			want := fmt.Sprintf("offset %d is right after the end-of-stream frame at %d, which a writer that continues the file overwrites, leaving offset %d inside a frame: use offset:%d, where end starts", size, eos, size, eos)
+			if _, err := mustStart(t, fmt.Sprintf("offset:%d", size)).Offset(f, h, size, ""); err == nil || err.Error() != want {
+				t.Errorf("offset:%d: %v\nwant %s", size, err, want)
+			}
+		})
+	}
+}
+
+func mustStart(t *testing.T, s string) Start {
+	t.Helper()
+	start, err := ParseStart(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return start
 }
