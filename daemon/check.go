@@ -42,10 +42,17 @@ func currentAccount() Account {
 	return Account{Name: name, UID: uid, GIDs: append(gids, os.Getegid())}
 }
 
-// lookupAccount returns the account of the named user with the groups it
-// gets at login (systemd's SupplementaryGroups= of a unit come on top).
+// lookupAccount returns the account of the named user, or of the user
+// with that numeric ID (as systemd's User= takes either), with the groups
+// it gets at login (systemd's SupplementaryGroups= of a unit come on top).
 func lookupAccount(name string) (Account, error) {
 	u, err := user.Lookup(name)
+	var unknown user.UnknownUserError
+	if errors.As(err, &unknown) {
+		if _, nerr := strconv.ParseUint(name, 10, 32); nerr == nil {
+			u, err = user.LookupId(name)
+		}
+	}
 	if err != nil {
 		return Account{}, fmt.Errorf("user %q: %w", name, err)
 	}

@@ -4,6 +4,9 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"os/user"
+	"reflect"
+	"strconv"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -209,5 +212,27 @@ func checkReadOnlyMount(t *testing.T, dir string) {
 func skipUnlessRoot(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("the test's files must belong to root:root, as they do when the tests run as root")
+	}
+}
+
+// TestLookupAccount: a user is found by name or by numeric ID, as
+// systemd's User= takes either; an unknown one is an error naming it.
+func TestLookupAccount(t *testing.T) {
+	u, err := user.LookupId(strconv.Itoa(os.Getuid()))
+	if err != nil {
+		t.Skip(err)
+	}
+	byName, err := lookupAccount(u.Username)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byID, err := lookupAccount(u.Uid)
+	if err != nil || !reflect.DeepEqual(byID, byName) {
+		t.Errorf("by ID %s: %+v, %v; by name %s: %+v", u.Uid, byID, err, u.Username, byName)
+	}
+	for _, name := range []string{"no-such-user-here", "4294967294"} {
+		if _, err := lookupAccount(name); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("lookupAccount(%q): %v, want an error naming it", name, err)
+		}
 	}
 }
