@@ -201,7 +201,7 @@ func (w *Writer) init(opts CreateOptions) error {
 		return fmt.Errorf("streamfile: %s has an incomplete %d-byte header: a writer died while creating it; remove the file", w.f.Name(), size)
 	}
 	if err != nil {
-		return fmt.Errorf("streamfile: %s: %w", w.f.Name(), err)
+		return fmt.Errorf("%s: %w", w.f.Name(), err)
 	}
 	w.setHeader(h)
 	return nil
@@ -254,7 +254,7 @@ func (w *Writer) startOver(size int64) (int64, error) {
 			w.log.Error(msgHeaderHole, "file", w.f.Name(), "size", size)
 			return newHeader()
 		}
-		return 0, fmt.Errorf("streamfile: %s: %w", w.f.Name(), err)
+		return 0, fmt.Errorf("%s: %w", w.f.Name(), err)
 	}
 	switch {
 	case size < w.end:
