@@ -35,9 +35,12 @@ type AppendOptions struct {
 // and gets [ErrReplaced]. The Appender then opens the file now at the path
 // as it opened the first, syncs the old one, so that what was written to
 // it is durable, closes it, and writes the batch to the new file,
-// continuing that file's sequence numbers. When the new file cannot be
-// opened, or the old one cannot be synced, the batch fails and the
-// Appender stays on the old file, to try again at the next batch.
+// continuing that file's sequence numbers. A batch that finds the file
+// deleted and no file at the path ([ErrRemoved]) does the same with
+// Create, which makes the file anew, and otherwise fails: written to the
+// deleted file, it would reach no reader of the path. When the new file cannot be opened,
+// or the old one cannot be synced, the batch fails and the Appender stays
+// on the old file, to try again at the next batch.
 //
 // A file it creates has the last element of the path as its header's file
 // name, as the upstream writer stores it (spec §3), but in ASCII: each byte
@@ -121,7 +124,7 @@ func headerFileName(path string) string {
 // which counts the frames it left whole.
 func (a *Appender) Publish(frames []Frame) error {
 	err := a.w.Publish(frames)
-	if !errors.Is(err, ErrReplaced) {
+	if !errors.Is(err, ErrReplaced) && !(errors.Is(err, ErrRemoved) && a.opts.Create) {
 		return err
 	}
 	if err := a.follow(); err != nil {

@@ -69,6 +69,50 @@ func TestAppenderFollowsReplacedPath(t *testing.T) {
 	}
 }
 
+// TestAppenderDeletedFile: a batch that finds its file deleted and no file
+// at the path goes to a new file at the path with Create; without, it
+// fails, writing nothing, and goes to the next file that takes the path.
+func TestAppenderDeletedFile(t *testing.T) {
+	for _, create := range []bool{true, false} {
+		t.Run(fmt.Sprintf("create=%t", create), func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "s.ss")
+			hdr := Header{FileName: "s.ss", BeaconInterval: 1024}
+			w, err := OpenWriter(path, CreateOptions{Create: true, Header: hdr})
+			if err != nil {
+				t.Fatal(err)
+			}
+			w.Close()
+			a, err := OpenAppender(path, AppendOptions{Create: create, BeaconInterval: 1024})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close()
+			frame := []Frame{{Key: "k", TimestampMs: 1, Payload: []byte("x")}}
+			if err := os.Remove(path); err != nil {
+				t.Fatal(err)
+			}
+			deleted, size := a.Writer(), a.Writer().Size()
+			err = a.Publish(frame)
+			if !create {
+				if !errors.Is(err, ErrRemoved) || deleted.Size() != size {
+					t.Fatalf("Publish = %v, and %d bytes written to the deleted file; want ErrRemoved and none", err, deleted.Size()-size)
+				}
+				if w, err = OpenWriter(path, CreateOptions{Create: true, Header: hdr}); err != nil {
+					t.Fatal(err)
+				}
+				w.Close()
+				err = a.Publish(frame)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := publishedPayloads(t, path); !slices.Equal(got, []string{"1 x"}) {
+				t.Errorf("the file at the path holds %q, want the batch", got)
+			}
+		})
+	}
+}
+
 // TestAppenderStaysWhenTheNewFileCannotBeOpened: a replacement that cannot
 // be opened for appending fails the batch, which writes nothing anywhere;
 // the Appender stays on the old file and follows once it can.

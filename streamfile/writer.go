@@ -106,7 +106,11 @@ type CreateOptions struct {
 	// file was renamed over it, or it was deleted and created again, the
 	// batch writes nothing and returns [ErrReplaced]: a reader that moved
 	// on to the new file, after a last read of the old one under a shared
-	// lock, would never see it. A path that is gone is no replacement.
+	// lock, would never see it. When the open file was deleted and no file
+	// is at the path, it writes nothing and returns [ErrRemoved]: no reader
+	// that opens the path, or starts again, would see it. A file renamed
+	// away, before another takes the path, is written on: its readers read
+	// it to its end as a rotated file.
 	RefuseReplaced bool
 	// Log receives, as warnings, what the writer repairs or works around on
 	// its own: an incomplete header written anew (with Create), zeros after
@@ -122,6 +126,11 @@ type CreateOptions struct {
 // ErrReplaced is returned by a batch of a Writer opened with
 // [CreateOptions.RefuseReplaced] when the path names another file now.
 var ErrReplaced = errors.New("streamfile: the path names another file than the one open for writing")
+
+// ErrRemoved is returned by a batch of a Writer opened with
+// [CreateOptions.RefuseReplaced] when the file open for writing was
+// deleted and no file is at its path.
+var ErrRemoved = errors.New("streamfile: the file open for writing was deleted, and no file is at its path")
 
 // OpenWriter opens the stream file at path for appending, creating it with
 // opts.Header when it is missing and opts.Create is set.
@@ -498,10 +507,16 @@ func writeAt(f *os.File, b []byte, off int64) (n int, err error) {
 }
 
 // checkPath returns ErrReplaced when the path names another file than the
-// open one, whose FileInfo is open.
+// open one, whose FileInfo is open, and ErrRemoved when it names none and
+// the open file was deleted. A file renamed away, before another takes
+// the path, is still written: its readers read it to its end as a rotated
+// file.
 func (w *Writer) checkPath(open os.FileInfo) error {
 	at, err := os.Stat(w.path)
 	if errors.Is(err, fs.ErrNotExist) {
+		if st, ok := open.Sys().(*syscall.Stat_t); ok && st.Nlink == 0 {
+			return fmt.Errorf("%w (%s)", ErrRemoved, w.path)
+		}
 		return nil
 	}
 	if err != nil {

@@ -322,8 +322,9 @@ func TestAppendRepairsTornTail(t *testing.T) {
 }
 
 // TestWriterRefuseReplaced: with RefuseReplaced a batch writes nothing and
-// returns ErrReplaced once another file was renamed over the path, and
-// goes on appending when the path is merely gone.
+// returns ErrReplaced once another file was renamed over the path, goes on
+// appending when the file was renamed away and nothing took the path, and
+// writes nothing and returns ErrRemoved when the file was deleted.
 func TestWriterRefuseReplaced(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "s.ss")
@@ -358,6 +359,23 @@ func TestWriterRefuseReplaced(t *testing.T) {
 	}
 	if frames, _ := readFrames(t, moved); len(frames) != 2 {
 		t.Errorf("the old file has %d frames, want the 2 written before the replacement", len(frames))
+	}
+
+	// Deleted, with no file at the path: no reader would see the batch.
+	d, err := OpenWriter(path, CreateOptions{Header: hdr, RefuseReplaced: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	size := d.Size()
+	if err := d.Publish(frame); !errors.Is(err, ErrRemoved) {
+		t.Fatalf("file deleted: %v, want ErrRemoved", err)
+	}
+	if d.Size() != size {
+		t.Errorf("the refused batch wrote %d bytes", d.Size()-size)
 	}
 }
 

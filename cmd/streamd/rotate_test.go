@@ -279,3 +279,49 @@ func TestRunRotationKeepsOldFileWriter(t *testing.T) {
 		})
 	}
 }
+
+// TestRunCopyToDeletedFile: a dead letter made while the stream file is
+// deleted goes to the file at the path, never to the deleted one, where
+// no reader would find it: to a new file the daemon creates (create =
+// true), or to the next file a producer creates (create = false), the
+// record held until then.
+func TestRunCopyToDeletedFile(t *testing.T) {
+	t.Parallel()
+	for _, create := range []bool{true, false} {
+		t.Run(fmt.Sprintf("create=%t", create), func(t *testing.T) {
+			t.Parallel()
+			// The handler logs that it has the record, waits for the
+			// test to delete the file, and gives up on it.
+			e := newEnv(t, execSubTable("billing", "orders", "max_attempts = 1\ndead_letter = \"orders.dead\"\nbackoff = [\"100ms\"]",
+				`IFS= read -r p; echo "$p" >> LOG; while [ ! -e LOG.go ]; do sleep 0.02; done; echo outcome=retry`))
+			if !create {
+				e.editConfig(`beacon_interval = 1024`, "beacon_interval = 1024\ncreate = false")
+			}
+			publishTo(t, e.stream, "victim")
+			p := e.start()
+			eventually(t, 10*time.Second, "the handler to have the record", func() bool { return len(e.deliveries()) == 1 })
+			if err := os.Remove(e.stream); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(e.log+".go", nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if !create {
+				eventually(t, 10*time.Second, "the copy to fail", func() bool {
+					return strings.Contains(p.stderr.String(), "was deleted, and no file is at its path")
+				})
+				publishTo(t, e.stream, "after")
+			}
+			eventually(t, 10*time.Second, "the dead letter in the file at the path", func() bool {
+				return slices.ContainsFunc(scanFrames(e.stream), func(r streamfile.Record) bool { return r.Key == "orders.dead" })
+			})
+			if code := p.stop(t); code != 0 {
+				t.Fatalf("daemon exit %d", code)
+			}
+			dead := e.framesOf("orders.dead")
+			if len(dead) != 1 || dead[0].payload != "victim" {
+				t.Errorf("dead letters in the file at the path: %+v, want victim once", dead)
+			}
+		})
+	}
+}
