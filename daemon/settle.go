@@ -256,10 +256,17 @@ func (e *errCopy) Error() string {
 
 func (e *errCopy) Unwrap() error { return e.err }
 
-// settle carries out outcome o for delivery d. A nil error means the
-// outcome is final: the record's position may be committed. An error
-// (*errCopy) means a copy could not be written; nothing was settled.
+// settle counts outcome o of delivery d and carries it out. A nil error
+// means the outcome is final: the record's position may be committed. An
+// error (*errCopy) means a copy could not be written; nothing was
+// settled, and settleAgain tries again.
 func (s *settler) settle(ctx context.Context, d *handler.Delivery, o handler.Outcome) error {
+	s.count(o)
+	return s.settleAgain(ctx, d, o)
+}
+
+// count counts outcome o, once per answer of the handler.
+func (s *settler) count(o handler.Outcome) {
 	m := s.metrics
 	switch o.Kind {
 	case handler.OutcomeAck:
@@ -267,11 +274,25 @@ func (s *settler) settle(ctx context.Context, d *handler.Delivery, o handler.Out
 		if o.Duplicate {
 			m.DuplicateAcks.Inc()
 		}
+	case handler.OutcomeDrop:
+		m.HandlerRecords[metrics.OutcomeDrop].Inc()
+	case handler.OutcomeRetry:
+		m.HandlerRecords[metrics.OutcomeRetry].Inc()
+	case handler.OutcomeRetryAfter:
+		m.HandlerRecords[metrics.OutcomeRetryAfter].Inc()
+	}
+}
+
+// settleAgain carries out outcome o of delivery d, which settle counted,
+// as settle does: again after a copy could not be written.
+func (s *settler) settleAgain(ctx context.Context, d *handler.Delivery, o handler.Outcome) error {
+	m := s.metrics
+	switch o.Kind {
+	case handler.OutcomeAck:
 		s.unsupported.report(opAck, d)
 		m.Unsupported[metrics.OperationAck].Inc()
 		return nil
 	case handler.OutcomeDrop:
-		m.HandlerRecords[metrics.OutcomeDrop].Inc()
 		if o.Err != nil {
 			s.dropLog.Warn(s.logger, "the handler dropped the record", "key", d.Key, "seq", d.Seq, "err", o.Err)
 		}
@@ -279,7 +300,6 @@ func (s *settler) settle(ctx context.Context, d *handler.Delivery, o handler.Out
 		m.Unsupported[metrics.OperationDrop].Inc()
 		return nil
 	case handler.OutcomeRetry:
-		m.HandlerRecords[metrics.OutcomeRetry].Inc()
 		if s.maxAttempts == 0 && s.deadLetter == "" {
 			s.unsupported.report(opRetry, d)
 			m.Unsupported[metrics.OperationRetry].Inc()
@@ -287,7 +307,6 @@ func (s *settler) settle(ctx context.Context, d *handler.Delivery, o handler.Out
 		}
 		return s.redeliver(ctx, d, 0)
 	case handler.OutcomeRetryAfter:
-		m.HandlerRecords[metrics.OutcomeRetryAfter].Inc()
 		return s.redeliver(ctx, d, s.bounded(max(o.Delay, 0), d))
 	}
 	return fmt.Errorf("unknown outcome %d", o.Kind)

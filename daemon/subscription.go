@@ -353,8 +353,10 @@ func (s *subscription) deliver(ctx, hctx context.Context, d *handler.Delivery, t
 // the record's outcome is final, and false when hctx ends first: the
 // record stays unsettled.
 func (s *subscription) finish(hctx context.Context, d *handler.Delivery, o handler.Outcome) bool {
+	settle := s.settler.settle // the outcome is counted once
 	for attempt := uint64(1); ; attempt++ {
-		err := s.settler.settle(hctx, d, o)
+		err := settle(hctx, d, o)
+		settle = s.settler.settleAgain
 		if err == nil {
 			if attempt > 1 {
 				s.copyLog.Passed(s.logger, "publishing copies works again", "seq", d.Seq)

@@ -173,6 +173,9 @@ func TestFaultFullStateDisk(t *testing.T) {
 		s, err := offsets.Load(state)
 		return err == nil && s["billing"].LastSeq == 4
 	})
+	if n := metricValue(t, addr, `streamd_handler_records_total{outcome="retry_after",subscription="billing"}`); n != 4 {
+		t.Errorf("%v answers retry_after counted, want 4: one per answer, however often its copy was tried", n)
+	}
 	if code := p.stop(t); code != 0 {
 		t.Fatalf("exit code %d", code)
 	}
