@@ -45,6 +45,9 @@ type Daemon struct {
 	store   *offsets.Store
 	queue   *retrytimer.Queue
 	streams map[string]*stream // the streams whose file is open
+	// fireFailing holds the streams whose last due copy could not be
+	// written (observeFire).
+	fireFailing map[string]bool
 	// unsynced is the failure to sync a stream a reload removed: its
 	// copies may be lost, so syncStreams fails for good, and no commit
 	// passes the records they came from (Invariant 2).
@@ -120,16 +123,17 @@ type reloadRequest struct {
 // starts nothing: Run does.
 func New(cfg *conf.Config, opts Options) *Daemon {
 	d := &Daemon{
-		setup:    newSetup(opts),
-		notify:   systemd.NewNotifier(),
-		reloads:  make(chan reloadRequest),
-		ended:    make(chan *runningSub),
-		stopping: make(chan struct{}),
-		broken:   make(chan error, 1),
-		cfg:      cfg,
-		streams:  map[string]*stream{},
-		subs:     map[string]*runningSub{},
-		waiting:  map[string]*waitingSub{},
+		setup:       newSetup(opts),
+		notify:      systemd.NewNotifier(),
+		reloads:     make(chan reloadRequest),
+		ended:       make(chan *runningSub),
+		stopping:    make(chan struct{}),
+		broken:      make(chan error, 1),
+		cfg:         cfg,
+		streams:     map[string]*stream{},
+		fireFailing: map[string]bool{},
+		subs:        map[string]*runningSub{},
+		waiting:     map[string]*waitingSub{},
 	}
 	return d
 }
@@ -760,14 +764,43 @@ func (d *Daemon) fire(_ context.Context, c retrytimer.Copy) error {
 	d.mu.Lock()
 	st := d.streams[c.Stream]
 	d.mu.Unlock()
-	if st == nil {
-		return d.notOpen(c.Stream)
+	err := d.notOpen(c.Stream)
+	if st != nil {
+		err = st.append(c.Key, c.Record)
 	}
-	if err := st.append(c.Key, c.Record); err != nil {
+	d.observeFire(c, err)
+	if err != nil {
 		return err
 	}
 	d.countFired(c)
 	return nil
+}
+
+// observeFire reports a due copy that could not be written (the retry
+// queue logs it, and tries it again) as it reports an immediate one: in
+// streamd_copy_errors_total and on /healthz, until a copy of its stream is
+// written again, which is logged.
+func (d *Daemon) observeFire(c retrytimer.Copy, err error) {
+	what := fmt.Sprintf("delayed copies of stream %q", c.Stream)
+	d.mu.Lock()
+	was := d.fireFailing[c.Stream]
+	if err != nil {
+		d.fireFailing[c.Stream] = true
+	} else {
+		delete(d.fireFailing, c.Stream)
+	}
+	d.mu.Unlock()
+	if err != nil {
+		if sm := d.metrics.Lookup(c.Subscription); sm != nil {
+			sm.CopyErrors.Inc()
+		}
+		d.metrics.Health().SetProblem(what, "a due one cannot be written and stays in the spool, tried again: "+err.Error())
+		return
+	}
+	if was {
+		d.metrics.Health().SetProblem(what, "")
+		d.logger.Info("writing delayed copies works again", "stream", c.Stream)
+	}
 }
 
 // notOpen says why a pending copy of stream name cannot be written, and

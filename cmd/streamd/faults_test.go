@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -99,6 +100,58 @@ func TestFaultFullStreamDisk(t *testing.T) {
 	readFile(t, e.stream) // decodes whole, beacons well placed
 	if pos := storedPosition(t, e, "billing"); pos.Offset != fileSize(t, e.stream) {
 		t.Fatalf("stored offset %d after the stop, want the end of the file %d", pos.Offset, fileSize(t, e.stream))
+	}
+}
+
+// TestFaultFullStreamDiskDelayedCopy: a delayed copy that comes due while
+// the stream file's filesystem is full stays in the spool and is reported
+// as an immediate copy is, in streamd_copy_errors_total and on /healthz,
+// until space returns and it is written.
+func TestFaultFullStreamDiskDelayedCopy(t *testing.T) {
+	t.Parallel()
+	// The handler waits for the test to fill the disk, then asks for the
+	// copy in 100ms.
+	e := newEnv(t, execSub("billing", "", `while [ ! -e LOG.go ]; do sleep 0.02; done; if [ "$STREAMD_ATTEMPT" = 1 ]; then echo retry_after=100ms; fi`))
+	addr := e.withMetrics()
+	streams := filepath.Join(e.dir, "streams")
+	os.Mkdir(streams, 0o755)
+	mountTmpfs(t, streams, "64k")
+	e.editConfig(filepath.Join(e.dir, "orders.ss"), filepath.Join(streams, "orders.ss"))
+	e.stream = filepath.Join(streams, "orders.ss")
+	e.publish(strings.Repeat("x", 8000)) // its copy needs pages of its own
+	p := e.start()
+	eventually(t, 10*time.Second, "the handler to have the record", func() bool { return len(e.deliveries()) == 1 })
+	filler, err := os.Create(filepath.Join(streams, "filler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := filler.Write(make([]byte, 1024)); err != nil {
+			break // the disk is full
+		}
+	}
+	filler.Close()
+	if err := os.WriteFile(e.log+".go", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const problem = `delayed copies of stream "orders": a due one cannot be written and stays in the spool, tried again`
+	eventually(t, 10*time.Second, "/healthz to report the delayed copy", func() bool {
+		code, body := healthz(addr)
+		return code == http.StatusServiceUnavailable && strings.Contains(body, problem) && strings.Contains(body, "no space left on device")
+	})
+	if n := scrapeMetric(t, addr, "streamd_copy_errors_total", "billing"); n < 1 {
+		t.Errorf("streamd_copy_errors_total %v, want the failed copy counted", n)
+	}
+	os.Remove(filepath.Join(streams, "filler"))
+	eventually(t, 20*time.Second, "the copy to be written and /healthz to turn 200", func() bool {
+		code, _ := healthz(addr)
+		return code == http.StatusOK && countCopies(t, e.stream) == 1
+	})
+	eventually(t, 5*time.Second, "the log to say so", func() bool {
+		return strings.Contains(p.stderr.String(), "writing delayed copies works again")
+	})
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("exit code %d", code)
 	}
 }
 
