@@ -435,10 +435,11 @@ func readLines(ctx, hctx context.Context, in io.Reader, lim stageLimits, subs []
 			}
 			// A stage keeps no position: a record the handler did not
 			// answer before the stage stops (or, for a line of every
-			// subscription, was not given) leaves as a retry copy (the cap
-			// and the dead letter apply), not to be lost.
+			// subscription, was not given) leaves as a retry copy, not to
+			// be lost; max_attempts does not judge it, since no attempt
+			// was answered.
 			s.logger.Info("the stage stops before the handler answered; the record leaves as a retry copy", "seq", d.Seq)
-			if err := lost(s, s.settler.redeliver(hctx, &d, 0), lineNo); err != nil {
+			if err := lost(s, s.settler.retryCopy(hctx, &d, 0), lineNo); err != nil {
 				return err
 			}
 		}

@@ -356,6 +356,14 @@ func (s *settler) redeliver(ctx context.Context, d *handler.Delivery, delay time
 	case s.maxAttempts == 0 && s.deadLetter != "":
 		return s.deadLetterCopy(ctx, d)
 	}
+	return s.retryCopy(ctx, d, delay)
+}
+
+// retryCopy writes the retry copy of d under the retry key, now or after
+// delay: redeliver once the cap let it, and a pipe stage for a record the
+// handler did not answer before the stage stopped, which the cap does not
+// judge (no attempt was answered).
+func (s *settler) retryCopy(ctx context.Context, d *handler.Delivery, delay time.Duration) error {
 	record := s.copyRecord(d, true)
 	if delay == 0 {
 		if err := s.copies.publish(ctx, s.retryKey, record); err != nil {

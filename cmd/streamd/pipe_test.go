@@ -1169,10 +1169,10 @@ func TestPipeSIGTERM(t *testing.T) {
 
 	// No stdin line may reach settlement after the signal (settlement.md
 	// §4.4: stop reading first). The handler hangs until it is killed, so
-	// only line 0 is handled; with max_attempts = 1 its cancellation
-	// dead-letters it. A line taken after the signal would be dead-lettered
-	// too, without its handler ever running. The race this looks for is
-	// random, hence the runs.
+	// only line 0 is handled; unanswered, it leaves as a retry copy, which
+	// max_attempts = 1 does not judge. A line taken after the signal would
+	// leave as a copy too, without its handler ever running. The race this
+	// looks for is random, hence the runs.
 	t.Run("stops reading", func(t *testing.T) {
 		t.Parallel()
 		for run := range 10 {
@@ -1198,15 +1198,15 @@ func TestPipeSIGTERM(t *testing.T) {
 					}
 				}
 				if len(unhandled) > 0 {
-					t.Fatalf("run %d: lines %q were taken from stdin after SIGTERM and dead-lettered at "+
-						"max_attempts = 1 without their handler running: readLines selects at random between the next "+
+					t.Fatalf("run %d: lines %q were taken from stdin after SIGTERM and left as copies "+
+						"without their handler running: readLines selects at random between the next "+
 						"line and ctx.Done, and the exec handler fails at once on the cancelled context", run, unhandled)
 				}
 				if code != 0 {
 					t.Fatalf("run %d: exit status %d; stderr:\n%s", run, code, p.stderr.String())
 				}
-				if !slices.Equal(handled, []string{"0"}) || len(copies) != 1 || copies[0].key != "jobs.dead" || copies[0].count() != "1" {
-					t.Fatalf("run %d: handled %q, stdout %q; want line 0 handled, then dead-lettered on its cancellation", run, handled, p.stdout())
+				if !slices.Equal(handled, []string{"0"}) || len(copies) != 1 || copies[0].key != "jobs.retry" || copies[0].count() != "1" {
+					t.Fatalf("run %d: handled %q, stdout %q; want line 0 handled, then left as a retry copy on its cancellation", run, handled, p.stdout())
 				}
 				if l := logsWithMsg(p.stderr.String(), msgStoppedReading); len(l) != 1 || l[0].str("level") != "WARN" || l[0].str("last_line") != "1" {
 					t.Fatalf("run %d: want one WARN %q with last_line=1 (19 lines read, not handled); stderr:\n%s", run, msgStoppedReading, p.stderr.String())
@@ -1235,13 +1235,14 @@ func TestPipeSIGTERM(t *testing.T) {
 	// A handler in flight is let finish up to shutdown_timeout
 	// (settlement.md §4.4 step 2); then its context ends. The record was
 	// not answered, and a stage keeps no position: it leaves as a retry
-	// copy, so that it is not lost, and the cancellation is not logged as
-	// a failed delivery.
+	// copy, so that it is not lost (max_attempts, which judges answers,
+	// does not reject it), and the cancellation is not logged as a failed
+	// delivery.
 	t.Run("in-flight handler", func(t *testing.T) {
 		t.Parallel()
 		dir := t.TempDir()
 		cfg := writeStageConfig(t, dir, "pipe.toml", `shutdown_timeout = "1s"`,
-			stageSub("jobs", "jobs", "out_retry = \"jobs.retry\"\nbackoff = [\"100ms\"]", `cat > /dev/null; touch "$DIR/started"; sleep 30`))
+			stageSub("jobs", "jobs", "out_retry = \"jobs.retry\"\nmax_attempts = 1\nbackoff = [\"100ms\"]", `cat > /dev/null; touch "$DIR/started"; sleep 30`))
 		p := startStage(t, dir, stageKeepStdout, streamdBinary(t), "pipe", "--config.file="+cfg, "--log.format=json")
 		p.write(t, "[jobs] slow")
 		eventually(t, 10*time.Second, "the handler to start", func() bool { return fileExists(dir, "started") })
