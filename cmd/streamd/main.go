@@ -71,9 +71,10 @@ func main() {
 
 // stopContext returns a context that ends at SIGINT or SIGTERM, the
 // signals that stop the commands that run until stopped (run, pipe,
-// decode --follow), and the function that stops listening for them.
-func stopContext() (context.Context, context.CancelFunc) {
-	return signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+// decode --follow), or at one of more, and the function that stops
+// listening for them.
+func stopContext(more ...os.Signal) (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), append([]os.Signal{syscall.SIGINT, syscall.SIGTERM}, more...)...)
 }
 
 func run(args []string, s stdio) (code int) {

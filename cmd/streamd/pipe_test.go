@@ -1215,22 +1215,25 @@ func TestPipeSIGTERM(t *testing.T) {
 		}
 	})
 
-	t.Run("pending delayed copy", func(t *testing.T) {
-		t.Parallel()
-		dir := t.TempDir()
-		cfg := writeStageConfig(t, dir, "pipe.toml", `shutdown_timeout = "5s"`,
-			stageSub("jobs", "jobs", `out_retry = "jobs.retry"`, `cat > /dev/null; touch "$DIR/handled"; echo retry_after=300ms`))
-		p := startStage(t, dir, stageKeepStdout, streamdBinary(t), "pipe", "--config.file="+cfg, "--log.format=json")
-		p.write(t, "[jobs] delayed")
-		eventually(t, 10*time.Second, "the handler", func() bool { return fileExists(dir, "handled") })
-		p.cmd.Process.Signal(syscall.SIGTERM)
-		if code := p.wait(t, 10*time.Second); code != 0 {
-			t.Errorf("exit status %d, want 0; stderr:\n%s", code, p.stderr.String())
-		}
-		if copies := parseCopies(t, p.stdout()); len(copies) != 1 || string(copies[0].payload) != "delayed" || copies[0].count() != "1" {
-			t.Errorf("stdout %q, want the delayed copy, written before the stage ended", p.stdout())
-		}
-	})
+	// SIGHUP (a closed terminal) stops a stage as SIGTERM does.
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGHUP} {
+		t.Run("pending delayed copy/"+sig.String(), func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			cfg := writeStageConfig(t, dir, "pipe.toml", `shutdown_timeout = "5s"`,
+				stageSub("jobs", "jobs", `out_retry = "jobs.retry"`, `cat > /dev/null; touch "$DIR/handled"; echo retry_after=300ms`))
+			p := startStage(t, dir, stageKeepStdout, streamdBinary(t), "pipe", "--config.file="+cfg, "--log.format=json")
+			p.write(t, "[jobs] delayed")
+			eventually(t, 10*time.Second, "the handler", func() bool { return fileExists(dir, "handled") })
+			p.cmd.Process.Signal(sig)
+			if code := p.wait(t, 10*time.Second); code != 0 {
+				t.Errorf("exit status %d, want 0; stderr:\n%s", code, p.stderr.String())
+			}
+			if copies := parseCopies(t, p.stdout()); len(copies) != 1 || string(copies[0].payload) != "delayed" || copies[0].count() != "1" {
+				t.Errorf("stdout %q, want the delayed copy, written before the stage ended", p.stdout())
+			}
+		})
+	}
 
 	// A handler in flight is let finish up to shutdown_timeout
 	// (settlement.md §4.4 step 2); then its context ends. The record was

@@ -137,7 +137,9 @@ func runCommand(app *kingpin.Application) action {
 func pipeCommand(app *kingpin.Application) action {
 	st := stageFlags(app.Command("pipe", "Run as one stage of a shell pipeline: producer | streamd pipe | consumer."), conf.ModePipe, "streamd pipe")
 	return func(s stdio) int {
-		ctx, stop := stopContext()
+		// A closed terminal (SIGHUP) stops a stage as SIGTERM does, rather
+		// than killing it with its records in flight and copies delayed.
+		ctx, stop := stopContext(syscall.SIGHUP)
 		defer stop()
 		if code := st.load(s); code != exitOK {
 			return code
