@@ -57,9 +57,23 @@ type LineError struct {
 }
 
 // Error returns the offending part and the reason, without a line number.
+// A part longer than maxQuotedPart bytes (a JSON array taken for a
+// header, say) is cut there, its length said, so that it does not flood
+// the log.
 func (e *LineError) Error() string {
-	return "invalid header part " + strconv.Quote(e.Part) + ": " + e.Reason
+	part := strconv.Quote(e.Part)
+	if len(e.Part) > maxQuotedPart {
+		cut := maxQuotedPart
+		for cut > 0 && !utf8.RuneStart(e.Part[cut]) {
+			cut--
+		}
+		part = strconv.Quote(e.Part[:cut]) + "... (" + strconv.Itoa(len(e.Part)) + " bytes)"
+	}
+	return "invalid header part " + part + ": " + e.Reason
 }
+
+// maxQuotedPart is how much of an offending part LineError's text quotes.
+const maxQuotedPart = 64
 
 // ErrInvalidUTF8 is matched, with [errors.Is], by the error [ParseLine]
 // returns for a line that is not valid UTF-8. The Rust consumer fails to read

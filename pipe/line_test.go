@@ -247,3 +247,21 @@ func BenchmarkParseLine(b *testing.B) {
 		}
 	}
 }
+
+// TestLineErrorLongPart: the error of a long offending part quotes its
+// first bytes, cut at a character boundary, and says its length; the part
+// itself stays whole.
+func TestLineErrorLongPart(t *testing.T) {
+	long := strings.Repeat("a b", 1000)
+	for _, tc := range []struct{ part, quoted string }{
+		{"a b", `"a b"`},
+		{long, `"` + long[:64] + `"... (3000 bytes)`},
+		{strings.Repeat("x", 63) + "é" + long, `"` + strings.Repeat("x", 63) + `"... (3065 bytes)`},
+	} {
+		_, err := ParseLine([]byte("[" + tc.part + "] x"))
+		le, ok := errors.AsType[*LineError](err)
+		if !ok || le.Part != tc.part || !strings.HasPrefix(err.Error(), "invalid header part "+tc.quoted+": ") {
+			t.Errorf("ParseLine of a %d-byte part: %v; want the part whole and the text to quote %s", len(tc.part), err, tc.quoted)
+		}
+	}
+}

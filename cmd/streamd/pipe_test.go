@@ -923,7 +923,7 @@ func invalidWant(v invalidVector) string {
 	if !utf8.ValidString(v.Input) {
 		return "not valid UTF-8"
 	}
-	return fmt.Sprintf("invalid header part %q", v.Part)
+	return strings.TrimSuffix((&pipe.LineError{Part: v.Part}).Error(), ": ") // the part quoted, cut if long
 }
 
 // TestPipeInvalidLines: every line of invalid.txt and invalid-utf8.txt, each
