@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/streamd/streamd/handler"
+	"github.com/streamd/streamd/internal/ratelog"
 	"github.com/streamd/streamd/metrics"
 )
 
@@ -207,7 +208,12 @@ func holdRank(f handler.Failure) int {
 // once, then a summary at most once a minute while it lasts, and the
 // recovery once. A spell lasts until a delivery is answered: records
 // settled as retries at max_failed_deliveries one after the other are one
-// spell, not one each, which stays open while no record comes.
+// spell, not one each, which stays open while no record comes. A handler
+// that flaps, failing and answering by turns, makes a spell of each
+// failure: the start of one is logged at most once every ratelog.Every
+// (a spell that began sooner is logged once it lasted until then), with
+// the count of the spells left out of the log since, and the recovery
+// only of a spell whose start was logged.
 type holdLog struct {
 	mu       sync.Mutex
 	open     atomic.Bool // failures > 0, for answered to read without mu
@@ -218,6 +224,11 @@ type holdLog struct {
 	unlogged int         // failures since the last line
 	lastLine time.Time
 	lastErr  error
+	// logged: the start of this spell was logged; lastStart: when the
+	// last start was; quiet: the spells since that were left out.
+	logged    bool
+	lastStart time.Time
+	quiet     int
 }
 
 // failed counts a failed delivery of d (and records-1 more records of its
@@ -233,9 +244,21 @@ func (h *holdLog) failed(logger *slog.Logger, gauge prometheus.Gauge, first bool
 	}
 	h.count(o, records)
 	if h.failures == 1 {
-		h.since, h.lastLine = now, now
-		logger.Warn("delivery failed; holding the record and delivering it again in place until the handler answers",
-			"reason", o.Failure.String(), "key", d.Key, "seq", d.Seq, at, "retry_in", wait, "err", o.Err)
+		h.since, h.lastLine, h.logged = now, now, false
+	}
+	if !h.logged {
+		if !h.lastStart.IsZero() && now.Sub(h.lastStart) < ratelog.Every {
+			return // a flapping handler's: summed up in the next start logged
+		}
+		attrs := []any{"reason", o.Failure.String(), "key", d.Key, "seq", d.Seq, at, "retry_in", wait, "err", o.Err}
+		if h.failures > 1 {
+			attrs = append(attrs, "held_for", now.Sub(h.since).Round(time.Millisecond), "failed_deliveries", h.failures)
+		}
+		if h.quiet > 0 {
+			attrs = append(attrs, "spells_left_out", h.quiet)
+		}
+		logger.Warn("delivery failed; holding the record and delivering it again in place until the handler answers", attrs...)
+		h.logged, h.lastStart, h.lastLine, h.quiet, h.unlogged = true, now, now, 0, 0
 		return
 	}
 	h.unlogged++
@@ -327,7 +350,10 @@ func (h *holdLog) release(gauge prometheus.Gauge) bool {
 // close ends the spell, logged as a recovery with logger unless it is nil.
 // Under h.mu.
 func (h *holdLog) close(logger *slog.Logger) {
-	if logger != nil && h.failures > 0 {
+	switch {
+	case h.failures > 0 && !h.logged:
+		h.quiet++
+	case logger != nil && h.failures > 0:
 		logger.Info("the handler answers again; held deliveries go on",
 			"held_for", time.Since(h.since).Round(time.Millisecond), "failed_deliveries", h.failures, "failed_records", h.records)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/handler"
+	"github.com/streamd/streamd/internal/ratelog"
 	"github.com/streamd/streamd/metrics"
 )
 
@@ -303,5 +304,56 @@ func TestHoldStop(t *testing.T) {
 		if got := testutil.ToFloat64(e.m.FailedDeliveries("canceled")); got != 0 {
 			t.Errorf("a cancelled delivery counted as failed")
 		}
+	})
+}
+
+// TestHoldFlapping: a handler that fails and answers by turns makes a
+// spell of each failure; the start of one, and its recovery, are logged
+// at most once every ratelog.Every, with the count of the spells left out.
+func TestHoldFlapping(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var answers []handler.Outcome
+		for range 25 {
+			answers = append(answers, failedWith(handler.FailureUnreachable, 0), ack)
+		}
+		e := newHoldEnv(t, holdSub(100*time.Millisecond), answers...)
+		for i := range 25 {
+			if i == 20 {
+				time.Sleep(ratelog.Every) // the 21st spell comes after the limit
+			}
+			if _, err := e.dl.answer(t.Context(), nil, settleDelivery(uint64(i+1), nil, nil), 0, slog.Int64("offset", 128), monoNow()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		checkLogs(t, e.logs.all(), []wantLog{
+			{slog.LevelWarn, msgHoldFirst, nil},
+			{slog.LevelInfo, msgHoldEnd, nil},
+			{slog.LevelWarn, msgHoldFirst, map[string]string{"spells_left_out": "19"}},
+			{slog.LevelInfo, msgHoldEnd, nil},
+		})
+	})
+}
+
+// TestHoldFlappingThenOutage: a spell that begins within ratelog.Every of
+// the last one logged is logged once it has lasted until then.
+func TestHoldFlappingThenOutage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := failedWith(handler.FailureUnreachable, 0)
+		answers := []handler.Outcome{f, ack}
+		for range 15 { // a second apart
+			answers = append(answers, f)
+		}
+		e := newHoldEnv(t, holdSub(time.Second), append(answers, ack)...)
+		for i := range 2 {
+			if _, err := e.dl.answer(t.Context(), nil, settleDelivery(uint64(i+1), nil, nil), 0, slog.Int64("offset", 128), monoNow()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		checkLogs(t, e.logs.all(), []wantLog{
+			{slog.LevelWarn, msgHoldFirst, nil},
+			{slog.LevelInfo, msgHoldEnd, nil},
+			{slog.LevelWarn, msgHoldFirst, map[string]string{"failed_deliveries": "10", "held_for": "9s"}},
+			{slog.LevelInfo, msgHoldEnd, map[string]string{"failed_deliveries": "15"}},
+		})
 	})
 }
