@@ -44,16 +44,19 @@ var copyRepl = frames("new", 1, 5, 1, 20)
 // copy's end, then from the beginning of the file at the path: nothing is
 // lost, nothing read twice, and no loss is logged. Whether the follower
 // followed the file then, or started after it (stored position) with the
-// file written again or still empty.
+// file written again or still empty, or with every record of the file read
+// before it was copied.
 func TestCopytruncate(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name             string
 		stopped, written bool
+		read             int // records read before the copy; 0: all
 	}{
-		{"while following", false, true},
-		{"while stopped", true, true},
-		{"while stopped, not written again yet", true, false},
+		{"while following", false, true, 8},
+		{"while stopped", true, true, 8},
+		{"while stopped, not written again yet", true, false, 8},
+		{"while stopped, read to its end", true, true, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -68,7 +71,10 @@ func TestCopytruncate(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			first := nextN(t, fl, 8, new(int))
+			if tc.read == 0 {
+				tc.read = len(old)
+			}
+			first := nextN(t, fl, tc.read, new(int))
 			if tc.stopped {
 				stored := fl.Position()
 				fl.Close()
@@ -83,7 +89,7 @@ func TestCopytruncate(t *testing.T) {
 			defer fl.Close()
 			items, stop := follow(t, fl)
 			defer stop()
-			rest := collect(t, items, len(old)-8, 10*time.Second)
+			rest := collect(t, items, len(old)-tc.read, 10*time.Second)
 			if !tc.written {
 				writeFile(t, path, lastHeader, copyRepl)
 			}

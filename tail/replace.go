@@ -86,9 +86,11 @@ func (fl *Follower) resumeRotated() {
 
 // locateResume finds the file of the stored position r when the open
 // file, at the path, is not it: by its inode, renamed within the
-// directory, or else a copy of it that holds more than r's offset. It
-// reports whether the file found is a copy; nil when the open file is the
-// position's, or none is found.
+// directory, or else a copy of it that holds r's offset (one that holds
+// nothing after it too: read to its end, the follower goes on with the
+// file at the path without a loss to report). It reports whether the
+// file found is a copy; nil when the open file is the position's, or none
+// is found.
 func (fl *Follower) locateResume(r Position) (*os.File, bool, error) {
 	fi, err := fl.f.Stat()
 	if err != nil {
@@ -112,7 +114,7 @@ func (fl *Follower) locateResume(r Position) (*os.File, bool, error) {
 	} else if f, err := streamfile.Locate(fl.path, r.File); err != nil || f != nil {
 		return f, false, err
 	}
-	f, err := streamfile.LocateCopy(fl.path, r.File, r.Offset+1)
+	f, err := streamfile.LocateCopy(fl.path, r.File, r.Offset)
 	return f, f != nil, err
 }
 
