@@ -76,6 +76,9 @@ func checkOwner(dir string) error {
 // lockFile is a held flock(2) on a state directory's lock file.
 type lockFile struct {
 	f *os.File
+	// noPID: the PID could not be written for want of space; the Store
+	// writes it after its next commit, which needs space too.
+	noPID bool
 }
 
 // acquireLock takes an exclusive, non-blocking flock on dir/lock and writes
@@ -112,9 +115,23 @@ func acquireLock(dir string) (*lockFile, error) {
 		return nil, locked
 	}
 	if err := writePID(f); err != nil {
+		// A full state disk must not keep the daemon from starting: it
+		// reads and settles records meanwhile, and commits once there is
+		// room. Only streamd reload, which reads the PID, waits for it.
+		if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+			return &lockFile{f: f, noPID: true}, nil
+		}
 		return nil, errors.Join(fmt.Errorf("offsets: lock: %w", err), f.Close())
 	}
 	return &lockFile{f: f}, nil
+}
+
+// writeMissingPID writes the PID that acquireLock could not write, if
+// there is room now.
+func (l *lockFile) writeMissingPID() {
+	if l.noPID && writePID(l.f) == nil {
+		l.noPID = false
+	}
 }
 
 // release empties the lock file, so that nobody reads a stale PID from it,
@@ -166,7 +183,7 @@ func LockHolder(dir string) (int, error) {
 	defer f.Close()
 	pid := readPID(f)
 	if pid == 0 {
-		return 0, fmt.Errorf("no streamd runs on state directory %s: its lock file names no process", dir)
+		return 0, fmt.Errorf("no streamd runs on state directory %s: its lock file names no process (a streamd that started on a full disk writes its PID there once it commits positions)", dir)
 	}
 	lock, err := f.Stat()
 	if err != nil {

@@ -357,6 +357,7 @@ func (s *Store) write(snapshot map[string]Position) error {
 	if err := writeAtomically(s.path, data); err != nil {
 		return fmt.Errorf("offsets: commit: %w", err)
 	}
+	s.lock.writeMissingPID()
 	return nil
 }
 

@@ -155,6 +155,54 @@ func TestFaultFullStreamDiskDelayedCopy(t *testing.T) {
 	}
 }
 
+// TestFaultFullStateDiskAtStart: a daemon started while the filesystem of
+// its state directory is full runs (a restart during the incident must
+// not stop the records), delivers, and commits once space returns; then
+// its lock file names it, for streamd reload.
+func TestFaultFullStateDiskAtStart(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, execSub("billing", "", ""))
+	state := filepath.Join(e.dir, "state")
+	os.Mkdir(state, 0o755)
+	mountTmpfs(t, state, "128k")
+	e.publish("first")
+	p := e.start()
+	eventually(t, 10*time.Second, "the first record to be committed", func() bool {
+		s, err := offsets.Load(state)
+		return err == nil && s["billing"].LastSeq == 1
+	})
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+	filler, err := os.Create(filepath.Join(state, "filler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := filler.Write(make([]byte, 1024)); err != nil {
+			break // the disk is full
+		}
+	}
+	filler.Close()
+	e.publish("second")
+	p = e.start()
+	eventually(t, 10*time.Second, "the record published while it was stopped", func() bool { return len(e.deliveries()) == 2 })
+	if r := runBinary(t, nil, "reload", "--config.file="+e.config); r.code != exitError || !strings.Contains(r.stderr, "names no process") {
+		t.Errorf("reload while the PID is not written: exit %d, stderr %q", r.code, r.stderr)
+	}
+	os.Remove(filepath.Join(state, "filler"))
+	eventually(t, 10*time.Second, "the position to be committed after space returned", func() bool {
+		s, err := offsets.Load(state)
+		return err == nil && s["billing"].LastSeq == 2
+	})
+	if r := runBinary(t, nil, "reload", "--config.file="+e.config); r.code != exitOK {
+		t.Errorf("reload once the PID is written: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+}
+
 // countCopies counts the retry copies (count 1) in the stream file, reading
 // only its complete frames.
 func countCopies(t *testing.T, path string) int {
