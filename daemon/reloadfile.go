@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -46,10 +47,40 @@ func writeReloadResult(dir, config string, started time.Time, reloadErr error) e
 	if err != nil {
 		return err
 	}
-	_, err = durable.Replace(filepath.Join(dir, ReloadName), 0o640, func(f *os.File) error {
-		_, err := f.Write(append(b, '\n'))
+	path, line := filepath.Join(dir, ReloadName), append(b, '\n')
+	_, err = durable.Replace(path, 0o640, func(f *os.File) error {
+		_, err := f.Write(line)
 		return err
 	}, nil)
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		// A full disk: streamd reload waits for this answer, which fits
+		// in the place of the one before (written at the start).
+		if overwrite(path, line) == nil {
+			return nil
+		}
+	}
+	return err
+}
+
+// overwrite writes line over the bytes of the file at path, which needs no
+// room on the disk while it fits in the file's last block: padded with
+// spaces, which JSON ignores, to the file's size, so that a reader never
+// sees the file shrink. A reader may see the write half done: it reads
+// again (signalReload).
+func overwrite(path string, line []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if pad := fi.Size() - int64(len(line)); pad > 0 {
+		line = append(append(line[:len(line)-1:len(line)-1], bytes.Repeat([]byte{' '}, int(pad))...), '\n')
+	}
+	_, err = f.WriteAt(line, 0)
 	return err
 }
 
@@ -122,10 +153,11 @@ func signalReload(dir string, pid int, timeout time.Duration) (ReloadResult, err
 	defer tick.Stop()
 	for {
 		r, err := ReadReloadResult(dir)
+		_, halfWritten := errors.AsType[*json.SyntaxError](err) // written in place (overwrite): read again
 		switch {
 		case err == nil && r.PID == pid && !r.Started.Before(sent):
 			return r, nil
-		case err != nil && !errors.Is(err, os.ErrNotExist):
+		case err != nil && !errors.Is(err, os.ErrNotExist) && !halfWritten:
 			return r, err
 		case errors.Is(syscall.Kill(pid, 0), syscall.ESRCH):
 			return r, fmt.Errorf("streamd (pid %d) stopped before it answered the reload", pid)

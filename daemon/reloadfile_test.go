@@ -2,6 +2,9 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -65,5 +68,26 @@ func TestPendingCopyOfRenamedStream(t *testing.T) {
 	got := h.waitN(t, 2)
 	if got[1].Attempt != 2 || string(got[1].Payload) != "a" {
 		t.Errorf("second delivery: attempt %d of %q; want the copy of a, attempt 2", got[1].Attempt, got[1].Payload)
+	}
+}
+
+// TestOverwrite: an answer written in place of a longer one is padded to
+// its size, and reads as the new answer.
+func TestOverwrite(t *testing.T) {
+	dir := t.TempDir()
+	long := ReloadResult{PID: 1, Error: strings.Repeat("x", 200)}
+	short := ReloadResult{PID: 2, Config: "/etc/streamd/streamd.toml"}
+	b, _ := json.Marshal(long)
+	path := filepath.Join(dir, ReloadName)
+	if err := os.WriteFile(path, append(b, '\n'), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	b, _ = json.Marshal(short)
+	if err := overwrite(path, append(b, '\n')); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadReloadResult(dir)
+	if fi, _ := os.Stat(path); err != nil || got != short || fi.Size() < 200 {
+		t.Errorf("read %+v, %v from %d bytes; want %+v, the file as long as before", got, err, fi.Size(), short)
 	}
 }

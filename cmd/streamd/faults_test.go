@@ -269,6 +269,10 @@ func TestFaultFullStateDisk(t *testing.T) {
 	if s, err := offsets.Load(state); err != nil || s["billing"].LastSeq != 1 {
 		t.Fatalf("with the state disk full: sidecar %+v, %v; want it still after record 1", s["billing"], err)
 	}
+	// The daemon answers a reload in the place of its last answer.
+	if r := runBinary(t, nil, "reload", "--config.file="+e.config, "--timeout=10s"); r.code != exitOK || !strings.Contains(r.stdout, "runs the new configuration") {
+		t.Errorf("reload with the state disk full: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
 	os.Remove(filepath.Join(state, "filler"))
 	eventually(t, 20*time.Second, "the positions to be committed after space returned", func() bool {
 		s, err := offsets.Load(state)
