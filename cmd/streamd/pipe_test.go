@@ -160,6 +160,7 @@ type stageProc struct {
 const (
 	stageKeepStdout  = -1 // read stdout to its end
 	stageCloseStdout = 0  // close the read end of stdout at once
+	stageStuckStdout = -2 // keep stdout open, never reading it, until the stage ends
 )
 
 // startStage starts argv in dir's environment, in a process group of its
@@ -206,7 +207,11 @@ func startStage(t *testing.T, dir string, closeStdoutAfter int, argv ...string) 
 func (p *stageProc) readStdout(r *os.File, closeAfter int) {
 	defer close(p.outDone)
 	defer r.Close()
-	if closeAfter == stageCloseStdout {
+	switch closeAfter {
+	case stageCloseStdout:
+		return
+	case stageStuckStdout:
+		<-p.done
 		return
 	}
 	br := bufio.NewReader(r)
@@ -1468,5 +1473,27 @@ cat > "$DIR/out"`)
 	}
 	if stderr := stageFile(dir, "stage.err"); strings.Count(stderr, `"key":"mail"`) != 1 || !strings.Contains(stderr, "streamd_pipe_unsubscribed_lines_total") {
 		t.Errorf("the dropped lines of key mail are not said once:\n%s", stderr)
+	}
+}
+
+// TestPipeStuckStdout: a stage whose copy waits on a stdout that the next
+// stage does not read stops all the same after SIGTERM, within twice its
+// shutdown_timeout and a second, with exit status 1, saying why.
+func TestPipeStuckStdout(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := writeStageConfig(t, dir, "pipe.toml", `shutdown_timeout = "1s"`,
+		stageSub("jobs", "jobs", "out_retry = \"jobs.retry\"\nmax_attempts = 5", `cat > /dev/null; echo x >> "$DIR/log"; echo outcome=retry`))
+	p := startStage(t, dir, stageStuckStdout, streamdBinary(t), "pipe", "--config.file="+cfg, "--log.format=json")
+	p.write(t, "[jobs] "+strings.Repeat("x", 100<<10)) // its copy does not fit in the pipe
+	eventually(t, 10*time.Second, "the handler", func() bool { return fileExists(dir, "log") })
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	sent := time.Now()
+	code := p.wait(t, 10*time.Second)
+	if d := time.Since(sent); code != exitError || d > 4*time.Second {
+		t.Errorf("exit status %d %s after SIGTERM; want 1 within 3s (2 × shutdown_timeout + 1s)", code, d.Round(time.Millisecond))
+	}
+	if l := logsWithMsg(p.stderr.String(), "streamd pipe did not stop in time: a copy's write to stdout waits, which the next stage does not read; exiting, and the copies not written are lost"); len(l) != 1 || l[0].str("level") != "ERROR" {
+		t.Errorf("want one ERROR saying why; stderr:\n%s", p.stderr.String())
 	}
 }

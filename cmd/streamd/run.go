@@ -2,12 +2,15 @@ package main
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/alecthomas/kingpin/v2"
 	"github.com/streamd/streamd/conf"
@@ -146,7 +149,37 @@ func pipeCommand(app *kingpin.Application) action {
 		}
 		defer keepHeapFloor()()
 		st.opts.Stdout = s.err // the stdout handler must not mix with the copies
+		done := make(chan struct{})
+		defer close(done)
+		go watchStop(ctx, done, time.Duration(st.cfg.ShutdownTimeout), st.opts.Logger)
 		return st.exit(daemon.RunPipe(ctx, st.cfg, daemon.PipeOptions{Options: st.opts, In: s.in, Out: s.out}))
+	}
+}
+
+// stuckGrace is how much longer than its two shutdown_timeout waits (the
+// handler in flight, then the delayed copies) a stage may take to stop.
+const stuckGrace = time.Second
+
+// watchStop logs the stop a signal asks of a stage (ctx), and ends the
+// process when the stage has not returned (done) within twice its
+// shutdown timeout and stuckGrace: a copy's write to a stdout that the
+// next stage does not read cannot be interrupted, and a stop stays
+// bounded.
+func watchStop(ctx context.Context, done <-chan struct{}, shutdownTimeout time.Duration, logger *slog.Logger) {
+	select {
+	case <-done:
+		return
+	case <-ctx.Done():
+	}
+	logger.Info("stopping", "shutdown_timeout", shutdownTimeout)
+	bound := 2*shutdownTimeout + stuckGrace
+	t := time.NewTimer(bound)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		logger.Error("streamd pipe did not stop in time: a copy's write to stdout waits, which the next stage does not read; exiting, and the copies not written are lost", "waited", bound)
+		os.Exit(exitError)
 	}
 }
 
