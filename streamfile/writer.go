@@ -149,6 +149,10 @@ func OpenWriter(path string, opts CreateOptions) (*Writer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("streamfile: open for writing: %w", err)
 	}
+	if fi, err := f.Stat(); err == nil && !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("streamfile: %s is not a regular file (%s): a stream file is one", path, fi.Mode().Type())
+	}
 	w := &Writer{f: f, path: path, refuseReplaced: opts.RefuseReplaced, end: -1, log: opts.Log}
 	if w.log == nil {
 		w.log = slog.New(slog.DiscardHandler)

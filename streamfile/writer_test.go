@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/streamd/streamd/internal/testutil"
@@ -833,5 +834,23 @@ func TestAppendRefusesDamagedSize(t *testing.T) {
 	}
 	if refused < 20 {
 		t.Fatalf("only %d frames checked", refused)
+	}
+}
+
+// TestOpenWriterNotRegular: a path that names a named pipe or a device is
+// refused, with what it is, before anything is written to it.
+func TestOpenWriterNotRegular(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "fifo.ss")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{fifo, os.DevNull} {
+		w, err := OpenWriter(path, CreateOptions{Create: true, Header: Header{FileName: "s.ss", BeaconInterval: 1024}})
+		if err == nil {
+			w.Close()
+		}
+		if err == nil || !strings.Contains(err.Error(), path+" is not a regular file") {
+			t.Errorf("OpenWriter(%s): %v, want it refused as not a regular file", path, err)
+		}
 	}
 }
