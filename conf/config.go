@@ -420,7 +420,11 @@ type syntaxError struct {
 
 func (e *syntaxError) Error() string {
 	p := e.err.Position
-	return fmt.Sprintf("%s:%d:%d: %s", e.file, p.Line, p.Col, oneLine.Replace(e.err.Message))
+	msg := oneLine.Replace(e.err.Message)
+	if strings.Contains(msg, "cannot have leading zeroes") {
+		msg += `: a file mode is a string, as in file_mode = "0660"`
+	}
+	return fmt.Sprintf("%s:%d:%d: %s", e.file, p.Line, p.Col, msg)
 }
 
 // lineCol returns the line and column, from 1, of the byte at offset in
