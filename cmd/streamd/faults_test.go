@@ -28,6 +28,23 @@ func mountTmpfs(t *testing.T, dir, size string) {
 	t.Cleanup(func() { exec.Command("umount", "-l", dir).Run() })
 }
 
+// fillDisk fills the filesystem of dir with a file, and returns the
+// function that removes it, giving the room back.
+func fillDisk(t *testing.T, dir string) (free func()) {
+	t.Helper()
+	path := filepath.Join(dir, "filler")
+	filler, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer filler.Close()
+	for {
+		if _, err := filler.Write(make([]byte, 1024)); err != nil {
+			return func() { os.Remove(path) } // the disk is full
+		}
+	}
+}
+
 // TestFaultFullStreamDisk fills the filesystem of the stream file while the
 // daemon appends retry copies: no position moves past a record whose copy
 // was not written, the error is logged clearly, and once space returns
@@ -121,16 +138,7 @@ func TestFaultFullStreamDiskDelayedCopy(t *testing.T) {
 	e.publish(strings.Repeat("x", 8000)) // its copy needs pages of its own
 	p := e.start()
 	eventually(t, 10*time.Second, "the handler to have the record", func() bool { return len(e.deliveries()) == 1 })
-	filler, err := os.Create(filepath.Join(streams, "filler"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := filler.Write(make([]byte, 1024)); err != nil {
-			break // the disk is full
-		}
-	}
-	filler.Close()
+	free := fillDisk(t, streams)
 	if err := os.WriteFile(e.log+".go", nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +150,7 @@ func TestFaultFullStreamDiskDelayedCopy(t *testing.T) {
 	if n := scrapeMetric(t, addr, "streamd_copy_errors_total", "billing"); n < 1 {
 		t.Errorf("streamd_copy_errors_total %v, want the failed copy counted", n)
 	}
-	os.Remove(filepath.Join(streams, "filler"))
+	free()
 	eventually(t, 20*time.Second, "the copy to be written and /healthz to turn 200", func() bool {
 		code, _ := healthz(addr)
 		return code == http.StatusOK && countCopies(t, e.stream) == 1
@@ -174,23 +182,14 @@ func TestFaultFullStateDiskAtStart(t *testing.T) {
 	if code := p.stop(t); code != 0 {
 		t.Fatalf("exit code %d", code)
 	}
-	filler, err := os.Create(filepath.Join(state, "filler"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := filler.Write(make([]byte, 1024)); err != nil {
-			break // the disk is full
-		}
-	}
-	filler.Close()
+	free := fillDisk(t, state)
 	e.publish("second")
 	p = e.start()
 	eventually(t, 10*time.Second, "the record published while it was stopped", func() bool { return len(e.deliveries()) == 2 })
 	if r := runBinary(t, nil, "reload", "--config.file="+e.config); r.code != exitError || !strings.Contains(r.stderr, "names no process") {
 		t.Errorf("reload while the PID is not written: exit %d, stderr %q", r.code, r.stderr)
 	}
-	os.Remove(filepath.Join(state, "filler"))
+	free()
 	eventually(t, 10*time.Second, "the position to be committed after space returned", func() bool {
 		s, err := offsets.Load(state)
 		return err == nil && s["billing"].LastSeq == 2
@@ -246,16 +245,7 @@ func TestFaultFullStateDisk(t *testing.T) {
 		s, err := offsets.Load(state)
 		return err == nil && s["billing"].LastSeq == 1
 	})
-	filler, err := os.Create(filepath.Join(state, "filler"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := filler.Write(make([]byte, 1024)); err != nil {
-			break // the disk is full
-		}
-	}
-	filler.Close()
+	free := fillDisk(t, state)
 	big := strings.Repeat("y", 4000)
 	e.publish("a"+big, "b"+big, "c"+big)
 	eventually(t, 20*time.Second, "the full disk to be reported", func() bool {
@@ -273,7 +263,7 @@ func TestFaultFullStateDisk(t *testing.T) {
 	if r := runBinary(t, nil, "reload", "--config.file="+e.config, "--timeout=10s"); r.code != exitOK || !strings.Contains(r.stdout, "runs the new configuration") {
 		t.Errorf("reload with the state disk full: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
-	os.Remove(filepath.Join(state, "filler"))
+	free()
 	eventually(t, 20*time.Second, "the positions to be committed after space returned", func() bool {
 		s, err := offsets.Load(state)
 		return err == nil && s["billing"].LastSeq == 4
