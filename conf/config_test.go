@@ -114,7 +114,10 @@ F:19: subscription[1].start_at: start position "seq:x": the sequence number must
 		{"syntax", ModeRun, `F:6:13: expected value but found "jobs" instead`},
 		{"tilde", ModeRun, `F:1: state_dir: "~/streamd": ~ is not expanded; write the whole path
 F:5: stream[0].path: "~/orders.ss": ~ is not expanded; write the whole path`},
-		{"unknown-key", ModeRun, `F:11: subscription[0].nmae: unknown key; did you mean "name"?`},
+		{"unknown-key", ModeRun, `F:2: listen: unknown key; it is a key of the [metrics] table
+F:12: subscription[0].nmae: unknown key; did you mean "name"?
+F:13: subscription[0].timeout: unknown key; it is a key of the [subscription.handler] table
+F:17: subscription[0].handler.bearer_token: unknown key; did you mean "bearer_token_file"?`},
 		{"unknown-table", ModeRun, `F:14: storage: unknown table
 F:18: sink: unknown table`},
 		{"wrong-type", ModeRun, `F:18: subscription[1].concurrency: must be an integer, not the string "4"`},

@@ -27,6 +27,18 @@ func (p keyPath) i(n int) keyPath {
 	return append(p[:len(p):len(p)], pathElem{index: n, isIndex: true})
 }
 
+// table returns the name of the table at p as its header writes it,
+// without the indexes of arrays of tables: subscription.handler.
+func (p keyPath) table() string {
+	var keys []string
+	for _, e := range p {
+		if !e.isIndex {
+			keys = append(keys, toml.Key{e.key}.String())
+		}
+	}
+	return strings.Join(keys, ".")
+}
+
 func (p keyPath) String() string {
 	var b strings.Builder
 	for _, e := range p {

@@ -89,7 +89,7 @@ func (l *loader) checkTypes(v any, t reflect.Type, p keyPath) {
 				case map[string]any, []map[string]any:
 					what = "table"
 				}
-				l.errorf(p.k(k), "unknown %s%s", what, suggest(t, k))
+				l.errorf(p.k(k), "unknown %s%s", what, suggest(t, p, k))
 			}
 		}
 	default:
@@ -106,8 +106,9 @@ func fieldByTag(t reflect.Type, key string) (reflect.StructField, bool) {
 	return reflect.StructField{}, false
 }
 
-// suggest names the key of t that an unknown key was probably meant to be.
-func suggest(t reflect.Type, key string) string {
+// suggest names the key of t, the table at p, that an unknown key was
+// probably meant to be, or the table below it that has the key.
+func suggest(t reflect.Type, p keyPath, key string) string {
 	for i := range t.NumField() {
 		tag := t.Field(i).Tag.Get("toml")
 		if strings.EqualFold(tag, key) {
@@ -117,8 +118,18 @@ func suggest(t reflect.Type, key string) string {
 	for i := range t.NumField() {
 		tag := t.Field(i).Tag.Get("toml")
 		limit := max(1, len(key)/4)
-		if abs(len(tag)-len(key)) <= limit && editDistance(tag, key) <= limit {
+		if abs(len(tag)-len(key)) <= limit && editDistance(tag, key) <= limit || strings.HasPrefix(tag, key+"_") {
 			return fmt.Sprintf("; did you mean %q?", tag)
+		}
+	}
+	// A key of a table one level down, written a level too high: a
+	// handler's timeout in [[subscription]], say.
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if f.Type.Kind() == reflect.Struct {
+			if _, ok := fieldByTag(f.Type, key); ok {
+				return fmt.Sprintf("; it is a key of the [%s] table", p.k(f.Tag.Get("toml")).table())
+			}
 		}
 	}
 	return ""
