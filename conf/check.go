@@ -525,11 +525,11 @@ const (
 	minBackoff  = time.Millisecond      // a backoff step
 )
 
-// atLeast checks that a duration the file sets is min or more; why says
+// atLeast checks that a duration the file sets is least or more; why says
 // what happens each time it passes.
-func (l *loader) atLeast(p keyPath, d Duration, min time.Duration, why string) {
-	if l.has(p) && time.Duration(d) < min {
-		l.errorf(p, "must be at least %s, not %s: %s", min, time.Duration(d), why)
+func (l *loader) atLeast(p keyPath, d Duration, least time.Duration, why string) {
+	if l.has(p) && time.Duration(d) < least {
+		l.errorf(p, "must be at least %s, not %s: %s", least, time.Duration(d), why)
 	}
 }
 

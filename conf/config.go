@@ -422,7 +422,7 @@ func (e *syntaxError) Error() string {
 	p := e.err.Position
 	msg := oneLine.Replace(e.err.Message)
 	if strings.Contains(msg, "cannot have leading zeroes") {
-		msg += `: a file mode is a string, as in file_mode = "0660"`
+		msg += `: if it is a file mode, write it as a string, as in file_mode = "0660"`
 	}
 	return fmt.Sprintf("%s:%d:%d: %s", e.file, p.Line, p.Col, msg)
 }

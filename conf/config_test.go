@@ -194,7 +194,7 @@ func TestSyntaxErrorPosition(t *testing.T) {
 		{"a = [1,\n\nbar = 1\n", "f.toml:3:1: expected value but found \"bar\" instead"},
 		{"a = 1\nshutdown_timeout = \"5s\n", "f.toml:2:23: strings cannot contain newlines"},
 		{"a = 1\nb = 1 2\n", "f.toml:2:6: expected a top-level item to end with a newline, comment, or EOF, but got '2' instead"},
-		{"[[stream]]\nfile_mode = 0660\n", `f.toml:2:13: Invalid integer "0660": cannot have leading zeroes: a file mode is a string, as in file_mode = "0660"`},
+		{"[[stream]]\nfile_mode = 0660\n", `f.toml:2:13: Invalid integer "0660": cannot have leading zeroes: if it is a file mode, write it as a string, as in file_mode = "0660"`},
 	} {
 		_, err := parse("f.toml", "/etc/streamd", tc.src, ModeRun)
 		if err == nil || err.Error() != tc.want {

@@ -172,12 +172,13 @@ func checkStateDir(dir string, a Account) error {
 // checkState checks the sidecar and the retry spool in the state
 // directory dir as run reads them at its start, without taking the
 // directory's lock: run refuses a corrupt one, and a missing sidecar next
-// to a spool.
+// to a spool. What the user running the check may not read is left out:
+// checkStateDir judges the access of the daemon's user.
 func checkState(dir string) error {
-	if _, err := offsets.LoadMarked(dir, retrytimer.SpoolName); err != nil {
+	if _, err := offsets.LoadMarked(dir, retrytimer.SpoolName); err != nil && !errors.Is(err, fs.ErrPermission) {
 		return err
 	}
-	if err := retrytimer.Check(dir); err != nil {
+	if err := retrytimer.Check(dir); err != nil && !errors.Is(err, fs.ErrPermission) {
 		return fmt.Errorf("retrytimer: %w", err)
 	}
 	return nil

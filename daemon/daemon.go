@@ -764,8 +764,10 @@ func (d *Daemon) fire(_ context.Context, c retrytimer.Copy) error {
 	d.mu.Lock()
 	st := d.streams[c.Stream]
 	d.mu.Unlock()
-	err := d.notOpen(c.Stream)
-	if st != nil {
+	var err error
+	if st == nil {
+		err = d.notOpen(c.Stream)
+	} else {
 		err = st.append(c.Key, c.Record)
 	}
 	d.observeFire(c, err)

@@ -347,8 +347,9 @@ func (h *holdLog) release(gauge prometheus.Gauge) bool {
 	return true
 }
 
-// close ends the spell, logged as a recovery with logger unless it is nil.
-// Under h.mu.
+// close ends the spell, logged as a recovery with logger unless it is nil
+// or the spell's start was left out of the log (a flapping handler's),
+// which is then counted for the next start logged. Under h.mu.
 func (h *holdLog) close(logger *slog.Logger) {
 	switch {
 	case h.failures > 0 && !h.logged:

@@ -151,9 +151,13 @@ func signalReload(dir string, pid int, timeout time.Duration) (ReloadResult, err
 	deadline := time.After(timeout)
 	tick := time.NewTicker(reloadPoll)
 	defer tick.Stop()
+	var unreadable error // the last answer that did not parse
 	for {
 		r, err := ReadReloadResult(dir)
 		_, halfWritten := errors.AsType[*json.SyntaxError](err) // written in place (overwrite): read again
+		if halfWritten {
+			unreadable = err
+		}
 		switch {
 		case err == nil && r.PID == pid && !r.Started.Before(sent):
 			return r, nil
@@ -165,6 +169,9 @@ func signalReload(dir string, pid int, timeout time.Duration) (ReloadResult, err
 		select {
 		case <-tick.C:
 		case <-deadline:
+			if unreadable != nil {
+				return r, fmt.Errorf("streamd (pid %d) did not answer the reload within %s, the last answer read did not parse (%w); see its log", pid, timeout, unreadable)
+			}
 			return r, fmt.Errorf("streamd (pid %d) did not answer the reload within %s; see its log", pid, timeout)
 		}
 	}

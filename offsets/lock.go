@@ -77,7 +77,7 @@ func checkOwner(dir string) error {
 type lockFile struct {
 	f *os.File
 	// noPID: the PID could not be written for want of space; the Store
-	// writes it after its next commit, which needs space too.
+	// tries again at each commit (each commit_interval).
 	noPID bool
 }
 
@@ -183,7 +183,7 @@ func LockHolder(dir string) (int, error) {
 	defer f.Close()
 	pid := readPID(f)
 	if pid == 0 {
-		return 0, fmt.Errorf("no streamd runs on state directory %s: its lock file names no process (a streamd that started on a full disk writes its PID there once it commits positions)", dir)
+		return 0, fmt.Errorf("no streamd runs on state directory %s: its lock file names no process (a streamd that started on a full disk writes its PID there at its first commit with room on the disk)", dir)
 	}
 	lock, err := f.Stat()
 	if err != nil {

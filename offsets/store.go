@@ -307,6 +307,7 @@ func (s *Store) commit() (time.Duration, bool, error) {
 	if s.lock == nil {
 		return 0, false, errors.New("offsets: commit: store is closed")
 	}
+	s.lock.writeMissingPID() // at every commit, also one with nothing to write
 
 	s.mu.Lock()
 	if s.gen == s.saved {
@@ -357,7 +358,6 @@ func (s *Store) write(snapshot map[string]Position) error {
 	if err := writeAtomically(s.path, data); err != nil {
 		return fmt.Errorf("offsets: commit: %w", err)
 	}
-	s.lock.writeMissingPID()
 	return nil
 }
 

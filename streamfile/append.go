@@ -138,7 +138,7 @@ func (a *Appender) Publish(frames []Frame) error {
 func (a *Appender) follow() error {
 	w, err := a.open()
 	if err != nil {
-		return fmt.Errorf("streamfile: %s was replaced, and the new file cannot be opened for appending: %w", a.path, err)
+		return fmt.Errorf("streamfile: %s was replaced or deleted, and the file at the path cannot be opened for appending: %w", a.path, err)
 	}
 	if err := a.w.Sync(); err != nil {
 		return errors.Join(fmt.Errorf("streamfile: %s was replaced, and the old file cannot be synced: %w", a.path, err), w.Close())

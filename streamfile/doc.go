@@ -107,7 +107,8 @@
 //     its exclusive lock and before writing a batch, that the path still
 //     names its open file; when it does not, the batch writes nothing and
 //     returns [ErrReplaced] (a path that is gone is no replacement: the
-//     writer goes on with the open file, which its readers still hold);
+//     writer goes on with the open file, which its readers still hold,
+//     unless the file was deleted, which is [ErrRemoved]);
 //   - an [Appender] then opens the file now at the path, syncs and closes
 //     the old one, and writes the batch to the new file, continuing its
 //     sequence numbers. streamd publish and the daemon's retry copies

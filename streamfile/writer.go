@@ -142,16 +142,17 @@ func OpenWriter(path string, opts CreateOptions) (*Writer, error) {
 		}
 		flags |= os.O_CREATE
 	}
+	// A named pipe or a device is refused before it is opened, which may
+	// block or have effects of its own; a directory fails to open.
+	if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() && !fi.IsDir() {
+		return nil, fmt.Errorf("streamfile: %s is not a regular file (%s): a stream file is one", path, fi.Mode().Type())
+	}
 	f, err := openFile(path, flags, opts.Mode)
 	if opts.Create && errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("streamfile: directory %s does not exist: a writer creates the file, not its directory; create it (%w)", filepath.Dir(path), err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("streamfile: open for writing: %w", err)
-	}
-	if fi, err := f.Stat(); err == nil && !fi.Mode().IsRegular() {
-		f.Close()
-		return nil, fmt.Errorf("streamfile: %s is not a regular file (%s): a stream file is one", path, fi.Mode().Type())
 	}
 	w := &Writer{f: f, path: path, refuseReplaced: opts.RefuseReplaced, end: -1, log: opts.Log}
 	if w.log == nil {

@@ -928,7 +928,10 @@ func invalidWant(v invalidVector) string {
 	if !utf8.ValidString(v.Input) {
 		return "not valid UTF-8"
 	}
-	return strings.TrimSuffix((&pipe.LineError{Part: v.Part}).Error(), ": ") // the part quoted, cut if long
+	if len(v.Part) > 64 { // the vectors' long parts are ASCII
+		return fmt.Sprintf("invalid header part %q... (%d bytes)", v.Part[:64], len(v.Part))
+	}
+	return fmt.Sprintf("invalid header part %q", v.Part)
 }
 
 // TestPipeInvalidLines: every line of invalid.txt and invalid-utf8.txt, each
@@ -1478,7 +1481,7 @@ cat > "$DIR/out"`)
 
 // TestPipeStuckStdout: a stage whose copy waits on a stdout that the next
 // stage does not read stops all the same after SIGTERM, within twice its
-// shutdown_timeout and a second, with exit status 1, saying why.
+// shutdown_timeout and stuckGrace, with exit status 1, saying why.
 func TestPipeStuckStdout(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -1489,11 +1492,11 @@ func TestPipeStuckStdout(t *testing.T) {
 	eventually(t, 10*time.Second, "the handler", func() bool { return fileExists(dir, "log") })
 	p.cmd.Process.Signal(syscall.SIGTERM)
 	sent := time.Now()
-	code := p.wait(t, 10*time.Second)
-	if d := time.Since(sent); code != exitError || d > 4*time.Second {
-		t.Errorf("exit status %d %s after SIGTERM; want 1 within 3s (2 × shutdown_timeout + 1s)", code, d.Round(time.Millisecond))
+	code := p.wait(t, 20*time.Second)
+	if d, bound := time.Since(sent), 2*time.Second+stuckGrace; code != exitError || d < bound || d > bound+5*time.Second {
+		t.Errorf("exit status %d %s after SIGTERM; want 1 after %s (2 × shutdown_timeout + stuckGrace)", code, d.Round(time.Millisecond), bound)
 	}
-	if l := logsWithMsg(p.stderr.String(), "streamd pipe did not stop in time: a copy's write to stdout waits, which the next stage does not read; exiting, and the copies not written are lost"); len(l) != 1 || l[0].str("level") != "ERROR" {
+	if l := logsWithMsg(p.stderr.String(), "streamd pipe did not stop in time, most likely because a copy's write to stdout waits, which the next stage does not read; exiting, and the copies not written are lost"); len(l) != 1 || l[0].str("level") != "ERROR" {
 		t.Errorf("want one ERROR saying why; stderr:\n%s", p.stderr.String())
 	}
 }

@@ -290,10 +290,11 @@ func TestRunCopyToDeletedFile(t *testing.T) {
 	for _, create := range []bool{true, false} {
 		t.Run(fmt.Sprintf("create=%t", create), func(t *testing.T) {
 			t.Parallel()
-			// The handler logs that it has the record, waits for the
-			// test to delete the file, and gives up on it.
+			// The handler logs that it has the victim, waits for the
+			// test to delete the file, and gives up on it; it acks the
+			// others.
 			e := newEnv(t, execSubTable("billing", "orders", "max_attempts = 1\ndead_letter = \"orders.dead\"\nbackoff = [\"100ms\"]",
-				`IFS= read -r p; echo "$p" >> LOG; while [ ! -e LOG.go ]; do sleep 0.02; done; echo outcome=retry`))
+				`IFS= read -r p; [ "$p" = victim ] || exit 0; echo "$p" >> LOG; while [ ! -e LOG.go ]; do sleep 0.02; done; echo outcome=retry`))
 			if !create {
 				e.editConfig(`beacon_interval = 1024`, "beacon_interval = 1024\ncreate = false")
 			}

@@ -141,8 +141,13 @@ func pipeCommand(app *kingpin.Application) action {
 	st := stageFlags(app.Command("pipe", "Run as one stage of a shell pipeline: producer | streamd pipe | consumer."), conf.ModePipe, "streamd pipe")
 	return func(s stdio) int {
 		// A closed terminal (SIGHUP) stops a stage as SIGTERM does, rather
-		// than killing it with its records in flight and copies delayed.
-		ctx, stop := stopContext(syscall.SIGHUP)
+		// than killing it with its records in flight and copies delayed;
+		// unless it was told to ignore it (nohup).
+		var more []os.Signal
+		if !signal.Ignored(syscall.SIGHUP) {
+			more = append(more, syscall.SIGHUP)
+		}
+		ctx, stop := stopContext(more...)
 		defer stop()
 		if code := st.load(s); code != exitOK {
 			return code
@@ -157,8 +162,10 @@ func pipeCommand(app *kingpin.Application) action {
 }
 
 // stuckGrace is how much longer than its two shutdown_timeout waits (the
-// handler in flight, then the delayed copies) a stage may take to stop.
-const stuckGrace = time.Second
+// handler in flight, then the delayed copies) a stage may take to stop:
+// the exec handler's own wait for its output after it is killed, the
+// copies of the records not answered.
+const stuckGrace = 5 * time.Second
 
 // watchStop logs the stop a signal asks of a stage (ctx), and ends the
 // process when the stage has not returned (done) within twice its
@@ -178,7 +185,7 @@ func watchStop(ctx context.Context, done <-chan struct{}, shutdownTimeout time.D
 	select {
 	case <-done:
 	case <-t.C:
-		logger.Error("streamd pipe did not stop in time: a copy's write to stdout waits, which the next stage does not read; exiting, and the copies not written are lost", "waited", bound)
+		logger.Error("streamd pipe did not stop in time, most likely because a copy's write to stdout waits, which the next stage does not read; exiting, and the copies not written are lost", "waited", bound)
 		os.Exit(exitError)
 	}
 }
