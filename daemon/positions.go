@@ -196,7 +196,9 @@ func lagAt(path string, off, size int64) int64 {
 	if err != nil {
 		return lag
 	}
-	if rec, err := streamfile.NewDecoder(f, h, off).Next(); err == nil && rec.IsEOS() && rec.End == size {
+	d := streamfile.NewDecoder(f, h, off)
+	d.ReadSize = int(lag) // not the default 256 KiB
+	if rec, err := d.Next(); err == nil && rec.IsEOS() && rec.End == size {
 		return 0
 	}
 	return lag

@@ -353,10 +353,13 @@ func (s *subscription) deliver(ctx, hctx context.Context, d *handler.Delivery, t
 // the record's outcome is final, and false when hctx ends first: the
 // record stays unsettled.
 func (s *subscription) finish(hctx context.Context, d *handler.Delivery, o handler.Outcome) bool {
-	settle := s.settler.settle // the outcome is counted once
 	for attempt := uint64(1); ; attempt++ {
-		err := settle(hctx, d, o)
-		settle = s.settler.settleAgain
+		var err error
+		if attempt == 1 {
+			err = s.settler.settle(hctx, d, o)
+		} else {
+			err = s.settler.settleAgain(hctx, d, o) // the outcome was counted
+		}
 		if err == nil {
 			if attempt > 1 {
 				s.copyLog.Passed(s.logger, "publishing copies works again", "seq", d.Seq)
