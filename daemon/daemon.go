@@ -45,9 +45,6 @@ type Daemon struct {
 	store   *offsets.Store
 	queue   *retrytimer.Queue
 	streams map[string]*stream // the streams whose file is open
-	// fireFailing holds the streams whose last due copy could not be
-	// written (observeFire).
-	fireFailing map[string]bool
 	// unsynced is the failure to sync a stream a reload removed: its
 	// copies may be lost, so syncStreams fails for good, and no commit
 	// passes the records they came from (Invariant 2).
@@ -123,17 +120,16 @@ type reloadRequest struct {
 // starts nothing: Run does.
 func New(cfg *conf.Config, opts Options) *Daemon {
 	d := &Daemon{
-		setup:       newSetup(opts),
-		notify:      systemd.NewNotifier(),
-		reloads:     make(chan reloadRequest),
-		ended:       make(chan *runningSub),
-		stopping:    make(chan struct{}),
-		broken:      make(chan error, 1),
-		cfg:         cfg,
-		streams:     map[string]*stream{},
-		fireFailing: map[string]bool{},
-		subs:        map[string]*runningSub{},
-		waiting:     map[string]*waitingSub{},
+		setup:    newSetup(opts),
+		notify:   systemd.NewNotifier(),
+		reloads:  make(chan reloadRequest),
+		ended:    make(chan *runningSub),
+		stopping: make(chan struct{}),
+		broken:   make(chan error, 1),
+		cfg:      cfg,
+		streams:  map[string]*stream{},
+		subs:     map[string]*runningSub{},
+		waiting:  map[string]*waitingSub{},
 	}
 	return d
 }
@@ -784,14 +780,6 @@ func (d *Daemon) fire(_ context.Context, c retrytimer.Copy) error {
 // written again, which is logged.
 func (d *Daemon) observeFire(c retrytimer.Copy, err error) {
 	what := fmt.Sprintf("delayed copies of stream %q", c.Stream)
-	d.mu.Lock()
-	was := d.fireFailing[c.Stream]
-	if err != nil {
-		d.fireFailing[c.Stream] = true
-	} else {
-		delete(d.fireFailing, c.Stream)
-	}
-	d.mu.Unlock()
 	if err != nil {
 		if sm := d.metrics.Lookup(c.Subscription); sm != nil {
 			sm.CopyErrors.Inc()
@@ -799,8 +787,7 @@ func (d *Daemon) observeFire(c retrytimer.Copy, err error) {
 		d.metrics.Health().SetProblem(what, "a due one cannot be written and stays in the spool, tried again: "+err.Error())
 		return
 	}
-	if was {
-		d.metrics.Health().SetProblem(what, "")
+	if d.metrics.Health().SetProblem(what, "") {
 		d.logger.Info("writing delayed copies works again", "stream", c.Stream)
 	}
 }

@@ -256,13 +256,10 @@ func (e *errCopy) Error() string {
 
 func (e *errCopy) Unwrap() error { return e.err }
 
-// settle counts outcome o of delivery d and carries it out. A nil error
-// means the outcome is final: the record's position may be committed. An
-// error (*errCopy) means a copy could not be written; nothing was
-// settled, and settleAgain tries again.
+// settle counts outcome o of delivery d and carries it out.
 func (s *settler) settle(ctx context.Context, d *handler.Delivery, o handler.Outcome) error {
 	s.count(o)
-	return s.settleAgain(ctx, d, o)
+	return s.carryOut(ctx, d, o)
 }
 
 // count counts outcome o, once per answer of the handler.
@@ -283,9 +280,12 @@ func (s *settler) count(o handler.Outcome) {
 	}
 }
 
-// settleAgain carries out outcome o of delivery d, which settle counted,
-// as settle does: again after a copy could not be written.
-func (s *settler) settleAgain(ctx context.Context, d *handler.Delivery, o handler.Outcome) error {
+// carryOut carries out outcome o of delivery d. A nil error means the
+// outcome is final: the record's position may be committed. An error
+// (*errCopy) means a copy could not be written; nothing was settled, and
+// carrying it out again tries again (the outcome is counted once, by
+// count).
+func (s *settler) carryOut(ctx context.Context, d *handler.Delivery, o handler.Outcome) error {
 	m := s.metrics
 	switch o.Kind {
 	case handler.OutcomeAck:

@@ -353,13 +353,9 @@ func (s *subscription) deliver(ctx, hctx context.Context, d *handler.Delivery, t
 // the record's outcome is final, and false when hctx ends first: the
 // record stays unsettled.
 func (s *subscription) finish(hctx context.Context, d *handler.Delivery, o handler.Outcome) bool {
+	s.settler.count(o)
 	for attempt := uint64(1); ; attempt++ {
-		var err error
-		if attempt == 1 {
-			err = s.settler.settle(hctx, d, o)
-		} else {
-			err = s.settler.settleAgain(hctx, d, o) // the outcome was counted
-		}
+		err := s.settler.carryOut(hctx, d, o)
 		if err == nil {
 			if attempt > 1 {
 				s.copyLog.Passed(s.logger, "publishing copies works again", "seq", d.Seq)

@@ -49,18 +49,21 @@ func (h *Health) set(st *healthState, ok bool, reason string) {
 }
 
 // SetProblem records a problem of the whole daemon, such as commits of
-// the positions that fail, under what; an empty reason clears it.
-func (h *Health) SetProblem(what, reason string) {
+// the positions that fail, under what; an empty reason clears it. It
+// reports whether a problem was recorded under what before.
+func (h *Health) SetProblem(what, reason string) (had bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	_, had = h.problems[what]
 	if reason == "" {
 		delete(h.problems, what)
-		return
+		return had
 	}
 	if h.problems == nil {
 		h.problems = make(map[string]string)
 	}
 	h.problems[what] = reason
+	return had
 }
 
 // Err returns nil when every subscription is healthy and the daemon has

@@ -583,13 +583,17 @@ func TestHealthProblems(t *testing.T) {
 	if err := h.Err(); err != nil {
 		t.Fatalf("healthy: %v", err)
 	}
-	h.SetProblem("positions", "committing them to the sidecar fails: disk full")
+	if h.SetProblem("positions", "committing them to the sidecar fails: disk full") {
+		t.Error("SetProblem reports a problem before the first")
+	}
 	sub.SetHealthy(false, "its copies cannot be written")
 	want := "positions: committing them to the sidecar fails: disk full\n" + `subscription "billing": its copies cannot be written`
 	if err := h.Err(); err == nil || err.Error() != want {
 		t.Errorf("Err() = %v, want %q", err, want)
 	}
-	h.SetProblem("positions", "")
+	if !h.SetProblem("positions", "") || h.SetProblem("positions", "") {
+		t.Error("clearing the problem does not report it once")
+	}
 	sub.SetHealthy(true, "")
 	if err := h.Err(); err != nil {
 		t.Errorf("after both passed: %v", err)

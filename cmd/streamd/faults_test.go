@@ -28,6 +28,16 @@ func mountTmpfs(t *testing.T, dir, size string) {
 	t.Cleanup(func() { exec.Command("umount", "-l", dir).Run() })
 }
 
+// smallStateDisk mounts a 128 KiB filesystem as e's state directory, and
+// returns its path.
+func smallStateDisk(t *testing.T, e *env) string {
+	t.Helper()
+	state := filepath.Join(e.dir, "state")
+	os.Mkdir(state, 0o755)
+	mountTmpfs(t, state, "128k")
+	return state
+}
+
 // fillDisk fills the filesystem of dir with a file, and returns the
 // function that removes it, giving the room back.
 func fillDisk(t *testing.T, dir string) (free func()) {
@@ -170,15 +180,10 @@ func TestFaultFullStreamDiskDelayedCopy(t *testing.T) {
 func TestFaultFullStateDiskAtStart(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, execSub("billing", "", ""))
-	state := filepath.Join(e.dir, "state")
-	os.Mkdir(state, 0o755)
-	mountTmpfs(t, state, "128k")
+	state := smallStateDisk(t, e)
 	e.publish("first")
 	p := e.start()
-	eventually(t, 10*time.Second, "the first record to be committed", func() bool {
-		s, err := offsets.Load(state)
-		return err == nil && s["billing"].LastSeq == 1
-	})
+	eventually(t, 10*time.Second, "the first record to be committed", committedThrough(state, "billing", 1))
 	if code := p.stop(t); code != 0 {
 		t.Fatalf("exit code %d", code)
 	}
@@ -190,10 +195,7 @@ func TestFaultFullStateDiskAtStart(t *testing.T) {
 		t.Errorf("reload while the PID is not written: exit %d, stderr %q", r.code, r.stderr)
 	}
 	free()
-	eventually(t, 10*time.Second, "the position to be committed after space returned", func() bool {
-		s, err := offsets.Load(state)
-		return err == nil && s["billing"].LastSeq == 2
-	})
+	eventually(t, 10*time.Second, "the position to be committed after space returned", committedThrough(state, "billing", 2))
 	// The PID is written at a commit: the one above, or the next.
 	eventually(t, 10*time.Second, "streamd reload to find the daemon", func() bool {
 		return runBinary(t, nil, "reload", "--config.file="+e.config).code == exitOK
@@ -237,15 +239,10 @@ func TestFaultFullStateDisk(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, execSub("billing", `backoff = ["200ms"]`, `if [ "$STREAMD_ATTEMPT" = 1 ]; then echo retry_after=1h; fi`))
 	addr := e.withMetrics()
-	state := filepath.Join(e.dir, "state")
-	os.Mkdir(state, 0o755)
-	mountTmpfs(t, state, "128k")
+	state := smallStateDisk(t, e)
 	e.publish("first")
 	p := e.start()
-	eventually(t, 10*time.Second, "the first record to be spooled and committed", func() bool {
-		s, err := offsets.Load(state)
-		return err == nil && s["billing"].LastSeq == 1
-	})
+	eventually(t, 10*time.Second, "the first record to be spooled and committed", committedThrough(state, "billing", 1))
 	free := fillDisk(t, state)
 	big := strings.Repeat("y", 4000)
 	e.publish("a"+big, "b"+big, "c"+big)
@@ -265,10 +262,7 @@ func TestFaultFullStateDisk(t *testing.T) {
 		t.Errorf("reload with the state disk full: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
 	free()
-	eventually(t, 20*time.Second, "the positions to be committed after space returned", func() bool {
-		s, err := offsets.Load(state)
-		return err == nil && s["billing"].LastSeq == 4
-	})
+	eventually(t, 20*time.Second, "the positions to be committed after space returned", committedThrough(state, "billing", 4))
 	if n := metricValue(t, addr, `streamd_handler_records_total{outcome="retry_after",subscription="billing"}`); n != 4 {
 		t.Errorf("%v answers retry_after counted, want 4: one per answer, however often its copy was tried", n)
 	}
