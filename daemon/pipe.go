@@ -45,6 +45,8 @@ func RunPipe(ctx context.Context, cfg *conf.Config, opts PipeOptions) (err error
 	hctx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelHandlers()
 	context.AfterFunc(readCtx, func() { time.AfterFunc(time.Duration(cfg.ShutdownTimeout), cancelHandlers) })
+	stopLogged := context.AfterFunc(ctx, func() { logger.Info("stopping", "shutdown_timeout", time.Duration(cfg.ShutdownTimeout)) })
+	defer stopLogged()
 	out := pipe.NewWriter(opts.Out)
 	// A closed stdout (the next stage ended) stops reading, and the drain
 	// of the delayed copies at the end: no copy can leave any more.

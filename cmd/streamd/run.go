@@ -129,6 +129,12 @@ func runCommand(app *kingpin.Application) action {
 		defer keepHeapFloor()()
 		st.opts.Stdout = s.out
 		st.opts.ConfigFile = absPath(*st.path)
+		done := make(chan struct{})
+		defer close(done)
+		go watchStop(ctx, done, st.opts.Logger, stopWatch{
+			name: "streamd",
+			left: "the records not settled are delivered again at the next start",
+		})
 		d := daemon.New(st.cfg, st.opts)
 		return st.exit(d.Serve(ctx, hup, st.read))
 	}
@@ -156,7 +162,12 @@ func pipeCommand(app *kingpin.Application) action {
 		st.opts.Stdout = s.err // the stdout handler must not mix with the copies
 		done := make(chan struct{})
 		defer close(done)
-		go watchStop(ctx, done, time.Duration(st.cfg.ShutdownTimeout), st.opts.Logger)
+		go watchStop(ctx, done, st.opts.Logger, stopWatch{
+			name:  "streamd pipe",
+			left:  "the copies not written are lost, and so are the lines whose handler has not answered",
+			bound: 2*time.Duration(st.cfg.ShutdownTimeout) + stuckGrace,
+			more:  more,
+		})
 		return st.exit(daemon.RunPipe(ctx, st.cfg, daemon.PipeOptions{Options: st.opts, In: s.in, Out: s.out}))
 	}
 }
@@ -167,25 +178,43 @@ func pipeCommand(app *kingpin.Application) action {
 // copies of the records not answered.
 const stuckGrace = 5 * time.Second
 
-// watchStop logs the stop a signal asks of a stage (ctx), and ends the
-// process when the stage has not returned (done) within twice its
-// shutdown timeout and stuckGrace: a copy's write to a stdout that the
-// next stage does not read cannot be interrupted, and a stop stays
-// bounded.
-func watchStop(ctx context.Context, done <-chan struct{}, shutdownTimeout time.Duration, logger *slog.Logger) {
+// stopWatch is how watchStop follows the stop of a command.
+type stopWatch struct {
+	name  string        // the command, in its logs
+	left  string        // what an exit before the end of the stop leaves behind
+	bound time.Duration // how long a stop may take; 0: as long as it takes
+	more  []os.Signal   // stop signals beside SIGINT and SIGTERM
+}
+
+// watchStop follows the stop of a command that runs until a signal stops
+// it (ctx ends) and returns once the command did (done). It ends the
+// process with exit status 1 at a second stop signal, for the operator
+// who would not wait for the handlers in flight or the delayed copies,
+// and, with a bound, when the command has not stopped within it: a pipe
+// stage's write of a copy to a stdout that the next stage does not read
+// cannot be interrupted, and its stop stays bounded.
+func watchStop(ctx context.Context, done <-chan struct{}, logger *slog.Logger, w stopWatch) {
 	select {
 	case <-done:
 		return
 	case <-ctx.Done():
 	}
-	logger.Info("stopping", "shutdown_timeout", shutdownTimeout)
-	bound := 2*shutdownTimeout + stuckGrace
-	t := time.NewTimer(bound)
-	defer t.Stop()
+	again := make(chan os.Signal, 1)
+	signal.Notify(again, append([]os.Signal{syscall.SIGINT, syscall.SIGTERM}, w.more...)...)
+	defer signal.Stop(again)
+	var timeout <-chan time.Time
+	if w.bound > 0 {
+		t := time.NewTimer(w.bound)
+		defer t.Stop()
+		timeout = t.C
+	}
 	select {
 	case <-done:
-	case <-t.C:
-		logger.Error("streamd pipe did not stop in time, most likely because a copy's write to stdout waits, which the next stage does not read; exiting, and the copies not written are lost", "waited", bound)
+	case sig := <-again:
+		logger.Error(w.name+" exits at a second signal without finishing its stop: "+w.left, "signal", sig.String())
+		os.Exit(exitError)
+	case <-timeout:
+		logger.Error(w.name+" did not stop in time, most likely because a copy's write to stdout waits, which the next stage does not read; exiting: "+w.left, "waited", w.bound)
 		os.Exit(exitError)
 	}
 }

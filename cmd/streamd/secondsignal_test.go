@@ -1,0 +1,71 @@
+package main
+
+import (
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestSecondSignal: a second stop signal ends a stop that waits for a
+// handler, with exit status 1 and an ERROR that says what is left, instead
+// of the wait of shutdown_timeout.
+func TestSecondSignal(t *testing.T) {
+	t.Parallel()
+
+	// The daemon: the record whose handler was cut off is delivered again
+	// at the next start.
+	t.Run("run", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, execSub("hangs", "", "sleep 30"))
+		e.editConfig(`shutdown_timeout = "5s"`, `shutdown_timeout = "30s"`)
+		e.publish("a")
+		p := e.start()
+		eventually(t, 10*time.Second, "the delivery", func() bool { return len(e.deliveries()) == 1 })
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		eventually(t, 10*time.Second, "the stop's log", func() bool { return strings.Contains(p.stderr.String(), "msg=stopping") })
+		p.cmd.Process.Signal(syscall.SIGINT)
+		sent := time.Now()
+		select {
+		case <-p.done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no exit within 10s of the second signal; stderr:\n%s", p.stderr.String())
+		}
+		if code, d := p.cmd.ProcessState.ExitCode(), time.Since(sent); code != exitError || d > 5*time.Second {
+			t.Errorf("exit status %d %s after the second signal, want 1 at once", code, d.Round(time.Millisecond))
+		}
+		if !strings.Contains(p.stderr.String(), "level=ERROR msg=\"streamd exits at a second signal without finishing its stop: the records not settled are delivered again at the next start\" signal=interrupt") {
+			t.Errorf("want an ERROR saying why; stderr:\n%s", p.stderr.String())
+		}
+		e.writeConfig(execSub("hangs", "", "echo outcome=drop"))
+		p = e.start()
+		eventually(t, 10*time.Second, "the delivery again", func() bool { return len(e.deliveries()) == 2 })
+		if got := e.deliveries(); got[1] != got[0] {
+			t.Errorf("deliveries %q, want the same record twice", got)
+		}
+		p.stop(t)
+	})
+
+	// A pipe stage: the stop would wait for the handler (shutdown_timeout)
+	// and then hand the record on as a retry copy.
+	t.Run("pipe", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		cfg := writeStageConfig(t, dir, "pipe.toml", `shutdown_timeout = "30s"`,
+			stageSub("jobs", "jobs", `out_retry = "jobs.retry"`, `IFS= read -r p; echo "$p" >> "$DIR/log"; sleep 30`))
+		p := startStage(t, dir, stageKeepStdout, streamdBinary(t), "pipe", "--config.file="+cfg, "--log.format=json")
+		p.write(t, "[jobs] a")
+		eventually(t, 10*time.Second, "the handler", func() bool { return fileExists(dir, "log") })
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		eventually(t, 10*time.Second, "the stop's log", func() bool { return len(logsWithMsg(p.stderr.String(), "stopping")) == 1 })
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		sent := time.Now()
+		if code, d := p.wait(t, 10*time.Second), time.Since(sent); code != exitError || d > 5*time.Second {
+			t.Errorf("exit status %d %s after the second signal, want 1 at once", code, d.Round(time.Millisecond))
+		}
+		l := logsWithMsg(p.stderr.String(), "streamd pipe exits at a second signal without finishing its stop: the copies not written are lost, and so are the lines whose handler has not answered")
+		if len(l) != 1 || l[0].str("level") != "ERROR" || l[0].str("signal") != "terminated" {
+			t.Errorf("want one ERROR saying why; stderr:\n%s", p.stderr.String())
+		}
+	})
+}
