@@ -132,12 +132,12 @@ func (a Account) searchable(dir string) error {
 }
 
 // checkFiles checks, writing nothing, what `streamd run` checks at start
-// before it uses the files of cfg: the state directory and each stream
-// file, as a may use them. `streamd check-config` calls it; the daemon
+// before it uses the files of cfg: the state directory (its access, its
+// owner, its sidecar and spool) and each stream file, as a may use them. `streamd check-config` calls it; the daemon
 // calls the checks it is made of, checkStateDir and checkStream, so both
 // give the same message for each problem.
 func checkFiles(cfg *conf.Config, a Account) error {
-	errs := []error{checkStateDir(cfg.StateDir, a), checkState(cfg.StateDir)}
+	errs := []error{checkStateDir(cfg.StateDir, a), offsets.CheckOwner(cfg.StateDir, a.UID), checkState(cfg.StateDir)}
 	for _, s := range cfg.Streams {
 		errs = append(errs, checkStream(s, a))
 	}

@@ -51,13 +51,15 @@ func running(pid int) bool {
 // euid is the effective user ID of the process; a test makes it root's.
 var euid = os.Geteuid
 
-// checkOwner refuses root a state directory another user owns: the files
-// it would create there (the lock, the sidecar, the retry spool) would be
-// root's, and the daemon, running as the directory's owner, could not open
-// them at its next start.
-func checkOwner(dir string) error {
+// CheckOwner refuses root (uid 0) a state directory another user owns:
+// the files it would create there (the lock, the sidecar, the retry spool)
+// would be root's, and the daemon, running as the directory's owner, could
+// not open them at its next start. A missing directory passes: the lock's
+// open says so. The lock checks it for this process; streamd check-config
+// for the daemon's user.
+func CheckOwner(dir string, uid int) error {
 	fi, err := os.Stat(dir)
-	if euid() != 0 || err != nil { // a missing directory: the lock's open says so
+	if uid != 0 || err != nil {
 		return nil
 	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
@@ -87,7 +89,7 @@ type lockFile struct {
 // and the kernel drops the lock when the process dies. os.OpenFile sets
 // O_CLOEXEC, so child processes (exec handlers) never inherit it.
 func acquireLock(dir string) (*lockFile, error) {
-	if err := checkOwner(dir); err != nil {
+	if err := CheckOwner(dir, euid()); err != nil {
 		return nil, err
 	}
 	path := filepath.Join(dir, LockName)

@@ -131,7 +131,8 @@ func runMessage(t *testing.T, bin, dir, config string, asNobody bool, nobody *sy
 
 // TestCheckConfigState: check-config refuses the state directories streamd
 // run refuses at its start, with run's words: a corrupt sidecar, a
-// missing one next to a retry spool, a corrupt spool.
+// missing one next to a retry spool, a corrupt spool, and, for root,
+// another user's directory.
 func TestCheckConfigState(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -144,9 +145,13 @@ func TestCheckConfigState(t *testing.T) {
 		{"corrupt spool", func(state string) {
 			os.WriteFile(filepath.Join(state, "retry.spool"), []byte("garbage-garbage"), 0o640)
 		}, "corrupt spool"},
+		{"another user's, for root", func(state string) { os.Chown(state, 65534, 65534) }, "belongs to user"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
+			if strings.HasSuffix(tc.name, "for root") && os.Geteuid() != 0 {
+				t.Skip("root's check: run the tests as root")
+			}
 			e := newEnv(t, execSub("billing", "", "exit 0"))
 			p := e.start()
 			eventually(t, 10*time.Second, "the daemon to run", func() bool { return strings.Contains(p.stderr.String(), "streamd running") })
