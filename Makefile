@@ -184,7 +184,9 @@ install: build
 # deb builds bin/streamd_$(DEB_VERSION)_amd64.deb with nfpm (fetched and
 # built through the module proxy on first use: a tool, not a dependency of
 # streamd), from deploy/deb/nfpm.yaml: the binary in /usr/bin and the unit
-# running it from there. The Debian version, with revision 1, is the tag
+# running it from there. The binary links to the C library (the user and
+# group lookups through NSS), so the package depends on a libc6 at least as
+# new as the newest symbol version it uses, read from it (GLIBC_MIN). The Debian version, with revision 1, is the tag
 # without its v (v1.2.3: 1.2.3); commits after a tag sort after it and
 # before the next (v1.2.3-4-gabc1234: 1.2.3+4.gabc1234), a pre-release
 # before its release (v1.2.3-rc1: 1.2.3~rc1), a build of a modified tree
@@ -204,7 +206,9 @@ deb:
 	bin/deb/streamd --completion-script-zsh > bin/deb/streamd.zsh
 	printf -- '- semver: "%s"\n  date: %s\n  packager: streamd maintainers <streamd@users.noreply.github.com>\n  deb:\n    urgency: medium\n    distributions: [unstable]\n  changes:\n    - note: Built from %s.\n' \
 		'$(DEB_VERSION)' "$$(date -u -d @$$(git log -1 --format=%ct 2>/dev/null || date +%s) +%Y-%m-%dT%H:%M:%SZ)" '$(VERSION)' > bin/deb/changelog.yml
-	DEB_VERSION='$(DEB_VERSION)' $(GO) run $(NFPM) package --config deploy/deb/nfpm.yaml --packager deb --target bin/
+	glibc=$$(objdump -T bin/deb/streamd | sed -n 's/.*GLIBC_\([0-9.]*\).*/\1/p' | sort -Vu | tail -1); \
+	[ -n "$$glibc" ] || { echo "make deb: cannot tell which glibc bin/deb/streamd needs: objdump -T (binutils) found no GLIBC_ version" >&2; exit 1; }; \
+	GLIBC_MIN=$$glibc DEB_VERSION='$(DEB_VERSION)' $(GO) run $(NFPM) package --config deploy/deb/nfpm.yaml --packager deb --target bin/
 
 # deb-tool fetches and builds the package tool, so that a later make deb
 # need not wait for it.
