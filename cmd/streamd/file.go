@@ -22,7 +22,7 @@ func decodeCommand(app *kingpin.Application) action {
 	cmd := app.Command("decode", "Print the records of a stream file, up to its size when the command starts.")
 	var p streamfile.Format
 	cmd.Flag("format", "Output format: log (stdio lines) or ndjson.").Default("log").SetText(&p)
-	headers := cmd.Flag("headers", `Decode each record's header envelope (rs1:, rs2:): show its headers (ndjson: a "headers" object; log: a "#   name: value" line each) and the payload inside it.`).Bool()
+	headers := cmd.Flag("headers", `Decode each record's header envelope (rs1:, rs2:): show its headers (ndjson: a "headers" object; log: a line each, "#", indented, then "name: value") and the payload inside it.`).Bool()
 	follow := cmd.Flag("follow", "Print the messages as the file grows, until its end-of-stream frame or SIGINT/SIGTERM; beacons are not printed.").Bool()
 	path := cmd.Arg("FILE", "The stream file.").Required().String()
 	return func(s stdio) int {

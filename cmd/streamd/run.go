@@ -63,8 +63,8 @@ type stage struct {
 // stageFlags declares the flags of run or pipe on cmd.
 func stageFlags(cmd *kingpin.CmdClause, mode conf.Mode, name string) *stage {
 	st := &stage{configFile: configFlag(cmd, mode, name)}
-	cmd.Flag("log.level", "Log level: debug, info, warn or error (default: the file's [log] level).").StringVar(&st.log.Level)
-	cmd.Flag("log.format", "Log format: auto, text or json (default: the file's [log] format).").StringVar(&st.log.Format)
+	cmd.Flag("log.level", "Log level: debug, info, warn or error (default: log.level in the configuration file).").StringVar(&st.log.Level)
+	cmd.Flag("log.format", "Log format: auto, text or json (default: log.format in the configuration file).").StringVar(&st.log.Format)
 	return st
 }
 
