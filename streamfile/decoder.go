@@ -492,12 +492,20 @@ func (d *Decoder) SkipToNextBeacon() error {
 // resync returns the frame boundary reached from the beacon at boundary b
 // (spec §6.5): skip the rest of the frame that the beacon interrupts, through
 // further beacons when it spans them.
+//
+// Beacons carry no checksum: a beacon that follows another within one frame
+// must count what the first one counted, less the frame bytes between them,
+// or resync reports a [*FormatError] at it rather than skipping frames.
 func (d *Decoder) resync(b int64) (int64, error) {
 	if !d.have(b, 1) {
 		d.buf, d.bufOff = d.buf[:0], b // never read the bytes in between
 	}
+	left := int64(-1) // what the beacon before said remains of the frame, if it spans b
 	for {
 		n, err := d.readBeacon(b)
+		if err == nil && left >= 0 && int64(d.beacon.Remaining) != left {
+			err = &FormatError{Offset: b, Reason: fmt.Sprintf("beacon says %d bytes of the frame it interrupts remain, the beacon before it said %d (a damaged beacon)", d.beacon.Remaining, left)}
+		}
 		if err != nil {
 			if d.bufOff > d.pos {
 				// The buffer must start at or before the position for a
@@ -511,6 +519,6 @@ func (d *Decoder) resync(b int64) (int64, error) {
 		if !d.atBoundary(p) {
 			return p, nil
 		}
-		b = p
+		b, left = p, int64(d.beacon.Remaining)-skip
 	}
 }

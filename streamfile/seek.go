@@ -33,8 +33,9 @@ func (t *Target) right(seq, ts uint64) bool {
 // Seek returns the offset of the first frame of t.Key at or past the target,
 // in a file of the given size. It bisects over the beacons with markers for
 // the key (O(log n) beacon reads, spec §12), then reads forward from the last
-// beacon known to be before the target. Beacons without a marker for the key
-// are stepped over. It assumes that sequences and timestamps of a key grow
+// beacon known to be before the target, checked against the frames from
+// the beacon before it (CheckedBoundary), or from one further back when it
+// is damaged. Beacons without a marker for the key are stepped over. It assumes that sequences and timestamps of a key grow
 // through the file, as writers produce them.
 func Seek(r io.ReaderAt, h Header, size int64, t Target) (int64, error) {
 	interval := int64(h.BeaconInterval)
@@ -87,14 +88,19 @@ func Seek(r io.ReaderAt, h Header, size int64, t Target) (int64, error) {
 		}
 	}
 	start := int64(HeaderSize)
-	d := NewDecoder(r, h, start)
-	if left > 0 {
-		p, err := d.resync(left * interval)
+	for ; left > 0; left-- {
+		p, err := CheckedBoundary(r, h, left*interval)
+		var fe *FormatError
+		if errors.As(err, &fe) {
+			continue // a damaged beacon, or damage before it: start further back
+		}
 		if err != nil {
 			return 0, fmt.Errorf("streamfile: seek: beacon at %d: %w", left*interval, err)
 		}
-		d = NewDecoder(r, h, p)
+		start = p
+		break
 	}
+	d := NewDecoder(r, h, start)
 	d.ReadSize = int(min(interval, defaultReadSize))
 	for {
 		rec, err := d.Next()
@@ -112,6 +118,49 @@ func Seek(r io.ReaderAt, h Header, size int64, t Target) (int64, error) {
 			return 0, err
 		}
 	}
+}
+
+// CheckedBoundary returns the frame boundary that the beacon at boundary b
+// leads to, once the frames read from the boundary of the beacon before it
+// (or from the header) showed that the first frame after b starts there. Beacons carry no checksum: a damaged
+// count of what remains of the frame a beacon interrupts would lead a seek
+// into the middle of a frame, or past frames it should find. A
+// [*FormatError] says the two disagree or the frames in between are
+// damaged.
+func CheckedBoundary(r io.ReaderAt, h Header, b int64) (int64, error) {
+	interval := int64(h.BeaconInterval)
+	d := NewDecoder(r, h, HeaderSize)
+	d.ReadSize = maxBeaconSize(h.BeaconInterval)
+	p, err := d.resync(b)
+	if err != nil {
+		return 0, err
+	}
+	from := int64(HeaderSize)
+	if b > interval {
+		if from, err = d.resync(b - interval); err != nil {
+			return 0, err
+		}
+	}
+	d = NewDecoder(r, h, from)
+	d.ReadSize = int(min(interval, defaultReadSize))
+	for at := from; at <= b; {
+		rec, err := d.Next()
+		var ce *ChecksumError
+		switch {
+		case err == nil:
+			at = rec.Offset
+		case errors.As(err, &ce): // a damaged payload leaves the framing intact
+			at = ce.Offset
+		case errors.Is(err, io.EOF), errors.Is(err, ErrTruncated), errors.Is(err, ErrEndOfStream):
+			return p, nil // no frame after b yet: nothing to check p against
+		default:
+			return 0, err
+		}
+		if at > b && at != p {
+			return 0, &FormatError{Offset: b, Reason: fmt.Sprintf("beacon leads to offset %d, but the first frame after it is at %d, read from offset %d (a damaged beacon)", p, at, from)}
+		}
+	}
+	return p, nil
 }
 
 // ReadBeaconAt reads the beacon at boundary at with a single read of at most
@@ -156,6 +205,7 @@ func FrameBoundaryAfter(r io.ReaderAt, h Header, off int64) (int64, error) {
 func End(r io.ReaderAt, h Header, size int64) (int64, error) {
 	interval := int64(h.BeaconInterval)
 	start := int64(HeaderSize)
+	var fe *FormatError
 	for b := size - size%interval; b >= interval; b -= interval {
 		d := NewDecoder(r, h, b)
 		d.ReadSize = maxBeaconSize(h.BeaconInterval)
@@ -164,15 +214,16 @@ func End(r io.ReaderAt, h Header, size int64) (int64, error) {
 			start = p
 			break
 		}
-		if err != nil && !errors.Is(err, ErrTruncated) {
+		if err != nil && !errors.Is(err, ErrTruncated) && !errors.As(err, &fe) { // a damaged beacon: the one before
 			return 0, err
 		}
 	}
 	end, left, err := endFrom(r, h, start, size)
-	if err == nil && left && end == start && start > HeaderSize {
+	if start > HeaderSize && (err == nil && left && end == start || errors.As(err, &fe)) {
 		// Zeros that reach a boundary pass for an empty beacon there: the
-		// records may end before it. Read from the beginning, as a writer
-		// does (Writer.scanLast).
+		// records may end before it. A damaged beacon (they carry no
+		// checksum) may lead into the middle of a frame. Read from the
+		// beginning, as a writer does (Writer.scanLast).
 		end, _, err = endFrom(r, h, HeaderSize, size)
 	}
 	return end, err

@@ -924,10 +924,12 @@ func (w *Writer) scanLast(size int64) (scanEnd, error) {
 		return scanEnd{}, err
 	}
 	se, err := w.scan(start, size, nil)
-	if err == nil && se.zeros && start > HeaderSize {
+	var de *DamageError
+	if start > HeaderSize && (err == nil && se.zeros || errors.As(err, &de)) {
 		// Zeros may span beacon boundaries, where they pass for empty
-		// beacons and the scan may have started inside them: find the
-		// last good frame from the start.
+		// beacons and the scan may have started inside them; a damaged
+		// beacon (they carry no checksum) may lead into the middle of a
+		// frame: find the last good frame from the start.
 		return w.scan(HeaderSize, size, nil)
 	}
 	return se, err
@@ -940,20 +942,19 @@ func (w *Writer) scanLast(size int64) (scanEnd, error) {
 func (w *Writer) lastFrameStart(size int64) (int64, error) {
 	d := NewDecoder(w.f, w.hdr, HeaderSize)
 	for b := size - size%w.interval; b >= w.interval; b -= w.interval {
-		p, err := d.resync(b)
-		if err == nil && p <= size {
-			// Start one beacon earlier, so that the scan sees the frame
-			// this beacon interrupts (it may be an end-of-stream frame,
-			// which is shorter than any interval).
-			if b -= w.interval; b < w.interval {
-				return HeaderSize, nil
+		if p, err := d.resync(b); err != nil || p > size {
+			continue // a beacon being written, or a damaged one: the one before it
+		}
+		// Start one beacon earlier, so that the scan sees the frame this
+		// beacon interrupts (it may be an end-of-stream frame, which is
+		// shorter than any interval); at the header when that one is
+		// damaged.
+		if b -= w.interval; b >= w.interval {
+			if p, err := d.resync(b); err == nil {
+				return p, nil
 			}
-			return d.resync(b)
 		}
-		var fe *FormatError
-		if errors.As(err, &fe) {
-			return 0, fmt.Errorf("streamfile: cannot append to %s: %w", w.f.Name(), err)
-		}
+		return HeaderSize, nil
 	}
 	return HeaderSize, nil
 }

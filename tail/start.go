@@ -252,15 +252,17 @@ func checkBoundary(r io.ReaderAt, h streamfile.Header, size, off int64) error {
 }
 
 // boundaryBefore returns a frame boundary at or before off, found through
-// the last beacon before it whose interrupted frame starts before off.
+// the last beacon before it whose interrupted frame starts before off,
+// stepping over damaged beacons (streamfile.CheckedBoundary).
 func boundaryBefore(r io.ReaderAt, h streamfile.Header, off int64) (int64, error) {
 	interval := int64(h.BeaconInterval)
 	for b := off / interval * interval; b >= interval; b -= interval {
-		p, err := streamfile.FrameBoundaryAfter(r, h, b)
+		p, err := streamfile.CheckedBoundary(r, h, b)
+		var fe *streamfile.FormatError
 		if err == nil && p <= off {
 			return p, nil
 		}
-		if err != nil && !errors.Is(err, streamfile.ErrTruncated) {
+		if err != nil && !errors.Is(err, streamfile.ErrTruncated) && !errors.As(err, &fe) {
 			return 0, fmt.Errorf("beacon at %d: %w", b, err)
 		}
 	}
