@@ -3,19 +3,59 @@ package streamfile
 import (
 	"errors"
 	"fmt"
+	"io"
+	"slices"
+	"strings"
 )
+
+// KeyRecords is how many records of one stream key a repair would discard,
+// and their sequence numbers.
+type KeyRecords struct {
+	Key               string
+	Count             int
+	FirstSeq, LastSeq uint64
+}
+
+// LossError is [Repair]'s refusal to discard records that readers still
+// read after the damage: a reader that skips damaged bytes (streamd's
+// on_corrupt = "skip", the default) reads on after it, where a truncation
+// would cut too.
+type LossError struct {
+	Damage  *DamageError
+	Records []KeyRecords // by key
+}
+
+// Count is the number of records the truncation would discard.
+func (e *LossError) Count() int {
+	n := 0
+	for _, k := range e.Records {
+		n += k.Count
+	}
+	return n
+}
+
+func (e *LossError) Error() string {
+	var keys []string
+	for _, k := range e.Records {
+		keys = append(keys, fmt.Sprintf("key %s: %d of seq %d to %d", k.Key, k.Count, k.FirstSeq, k.LastSeq))
+	}
+	return fmt.Sprintf("streamfile: %s: truncating at offset %d would discard %d record(s) that readers skipping the damage still read (%s)",
+		e.Damage.File, e.Damage.Offset, e.Count(), strings.Join(keys, "; "))
+}
 
 // Repair makes the stream file at path appendable when writers refuse it
 // with a [*DamageError]: it reads the whole file under the file's lock, and
 // when its readable records stop before its end it calls discard with the
 // damage, then truncates the file at the damage's offset, discarding what
 // follows (an end-of-stream frame in the middle and every frame after it, or
-// the bytes after the last good frame), and syncs it. It returns the damage
-// it repaired, nil when there was none, and where the next append writes:
-// the damage's offset, or, without damage, the file's size or the start of
-// what the next append removes or overwrites itself (a torn last frame,
-// zeros to the end after it, a closing end-of-stream frame).
-func Repair(path string, discard func(*DamageError)) (*DamageError, int64, error) {
+// the bytes after the last good frame), and syncs it. Unless force is set,
+// it refuses with a [*LossError], changing nothing, when readers that skip
+// the damage read records after it. It returns the damage it repaired, nil
+// when there was none, and where the next append writes: the damage's
+// offset, or, without damage, the file's size or the start of what the
+// next append removes or overwrites itself (a torn last frame, zeros to the
+// end after it, a closing end-of-stream frame).
+func Repair(path string, force bool, discard func(*DamageError)) (*DamageError, int64, error) {
 	w, err := OpenWriter(path, CreateOptions{})
 	if err != nil {
 		return nil, 0, err
@@ -32,6 +72,15 @@ func Repair(path string, discard func(*DamageError)) (*DamageError, int64, error
 		if !errors.As(err, &de) {
 			return err
 		}
+		if !force {
+			lost, err := readAfter(w.f, w.hdr, de.Offset, size)
+			if err != nil {
+				return err
+			}
+			if len(lost) > 0 {
+				return &LossError{Damage: de, Records: lost}
+			}
+		}
 		discard(de)
 		next = de.Offset
 		if err := w.f.Truncate(de.Offset); err != nil {
@@ -40,4 +89,87 @@ func Repair(path string, discard func(*DamageError)) (*DamageError, int64, error
 		return w.Sync()
 	})
 	return de, next, errors.Join(err, w.Close())
+}
+
+// readAfter returns, by key, the records that a reader skipping damage
+// reads in the file of the given size from the damaged bytes at off on:
+// after a frame whose checksum does not match, at the first whole frame
+// before the next beacon after bytes that are not a frame, or else at the
+// frame boundary a beacon after them gives, and at a whole frame after one
+// that runs past the end. An end-of-stream frame ends them: readers stop
+// there.
+func readAfter(r io.ReaderAt, h Header, off, size int64) ([]KeyRecords, error) {
+	byKey := map[string]*KeyRecords{}
+	d := NewDecoder(r, h, off)
+	for {
+		rec, err := d.Next()
+		var ce *ChecksumError
+		var fe *FormatError
+		switch {
+		case err == nil && rec.IsEOS():
+			return sortedKeys(byKey), nil
+		case err == nil && rec.End <= size:
+			k := byKey[rec.Key]
+			if k == nil {
+				k = &KeyRecords{Key: rec.Key, FirstSeq: rec.Seq}
+				byKey[rec.Key] = k
+			}
+			k.Count++
+			k.LastSeq = rec.Seq
+		case errors.As(err, &ce):
+		case errors.As(err, &fe):
+			p, err := skipDamage(r, h, fe.Offset, size)
+			if err != nil || p < 0 {
+				return sortedKeys(byKey), err
+			}
+			d = NewDecoder(r, h, p)
+		case errors.Is(err, ErrTruncated):
+			// A frame that runs past the end: a torn tail, or a damaged
+			// size when a whole frame follows.
+			p, err := WholeFrameAfter(r, int64(h.BeaconInterval), d.Pos(), size)
+			if err != nil || p < 0 {
+				return sortedKeys(byKey), err
+			}
+			d = NewDecoder(r, h, p)
+		case err == nil, errors.Is(err, io.EOF), errors.Is(err, ErrEndOfStream):
+			return sortedKeys(byKey), nil
+		default:
+			return nil, err
+		}
+	}
+}
+
+// skipDamage returns where a reader goes on after the bytes at off that are
+// not a frame, in a file of the given size: the first whole frame before
+// the next beacon, else the frame boundary the first beacon after off that
+// is not damaged gives; -1 when there is none.
+func skipDamage(r io.ReaderAt, h Header, off, size int64) (int64, error) {
+	interval := int64(h.BeaconInterval)
+	next := (off/interval + 1) * interval
+	if q, err := WholeFrameAfter(r, interval, off, min(size, next)); err != nil || q >= 0 {
+		return q, err
+	}
+	for ; next < size; next += interval {
+		p, err := FrameBoundaryAfter(r, h, next)
+		var fe *FormatError
+		switch {
+		case err == nil && p < size:
+			return p, nil
+		case err == nil, errors.Is(err, ErrTruncated):
+			return -1, nil
+		case !errors.As(err, &fe):
+			return -1, err
+		}
+	}
+	return -1, nil
+}
+
+// sortedKeys returns the records of byKey in key order.
+func sortedKeys(byKey map[string]*KeyRecords) []KeyRecords {
+	var out []KeyRecords
+	for _, k := range byKey {
+		out = append(out, *k)
+	}
+	slices.SortFunc(out, func(a, b KeyRecords) int { return strings.Compare(a.Key, b.Key) })
+	return out
 }

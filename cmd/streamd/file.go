@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/alecthomas/kingpin/v2"
@@ -111,21 +112,29 @@ func publishCommand(app *kingpin.Application) action {
 // frame) to its last frame readers reach. It is a command of its own, not a
 // publish flag, so that discarding bytes is always an operator's choice
 // made once, after reading what is there, never a side effect of a script
-// that publishes.
+// that publishes; cutting off records that readers skipping the damage
+// still read takes --force.
 func repairCommand(app *kingpin.Application) action {
 	cmd := app.Command("repair", "Truncate a stream file that publish and the daemon refuse to append to (an end-of-stream frame in the middle, "+
-		"damage after the last good frame) to its last frame readers reach, saying first what it discards. Stop every writer of the file first.")
+		"damage after the last good frame) to its last frame readers reach, saying first what it discards; unless --force, it changes nothing when readers that skip the damage read records after it. Stop every writer of the file first.")
 	path := cmd.Arg("file", "Stream file to repair.").Required().String()
+	force := cmd.Flag("force", "Truncate also when readers that skip the damage read records after it, which are then lost.").Bool()
 	return func(s stdio) int {
 		var size int64
-		de, next, err := streamfile.Repair(*path, func(de *streamfile.DamageError) {
+		de, next, err := streamfile.Repair(*path, *force, func(de *streamfile.DamageError) {
 			fmt.Fprintf(s.out, "%s: readers stop at offset %d: %s\n%s: discarding the %d bytes from offset %d to the end\n",
 				*path, de.Offset, de.What, *path, de.Size-de.Offset, de.Offset)
 		})
 		if fi, serr := os.Stat(*path); serr == nil {
 			size = fi.Size()
 		}
+		var le *streamfile.LossError
 		switch {
+		case errors.As(err, &le):
+			return s.exitWith(exitError, "streamd repair: %s: readers stop at offset %d: %s\n"+
+				"streamd repair: nothing was changed: truncating there would discard %s after it that readers skipping the damage (on_corrupt = \"skip\") still read:\n%s"+
+				"streamd repair: to keep them, move the file aside and let writers start a new one (readers read the old one to its end first); to discard them, run it again with --force",
+				*path, le.Damage.Offset, le.Damage.What, countRecords(le.Count()), lostRecords(le.Records))
 		case err != nil:
 			return s.exitWith(failureExit(err), "streamd repair: %v", err)
 		case de == nil && next < size:
@@ -138,4 +147,21 @@ func repairCommand(app *kingpin.Application) action {
 		}
 		return exitOK
 	}
+}
+
+// lostRecords lists what a repair would discard, a line per key.
+func lostRecords(keys []streamfile.KeyRecords) string {
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "  key %s: %s, seq %d to %d\n", k.Key, countRecords(k.Count), k.FirstSeq, k.LastSeq)
+	}
+	return b.String()
+}
+
+// countRecords says n records in words.
+func countRecords(n int) string {
+	if n == 1 {
+		return "1 record"
+	}
+	return fmt.Sprintf("%d records", n)
 }

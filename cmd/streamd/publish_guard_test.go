@@ -98,6 +98,8 @@ func keyPayloads(t *testing.T, path, key string) []string {
 // good frame) is refused with the offset and what is there named, the file
 // unchanged byte for byte; `streamd repair` then says what it discards and
 // truncates to the last good frame, and what is published after it is read.
+// It refuses, changing nothing, without --force when readers that skip the
+// damage read records after it.
 // Zeros from the last good frame to the end, what a crash can leave, are
 // repaired by publish itself, which says so.
 func TestPublishDamagedFile(t *testing.T) {
@@ -135,11 +137,14 @@ func TestPublishDamagedFile(t *testing.T) {
 	if err := os.WriteFile(badSize, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range []struct{ path, want string }{
-		{midEOS, "offset 162 of 257 bytes: an end-of-stream frame"},
-		{badSize, "offset 162 of 230 bytes: streamfile: format error at offset 162: a frame that runs past the end of the file, yet a whole frame follows at offset 196"},
-		{junk, "offset 162 of 202 bytes"},
-		{badSum, "offset 162 of 196 bytes: streamfile: checksum mismatch"},
+	for _, tc := range []struct {
+		path, want string
+		readOn     string // what readers skipping the damage read after it, which repair keeps without --force
+	}{
+		{midEOS, "offset 162 of 257 bytes: an end-of-stream frame", ""}, // readers stop at the end-of-stream frame
+		{badSize, "offset 162 of 230 bytes: streamfile: format error at offset 162: a frame that runs past the end of the file, yet a whole frame follows at offset 196", "key k: 1 record, seq 1 to 1"},
+		{junk, "offset 162 of 202 bytes", ""},
+		{badSum, "offset 162 of 196 bytes: streamfile: checksum mismatch", ""},
 	} {
 		before, _ := os.ReadFile(tc.path)
 		r := runBinary(t, []byte("b\n"), "publish", "--file="+tc.path, "--key=k")
@@ -149,7 +154,16 @@ func TestPublishDamagedFile(t *testing.T) {
 		if after, _ := os.ReadFile(tc.path); !bytes.Equal(before, after) {
 			t.Errorf("%s changed", filepath.Base(tc.path))
 		}
-		r = runBinary(t, nil, "repair", tc.path)
+		if tc.readOn != "" {
+			r = runBinary(t, nil, "repair", tc.path)
+			if r.code != exitError || !strings.Contains(r.stderr, "nothing was changed: truncating there would discard 1 record after it") || !strings.Contains(r.stderr, tc.readOn) || !strings.Contains(r.stderr, "--force") {
+				t.Errorf("repair %s: exit %d, stderr %q; want exit 1 naming %q and --force", filepath.Base(tc.path), r.code, r.stderr, tc.readOn)
+			}
+			if after, _ := os.ReadFile(tc.path); !bytes.Equal(before, after) {
+				t.Errorf("%s changed by a refused repair", filepath.Base(tc.path))
+			}
+		}
+		r = runBinary(t, nil, "repair", "--force", tc.path)
 		if r.code != exitOK || !strings.Contains(r.stderr+r.stdout, "discard") {
 			t.Fatalf("repair %s: exit %d, out %q, stderr %q", filepath.Base(tc.path), r.code, r.stdout, r.stderr)
 		}

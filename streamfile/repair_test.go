@@ -1,0 +1,66 @@
+package streamfile
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+)
+
+// TestRepairKeepsReadRecords: Repair refuses, changing nothing, to cut off
+// records that readers skipping the damage read after it (here: the key
+// of a frame in the middle made invalid, the size of another made to run
+// into the frames after it), and says how many of each key; with force it
+// truncates at the damage.
+func TestRepairKeepsReadRecords(t *testing.T) {
+	path, frames := writeSeekFile(t, 1024, 400, 70, []string{"a", "b"})
+	_, offsets := readFrames(t, path)
+	intact, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const damaged = 150 // the frame damaged
+	at := offsets[damaged]
+	for name, damage := range map[string]func(b []byte){
+		"key":  func(b []byte) { b[at+1] = '!' },                                        // the key's first byte
+		"size": func(b []byte) { b[at+1+int64(len(frames[damaged].Key))+24+2] ^= 0x04 }, // 1 KiB more payload
+	} {
+		t.Run(name, func(t *testing.T) {
+			data := slices.Clone(intact)
+			damage(data)
+			p := filepath.Join(t.TempDir(), "damaged.ss")
+			os.WriteFile(p, data, 0o644)
+			_, _, err := Repair(p, false, func(*DamageError) { t.Error("discard called for a refused repair") })
+			var le *LossError
+			if !errors.As(err, &le) || le.Damage.Offset != at {
+				t.Fatalf("Repair: %v; want a LossError for the damage at %d", err, at)
+			}
+			afterBeacon := 0 // the frames a reader finds at the latest: those after the next beacon
+			last := map[string]uint64{}
+			for i, fr := range frames[damaged+1:] {
+				if offsets[damaged+1+i] > (at/1024+2)*1024 {
+					afterBeacon++
+				}
+				last[fr.Key] = fr.Seq
+			}
+			if n := le.Count(); n < afterBeacon || n > len(frames)-damaged-1 {
+				t.Errorf("%d records said lost, want between %d and %d", n, afterBeacon, len(frames)-damaged-1)
+			}
+			for _, k := range le.Records {
+				if k.LastSeq != last[k.Key] {
+					t.Errorf("key %s: last seq %d, want %d", k.Key, k.LastSeq, last[k.Key])
+				}
+			}
+			if after, _ := os.ReadFile(p); !slices.Equal(after, data) {
+				t.Fatal("a refused repair changed the file")
+			}
+			if _, _, err := Repair(p, true, func(*DamageError) {}); err != nil {
+				t.Fatalf("Repair with force: %v", err)
+			}
+			if fi, _ := os.Stat(p); fi.Size() != at {
+				t.Errorf("repaired size %d, want %d", fi.Size(), at)
+			}
+		})
+	}
+}
