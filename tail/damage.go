@@ -60,11 +60,15 @@ type damageState struct {
 	// skipSizeDamaged: the damage at skipAt is a frame that runs past the
 	// end (pastDamagedSize), which reads as a torn frame.
 	skipSizeDamaged bool
+	// firstAt is the offset of the first damaged frame or bytes this
+	// follower skipped in the open file, -1 if none: where `streamd
+	// repair` cuts it (cutAtDamage).
+	firstAt int64
 }
 
 // noDamage returns the state of a file where no damage was met.
 func noDamage() damageState {
-	return damageState{skipAt: -1, recheckAt: -1, replayRecheckAt: -1, leftoversAt: -1, leftoversSize: -1, truncatedAt: -1, truncatedSize: -1, skipScannedSize: -1}
+	return damageState{skipAt: -1, recheckAt: -1, replayRecheckAt: -1, leftoversAt: -1, leftoversSize: -1, truncatedAt: -1, truncatedSize: -1, skipScannedSize: -1, firstAt: -1}
 }
 
 // forget drops what is known of damage in the open file, which is read
@@ -171,6 +175,9 @@ func (fl *Follower) damaged(e Event, err error, off int64) error {
 	if fl.opts.OnCorrupt == StopOnCorrupt {
 		fl.log.Error("corrupt frame; stopping", "offset", off, "err", err)
 		return fl.fail(fmt.Errorf("tail: %s: %w", fl.path, err))
+	}
+	if d := &fl.damage; d.firstAt < 0 || off < d.firstAt {
+		d.firstAt = off
 	}
 	if ok, suppressed := fl.damage.logLimit.Allow(time.Now()); ok {
 		fl.log.Warn("corrupt frame; skipping it", "offset", off, "err", err, "suppressed", suppressed)

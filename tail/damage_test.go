@@ -127,6 +127,43 @@ func TestDamageRepaired(t *testing.T) {
 	}
 }
 
+// TestDamageRepairedAfterReadOn: a live follower read on past damaged
+// bytes in the middle of the file; the file is then cut at the damage
+// (streamd repair --force), below the read position, and appended to: it
+// reads the new frames from there, not the whole file again.
+func TestDamageRepairedAfterReadOn(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		damage func([]byte, int64)
+	}{{"key", damageKey}, {"checksum", func(b []byte, off int64) { b[off+30] ^= 0xFF }}} {
+		t.Run(tc.name, func(t *testing.T) {
+			const lost = 5
+			path, fs, off := damagedFile(t, lost, tc.damage)
+			obs := newObserver()
+			fl, err := New(Options{Path: path, PollInterval: 20 * time.Millisecond, Observer: obs, Logger: testLogger(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer fl.Close()
+			items, stop := follow(t, fl)
+			defer stop()
+			gotten := collect(t, items, len(fs)-1, 10*time.Second)
+			if err := os.Truncate(path, off); err != nil {
+				t.Fatal(err)
+			}
+			more := frames("k", 100, 3, 2, 40)
+			appendFrames(t, path, more)
+			gotten = append(gotten, collect(t, items, len(more), 10*time.Second)...)
+			if err := sameFrames(gotten, slices.Concat(fs[:lost], fs[lost+1:], more)); err != nil {
+				t.Fatal(err)
+			}
+			if obs.count(EventTruncated) != 1 {
+				t.Errorf("observer: %v, want the cut counted once", obs)
+			}
+		})
+	}
+}
+
 // TestDamageLeftOutLogged: two frames with bad checksums met within
 // ratelog.Every: the first is logged at once, and the second, which the
 // limit left out, once Every passed, while the follower waits, though no

@@ -243,6 +243,9 @@ func (fl *Follower) checkInPlace(size, seen, at int64) bool {
 	}
 	what, unread := "stream file was rewritten with a new header; reading it from the beginning", seen-at
 	if size < at {
+		if fl.cutAtDamage(size, at) {
+			return true
+		}
 		what = "stream file was truncated below the read position; reading it from the beginning"
 	} else {
 		var b [streamfile.HeaderSize]byte
@@ -268,6 +271,31 @@ func (fl *Follower) checkInPlace(size, seen, at int64) bool {
 	}
 	fl.obs.Event(EventTruncated)
 	fl.startOver()
+	return true
+}
+
+// cutAtDamage goes on at the first damaged bytes this follower skipped in
+// the open file when the file, shrunk below the read position at to size,
+// still reaches them under its header: `streamd repair` cut it there
+// (with --force, also the frames after them the follower read), and
+// writers append there. What it read before them is still in the file, as it was: reading
+// it again from the beginning would deliver it all again. It reports
+// whether it did.
+func (fl *Follower) cutAtDamage(size, at int64) bool {
+	first := fl.damage.firstAt
+	if first < 0 || size < first || first > at {
+		return false
+	}
+	var b [streamfile.HeaderSize]byte
+	if n, _ := fl.f.ReadAt(b[:], 0); n != len(b) || b != fl.rawHdr {
+		return false
+	}
+	fl.report()
+	fl.log.Warn("stream file was cut at the damaged bytes this reader skipped, below the read position (as streamd repair does): reading on there, where writers append; what it read after them was delivered before the cut",
+		"damage_offset", first, "offset", at, "size", size)
+	fl.obs.Event(EventTruncated)
+	fl.damage.forget()
+	fl.dec, fl.reportPos = streamfile.NewDecoder(fl.f, fl.hdr, first), first
 	return true
 }
 
