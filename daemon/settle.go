@@ -344,11 +344,11 @@ func (s *settler) redeliver(ctx context.Context, d *handler.Delivery, delay time
 	case s.maxAttempts > 0 && attempt >= uint64(s.maxAttempts):
 		if s.deadLetter != "" {
 			s.logger.Warn("retry attempts exhausted; publishing the delivery to the dead-letter destination",
-				"seq", d.Seq, "attempt", attempt, "dead_letter", s.deadLetter)
+				"key", d.Key, "seq", d.Seq, "attempt", attempt, "dead_letter", s.deadLetter)
 			return s.deadLetterCopy(ctx, d)
 		}
 		s.logger.Warn("retry attempts exhausted and no dead-letter destination is declared; rejecting the delivery",
-			"seq", d.Seq, "attempt", attempt)
+			"key", d.Key, "seq", d.Seq, "attempt", attempt)
 		s.unsupported.report(opReject, d)
 		s.metrics.Unsupported[metrics.OperationReject].Inc()
 		s.metrics.Rejects.Inc()

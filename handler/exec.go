@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os/exec"
 	"slices"
+	"syscall"
 	"time"
 
 	"github.com/streamd/streamd/conf"
@@ -108,6 +109,15 @@ func (h *execHandler) Handle(ctx context.Context, d *Delivery) Outcome {
 		return Failed(FailureCanceled, fmt.Errorf("exec %s: cancelled: %w", prog, context.Cause(ctx)))
 	case !exited && rctx.Err() != nil:
 		return Failed(FailureTimeout, fmt.Errorf("exec %s: timed out after %s", prog, h.timeout))
+	case st == nil && errors.Is(err, syscall.E2BIG):
+		if name, size, ok := recordTooLarge(cmd.Args, cmd.Env, len(h.env)); ok {
+			// No later try can pass it: held, it would hold the
+			// subscription for good.
+			h.logger.Error("dropping a record whose headers do not fit in the command's environment (Linux takes at most 128 KiB a variable, and all of them with the arguments within a quarter of the stack limit): pass such records to a command by another handler",
+				"seq", d.Seq, "largest_variable", name, "largest_bytes", size, "err", err)
+			return Outcome{Kind: OutcomeDrop}
+		}
+		return Failed(FailureExecStart, fmt.Errorf("exec %s: the arguments and the environment are too large (the env table, or what the daemon inherited): %w", prog, err))
 	case st == nil:
 		return Failed(FailureExecStart, fmt.Errorf("exec %s: %w", prog, err))
 	case !exited:

@@ -254,6 +254,37 @@ func TestExecHandlerStartFailure(t *testing.T) {
 		"exec "+prog+": fork/exec "+prog+": no such file or directory")
 }
 
+// TestExecHandlerEnvironmentTooLarge: a record whose headers do not fit in
+// the command's environment (one variable past Linux's 128 KiB) is dropped
+// with an ERROR naming the variable, as no later try could pass it; an
+// env table too large for any record is a failed delivery, held, as the
+// records are not at fault.
+func TestExecHandlerEnvironmentTooLarge(t *testing.T) {
+	var logs bytes.Buffer
+	h, err := New(conf.Handler{Kind: conf.HandlerExec, Command: sh("cat > /dev/null"), Timeout: conf.Duration(10 * time.Second)},
+		io.Discard, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := testDelivery()
+	d.Headers = append(d.Headers, envelope.Header{Name: "big", Value: bytes.Repeat([]byte("a"), maxEnvString)})
+	checkOutcome(t, h.Handle(t.Context(), d), OutcomeDrop, 0, 0, "")
+	if !strings.Contains(logs.String(), "level=ERROR msg=\"dropping a record whose headers do not fit in the command's environment") ||
+		!strings.Contains(logs.String(), "largest_variable=STREAMD_HEADER_BIG") {
+		t.Errorf("log:\n%s", logs.String())
+	}
+	checkOutcome(t, h.Handle(t.Context(), testDelivery()), OutcomeAck, 0, 0, "")
+
+	// The env table alone too large (8 MiB: past the limit also with an
+	// unlimited stack, 6 MiB): every record would fail.
+	env := map[string]string{}
+	for i := range 80 {
+		env["FILL"+strconv.Itoa(i)] = strings.Repeat("x", 100<<10)
+	}
+	h = mustNewHandler(t, conf.Handler{Kind: conf.HandlerExec, Command: sh("cat > /dev/null"), Env: env, Timeout: conf.Duration(10 * time.Second)})
+	checkOutcome(t, h.Handle(t.Context(), testDelivery()), OutcomeFailed, 0, 0, "the arguments and the environment are too large")
+}
+
 func TestExecHandlerConfigErrors(t *testing.T) {
 	tests := []struct {
 		name    string

@@ -78,3 +78,32 @@ func envName(name string) string {
 	}
 	return string(b)
 }
+
+// maxEnvString is the longest argument or environment string, with its
+// NUL, that Linux passes to a command (MAX_ARG_STRLEN: 32 pages).
+const maxEnvString = 32 * 4096
+
+// recordTooLarge tells, for the arguments and environment env that exec
+// refused as too large (E2BIG), env's first base variables the handler's
+// own, whether the record's variables are why: one longer than Linux
+// takes, or, all together, more than the arguments and the rest of the
+// environment. It returns the longest of them, by name, and its length.
+func recordTooLarge(args, env []string, base int) (name string, size int, ok bool) {
+	rest, record := 0, 0
+	for _, a := range args {
+		rest += len(a) + 1
+	}
+	for i, kv := range env {
+		if i < base {
+			rest += len(kv) + 1
+			continue
+		}
+		record += len(kv) + 1
+		if len(kv)+1 > size {
+			name, _, _ = strings.Cut(kv, "=")
+			size = len(kv) + 1
+		}
+	}
+	return name, size, size > maxEnvString || record > rest
+}
+
