@@ -204,7 +204,7 @@ func (d *Decoder) readFrame() (*Record, error) {
 			b := d.buf[start-d.bufOff:]
 			key, ok := d.intern(b[1 : 1+l])
 			if !ok {
-				return nil, &FormatError{start, fmt.Sprintf("invalid stream key %s", quoteKey(key))}
+				return nil, &FormatError{Offset: start, Reason: fmt.Sprintf("invalid stream key %s", quoteKey(key))}
 			}
 			return d.finishFields(start, key, b[1+l:hdr], b[hdr:hdr+n], b[hdr+n:total], start+total)
 		}
@@ -233,7 +233,7 @@ func (d *Decoder) readFrameSlow(start int64) (*Record, error) {
 	}
 	key, ok := d.intern(kb)
 	if !ok {
-		return nil, &FormatError{start, fmt.Sprintf("invalid stream key %s", quoteKey(key))}
+		return nil, &FormatError{Offset: start, Reason: fmt.Sprintf("invalid stream key %s", quoteKey(key))}
 	}
 	head, _, err := d.take(&c, 28, d.small[:0]) // shard, seq, ts, size
 	if err != nil {
@@ -241,7 +241,7 @@ func (d *Decoder) readFrameSlow(start int64) (*Record, error) {
 	}
 	n := int(binary.BigEndian.Uint32(head[24:]))
 	if n > d.maxPayload() {
-		return nil, &FormatError{start, fmt.Sprintf("payload size %d exceeds the decoder limit of %d bytes", n, d.maxPayload())}
+		return nil, &FormatError{Offset: start, Reason: fmt.Sprintf("payload size %d exceeds the decoder limit of %d bytes", n, d.maxPayload()), PayloadSize: int64(n)}
 	}
 	fields := [24]byte(head)
 	payload, copied, err := d.take(&c, n, d.scratch[:0])
@@ -268,7 +268,7 @@ func (d *Decoder) finishFields(start int64, key string, fields, payload, tail []
 	r.Offset, r.End = start, end
 	r.Checksum = binary.BigEndian.Uint16(tail)
 	if r.TimestampMs > maxTimestampMs {
-		return nil, &FormatError{start, fmt.Sprintf("timestamp %d ms is after year 9999", r.TimestampMs)}
+		return nil, &FormatError{Offset: start, Reason: fmt.Sprintf("timestamp %d ms is after year 9999", r.TimestampMs)}
 	}
 	if sum := CRC16(payload); sum != r.Checksum {
 		d.pos = end
@@ -335,7 +335,7 @@ func (d *Decoder) readBeacon(at int64) (int, error) {
 		l := int64(d.buf[at-d.bufOff+size])
 		msize := l + markerOverhead
 		if size+msize+1 >= d.interval {
-			return 0, &FormatError{at, fmt.Sprintf("beacon with %d markers does not fit below the next boundary (interval %d)", count, d.interval)}
+			return 0, &FormatError{Offset: at, Reason: fmt.Sprintf("beacon with %d markers does not fit below the next boundary (interval %d)", count, d.interval)}
 		}
 		if err := d.ensure(at + size + msize); err != nil {
 			return 0, err
@@ -343,7 +343,7 @@ func (d *Decoder) readBeacon(at int64) (int, error) {
 		m := d.buf[at-d.bufOff+size:]
 		key, ok := d.intern(m[1 : 1+l])
 		if !ok {
-			return 0, &FormatError{at + size, fmt.Sprintf("invalid stream key %s in beacon marker", quoteKey(key))}
+			return 0, &FormatError{Offset: at + size, Reason: fmt.Sprintf("invalid stream key %s in beacon marker", quoteKey(key))}
 		}
 		f := m[1+l:]
 		bc.Markers = append(bc.Markers, Marker{

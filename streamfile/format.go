@@ -106,6 +106,10 @@ func (b *Beacon) Size() int {
 type FormatError struct {
 	Offset int64
 	Reason string
+	// PayloadSize is, for a frame whose payload size is over the decoder's
+	// limit, that size: a record another writer may have written whole,
+	// or a damaged size field. 0 otherwise.
+	PayloadSize int64
 }
 
 func (e *FormatError) Error() string {
@@ -223,21 +227,21 @@ func AppendHeader(dst []byte, h *Header) ([]byte, error) {
 // when b is shorter than 128 bytes.
 func ParseHeader(b []byte) (Header, error) {
 	if len(b) >= 2 && (b[0] != magic[0] || b[1] != magic[1]) {
-		return Header{}, &FormatError{0, fmt.Sprintf("not a stream file: magic bytes are %#02x %#02x, want 0x53 0x73 (\"Ss\")", b[0], b[1])}
+		return Header{}, &FormatError{Offset: 0, Reason: fmt.Sprintf("not a stream file: magic bytes are %#02x %#02x, want 0x53 0x73 (\"Ss\")", b[0], b[1])}
 	}
 	if len(b) >= 3 && b[2] != magic[2] {
-		return Header{}, &FormatError{2, fmt.Sprintf("unsupported format version %d, want 1", b[2])}
+		return Header{}, &FormatError{Offset: 2, Reason: fmt.Sprintf("unsupported format version %d, want 1", b[2])}
 	}
 	if len(b) < HeaderSize {
 		return Header{}, ErrTruncated
 	}
 	l := int(b[3])
 	if l > MaxFileNameLen {
-		return Header{}, &FormatError{3, fmt.Sprintf("file name length %d does not fit the header (max %d)", l, MaxFileNameLen)}
+		return Header{}, &FormatError{Offset: 3, Reason: fmt.Sprintf("file name length %d does not fit the header (max %d)", l, MaxFileNameLen)}
 	}
 	name := b[4 : 4+l]
 	if !utf8.Valid(name) {
-		return Header{}, &FormatError{4, "file name is not valid UTF-8"}
+		return Header{}, &FormatError{Offset: 4, Reason: "file name is not valid UTF-8"}
 	}
 	h := Header{
 		FileName:       string(name),
@@ -245,7 +249,7 @@ func ParseHeader(b []byte) (Header, error) {
 		BeaconInterval: binary.BigEndian.Uint32(b[12+l:]),
 	}
 	if h.BeaconInterval < MinBeaconInterval {
-		return Header{}, &FormatError{int64(12 + l), fmt.Sprintf("beacon interval %d is below the minimum %d", h.BeaconInterval, MinBeaconInterval)}
+		return Header{}, &FormatError{Offset: int64(12 + l), Reason: fmt.Sprintf("beacon interval %d is below the minimum %d", h.BeaconInterval, MinBeaconInterval)}
 	}
 	return h, nil
 }

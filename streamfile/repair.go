@@ -43,14 +43,28 @@ func (e *LossError) Error() string {
 		e.Damage.File, e.Damage.Offset, e.Count(), strings.Join(keys, "; "))
 }
 
+// OversizeError is [Repair]'s refusal to cut off a frame whose payload size
+// is over the decoder's limit: a record another writer may have written
+// whole (the format allows up to 4 GiB), or a damaged size field.
+type OversizeError struct {
+	Damage      *DamageError
+	PayloadSize int64
+}
+
+func (e *OversizeError) Error() string {
+	return fmt.Sprintf("streamfile: %s: the frame at offset %d holds a payload of %d bytes, more than streamd reads (%d): a record another writer wrote, or a damaged size field",
+		e.Damage.File, e.Damage.Offset, e.PayloadSize, DefaultMaxPayload)
+}
+
 // Repair makes the stream file at path appendable when writers refuse it
 // with a [*DamageError]: it reads the whole file under the file's lock, and
 // when its readable records stop before its end it calls discard with the
 // damage, then truncates the file at the damage's offset, discarding what
 // follows (an end-of-stream frame in the middle and every frame after it, or
 // the bytes after the last good frame), and syncs it. Unless force is set,
-// it refuses with a [*LossError], changing nothing, when readers that skip
-// the damage read records after it. It returns the damage it repaired, nil
+// it refuses, changing nothing, a cut at a frame larger than the decoder
+// reads ([*OversizeError]) and one that would discard records readers
+// that skip the damage read after it ([*LossError]). It returns the damage it repaired, nil
 // when there was none, and where the next append writes: the damage's
 // offset, or, without damage, the file's size or the start of what the
 // next append removes or overwrites itself (a torn last frame, zeros to the
@@ -73,6 +87,10 @@ func Repair(path string, force bool, discard func(*DamageError)) (*DamageError, 
 			return err
 		}
 		if !force {
+			_, err := NewDecoder(w.f, w.hdr, de.Offset).Next()
+			if fe, ok := errors.AsType[*FormatError](err); ok && fe.Offset == de.Offset && fe.PayloadSize > 0 {
+				return &OversizeError{Damage: de, PayloadSize: fe.PayloadSize}
+			}
 			lost, err := readAfter(w.f, w.hdr, de.Offset, size)
 			if err != nil {
 				return err

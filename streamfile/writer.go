@@ -766,11 +766,11 @@ func tornFrame(f io.ReaderAt, interval, off, size int64) error {
 	key := b[1:min(len(b), 1+l)]
 	switch {
 	case !validKeyBytes(key):
-		return &FormatError{off, fmt.Sprintf("bytes that do not start a frame: invalid stream key %s", quoteKey(key))}
+		return &FormatError{Offset: off, Reason: fmt.Sprintf("bytes that do not start a frame: invalid stream key %s", quoteKey(key))}
 	case len(b) >= l+29 && binary.BigEndian.Uint64(b[l+17:]) > maxTimestampMs:
-		return &FormatError{off, "bytes that do not start a frame: timestamp after year 9999"}
+		return &FormatError{Offset: off, Reason: "bytes that do not start a frame: timestamp after year 9999"}
 	case len(b) >= l+29 && int64(binary.BigEndian.Uint32(b[l+25:])) > int64(DefaultMaxPayload):
-		return &FormatError{off, "bytes that do not start a frame: payload size over the decoder limit"}
+		return &FormatError{Offset: off, Reason: "bytes that do not start a frame: payload size over the decoder limit"}
 	}
 	return nil
 }
@@ -791,7 +791,7 @@ func DamagedSize(r io.ReaderAt, interval, off, size int64) (int64, error) {
 	if err != nil || next < 0 {
 		return -1, err
 	}
-	return next, &FormatError{off, fmt.Sprintf("a frame that runs past the end of the file, yet a whole frame follows at offset %d: a damaged frame, not a torn one", next)}
+	return next, &FormatError{Offset: off, Reason: fmt.Sprintf("a frame that runs past the end of the file, yet a whole frame follows at offset %d: a damaged frame, not a torn one", next)}
 }
 
 // WholeFrameAfter returns the offset of the first frame of f that starts
