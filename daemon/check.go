@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"os/user"
 	"path/filepath"
 	"slices"
@@ -129,6 +130,73 @@ func (a Account) searchable(dir string) error {
 			return nil
 		}
 	}
+}
+
+// checkReadable checks that a may read the file at path, which what names
+// and why says the daemon reads; a missing file is left to the other
+// checks, which say so for any user.
+func checkReadable(a Account, what, path, why string) error {
+	info, err := os.Stat(path)
+	if err != nil {
+		return nil
+	}
+	if !a.may(info, permRead) {
+		return fmt.Errorf("%s: open %s: %w for user %s (%s): %s", what, path, fs.ErrPermission, a.Name, describe(info), why)
+	}
+	if err := a.searchable(filepath.Dir(path)); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
+// checkUserFiles checks, for a, another account than the one running
+// the check, what that one proved by reading them: the configuration file
+// at path, and, with handlers, the files the handlers and the metrics
+// server read at start and the exec commands they run.
+func checkUserFiles(cfg *conf.Config, path string, handlers bool, a Account) error {
+	errs := []error{checkReadable(a, "configuration file", path, "streamd reads it at start and at each reload")}
+	if !handlers {
+		return errors.Join(errs...)
+	}
+	const atStart = "streamd reads it when it starts the handler"
+	for _, sc := range cfg.Subscriptions {
+		h := sc.Handler
+		for _, f := range []struct{ key, path string }{
+			{"bearer_token_file", h.BearerTokenFile}, {"ca_file", h.CAFile}, {"cert_file", h.CertFile}, {"key_file", h.KeyFile},
+			{"creds_file", h.CredsFile}, {"nkey_file", h.NkeyFile}, {"password_file", h.PasswordFile},
+		} {
+			if f.path != "" {
+				errs = append(errs, checkReadable(a, fmt.Sprintf("subscription %q: %s", sc.Name, f.key), f.path, atStart))
+			}
+		}
+		if h.Kind == conf.HandlerExec && len(h.Command) > 0 {
+			errs = append(errs, checkExecutable(a, sc.Name, h.Command[0]))
+		}
+	}
+	if f := cfg.Metrics.WebConfigFile; f != "" {
+		errs = append(errs, checkReadable(a, "metrics: web_config_file", f, "streamd reads it for each connection"))
+	}
+	return errors.Join(errs...)
+}
+
+// checkExecutable checks that a may run the exec command prog of the
+// subscription name, found as the handler finds it.
+func checkExecutable(a Account, name, prog string) error {
+	path, err := exec.LookPath(prog)
+	if err != nil {
+		return nil // --handlers says so for any user
+	}
+	info, err := os.Stat(path)
+	if err != nil {
+		return nil
+	}
+	if !a.may(info, permExec) {
+		return fmt.Errorf("subscription %q: command %s: %w for user %s (%s): streamd runs it for each record", name, path, fs.ErrPermission, a.Name, describe(info))
+	}
+	if err := a.searchable(filepath.Dir(path)); err != nil {
+		return fmt.Errorf("subscription %q: command %s: %w", name, path, err)
+	}
+	return nil
 }
 
 // checkFiles checks, writing nothing, what `streamd run` checks at start

@@ -27,7 +27,10 @@ type ConfigCheck struct {
 	// reads the metrics web configuration file with its certificates.
 	Handlers bool
 	// User is the account whose access to the files is judged, the unit's
-	// User=; "" is the account running the check.
+	// User=; "" is the account running the check. Another account's is
+	// judged also for the configuration file, and, with Handlers, for the
+	// files the handlers and the metrics server read and the exec
+	// commands.
 	User string
 }
 
@@ -67,6 +70,9 @@ func (c ConfigCheck) Run() (ConfigReport, error) {
 	}
 	if c.Files && c.Mode == conf.ModeRun {
 		r.Files = checkFiles(cfg, r.Account)
+	}
+	if c.Files && c.User != "" {
+		r.Files = errors.Join(r.Files, checkUserFiles(cfg, c.Path, c.Handlers, r.Account))
 	}
 	if c.Handlers {
 		r.Handlers = errors.Join(handler.Check(cfg), metrics.CheckWebConfig(cfg.Metrics.WebConfigFile))

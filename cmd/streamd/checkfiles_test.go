@@ -175,3 +175,59 @@ func TestCheckConfigState(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckConfigUserFiles: check-config --user judges, for the daemon's
+// user, what the check running as root reads without trouble: the
+// configuration file, and with --handlers the files the handlers read and
+// the exec command. Each problem names the file, its owner and mode.
+func TestCheckConfigUserFiles(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("judges user nobody's access to root's files: run the tests as root")
+	}
+	t.Parallel()
+	dir := t.TempDir()
+	os.Chmod(filepath.Dir(dir), 0o755)
+	os.Chmod(dir, 0o755)
+	token := filepath.Join(dir, "token")
+	os.WriteFile(token, []byte("secret"), 0o600)
+	prog := filepath.Join(dir, "handle")
+	os.WriteFile(prog, []byte("#!/bin/sh\nexit 0\n"), 0o744)
+	config := filepath.Join(dir, "streamd.toml")
+	writeConfig(t, config, fmt.Sprintf(`[[subscription]]
+name = "web"
+key = "orders"
+out_retry = "orders.retry"
+[subscription.handler]
+kind = "http"
+url = "http://127.0.0.1:9/"
+bearer_token_file = %q
+[[subscription]]
+name = "script"
+key = "orders"
+out_retry = "orders.retry"
+[subscription.handler]
+kind = "exec"
+command = [%q]
+`, token, prog))
+	os.Chmod(config, 0o600)
+	r := runBinary(t, nil, "check-config", "--mode=pipe", "--config.file="+config, "--user=nobody")
+	if want := "configuration file: open " + config + ": permission denied for user nobody (root:root 0600)"; r.code != exitError || !strings.Contains(r.stderr, want) {
+		t.Errorf("check-config --user=nobody: exit %d, stderr:\n%s\nwant exit 1 and %q", r.code, r.stderr, want)
+	}
+	os.Chmod(config, 0o644)
+	if r := runBinary(t, nil, "check-config", "--mode=pipe", "--config.file="+config, "--user=nobody"); r.code != exitOK {
+		t.Errorf("without --handlers: exit %d, stderr:\n%s", r.code, r.stderr)
+	}
+	r = runBinary(t, nil, "check-config", "--mode=pipe", "--handlers", "--config.file="+config, "--user=nobody")
+	for _, want := range []string{
+		`subscription "web": bearer_token_file: open ` + token + ": permission denied for user nobody (root:root 0600)",
+		`subscription "script": command ` + prog + ": permission denied for user nobody (root:root 0744)",
+	} {
+		if r.code != exitError || !strings.Contains(r.stderr, want) {
+			t.Errorf("check-config --handlers --user=nobody: exit %d, stderr:\n%s\nwant exit 1 and %q", r.code, r.stderr, want)
+		}
+	}
+	if r := runBinary(t, nil, "check-config", "--mode=pipe", "--handlers", "--config.file="+config); r.code != exitOK {
+		t.Errorf("as root: exit %d, stderr:\n%s", r.code, r.stderr)
+	}
+}

@@ -261,7 +261,7 @@ func checkConfigCommand(app *kingpin.Application) action {
 	cmd.Flag("mode", "The command the file is for: run or pipe.").Default("run").SetText(&c.Mode)
 	cmd.Flag("handlers", "Also build each handler as streamd does at start on this machine: the exec command found, bearer_token_file and ca_file read, the proxy from the environment, NATS reached and a JetStream stream capturing the subject; and read the metrics web_config_file with its certificates.").BoolVar(&c.Handlers)
 	cmd.Flag("files", "Check the state directory and each stream file as streamd run opens them (--no-files: the file alone, as on another machine).").Default("true").BoolVar(&c.Files)
-	cmd.Flag("user", "Judge access to the stream files and the state directory for this user (the unit's User=) instead of the one running the check.").PlaceHolder("NAME").StringVar(&c.User)
+	cmd.Flag("user", "Judge access for this user (the unit's User=) instead of the one running the check: to the stream files, the state directory and the configuration file, and with --handlers to the files the handlers read and the exec commands.").PlaceHolder("NAME").StringVar(&c.User)
 	return func(s stdio) int {
 		r, err := c.Run()
 		switch {
