@@ -68,6 +68,12 @@ handler.kind = "discard"
 	invalid := write("invalid.toml", "shutdown_timeout = 20\n")
 	missing := filepath.Join(dir, "missing.toml")
 	badcrc := filepath.Join(vectorDir, "edge-c-badcrc.ss")
+	// What a crash leaves after the last frame: zeros, not damage.
+	b, err := os.ReadFile(stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crashed := write("crashed.ss", string(append(b, make([]byte, 300)...)))
 
 	for _, tc := range []struct {
 		kind  string // the README's meaning
@@ -94,6 +100,7 @@ handler.kind = "discard"
 
 		{"done", "", []string{"decode", stream}},
 		{"done", "", []string{"decode", stream, "--format=ndjson"}}, // a flag after the argument
+		{"done", "", []string{"decode", crashed}},
 		{"invalid or failed", "", []string{"decode", badcrc}},
 		{"invalid or failed", "", []string{"decode", replay}},
 		{"usage or unreadable", "", []string{"decode", filepath.Join(dir, "nope.ss")}},

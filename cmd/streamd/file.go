@@ -40,8 +40,38 @@ func decodeCommand(app *kingpin.Application) action {
 		if _, bad := errors.AsType[*streamfile.HeaderError](err); !bad && errors.Is(err, streamfile.ErrTruncated) {
 			return s.exitWith(exitOK, "streamd decode: %s: file ends inside the frame at offset %d (size %d): it may have been truncated or still be written", *path, pos, size)
 		}
+		if off, ok := crashLeftovers(*path, size, err); ok {
+			return s.exitWith(exitOK, "streamd decode: %s: the bytes from offset %d to the end (size %d) are what a crash leaves after the last frame (zeros, perhaps after the first bytes of a torn frame), which the next writer removes", *path, off, size)
+		}
 		return decodeExit(s.err, err)
 	}
+}
+
+// crashLeftovers reports whether the damage that stopped a decode of the
+// file at path, of the given size, with err is what a crash leaves after
+// the last frame (streamfile.CrashLeftovers): not damage, as writers and
+// readers take it, and where.
+func crashLeftovers(path string, size int64, err error) (int64, bool) {
+	off := int64(-1)
+	if ce, ok := errors.AsType[*streamfile.ChecksumError](err); ok {
+		off = ce.Offset
+	} else if fe, ok := errors.AsType[*streamfile.FormatError](err); ok {
+		off = fe.Offset
+	}
+	if off < 0 {
+		return 0, false
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, false
+	}
+	defer f.Close()
+	h, err := streamfile.ReadHeader(f)
+	if err != nil {
+		return 0, false
+	}
+	ok, err := streamfile.CrashLeftovers(f, int64(h.BeaconInterval), off, size)
+	return off, err == nil && ok
 }
 
 // decodeExit says on errw why a decode stopped, unless it ended cleanly or
