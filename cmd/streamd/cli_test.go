@@ -124,4 +124,22 @@ func TestManPageAndCompletions(t *testing.T) {
 			}
 		}
 	}
+	// What the completion scripts ask: the words after streamd, the last
+	// one being completed (empty at a space); kingpin answered nothing for
+	// the command word.
+	for _, tc := range []struct {
+		words []string
+		want  string
+	}{
+		{[]string{""}, "run pipe check-config reload decode publish repair version offsets"},
+		{[]string{"de"}, "decode"},
+		{[]string{"offsets"}, "offsets"},
+		{[]string{"offsets", ""}, "show set"},
+		{[]string{"decode", "--fo"}, "--format --headers --follow"}, // the scripts keep those that match
+	} {
+		r := runBinary(t, nil, append([]string{"--completion-bash"}, tc.words...)...)
+		if got := strings.Join(strings.Fields(r.stdout), " "); r.code != exitOK || !strings.HasPrefix(got, tc.want) {
+			t.Errorf("streamd --completion-bash %q: exit %d, %q; want %q", tc.words, r.code, got, tc.want)
+		}
+	}
 }

@@ -95,6 +95,9 @@ func run(args []string, s stdio) (code int) {
 		"version":      versionCommand(app),
 	}
 	addOffsetsCommands(app, actions)
+	if completeCommand(app, args, s.out) {
+		return exitOK
+	}
 	defer func() {
 		r := recover()
 		if r != nil && usage.err != nil {
@@ -132,6 +135,22 @@ func run(args []string, s stdio) (code int) {
 		return s.exitWith(exitUsage, "%s: %v; see '%s --help'", name, err, name)
 	}
 	return actions[cmd](s)
+}
+
+// completeCommand answers the completion scripts' question for the
+// command word (streamd --completion-bash WORD), which kingpin answers
+// with nothing: it takes any first word for an argument of run, the
+// default command. It reports whether args were that question.
+func completeCommand(app *kingpin.Application, args []string, w io.Writer) bool {
+	if len(args) != 2 || args[0] != "--completion-bash" || strings.HasPrefix(args[1], "-") {
+		return false
+	}
+	for _, c := range app.Model().Commands {
+		if !c.Hidden && strings.HasPrefix(c.Name, args[1]) {
+			fmt.Fprintln(w, c.Name)
+		}
+	}
+	return true
 }
 
 // firstErrorWriter writes to w and keeps the first error: kingpin ignores
