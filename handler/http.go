@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -353,13 +354,14 @@ func statusError(resp *http.Response, note string) error {
 
 // parseRetryAfter reads a Retry-After value (RFC 9110 §10.2.3): a number of
 // seconds, or an HTTP-date, which gives the time until then (0 if it has
-// passed). A value that does not fit a time.Duration is invalid.
+// passed). A number of seconds that does not fit a time.Duration gives the
+// longest one, which max_retry_after cuts as any long delay.
 func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	v = strings.Trim(v, " \t")
 	if v != "" && strings.Trim(v, "0123456789") == "" {
 		secs, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || secs > int64(1<<63-1)/int64(time.Second) {
-			return 0, false
+		if err != nil || secs > int64(math.MaxInt64)/int64(time.Second) {
+			return math.MaxInt64, true // ErrRange: digits alone, too many of them
 		}
 		return time.Duration(secs) * time.Second, true
 	}

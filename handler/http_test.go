@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -471,6 +472,11 @@ func TestHandlerOutcomeDirective(t *testing.T) {
 		{in: "retry", want: Outcome{Kind: OutcomeRetry}},
 		{in: "retry_after=250ms", want: Outcome{Kind: OutcomeRetryAfter, Delay: 250 * time.Millisecond}},
 		{in: "retry_after=0s", want: Outcome{Kind: OutcomeRetryAfter}},
+		{in: "retry_after=9999999999h", want: Outcome{Kind: OutcomeRetryAfter, Delay: math.MaxInt64}}, // cut by max_retry_after
+		{in: "retry_after=1h99999999999999999999s", want: Outcome{Kind: OutcomeRetryAfter, Delay: math.MaxInt64}},
+		{in: "retry_after=9999999999x", err: true},
+		{in: "retry_after=1e9h", err: true},
+		{in: "retry_after=-9999999999h", err: true},
 		{in: "retry_after=-1s", err: true},
 		{in: "retry_after=5", err: true},
 		{in: "retry_after=", err: true},
@@ -507,8 +513,8 @@ func TestHTTPRetryAfter(t *testing.T) {
 		{in: "Wednesday, 01-May-24 12:01:00 GMT", want: time.Minute, ok: true}, // RFC 850
 		{in: "Wed May  1 12:00:05 2024", want: 5 * time.Second, ok: true},      // asctime
 		{in: "Tue, 30 Apr 2024 12:00:00 GMT", want: 0, ok: true},               // past
-		{in: "99999999999999999999"},
-		{in: "9223372037"}, // seconds beyond a time.Duration
+		{in: "99999999999999999999", want: math.MaxInt64, ok: true},            // cut by max_retry_after
+		{in: "9223372037", want: math.MaxInt64, ok: true},                      // seconds beyond a time.Duration
 		{in: "-1"},
 		{in: "1.5"},
 		{in: "soon"},

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -101,11 +103,15 @@ func Check(cfg *conf.Config) error {
 	return errors.Join(errs...)
 }
 
+// longDuration matches what time.ParseDuration reads but for its size: a
+// duration it refuses only because it does not fit a time.Duration.
+var longDuration = regexp.MustCompile(`^\+?([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h)(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))*$`)
+
 // parseOutcomeDirective reads an outcome a handler names explicitly, in the
 // Streamd-Outcome response header (http) or an outcome= line on stdout
 // (exec): "ack", "drop", "retry" or "retry_after=<duration>", where the
 // duration is written as [time.ParseDuration] reads it ("250ms", "5s") and
-// is not negative. Keywords are lowercase; surrounding spaces and tabs are
+// is not negative; one too long for a time.Duration is the longest one. Keywords are lowercase; surrounding spaces and tabs are
 // ignored.
 func parseOutcomeDirective(s string) (Outcome, error) {
 	s = strings.Trim(s, " \t")
@@ -119,6 +125,9 @@ func parseOutcomeDirective(s string) (Outcome, error) {
 	}
 	if v, ok := strings.CutPrefix(s, "retry_after="); ok {
 		d, err := time.ParseDuration(v)
+		if err != nil && longDuration.MatchString(v) {
+			d, err = math.MaxInt64, nil // more than a time.Duration holds: max_retry_after cuts it
+		}
 		if err == nil && d >= 0 {
 			return Outcome{Kind: OutcomeRetryAfter, Delay: d}, nil
 		}
