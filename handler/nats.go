@@ -84,6 +84,9 @@ type natsHandler struct {
 	batches sync.Pool      // of *natsBatch, for HandleBatch
 	errLog  ratelog.Line   // the server's errors, at most one line per ratelog.Every
 	dialLog ratelog.Line   // the failed tries to (re)connect, likewise
+	// dialErr is why the last try to (re)connect failed, nil once one
+	// succeeded: the client's LastError says so only after a while.
+	dialErr atomic.Pointer[error]
 
 	mu      sync.Mutex
 	back    wakeup.Signal // woken at each (re)connection, under mu
@@ -143,6 +146,7 @@ func newNATSHandler(cfg conf.Handler, logger *slog.Logger, mustReach bool) (*nat
 			}
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
+			h.dialErr.Store(nil)
 			logger.Info("reconnected to NATS", "server", nc.ConnectedUrlRedacted())
 			h.wakeHeld()
 		}),
@@ -150,6 +154,7 @@ func newNATSHandler(cfg conf.Handler, logger *slog.Logger, mustReach bool) (*nat
 		// refused), from the first try of a handler that starts without
 		// them on.
 		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
+			h.dialErr.Store(&err)
 			h.dialLog.Warn(logger, "connecting to NATS failed; trying again", "url", cfg.URL, "err", err)
 		}),
 		// What the server says outside a publish's answer, such as a
@@ -530,7 +535,11 @@ func (h *natsHandler) failure(ctx context.Context, d *Delivery, m *nats.Msg, err
 		// supported) names a consequence, not the cause: the last error
 		// of the connection may (a server that refuses the credentials or
 		// the TLS handshake, which the client retries without a word).
-		if last := nc.LastError(); last != nil {
+		last := nc.LastError()
+		if p := h.dialErr.Load(); last == nil && p != nil {
+			last = *p
+		}
+		if last != nil {
 			return Failed(FailureUnreachable, fmt.Errorf("nats: not connected to any NATS server; reconnecting (last error: %w)", last))
 		}
 		return Failed(FailureUnreachable, errors.New("nats: not connected to any NATS server; reconnecting"))

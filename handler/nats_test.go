@@ -558,6 +558,27 @@ func TestNATSHandlerClosedForGood(t *testing.T) {
 	}
 }
 
+// TestNATSHandlerRefusedFromTheStart: a handler whose credentials the
+// server refuses from its first try says so in the first failed delivery,
+// before the client's own last error knows it.
+func TestNATSHandlerRefusedFromTheStart(t *testing.T) {
+	t.Parallel()
+	auth := &switchAuth{}
+	srv := startServer(t, &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
+		CustomClientAuthentication: auth})
+	h := mustNewHandler(t, conf.Handler{Kind: conf.HandlerNATS, URL: srv.ClientURL(), Subject: "orders.eu", Timeout: conf.Duration(time.Second)})
+	for deadline := time.Now().Add(20 * time.Second); h.(*natsHandler).dialErr.Load() == nil; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no failed try to connect after %d refusals", auth.refused.Load())
+		}
+	}
+	d := testDelivery()
+	d.File, d.Offset = "abc", 1
+	if o := h.Handle(t.Context(), d); o.Failure != FailureUnreachable || !strings.Contains(strings.ToLower(o.Err.Error()), "authorization violation") {
+		t.Errorf("credentials refused from the start: %+v, want failed (unreachable), with the refusal", o)
+	}
+}
+
 // TestNATSHandlerOutlivesRefusedCredentials: a server that refuses the
 // client for a while (credentials being rotated) and then accepts it
 // again gets its publishes again; by default the client would give up
