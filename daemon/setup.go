@@ -124,7 +124,7 @@ func (s *setup) newHandler(sc conf.Subscription) (handler.Handler, error) {
 	if h, ok := s.opts.Handlers[sc.Name]; ok {
 		return h, nil
 	}
-	h, err := handler.New(sc.Handler, s.opts.Stdout, s.logger)
+	h, err := handler.New(sc.Handler, s.opts.Stdout, s.logger.With("subscription", sc.Name))
 	if err != nil {
 		return nil, fmt.Errorf("subscription %q: %w", sc.Name, err)
 	}

@@ -353,3 +353,22 @@ command = ["/bin/sh", "-c", '''IFS= read -r p; echo "retry $STREAMD_ATTEMPT $p" 
 		t.Fatalf("exit code %d", code)
 	}
 }
+
+// TestRunHandlerLogNamesSubscription: a handler's own log lines name the
+// subscription, as the daemon's do: here an exec command that leaves a
+// process holding its output open.
+func TestRunHandlerLogNamesSubscription(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, execSub("billing", "", "sleep 3 &"))
+	e.publish(`{"id":1}`)
+	p := e.start()
+	eventually(t, 20*time.Second, "the lingering output's warning", func() bool {
+		return strings.Contains(p.stderr.String(), "kept stdout or stderr open")
+	})
+	for _, l := range strings.Split(p.stderr.String(), "\n") {
+		if strings.Contains(l, "kept stdout or stderr open") && !strings.Contains(l, "subscription=billing") {
+			t.Errorf("the handler's line does not name its subscription: %s", l)
+		}
+	}
+	p.stop(t)
+}
