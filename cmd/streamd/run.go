@@ -227,10 +227,10 @@ func watchStop(ctx context.Context, done <-chan struct{}, logger *slog.Logger, w
 func reloadCommand(app *kingpin.Application) action {
 	cmd := app.Command("reload", "Ask the running daemon to reload its configuration file and wait for its answer: exit 0 when the new configuration runs, 1 when the daemon refused it (the old one keeps running).")
 	cf := configFlag(cmd, conf.ModeRun, "streamd reload")
-	timeout := cmd.Flag("timeout", "How long to wait for the daemon's answer.").Default("90s").Duration()
+	timeout := cmd.Flag("timeout", "How long to wait for the daemon's answer (less than systemd's 90 s for the unit's ExecReload, so that the reason reaches the journal).").Default("80s").Duration()
 	return func(s stdio) int {
 		if *timeout <= 0 {
-			return s.exitWith(exitUsage, "streamd reload: --timeout=%s: want a positive duration, such as 90s", *timeout)
+			return s.exitWith(exitUsage, "streamd reload: --timeout=%s: want a positive duration, such as 80s", *timeout)
 		}
 		// The daemon loads the file itself, and answers why it refuses
 		// one: only the state directory, which names the daemon, must be
