@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -35,6 +37,35 @@ func TestPrint(t *testing.T) {
 	if !strings.HasPrefix(out.String(), "# header: file_name=\"p.ss\"") || !strings.Contains(out.String(), "| k | 3 | 0]") {
 		t.Errorf("output:\n%s", out.String())
 	}
+}
+
+// TestPrintRotation: a file renamed away from the path is printed on for
+// the daemon's default rotation_grace after another file took the path: a
+// record its writer appends to it then is printed, before the new file's.
+func TestPrintRotation(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "p.ss")
+	writeFile(t, path, streamfile.Header{FileName: "p.ss", CreatedAtMs: 1, BeaconInterval: 1024}, frames("k", 1, 2, 1, 10))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, logs testutil.SyncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- Print(ctx, &out, path, streamfile.FormatLog, slog.New(slog.NewTextHandler(&logs, nil)))
+	}()
+	waitFor(t, 5*time.Second, "two messages", func() bool { return strings.Count(out.String(), " | k | ") == 2 })
+	if err := os.Rename(path, path+".1"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the rename seen", func() bool { return strings.Contains(logs.String(), "renamed away from the path") })
+	writeFile(t, path, streamfile.Header{FileName: "p.ss", CreatedAtMs: 2, BeaconInterval: 1024}, frames("n", 1, 1, 1, 10))
+	appendFrames(t, path+".1", frames("k", 3, 1, 1, 10))
+	waitFor(t, 15*time.Second, "the new file's message", func() bool { return strings.Contains(out.String(), " | n | 1 | ") })
+	if o := out.String(); !strings.Contains(o, " | k | 3 | ") || strings.Index(o, " | k | 3 | ") > strings.Index(o, " | n | 1 | ") {
+		t.Errorf("the record appended to the renamed file is not printed before the new file's:\n%s", o)
+	}
+	cancel()
+	<-done
 }
 
 func TestPrintMissingFile(t *testing.T) {
