@@ -310,3 +310,31 @@ func TestDamagedBeaconRemaining(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckedBoundaryVectors: the beacons of the upstream writer's files
+// pass the checks a seek makes of them (CheckedBoundary), and lead where
+// FrameBoundaryAfter, which trusts them, does: the checks take no valid
+// beacon for a damaged one.
+func TestCheckedBoundaryVectors(t *testing.T) {
+	for _, name := range vectorNames {
+		t.Run(name, func(t *testing.T) {
+			b, err := os.ReadFile(filepath.Join(vectorDir, name+".ss"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := &sliceReader{b}
+			h, err := ReadHeader(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			interval := int64(h.BeaconInterval)
+			for at := interval; at < int64(len(b)); at += interval {
+				want, werr := FrameBoundaryAfter(r, h, at)
+				got, err := CheckedBoundary(r, h, at)
+				if werr == nil && (err != nil || got != want) {
+					t.Errorf("beacon at %d: CheckedBoundary = %d, %v; FrameBoundaryAfter = %d", at, got, err, want)
+				}
+			}
+		})
+	}
+}
