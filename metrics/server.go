@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"syscall"
 	"time"
 
@@ -175,6 +176,11 @@ func CheckWebConfig(path string) error {
 		var pathErr *os.PathError
 		if errors.As(err, &pathErr) && pathErr.Path == path {
 			err = pathErr.Err
+		}
+		if strings.HasPrefix(err.Error(), "crypto/bcrypt: ") {
+			// The toolkit names neither the key nor the user.
+			return fmt.Errorf("metrics: web config file %s: basic_auth_users: %w: each user's value is a bcrypt hash of the password, "+
+				"as htpasswd -nbBC 10 \"\" PASSWORD | tr -d ':\\n' prints it, never the password itself", path, err)
 		}
 		return fmt.Errorf("metrics: web config file %s: %w", path, err)
 	}

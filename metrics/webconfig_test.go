@@ -100,10 +100,15 @@ func TestWebConfigInvalid(t *testing.T) {
 	if err := os.WriteFile(unknown, []byte("basic_auth:\n  prometheus: x\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	plain := filepath.Join(dir, "plain.yml") // a password where its hash goes
+	if err := os.WriteFile(plain, []byte("basic_auth_users:\n  prometheus: secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct{ file, want string }{
 		{filepath.Join(dir, "none.yml"), "metrics: web config file " + filepath.Join(dir, "none.yml") + ": no such file or directory"},
 		{bad, "metrics: web config file " + bad + ": "},
 		{unknown, "field basic_auth not found"},
+		{plain, "metrics: web config file " + plain + ": basic_auth_users: crypto/bcrypt: hashedSecret too short to be a bcrypted password: each user's value is a bcrypt hash of the password"},
 	}
 	for _, tt := range tests {
 		srv := NewServer("127.0.0.1:0", tt.file, prometheus.NewRegistry(), nil, nil)
