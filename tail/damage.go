@@ -173,8 +173,12 @@ func (fl *Follower) pastDamagedSize(ctx context.Context) (bool, error) {
 func (fl *Follower) damaged(e Event, err error, off int64) error {
 	fl.obs.Event(e)
 	if fl.opts.OnCorrupt == StopOnCorrupt {
-		fl.log.Error("corrupt frame; stopping", "offset", off, "err", err)
-		return fl.fail(fmt.Errorf("tail: %s: %w", fl.path, err))
+		next := fl.nextFrame(err, off)
+		fl.log.Error("corrupt frame; stopping", "offset", off, "err", err, "next_frame", next)
+		if next < 0 {
+			return fl.fail(fmt.Errorf("tail: %s: %w", fl.path, err))
+		}
+		return fl.fail(fmt.Errorf("tail: %s: %w (a reader that skips it reads on at offset %d)", fl.path, err, next))
 	}
 	if d := &fl.damage; d.firstAt < 0 || off < d.firstAt {
 		d.firstAt = off
@@ -185,6 +189,26 @@ func (fl *Follower) damaged(e Event, err error, off int64) error {
 		fl.damage.leftOutAt, fl.damage.leftOutIno, fl.damage.leftOutErr = off, fl.id.Ino, err
 	}
 	return nil
+}
+
+// nextFrame returns where a follower that skipped the damage err met at off
+// would read on (skipDamaged): after a frame whose checksum does not match,
+// or at the first frame after bytes that are not one; -1 when the file
+// does not hold it yet.
+func (fl *Follower) nextFrame(err error, off int64) int64 {
+	if ce, ok := errors.AsType[*streamfile.ChecksumError](err); ok {
+		return ce.End
+	}
+	interval := int64(fl.hdr.BeaconInterval)
+	end := min(fl.size(), (off/interval+1)*interval)
+	if q, err := streamfile.WholeFrameAfter(fl.f, interval, off, end); err == nil && q >= 0 {
+		return q
+	}
+	p, err := fl.beaconBoundaryAfter(off)
+	if err != nil {
+		return -1
+	}
+	return p
 }
 
 // logLeftOut logs the corrupt frames the log limit left out, once

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -112,8 +113,8 @@ func TestSkipFormatError(t *testing.T) {
 		var fe *streamfile.FormatError
 		if policy == StopOnCorrupt {
 			want = edgeA[:7]
-			if !errors.As(end, &fe) || fe.Offset != 1125 {
-				t.Fatalf("stop: got %v, want a format error at 1125", end)
+			if !errors.As(end, &fe) || fe.Offset != 1125 || !strings.Contains(end.Error(), fmt.Sprintf("a reader that skips it reads on at offset %d", offs[8])) {
+				t.Fatalf("stop: got %v, want a format error at 1125 naming the next frame, at %d", end, offs[8])
 			}
 		} else if !errors.Is(end, io.EOF) {
 			t.Fatal(end)
