@@ -34,9 +34,10 @@ func (t *Target) right(seq, ts uint64) bool {
 // in a file of the given size. It bisects over the beacons with markers for
 // the key (O(log n) beacon reads, spec §12), then reads forward from the last
 // beacon known to be before the target, checked against the frames from
-// the beacon before it (CheckedBoundary), or from one further back when it
-// is damaged. Beacons without a marker for the key are stepped over. It assumes that sequences and timestamps of a key grow
-// through the file, as writers produce them.
+// the beacon before it (CheckedBoundary); past a damaged one, from the first
+// beacon before it that is not (the header at worst). Beacons without a
+// marker for the key are stepped over. It assumes that sequences and
+// timestamps of a key grow through the file, as writers produce them.
 func Seek(r io.ReaderAt, h Header, size int64, t Target) (int64, error) {
 	interval := int64(h.BeaconInterval)
 	left, right := int64(0), size/interval+1 // beacon indexes: 0 is the header, known before the target
@@ -121,12 +122,15 @@ func Seek(r io.ReaderAt, h Header, size int64, t Target) (int64, error) {
 }
 
 // CheckedBoundary returns the frame boundary that the beacon at boundary b
-// leads to, once the frames read from the boundary of the beacon before it
-// (or from the header) showed that the first frame after b starts there. Beacons carry no checksum: a damaged
-// count of what remains of the frame a beacon interrupts would lead a seek
-// into the middle of a frame, or past frames it should find. A
-// [*FormatError] says the two disagree or the frames in between are
-// damaged.
+// leads to, checked when it can be: the frames read from the boundary of
+// the beacon before it (or from the header) must show that the first frame
+// after b starts there. Beacons carry no checksum: a damaged count of what
+// remains of the frame a beacon interrupts would lead a seek into the
+// middle of a frame, or past frames it should find. A [*FormatError] says
+// that beacon b cannot be read or disagrees with those frames; when they
+// cannot be read themselves (damaged frames, a damaged beacon before b),
+// nothing can be checked, and the boundary is b's alone. It reads up to one
+// interval, and any frame that spans b whole.
 func CheckedBoundary(r io.ReaderAt, h Header, b int64) (int64, error) {
 	interval := int64(h.BeaconInterval)
 	d := NewDecoder(r, h, HeaderSize)
@@ -138,7 +142,7 @@ func CheckedBoundary(r io.ReaderAt, h Header, b int64) (int64, error) {
 	from := int64(HeaderSize)
 	if b > interval {
 		if from, err = d.resync(b - interval); err != nil {
-			return 0, err
+			return p, nil
 		}
 	}
 	d = NewDecoder(r, h, from)
@@ -146,13 +150,14 @@ func CheckedBoundary(r io.ReaderAt, h Header, b int64) (int64, error) {
 	for at := from; at <= b; {
 		rec, err := d.Next()
 		var ce *ChecksumError
+		var fe *FormatError
 		switch {
 		case err == nil:
 			at = rec.Offset
 		case errors.As(err, &ce): // a damaged payload leaves the framing intact
 			at = ce.Offset
-		case errors.Is(err, io.EOF), errors.Is(err, ErrTruncated), errors.Is(err, ErrEndOfStream):
-			return p, nil // no frame after b yet: nothing to check p against
+		case errors.Is(err, io.EOF), errors.Is(err, ErrTruncated), errors.Is(err, ErrEndOfStream), errors.As(err, &fe):
+			return p, nil // no frame after b yet, or none that can be read: nothing to check p against
 		default:
 			return 0, err
 		}
@@ -199,31 +204,29 @@ func FrameBoundaryAfter(r io.ReaderAt, h Header, off int64) (int64, error) {
 
 // End returns the offset after the last complete frame of a file of the
 // given size: where a reader that starts at the end begins (spec §11.3). It
-// reads from the last beacon whose interrupted frame is complete. What a
+// reads from the last beacon whose interrupted frame is complete and that
+// the frames before it confirm (CheckedBoundary). What a
 // crash left after the last frame ([CrashLeftovers]) is not passed over:
 // the next writer appends where it begins.
 func End(r io.ReaderAt, h Header, size int64) (int64, error) {
 	interval := int64(h.BeaconInterval)
 	start := int64(HeaderSize)
-	var fe *FormatError
 	for b := size - size%interval; b >= interval; b -= interval {
-		d := NewDecoder(r, h, b)
-		d.ReadSize = maxBeaconSize(h.BeaconInterval)
-		p, err := d.resync(b)
+		p, err := CheckedBoundary(r, h, b)
 		if err == nil && p <= size {
 			start = p
 			break
 		}
+		var fe *FormatError
 		if err != nil && !errors.Is(err, ErrTruncated) && !errors.As(err, &fe) { // a damaged beacon: the one before
 			return 0, err
 		}
 	}
 	end, left, err := endFrom(r, h, start, size)
-	if start > HeaderSize && (err == nil && left && end == start || errors.As(err, &fe)) {
+	if err == nil && left && end == start && start > HeaderSize {
 		// Zeros that reach a boundary pass for an empty beacon there: the
-		// records may end before it. A damaged beacon (they carry no
-		// checksum) may lead into the middle of a frame. Read from the
-		// beginning, as a writer does (Writer.scanLast).
+		// records may end before it. Read from the beginning, as a writer
+		// does (Writer.scanLast).
 		end, _, err = endFrom(r, h, HeaderSize, size)
 	}
 	return end, err

@@ -338,3 +338,47 @@ func TestCheckedBoundaryVectors(t *testing.T) {
 		})
 	}
 }
+
+// TestFrameDamageBeforeBeacon: damaged frames before a beacon say nothing of
+// the beacon: a seek past them starts at the beacon after them, and End
+// reads from the last beacon, not the whole file.
+func TestFrameDamageBeforeBeacon(t *testing.T) {
+	path, frames := writeSeekFile(t, 1024, 2000, 70, []string{"a"})
+	_, offsets := readFrames(t, path)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := ReadHeader(&sliceReader{data})
+	damaged := slices.IndexFunc(offsets, func(o int64) bool { return o > 3072+64 }) // a frame in [3072, 4096)
+	data[offsets[damaged]+1] = '!'                                                  // its key
+	r := &sliceReader{data}
+	for i := damaged + 1; i < len(frames); i += 97 {
+		if offsets[i] < 4096+1024 {
+			continue // read from a beacon before the damage, a seek meets it
+		}
+		got, err := Seek(r, h, int64(len(data)), Target{Key: "a", BySeq: true, Seq: frames[i].Seq})
+		if err != nil || got != offsets[i] {
+			t.Errorf("Seek seq %d = %d, %v; want %d", frames[i].Seq, got, err, offsets[i])
+		}
+	}
+	cr := &countingReader{r: r}
+	if end, err := End(cr, h, int64(len(data))); err != nil || end != int64(len(data)) {
+		t.Errorf("End = %d, %v; want %d", end, err, len(data))
+	}
+	if n := cr.bytes.Load(); n > 8*1024 {
+		t.Errorf("End read %d bytes, want the last intervals only", n)
+	}
+	// Damage in the last interval, after the beacon End starts at: the
+	// error, not a read of the whole file for a damaged beacon.
+	last := offsets[len(offsets)-3]
+	data[last+1] = '!'
+	cr = &countingReader{r: r}
+	var fe *FormatError
+	if _, err := End(cr, h, int64(len(data))); !errors.As(err, &fe) || fe.Offset != last {
+		t.Errorf("End with damage at %d: %v, want a format error there", last, err)
+	}
+	if n := cr.bytes.Load(); n > 8*1024 {
+		t.Errorf("End read %d bytes, want the last intervals only", n)
+	}
+}

@@ -924,12 +924,10 @@ func (w *Writer) scanLast(size int64) (scanEnd, error) {
 		return scanEnd{}, err
 	}
 	se, err := w.scan(start, size, nil)
-	var de *DamageError
-	if start > HeaderSize && (err == nil && se.zeros || errors.As(err, &de)) {
+	if err == nil && se.zeros && start > HeaderSize {
 		// Zeros may span beacon boundaries, where they pass for empty
-		// beacons and the scan may have started inside them; a damaged
-		// beacon (they carry no checksum) may lead into the middle of a
-		// frame: find the last good frame from the start.
+		// beacons and the scan may have started inside them: find the
+		// last good frame from the start.
 		return w.scan(HeaderSize, size, nil)
 	}
 	return se, err
@@ -940,9 +938,8 @@ func (w *Writer) scanLast(size int64) (scanEnd, error) {
 // stepping back as §10 describes), so that appending does not read the whole
 // file.
 func (w *Writer) lastFrameStart(size int64) (int64, error) {
-	d := NewDecoder(w.f, w.hdr, HeaderSize)
 	for b := size - size%w.interval; b >= w.interval; b -= w.interval {
-		if p, err := d.resync(b); err != nil || p > size {
+		if p, err := CheckedBoundary(w.f, w.hdr, b); err != nil || p > size {
 			continue // a beacon being written, or a damaged one: the one before it
 		}
 		// Start one beacon earlier, so that the scan sees the frame this
@@ -950,7 +947,7 @@ func (w *Writer) lastFrameStart(size int64) (int64, error) {
 		// shorter than any interval); at the header when that one is
 		// damaged.
 		if b -= w.interval; b >= w.interval {
-			if p, err := d.resync(b); err == nil {
+			if p, err := CheckedBoundary(w.f, w.hdr, b); err == nil {
 				return p, nil
 			}
 		}

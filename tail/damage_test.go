@@ -1,6 +1,7 @@
 package tail
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -198,4 +199,49 @@ func TestDamageLeftOutLogged(t *testing.T) {
 	}
 	want := fmt.Sprintf(`msg="corrupt frames skipped since the last line, left out of the log" component=tail path=%s count=1 last_offset=%d`, path, off)
 	waitFor(t, ratelog.Every+5*time.Second, "the line of the damage left out", func() bool { return strings.Contains(logs.String(), want) })
+}
+
+// TestResumeAfterDamagedFrame: a stored position shortly after a damaged
+// frame, which the follower skipped before the restart, is where it
+// resumes: the damage does not make the beacon before the position
+// suspect, nor the file read again from its beginning.
+func TestResumeAfterDamagedFrame(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "d.ss")
+	fs := frames("k", 1, 60, 1, 40)
+	writeFile(t, path, streamfile.Header{FileName: "d.ss", CreatedAtMs: 1, BeaconInterval: 1024}, fs)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var offsets []int64
+	d := streamfile.NewDecoder(bytes.NewReader(b), streamfile.Header{FileName: "d.ss", CreatedAtMs: 1, BeaconInterval: 1024}, streamfile.HeaderSize)
+	for {
+		r, err := d.Next()
+		if err != nil {
+			break
+		}
+		offsets = append(offsets, r.Offset)
+	}
+	hit := slices.IndexFunc(offsets, func(o int64) bool { return o > 3072+64 }) // a frame in the interval before 4096
+	at := slices.IndexFunc(offsets, func(o int64) bool { return o > 4096+10 })  // the first after the beacon at 4096
+	damageKey(b, offsets[hit])
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fl, err := New(Options{Path: path, Replay: true, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := fl.Position().File
+	fl.Close()
+	obs := newObserver()
+	fl, err = New(Options{Path: path, Replay: true, Resume: &Position{File: id, Offset: offsets[at]}, Observer: obs, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fl.Close()
+	r, err := fl.Next(t.Context())
+	if err != nil || r.Offset != offsets[at] || obs.count(EventTruncated) != 0 {
+		t.Fatalf("resumed with %v, %v (observer %v); want the record at %d (seq %d)", r, err, obs, offsets[at], fs[at].Seq)
+	}
 }
