@@ -60,15 +60,21 @@ type damageState struct {
 	// skipSizeDamaged: the damage at skipAt is a frame that runs past the
 	// end (pastDamagedSize), which reads as a torn frame.
 	skipSizeDamaged bool
-	// firstAt is the offset of the first damaged frame or bytes this
-	// follower skipped in the open file, -1 if none: where `streamd
-	// repair` cuts it (cutAtDamage).
-	firstAt int64
+	// goodEnd is the end of the last good frame read in the open file
+	// (where reading started, before the first). cutAt, -1 if none, is
+	// where `streamd repair` would cut the file for the damage this
+	// follower skipped (cutAtDamage), as Writer.scan finds it: the end of
+	// the last good frame before the first damage that writers do not
+	// step over. cutChecksum: the damage since cutAt is frames whose
+	// checksum does not match, which they step over once a good frame
+	// follows.
+	goodEnd, cutAt int64
+	cutChecksum    bool
 }
 
 // noDamage returns the state of a file where no damage was met.
 func noDamage() damageState {
-	return damageState{skipAt: -1, recheckAt: -1, replayRecheckAt: -1, leftoversAt: -1, leftoversSize: -1, truncatedAt: -1, truncatedSize: -1, skipScannedSize: -1, firstAt: -1}
+	return damageState{skipAt: -1, recheckAt: -1, replayRecheckAt: -1, leftoversAt: -1, leftoversSize: -1, truncatedAt: -1, truncatedSize: -1, skipScannedSize: -1, goodEnd: -1, cutAt: -1}
 }
 
 // forget drops what is known of damage in the open file, which is read
@@ -180,8 +186,10 @@ func (fl *Follower) damaged(e Event, err error, off int64) error {
 		}
 		return fl.fail(fmt.Errorf("tail: %s: %w (a reader that skips it reads on at offset %d)", fl.path, err, next))
 	}
-	if d := &fl.damage; d.firstAt < 0 || off < d.firstAt {
-		d.firstAt = off
+	if d := &fl.damage; d.cutAt < 0 {
+		d.cutAt, d.cutChecksum = d.goodEnd, e == EventChecksum
+	} else if e != EventChecksum {
+		d.cutChecksum = false
 	}
 	if ok, suppressed := fl.damage.logLimit.Allow(time.Now()); ok {
 		fl.log.Warn("corrupt frame; skipping it", "offset", off, "err", err, "suppressed", suppressed)

@@ -128,18 +128,42 @@ func TestDamageRepaired(t *testing.T) {
 	}
 }
 
-// TestDamageRepairedAfterReadOn: a live follower read on past damaged
-// bytes in the middle of the file; the file is then cut at the damage
-// (streamd repair --force), below the read position, and appended to: it
-// reads the new frames from there, not the whole file again.
+// TestDamageRepairedAfterReadOn: a live follower read on past damage;
+// streamd repair --force then cuts the file where writers find the damage
+// (below the read position), and a writer appends: the follower reads the
+// new frames from there, not the whole file again. Frames whose checksum
+// does not match are cut only when no good frame follows them.
 func TestDamageRepairedAfterReadOn(t *testing.T) {
+	checksum := func(b []byte, off int64) { b[off+30] ^= 0xFF } // a payload byte
 	for _, tc := range []struct {
-		name   string
-		damage func([]byte, int64)
-	}{{"key", damageKey}, {"checksum", func(b []byte, off int64) { b[off+30] ^= 0xFF }}} {
+		name    string
+		damages map[int]func([]byte, int64) // by frame
+	}{
+		{"key", map[int]func([]byte, int64){5: damageKey}},
+		{"checksum then key", map[int]func([]byte, int64){2: checksum, 8: damageKey}},
+		{"checksum last", map[int]func([]byte, int64){11: checksum}},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
-			const lost = 5
-			path, fs, off := damagedFile(t, lost, tc.damage)
+			path := filepath.Join(t.TempDir(), "d.ss")
+			fs := frames("k", 1, 12, 1, 40)
+			writeFile(t, path, streamfile.Header{FileName: "d.ss", CreatedAtMs: 1, BeaconInterval: 64 << 10}, fs)
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var read []streamfile.Frame // what a follower that skips the damage reads
+			off := int64(streamfile.HeaderSize)
+			for i, f := range fs {
+				if damage := tc.damages[i]; damage != nil {
+					damage(b, off)
+				} else {
+					read = append(read, f)
+				}
+				off += int64(len(f.Key)) + 32 + int64(len(f.Payload))
+			}
+			if err := os.WriteFile(path, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
 			obs := newObserver()
 			fl, err := New(Options{Path: path, PollInterval: 20 * time.Millisecond, Observer: obs, Logger: testLogger(t)})
 			if err != nil {
@@ -148,14 +172,15 @@ func TestDamageRepairedAfterReadOn(t *testing.T) {
 			defer fl.Close()
 			items, stop := follow(t, fl)
 			defer stop()
-			gotten := collect(t, items, len(fs)-1, 10*time.Second)
-			if err := os.Truncate(path, off); err != nil {
+			gotten := collect(t, items, len(read), 10*time.Second)
+			waitFor(t, 10*time.Second, "the damage skipped", func() bool { return obs.count(EventChecksum)+obs.count(EventFormat) == len(tc.damages) })
+			if _, _, err := streamfile.Repair(path, true, func(*streamfile.DamageError) {}); err != nil {
 				t.Fatal(err)
 			}
 			more := frames("k", 100, 3, 2, 40)
 			appendFrames(t, path, more)
 			gotten = append(gotten, collect(t, items, len(more), 10*time.Second)...)
-			if err := sameFrames(gotten, slices.Concat(fs[:lost], fs[lost+1:], more)); err != nil {
+			if err := sameFrames(gotten, slices.Concat(read, more)); err != nil {
 				t.Fatal(err)
 			}
 			if obs.count(EventTruncated) != 1 {

@@ -329,7 +329,11 @@ func (fl *Follower) Next(ctx context.Context) (*Record, error) {
 			continue
 		}
 		if err == nil {
-			fl.damage.recheckAt, fl.damage.replayRecheckAt = -1, -1
+			d := &fl.damage
+			d.recheckAt, d.replayRecheckAt, d.goodEnd = -1, -1, rec.End
+			if d.cutChecksum {
+				d.cutAt, d.cutChecksum = -1, false // writers step over the damage before a good frame
+			}
 			if fl.readTrouble.Failing() {
 				fl.readTrouble.Passed(fl.log, "stream file can be read again", "offset", rec.Offset)
 			}
@@ -640,7 +644,7 @@ func (fl *Follower) readHeader() (bool, error) {
 		}
 	}
 	fl.dec = streamfile.NewDecoder(fl.f, h, off)
-	fl.reportPos = off
+	fl.reportPos, fl.damage.goodEnd = off, off
 	fl.log.Debug("reading", "file_name", h.FileName, "created_at_ms", h.CreatedAtMs, "ino", id.Ino, "offset", off)
 	return true, nil
 }

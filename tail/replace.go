@@ -274,16 +274,16 @@ func (fl *Follower) checkInPlace(size, seen, at int64) bool {
 	return true
 }
 
-// cutAtDamage goes on at the first damaged bytes this follower skipped in
-// the open file when the file, shrunk below the read position at to size,
-// still reaches them under its header: `streamd repair` cut it there
-// (with --force, also the frames after them the follower read), and
-// writers append there. What it read before them is still in the file, as it was: reading
-// it again from the beginning would deliver it all again. It reports
-// whether it did.
+// cutAtDamage goes on where `streamd repair` cuts the open file for the
+// damage this follower skipped in it (damageState.cutAt), when the file,
+// shrunk below the read position at to size, still reaches there under its
+// header: repair cut it there (with --force, also the frames after the
+// damage the follower read), and writers append there. What it read
+// before is still in the file, as it was: reading it again from the
+// beginning would deliver it all again. It reports whether it did.
 func (fl *Follower) cutAtDamage(size, at int64) bool {
-	first := fl.damage.firstAt
-	if first < 0 || size < first || first > at {
+	cut := fl.damage.cutAt
+	if cut < 0 || size < cut || cut > at {
 		return false
 	}
 	var b [streamfile.HeaderSize]byte
@@ -292,10 +292,10 @@ func (fl *Follower) cutAtDamage(size, at int64) bool {
 	}
 	fl.report()
 	fl.log.Warn("stream file was cut at the damaged bytes this reader skipped, below the read position (as streamd repair does): reading on there, where writers append; what it read after them was delivered before the cut",
-		"damage_offset", first, "offset", at, "size", size)
+		"cut_offset", cut, "offset", at, "size", size)
 	fl.obs.Event(EventTruncated)
 	fl.damage.forget()
-	fl.dec, fl.reportPos = streamfile.NewDecoder(fl.f, fl.hdr, first), first
+	fl.dec, fl.reportPos, fl.damage.goodEnd = streamfile.NewDecoder(fl.f, fl.hdr, cut), cut, cut
 	return true
 }
 
