@@ -48,12 +48,13 @@ func (e *LossError) Error() string {
 // whole (the format allows up to 4 GiB), or a damaged size field.
 type OversizeError struct {
 	Damage      *DamageError
+	Offset      int64 // of the frame, at or after the damage
 	PayloadSize int64
 }
 
 func (e *OversizeError) Error() string {
 	return fmt.Sprintf("streamfile: %s: the frame at offset %d holds a payload of %d bytes, more than streamd reads (%d): a record another writer wrote, or a damaged size field",
-		e.Damage.File, e.Damage.Offset, e.PayloadSize, DefaultMaxPayload)
+		e.Damage.File, e.Offset, e.PayloadSize, DefaultMaxPayload)
 }
 
 // Repair makes the stream file at path appendable when writers refuse it
@@ -87,15 +88,13 @@ func Repair(path string, force bool, discard func(*DamageError)) (*DamageError, 
 			return err
 		}
 		if !force {
-			_, err := NewDecoder(w.f, w.hdr, de.Offset).Next()
-			if fe, ok := errors.AsType[*FormatError](err); ok && fe.Offset == de.Offset && fe.PayloadSize > 0 {
-				return &OversizeError{Damage: de, PayloadSize: fe.PayloadSize}
-			}
-			lost, err := readAfter(w.f, w.hdr, de.Offset, size)
-			if err != nil {
+			lost, oversize, err := readAfter(w.f, w.hdr, de.Offset, size)
+			switch {
+			case err != nil:
 				return err
-			}
-			if len(lost) > 0 {
+			case oversize != nil:
+				return &OversizeError{Damage: de, Offset: oversize.Offset, PayloadSize: oversize.PayloadSize}
+			case len(lost) > 0:
 				return &LossError{Damage: de, Records: lost}
 			}
 		}
@@ -115,8 +114,9 @@ func Repair(path string, force bool, discard func(*DamageError)) (*DamageError, 
 // before the next beacon after bytes that are not a frame, or else at the
 // frame boundary a beacon after them gives, and at a whole frame after one
 // that runs past the end. An end-of-stream frame ends them: readers stop
-// there.
-func readAfter(r io.ReaderAt, h Header, off, size int64) ([]KeyRecords, error) {
+// there. It stops at the first frame larger than the decoder reads, and
+// returns its error.
+func readAfter(r io.ReaderAt, h Header, off, size int64) ([]KeyRecords, *FormatError, error) {
 	byKey := map[string]*KeyRecords{}
 	d := NewDecoder(r, h, off)
 	for {
@@ -125,7 +125,7 @@ func readAfter(r io.ReaderAt, h Header, off, size int64) ([]KeyRecords, error) {
 		var fe *FormatError
 		switch {
 		case err == nil && rec.IsEOS():
-			return sortedKeys(byKey), nil
+			return sortedKeys(byKey), nil, nil
 		case err == nil && rec.End <= size:
 			k := byKey[rec.Key]
 			if k == nil {
@@ -135,10 +135,12 @@ func readAfter(r io.ReaderAt, h Header, off, size int64) ([]KeyRecords, error) {
 			k.Count++
 			k.LastSeq = rec.Seq
 		case errors.As(err, &ce):
+		case errors.As(err, &fe) && fe.PayloadSize > 0:
+			return sortedKeys(byKey), fe, nil
 		case errors.As(err, &fe):
 			p, err := skipDamage(r, h, fe.Offset, size)
 			if err != nil || p < 0 {
-				return sortedKeys(byKey), err
+				return sortedKeys(byKey), nil, err
 			}
 			d = NewDecoder(r, h, p)
 		case errors.Is(err, ErrTruncated):
@@ -146,13 +148,13 @@ func readAfter(r io.ReaderAt, h Header, off, size int64) ([]KeyRecords, error) {
 			// size when a whole frame follows.
 			p, err := WholeFrameAfter(r, int64(h.BeaconInterval), d.Pos(), size)
 			if err != nil || p < 0 {
-				return sortedKeys(byKey), err
+				return sortedKeys(byKey), nil, err
 			}
 			d = NewDecoder(r, h, p)
 		case err == nil, errors.Is(err, io.EOF), errors.Is(err, ErrEndOfStream):
-			return sortedKeys(byKey), nil
+			return sortedKeys(byKey), nil, nil
 		default:
-			return nil, err
+			return nil, nil, err
 		}
 	}
 }

@@ -3,6 +3,7 @@ package streamfile
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -68,29 +69,40 @@ func TestRepairKeepsReadRecords(t *testing.T) {
 
 // TestRepairOversize: a frame whose payload size is over the decoder's
 // limit may be a whole record of another writer: Repair refuses to cut it
-// off without force, changing nothing.
+// off without force, changing nothing, also when a frame with a bad
+// checksum before it is where readers stop.
 func TestRepairOversize(t *testing.T) {
-	path, frames := writeSeekFile(t, 1024, 50, 70, []string{"a"})
-	_, offsets := readFrames(t, path)
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	at := offsets[len(frames)-1] // the last frame: nothing readers read follows it
-	binary.BigEndian.PutUint32(data[at+1+int64(len(frames[len(frames)-1].Key))+24:], DefaultMaxPayload+1)
-	os.WriteFile(path, data, 0o644)
-	_, _, err = Repair(path, false, func(*DamageError) { t.Error("discard called for a refused repair") })
-	var oe *OversizeError
-	if !errors.As(err, &oe) || oe.Damage.Offset != at || oe.PayloadSize != DefaultMaxPayload+1 {
-		t.Fatalf("Repair: %v; want an OversizeError for the frame at %d", err, at)
-	}
-	if after, _ := os.ReadFile(path); !slices.Equal(after, data) {
-		t.Fatal("a refused repair changed the file")
-	}
-	if _, _, err := Repair(path, true, func(*DamageError) {}); err != nil {
-		t.Fatalf("Repair with force: %v", err)
-	}
-	if fi, _ := os.Stat(path); fi.Size() != at {
-		t.Errorf("repaired size %d, want %d", fi.Size(), at)
+	for _, badChecksumBefore := range []bool{false, true} {
+		t.Run(fmt.Sprintf("bad checksum before=%v", badChecksumBefore), func(t *testing.T) {
+			path, frames := writeSeekFile(t, 1024, 50, 70, []string{"a"})
+			_, offsets := readFrames(t, path)
+			data, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			last := len(frames) - 1 // nothing readers read follows it
+			at := offsets[last]
+			binary.BigEndian.PutUint32(data[at+1+int64(len(frames[last].Key))+24:], DefaultMaxPayload+1)
+			cut := at
+			if badChecksumBefore {
+				cut = offsets[last-1]
+				data[at-4] ^= 0xFF // the payload's last byte
+			}
+			os.WriteFile(path, data, 0o644)
+			_, _, err = Repair(path, false, func(*DamageError) { t.Error("discard called for a refused repair") })
+			var oe *OversizeError
+			if !errors.As(err, &oe) || oe.Damage.Offset != cut || oe.Offset != at || oe.PayloadSize != DefaultMaxPayload+1 {
+				t.Fatalf("Repair: %v; want an OversizeError for the frame at %d, the cut at %d", err, at, cut)
+			}
+			if after, _ := os.ReadFile(path); !slices.Equal(after, data) {
+				t.Fatal("a refused repair changed the file")
+			}
+			if _, _, err := Repair(path, true, func(*DamageError) {}); err != nil {
+				t.Fatalf("Repair with force: %v", err)
+			}
+			if fi, _ := os.Stat(path); fi.Size() != cut {
+				t.Errorf("repaired size %d, want %d", fi.Size(), cut)
+			}
+		})
 	}
 }

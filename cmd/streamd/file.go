@@ -162,10 +162,10 @@ func repairCommand(app *kingpin.Application) action {
 		var oe *streamfile.OversizeError
 		switch {
 		case errors.As(err, &oe):
-			return s.exitWith(exitError, "streamd repair: %s: readers stop at offset %d: its frame holds a payload of %d bytes, more than streamd reads (%d): "+
+			return s.exitWith(exitError, "streamd repair: %s: readers stop at offset %d; the frame at offset %d holds a payload of %d bytes, more than streamd reads (%d): "+
 				"a record another writer wrote whole, or a damaged size field, which streamd cannot tell apart\n"+
-				"streamd repair: nothing was changed: write new records to another file, or run it again with --force to cut the frame off with all that follows it",
-				*path, oe.Damage.Offset, oe.PayloadSize, streamfile.DefaultMaxPayload)
+				"streamd repair: nothing was changed: write new records to another file, or run it again with --force to cut the file at offset %d",
+				*path, oe.Damage.Offset, oe.Offset, oe.PayloadSize, streamfile.DefaultMaxPayload, oe.Damage.Offset)
 		case errors.As(err, &le):
 			return s.exitWith(exitError, "streamd repair: %s: readers stop at offset %d: %s\n"+
 				"streamd repair: nothing was changed: truncating there would discard %s after it that readers skipping the damage (on_corrupt = \"skip\") still read:\n%s"+
