@@ -31,7 +31,7 @@ func decodeCommand(app *kingpin.Application) action {
 			p = p.WithHeaders()
 		}
 		if *follow {
-			ctx, stop := stopContext()
+			ctx, _, stop := stopContext()
 			defer stop()
 			logger := slog.New(slog.NewTextHandler(s.err, &slog.HandlerOptions{Level: slog.LevelWarn}))
 			return decodeExit(s.err, tail.Print(ctx, s.out, *path, p, logger))

@@ -71,10 +71,40 @@ func main() {
 
 // stopContext returns a context that ends at SIGINT or SIGTERM, the
 // signals that stop the commands that run until stopped (run, pipe,
-// decode --follow), or at one of more, and the function that stops
-// listening for them.
-func stopContext(more ...os.Signal) (context.Context, context.CancelFunc) {
-	return signal.NotifyContext(context.Background(), append([]os.Signal{syscall.SIGINT, syscall.SIGTERM}, more...)...)
+// decode --follow), or at one of more; the channel that receives the
+// stop signals after the first (watchStop); and the function that stops
+// listening for them. The signals are registered before it returns, so
+// that none is lost to the default action or between the two.
+func stopContext(more ...os.Signal) (context.Context, <-chan os.Signal, func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	sigs := make(chan os.Signal, 2) // the first, and one more the first has not been taken from yet
+	later := make(chan os.Signal, 1)
+	signal.Notify(sigs, append([]os.Signal{syscall.SIGINT, syscall.SIGTERM}, more...)...)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-sigs:
+			cancel()
+		case <-done:
+			return
+		}
+		for {
+			select {
+			case sig := <-sigs:
+				select {
+				case later <- sig:
+				default:
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
+	return ctx, later, func() {
+		signal.Stop(sigs)
+		close(done)
+		cancel()
+	}
 }
 
 func run(args []string, s stdio) (code int) {

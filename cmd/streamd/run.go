@@ -121,7 +121,7 @@ func runCommand(app *kingpin.Application) action {
 		hup := make(chan os.Signal, 1)
 		signal.Notify(hup, syscall.SIGHUP)
 		defer signal.Stop(hup)
-		ctx, stop := stopContext()
+		ctx, again, stop := stopContext()
 		defer stop()
 		if code := st.load(s); code != exitOK {
 			return code
@@ -131,7 +131,7 @@ func runCommand(app *kingpin.Application) action {
 		st.opts.ConfigFile = absPath(*st.path)
 		done := make(chan struct{})
 		defer close(done)
-		go watchStop(ctx, done, st.opts.Logger, stopWatch{
+		go watchStop(ctx, again, done, st.opts.Logger, stopWatch{
 			name: "streamd",
 			left: "the records not settled are delivered again at the next start",
 		})
@@ -153,7 +153,7 @@ func pipeCommand(app *kingpin.Application) action {
 		if !signal.Ignored(syscall.SIGHUP) {
 			more = append(more, syscall.SIGHUP)
 		}
-		ctx, stop := stopContext(more...)
+		ctx, again, stop := stopContext(more...)
 		defer stop()
 		if code := st.load(s); code != exitOK {
 			return code
@@ -162,11 +162,10 @@ func pipeCommand(app *kingpin.Application) action {
 		st.opts.Stdout = s.err // the stdout handler must not mix with the copies
 		done := make(chan struct{})
 		defer close(done)
-		go watchStop(ctx, done, st.opts.Logger, stopWatch{
+		go watchStop(ctx, again, done, st.opts.Logger, stopWatch{
 			name:  "streamd pipe",
 			left:  "the copies not written are lost, and so are the lines whose handler has not answered",
 			bound: 2*time.Duration(st.cfg.ShutdownTimeout) + stuckGrace,
-			more:  more,
 		})
 		return st.exit(daemon.RunPipe(ctx, st.cfg, daemon.PipeOptions{Options: st.opts, In: s.in, Out: s.out}))
 	}
@@ -183,25 +182,21 @@ type stopWatch struct {
 	name  string        // the command, in its logs
 	left  string        // what an exit before the end of the stop leaves behind
 	bound time.Duration // how long a stop may take; 0: as long as it takes
-	more  []os.Signal   // stop signals beside SIGINT and SIGTERM
 }
 
 // watchStop follows the stop of a command that runs until a signal stops
 // it (ctx ends) and returns once the command did (done). It ends the
-// process with exit status 1 at a second stop signal, for the operator
-// who would not wait for the handlers in flight or the delayed copies,
-// and, with a bound, when the command has not stopped within it: a pipe
-// stage's write of a copy to a stdout that the next stage does not read
-// cannot be interrupted, and its stop stays bounded.
-func watchStop(ctx context.Context, done <-chan struct{}, logger *slog.Logger, w stopWatch) {
+// process with exit status 1 at a second stop signal (again), for the
+// operator who would not wait for the handlers in flight or the delayed
+// copies, and, with a bound, when the command has not stopped within it:
+// a pipe stage's write of a copy to a stdout that the next stage does not
+// read cannot be interrupted, and its stop stays bounded.
+func watchStop(ctx context.Context, again <-chan os.Signal, done <-chan struct{}, logger *slog.Logger, w stopWatch) {
 	select {
 	case <-done:
 		return
 	case <-ctx.Done():
 	}
-	again := make(chan os.Signal, 1)
-	signal.Notify(again, append([]os.Signal{syscall.SIGINT, syscall.SIGTERM}, w.more...)...)
-	defer signal.Stop(again)
 	var timeout <-chan time.Time
 	if w.bound > 0 {
 		t := time.NewTimer(w.bound)
