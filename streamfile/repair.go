@@ -138,7 +138,7 @@ func readAfter(r io.ReaderAt, h Header, off, size int64) ([]KeyRecords, *FormatE
 		case errors.As(err, &fe) && fe.PayloadSize > 0:
 			return sortedKeys(byKey), fe, nil
 		case errors.As(err, &fe):
-			p, err := skipDamage(r, h, fe.Offset, size)
+			p, err := SkipDamage(r, h, fe.Offset, size)
 			if err != nil || p < 0 {
 				return sortedKeys(byKey), nil, err
 			}
@@ -157,31 +157,6 @@ func readAfter(r io.ReaderAt, h Header, off, size int64) ([]KeyRecords, *FormatE
 			return nil, nil, err
 		}
 	}
-}
-
-// skipDamage returns where a reader goes on after the bytes at off that are
-// not a frame, in a file of the given size: the first whole frame before
-// the next beacon, else the frame boundary the first beacon after off that
-// is not damaged gives; -1 when there is none.
-func skipDamage(r io.ReaderAt, h Header, off, size int64) (int64, error) {
-	interval := int64(h.BeaconInterval)
-	next := (off/interval + 1) * interval
-	if q, err := WholeFrameAfter(r, interval, off, min(size, next)); err != nil || q >= 0 {
-		return q, err
-	}
-	for ; next < size; next += interval {
-		p, err := FrameBoundaryAfter(r, h, next)
-		var fe *FormatError
-		switch {
-		case err == nil && p < size:
-			return p, nil
-		case err == nil, errors.Is(err, ErrTruncated):
-			return -1, nil
-		case !errors.As(err, &fe):
-			return -1, err
-		}
-	}
-	return -1, nil
 }
 
 // sortedKeys returns the records of byKey in key order.

@@ -202,6 +202,33 @@ func FrameBoundaryAfter(r io.ReaderAt, h Header, off int64) (int64, error) {
 	return d.resync(b)
 }
 
+// SkipDamage returns where a reader goes on after the bytes at off that
+// are not a frame, in a file of the given size: at the first whole frame
+// after them before the next beacon ([WholeFrameAfter]), else at the frame
+// boundary that the first beacon after them that is not damaged gives; -1
+// when the file does not hold it yet.
+func SkipDamage(r io.ReaderAt, h Header, off, size int64) (int64, error) {
+	interval := int64(h.BeaconInterval)
+	next := (off/interval + 1) * interval
+	if q, err := WholeFrameAfter(r, interval, off, min(size, next)); err != nil || q >= 0 {
+		return q, err
+	}
+	for ; next < size; next += interval {
+		p, err := FrameBoundaryAfter(r, h, next)
+		var fe *FormatError
+		switch {
+		case err == nil && p <= size:
+			return p, nil
+		case err == nil, errors.Is(err, ErrTruncated):
+			return -1, nil // the rest of the frame after the beacon, or the beacon, is still being written
+		case !errors.As(err, &fe):
+			return -1, err
+		}
+		// The beacon is damaged too: the one after it.
+	}
+	return -1, nil
+}
+
 // End returns the offset after the last complete frame of a file of the
 // given size: where a reader that starts at the end begins (spec §11.3). It
 // reads from the last beacon whose interrupted frame is complete and that

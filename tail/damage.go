@@ -200,19 +200,14 @@ func (fl *Follower) damaged(e Event, err error, off int64) error {
 }
 
 // nextFrame returns where a follower that skipped the damage err met at off
-// would read on (skipDamaged): after a frame whose checksum does not match,
-// or at the first frame after bytes that are not one; -1 when the file
-// does not hold it yet.
+// would read on: after a frame whose checksum does not match, or at the
+// first frame after bytes that are not one (streamfile.SkipDamage); -1 when
+// the file does not hold it yet.
 func (fl *Follower) nextFrame(err error, off int64) int64 {
 	if ce, ok := errors.AsType[*streamfile.ChecksumError](err); ok {
 		return ce.End
 	}
-	interval := int64(fl.hdr.BeaconInterval)
-	end := min(fl.size(), (off/interval+1)*interval)
-	if q, err := streamfile.WholeFrameAfter(fl.f, interval, off, end); err == nil && q >= 0 {
-		return q
-	}
-	p, err := fl.beaconBoundaryAfter(off)
+	p, err := streamfile.SkipDamage(fl.f, fl.hdr, off, fl.size())
 	if err != nil {
 		return -1
 	}
@@ -231,36 +226,26 @@ func (fl *Follower) logLeftOut() {
 }
 
 // skipDamaged finds the first frame after the damaged bytes at
-// damage.skipAt and puts the decoder there: the first whole frame before
-// the next beacon, else the frame boundary a beacon gives. When a frame
-// reads at skipAt again, the damaged bytes were cut and written anew
-// (streamd repair, then an append): it reads on there. It reports false
-// when it has to wait for more data.
+// damage.skipAt and puts the decoder there (streamfile.SkipDamage): the
+// first whole frame before the next beacon, else the frame boundary a
+// beacon gives. When a frame reads at skipAt again, the damaged bytes were
+// cut and written anew (streamd repair, then an append): it reads on
+// there. It reports false when it has to wait for more data.
 func (fl *Follower) skipDamaged() (bool, error) {
 	skipAt := fl.damage.skipAt
 	if done, rewritten := fl.rewrittenAt(skipAt); rewritten {
 		return done, nil
 	}
-	p, err := fl.beaconBoundaryAfter(skipAt)
-	if err != nil {
-		return false, err
+	size := fl.size()
+	if size == fl.damage.skipScannedSize {
+		return false, nil // nothing new to find before the file changes
 	}
-	// A whole frame before the next beacon, not in what follows it: the
-	// rest of a frame that beacon cuts, or of one still being written.
-	interval, size := int64(fl.hdr.BeaconInterval), fl.size()
-	if d := &fl.damage; size != d.skipScannedSize {
-		end := min(size, (skipAt/interval+1)*interval)
-		q, err := streamfile.WholeFrameAfter(fl.f, interval, skipAt, end)
-		if err != nil {
-			return false, &readError{fmt.Errorf("tail: %s: %w", fl.path, err)}
-		}
-		if q >= 0 {
-			p = q
-		} else if p < 0 {
-			d.skipScannedSize = size // not again until the file changes
-		}
+	p, err := streamfile.SkipDamage(fl.f, fl.hdr, skipAt, size)
+	if err != nil {
+		return false, &readError{fmt.Errorf("tail: %s: %w", fl.path, err)}
 	}
 	if p < 0 {
+		fl.damage.skipScannedSize = size
 		return false, nil
 	}
 	// Looked at again after the search: a writer that cut the damage and
@@ -295,28 +280,4 @@ func (fl *Follower) resumeAt(p int64) bool {
 	fl.reportPos += p - fl.damage.skipAt
 	fl.damage.skipAt, fl.damage.skipSizeDamaged = -1, false
 	return true
-}
-
-// beaconBoundaryAfter returns the first frame boundary that a beacon after
-// offset off gives (its frame read whole), -1 while the file ends before.
-func (fl *Follower) beaconBoundaryAfter(off int64) (int64, error) {
-	next := off + 1
-	interval := int64(fl.hdr.BeaconInterval)
-	for {
-		p, err := streamfile.FrameBoundaryAfter(fl.f, fl.hdr, next)
-		var fe *streamfile.FormatError
-		switch {
-		case err == nil && p > fl.size():
-			return -1, nil // the rest of the frame after the beacon is still being written
-		case err == nil:
-			return p, nil
-		case errors.Is(err, streamfile.ErrTruncated):
-			return -1, nil
-		case errors.As(err, &fe):
-			// The beacon is damaged too: try the one after it.
-			next = (next+interval-1)/interval*interval + 1
-		default:
-			return -1, &readError{fmt.Errorf("tail: %s: %w", fl.path, err)}
-		}
-	}
 }
