@@ -19,7 +19,7 @@ if command -v lintian >/dev/null; then
 	lintian --tag-display-limit 0 "$deb" || fail "lintian found errors"
 fi
 
-dpkg-deb -f "$deb" Depends | grep -Eq '(^|, )libc6 \(>= 2\.[0-9]+\)' || fail "the package does not depend on a libc6 version: $(dpkg-deb -f "$deb" Depends)"
+dpkg-deb -f "$deb" Depends | grep -Eq '(^|, )libc6 \(>= 2\.[0-9.]+\)' || fail "the package does not depend on a libc6 version: $(dpkg-deb -f "$deb" Depends)"
 
 dpkg -i "$deb" >/dev/null
 trap 'dpkg --purge streamd >/dev/null 2>&1 || true' EXIT

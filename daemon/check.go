@@ -136,6 +136,9 @@ func (a Account) searchable(dir string) error {
 // and why says the daemon reads; a missing file is left to the other
 // checks, which say so for any user.
 func checkReadable(a Account, what, path, why string) error {
+	if abs, err := filepath.Abs(path); err == nil {
+		path = abs // the directories above a relative path too
+	}
 	info, err := os.Stat(path)
 	if err != nil {
 		return nil

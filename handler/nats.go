@@ -536,8 +536,8 @@ func (h *natsHandler) failure(ctx context.Context, d *Delivery, m *nats.Msg, err
 		// of the connection may (a server that refuses the credentials or
 		// the TLS handshake, which the client retries without a word).
 		last := nc.LastError()
-		if p := h.dialErr.Load(); last == nil && p != nil {
-			last = *p
+		if p := h.dialErr.Load(); p != nil {
+			last = *p // the latest: the client's may be from before the connection was lost
 		}
 		if last != nil {
 			return Failed(FailureUnreachable, fmt.Errorf("nats: not connected to any NATS server; reconnecting (last error: %w)", last))

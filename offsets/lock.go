@@ -70,7 +70,7 @@ func CheckOwner(dir string, uid int) error {
 	if u, err := user.LookupId(owner); err == nil {
 		owner = u.Username
 	}
-	return fmt.Errorf("offsets: state directory %s belongs to user %s, and this streamd runs as root: "+
+	return fmt.Errorf("offsets: state directory %s belongs to user %s, and streamd would run as root: "+
 		"the files it would create there (lock, %s, retry.spool) would be root's, and a streamd running as %s could not open them; "+
 		"run it as that user (sudo -u %s streamd ...), or chown the directory to root if root runs the daemon", dir, owner, SidecarName, owner, owner)
 }

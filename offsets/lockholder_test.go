@@ -50,7 +50,7 @@ func TestRootRefusedOthersStateDir(t *testing.T) {
 	defer func(f func() int) { euid = f }(euid)
 	euid = func() int { return 0 }
 	_, err := Open(dir, Options{})
-	if err == nil || !strings.Contains(err.Error(), "this streamd runs as root") || !strings.Contains(err.Error(), "sudo -u ") {
+	if err == nil || !strings.Contains(err.Error(), "streamd would run as root") || !strings.Contains(err.Error(), "sudo -u ") {
 		t.Fatalf("root opening another user's state directory: %v; want a refusal saying how to run it", err)
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 0 {

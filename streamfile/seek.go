@@ -142,27 +142,38 @@ func CheckedBoundary(r io.ReaderAt, h Header, b int64) (int64, error) {
 	from := int64(HeaderSize)
 	if b > interval {
 		if from, err = d.resync(b - interval); err != nil {
+			if fe, ok := errors.AsType[*FormatError](err); ok && fe.Offset >= b {
+				return 0, err // through a frame that spans b, the beacon before disagrees with b
+			}
 			return p, nil
 		}
 	}
 	d = NewDecoder(r, h, from)
 	d.ReadSize = int(min(interval, defaultReadSize))
-	for at := from; at <= b; {
+	mismatch := func(at int64) error {
+		return &FormatError{Offset: b, Reason: fmt.Sprintf("beacon leads to offset %d, but the frames read from offset %d go on at %d (a damaged beacon)", p, from, at)}
+	}
+	for at, end := from, from; at <= b; {
 		rec, err := d.Next()
 		var ce *ChecksumError
 		var fe *FormatError
 		switch {
 		case err == nil:
-			at = rec.Offset
+			at, end = rec.Offset, rec.End
 		case errors.As(err, &ce): // a damaged payload leaves the framing intact
-			at = ce.Offset
-		case errors.Is(err, io.EOF), errors.Is(err, ErrTruncated), errors.Is(err, ErrEndOfStream), errors.As(err, &fe):
-			return p, nil // no frame after b yet, or none that can be read: nothing to check p against
+			at, end = ce.Offset, ce.End
+		case errors.Is(err, io.EOF), errors.Is(err, ErrEndOfStream):
+			if end > b && p < end {
+				return 0, mismatch(end) // p lies in the last frame, which spans b
+			}
+			return p, nil // no frame after b yet: nothing to check p against
+		case errors.Is(err, ErrTruncated), errors.As(err, &fe):
+			return p, nil // a frame still being written, or none that can be read: nothing to check p against
 		default:
 			return 0, err
 		}
 		if at > b && at != p {
-			return 0, &FormatError{Offset: b, Reason: fmt.Sprintf("beacon leads to offset %d, but the first frame after it is at %d, read from offset %d (a damaged beacon)", p, at, from)}
+			return 0, mismatch(at)
 		}
 	}
 	return p, nil

@@ -247,67 +247,75 @@ func TestEndBeforeCrashLeftovers(t *testing.T) {
 // still appends after the last frame: none of them skips frames or stops
 // at the damage, which sequential readers do not see.
 func TestDamagedBeaconRemaining(t *testing.T) {
-	path, frames := writeSeekFile(t, 1024, 400, 70, []string{"a", "b"})
-	intact, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, _ := ReadHeader(&sliceReader{intact})
-	_, offsets := readFrames(t, path)
-	frameAfter := func(off int64) int64 { // the start of the first frame after off
-		i, _ := slices.BinarySearch(offsets, off+1)
-		return offsets[i]
-	}
-	var targets []Target
-	for i, fr := range frames {
-		if i%7 == 0 {
-			targets = append(targets, Target{Key: fr.Key, BySeq: true, Seq: fr.Seq}, Target{Key: fr.Key, AfterMs: fr.TimestampMs - 1})
-		}
-	}
-	want := func(tg Target) int64 {
-		for i, fr := range frames {
-			if fr.Key == tg.Key && tg.right(fr.Seq, fr.TimestampMs) {
-				return offsets[i]
+	// Frames shorter than the interval, and frames that span beacons, whose
+	// later beacons must count what the first one did.
+	for _, tc := range []struct{ n, payload int }{{400, 70}, {60, 2500}} {
+		t.Run(fmt.Sprintf("payload %d", tc.payload), func(t *testing.T) {
+			path, frames := writeSeekFile(t, 1024, tc.n, tc.payload, []string{"a", "b"})
+			intact, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-		return -1
-	}
-	for b := int64(1024); b < int64(len(intact))-1024; b += 1024 {
-		remaining := int64(binary.BigEndian.Uint32(intact[b+1:]))
-		first := frameAfter(b)                              // where the beacon leads
-		oneFrameOn := remaining + frameAfter(first) - first // to the frame after that one: a skip, not garbage
-		for _, damaged := range []int64{remaining + 1<<20, remaining + 1, remaining - 1, oneFrameOn, 0} {
-			if damaged == remaining || damaged < 0 {
-				continue
+			h, _ := ReadHeader(&sliceReader{intact})
+			_, offsets := readFrames(t, path)
+			frameAfter := func(off int64) int64 { // the start of the first frame after off, or the end
+				if i, _ := slices.BinarySearch(offsets, off+1); i < len(offsets) {
+					return offsets[i]
+				}
+				return int64(len(intact))
 			}
-			t.Run(fmt.Sprintf("beacon %d remaining %d for %d", b, damaged, remaining), func(t *testing.T) {
-				data := slices.Clone(intact)
-				binary.BigEndian.PutUint32(data[b+1:], uint32(damaged))
-				r := &sliceReader{data}
-				for _, tg := range targets {
-					if got, err := Seek(r, h, int64(len(data)), tg); err != nil || got != want(tg) {
-						t.Fatalf("Seek %+v = %d, %v; want %d", tg, got, err, want(tg))
+			var targets []Target
+			for i, fr := range frames {
+				if i%7 == 0 {
+					targets = append(targets, Target{Key: fr.Key, BySeq: true, Seq: fr.Seq}, Target{Key: fr.Key, AfterMs: fr.TimestampMs - 1})
+				}
+			}
+			want := func(tg Target) int64 {
+				for i, fr := range frames {
+					if fr.Key == tg.Key && tg.right(fr.Seq, fr.TimestampMs) {
+						return offsets[i]
 					}
 				}
-				if end, err := End(r, h, int64(len(data))); err != nil || end != int64(len(data)) {
-					t.Fatalf("End = %d, %v; want %d", end, err, len(data))
+				return -1
+			}
+			for b := int64(1024); b < int64(len(intact))-1024; b += 1024 {
+				remaining := int64(binary.BigEndian.Uint32(intact[b+1:]))
+				first := frameAfter(b)                              // where the beacon leads
+				oneFrameOn := remaining + frameAfter(first) - first // to the frame after that one: a skip, not garbage
+				for _, damaged := range []int64{remaining + 1<<20, remaining + 1, remaining - 1, oneFrameOn, 0} {
+					if damaged == remaining || damaged < 0 {
+						continue
+					}
+					t.Run(fmt.Sprintf("beacon %d remaining %d for %d", b, damaged, remaining), func(t *testing.T) {
+						data := slices.Clone(intact)
+						binary.BigEndian.PutUint32(data[b+1:], uint32(damaged))
+						r := &sliceReader{data}
+						for _, tg := range targets {
+							if got, err := Seek(r, h, int64(len(data)), tg); err != nil || got != want(tg) {
+								t.Fatalf("Seek %+v = %d, %v; want %d", tg, got, err, want(tg))
+							}
+						}
+						if end, err := End(r, h, int64(len(data))); err != nil || end != int64(len(data)) {
+							t.Fatalf("End = %d, %v; want %d", end, err, len(data))
+						}
+						damagedPath := filepath.Join(t.TempDir(), "damaged.ss")
+						os.WriteFile(damagedPath, data, 0o644)
+						w, err := OpenWriter(damagedPath, CreateOptions{})
+						if err != nil {
+							t.Fatal(err)
+						}
+						err = w.Append(Frame{Key: "a", Seq: 1 << 20, TimestampMs: 1, Payload: []byte("after")})
+						w.Close()
+						if err != nil {
+							t.Fatalf("Append: %v", err)
+						}
+						if got, _ := readFrames(t, damagedPath); len(got) != len(frames)+1 || string(got[len(frames)].Payload) != "after" {
+							t.Fatalf("after the append the file holds %d frames, want the %d before it and the new one", len(got), len(frames))
+						}
+					})
 				}
-				damagedPath := filepath.Join(t.TempDir(), "damaged.ss")
-				os.WriteFile(damagedPath, data, 0o644)
-				w, err := OpenWriter(damagedPath, CreateOptions{})
-				if err != nil {
-					t.Fatal(err)
-				}
-				err = w.Append(Frame{Key: "a", Seq: 1 << 20, TimestampMs: 1, Payload: []byte("after")})
-				w.Close()
-				if err != nil {
-					t.Fatalf("Append: %v", err)
-				}
-				if got, _ := readFrames(t, damagedPath); len(got) != len(frames)+1 || string(got[len(frames)].Payload) != "after" {
-					t.Fatalf("after the append the file holds %d frames, want the %d before it and the new one", len(got), len(frames))
-				}
-			})
-		}
+			}
+		})
 	}
 }
 
