@@ -276,7 +276,7 @@ const (
 	defaultCommitInterval  = Duration(time.Second)
 	defaultPollInterval    = Duration(time.Second)
 	defaultFileMode        = FileMode(0o640)
-	defaultRotationGrace   = Duration(5 * time.Second)
+	defaultRotationGrace   = Duration(tail.DefaultRotationGrace)
 	defaultListen          = "127.0.0.1:9464"
 	defaultMaxDelayedMiB   = 256
 )

@@ -11,10 +11,11 @@ import (
 	"github.com/streamd/streamd/streamfile"
 )
 
-// printRotationGrace is how long Print reads on in a file renamed away from
-// the path once another took it: the daemon's default rotation_grace, for
-// a writer that appends to the old file a little longer.
-const printRotationGrace = 5 * time.Second
+// DefaultRotationGrace is how long a follower reads on in a file renamed
+// away from the path once another took it, for a writer that appends to
+// the old file a little longer: a stream's rotation_grace unless
+// configured, and Print's.
+const DefaultRotationGrace = 5 * time.Second
 
 // Print writes the messages of the file at path to out in format p as a
 // [Follower] delivers them, until the end of stream or until ctx ends
@@ -29,7 +30,7 @@ func Print(ctx context.Context, out io.Writer, path string, p streamfile.Format,
 	// The first failure to write sticks in w: every later Write and Flush
 	// returns it, so the one of a flush before a wait is not lost.
 	w := bufio.NewWriterSize(out, 64<<10)
-	fl, err := New(Options{Path: path, OnCorrupt: StopOnCorrupt, RotationGrace: printRotationGrace, Logger: logger, OnWait: func() { w.Flush() }})
+	fl, err := New(Options{Path: path, OnCorrupt: StopOnCorrupt, RotationGrace: DefaultRotationGrace, Logger: logger, OnWait: func() { w.Flush() }})
 	if err != nil {
 		return err
 	}
