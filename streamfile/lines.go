@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
 	"time"
 
 	"github.com/streamd/streamd/envelope"
@@ -109,7 +111,8 @@ func lineFrame(line []byte, n int, o *LineOptions, arena *[]byte) (Frame, error)
 
 // PublishFile appends the lines of r to the stream file at path as
 // [PublishLines] makes records of them, through an [Appender] opened with
-// ao at the first batch, so that input that fails at once writes nothing.
+// ao at the first batch, so that input that fails at once writes nothing;
+// input without a line creates a missing file with ao.Create.
 // What it appended is synced before it returns, even after an error. It
 // returns the number of records appended, the first lines of r, as
 // PublishLines counts them.
@@ -124,6 +127,13 @@ func PublishFile(path string, r io.Reader, lo LineOptions, ao AppendOptions) (in
 		}
 		return a.Publish(batch)
 	})
+	if a == nil && err == nil && ao.Create {
+		// No line: a missing file is created all the same, its header
+		// alone, for readers to follow; one that exists is left as it is.
+		if _, serr := os.Stat(path); errors.Is(serr, fs.ErrNotExist) {
+			a, err = OpenAppender(path, ao)
+		}
+	}
 	if a != nil {
 		err = errors.Join(err, a.Sync(), a.Close())
 	}

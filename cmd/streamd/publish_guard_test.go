@@ -260,3 +260,30 @@ func TestRepairTornTail(t *testing.T) {
 		t.Fatalf("repair changed the file: %v, %v", fi.Size(), err)
 	}
 }
+
+// TestPublishEmptyInput: publish of no line creates a missing file, its
+// header alone, which decode reads as a file without records; an existing
+// file is left as it is.
+func TestPublishEmptyInput(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "empty.ss")
+	publishNothing := func() {
+		t.Helper()
+		if r := runBinary(t, nil, "publish", "--file="+path, "--key=k"); r.code != exitOK {
+			t.Fatalf("publish of nothing: exit %d: %s", r.code, r.stderr)
+		}
+	}
+	publishNothing()
+	if fi, err := os.Stat(path); err != nil || fi.Size() != streamfile.HeaderSize {
+		t.Fatalf("after publishing nothing: %v, %v; want a file of its header alone", fi, err)
+	}
+	if r := runBinary(t, nil, "decode", path); r.code != exitOK || !strings.HasPrefix(r.stdout, "# header:") || strings.Count(r.stdout, "\n") != 1 {
+		t.Errorf("decode: exit %d, %q; want the header line alone", r.code, r.stdout)
+	}
+	runBinaryOK(t, "a\n", "publish", "--file="+path, "--key=k")
+	before, _ := os.ReadFile(path)
+	publishNothing()
+	if after, _ := os.ReadFile(path); !bytes.Equal(before, after) {
+		t.Error("publishing nothing changed an existing file")
+	}
+}
