@@ -92,8 +92,8 @@ func Seek(r io.ReaderAt, h Header, size int64, t Target) (int64, error) {
 	for ; left > 0; left-- {
 		p, err := CheckedBoundary(r, h, left*interval)
 		var fe *FormatError
-		if errors.As(err, &fe) {
-			continue // a damaged beacon, or damage before it: start further back
+		if errors.As(err, &fe) || errors.Is(err, ErrTruncated) {
+			continue // a damaged beacon, damage before it, or a frame through a beacon still being written: start further back
 		}
 		if err != nil {
 			return 0, fmt.Errorf("streamfile: seek: beacon at %d: %w", left*interval, err)
@@ -106,6 +106,7 @@ func Seek(r io.ReaderAt, h Header, size int64, t Target) (int64, error) {
 	for {
 		rec, err := d.Next()
 		var ce *ChecksumError
+		var fe *FormatError
 		switch {
 		case err == nil:
 			if rec.Key == t.Key && t.right(rec.Seq, rec.TimestampMs) {
@@ -115,6 +116,18 @@ func Seek(r io.ReaderAt, h Header, size int64, t Target) (int64, error) {
 			// The frame's fields were read; only its payload is damaged.
 		case errors.Is(err, io.EOF), errors.Is(err, ErrTruncated), errors.Is(err, ErrEndOfStream):
 			return 0, ErrNotFound
+		case errors.As(err, &fe):
+			// Bytes that are not a frame: read on where a follower
+			// skipping them does.
+			p, err := SkipDamage(r, h, max(d.Pos(), fe.Offset), size)
+			if err != nil {
+				return 0, err
+			}
+			if p < 0 {
+				return 0, ErrNotFound
+			}
+			d = NewDecoder(r, h, p)
+			d.ReadSize = int(min(interval, defaultReadSize))
 		default:
 			return 0, err
 		}
@@ -153,22 +166,28 @@ func CheckedBoundary(r io.ReaderAt, h Header, b int64) (int64, error) {
 	mismatch := func(at int64) error {
 		return &FormatError{Offset: b, Reason: fmt.Sprintf("beacon leads to offset %d, but the frames read from offset %d go on at %d (a damaged beacon)", p, from, at)}
 	}
+	good := true // no frame read yet, or the last had a matching checksum: d.Pos() is a frame start
 	for at, end := from, from; at <= b; {
 		rec, err := d.Next()
 		var ce *ChecksumError
 		var fe *FormatError
 		switch {
 		case err == nil:
-			at, end = rec.Offset, rec.End
+			at, end, good = rec.Offset, rec.End, true
 		case errors.As(err, &ce): // a damaged payload leaves the framing intact
-			at, end = ce.Offset, ce.End
+			at, end, good = ce.Offset, ce.End, false
 		case errors.Is(err, io.EOF), errors.Is(err, ErrEndOfStream):
 			if end > b && p < end {
 				return 0, mismatch(end) // p lies in the last frame, which spans b
 			}
 			return p, nil // no frame after b yet: nothing to check p against
 		case errors.Is(err, ErrTruncated), errors.As(err, &fe):
-			return p, nil // a frame still being written, or none that can be read: nothing to check p against
+			// The frames before the one that cannot be read were read: when
+			// they reach past b, that one starts where b must lead.
+			if pos := d.Pos(); good && pos > b && pos%interval != 0 && pos != p {
+				return 0, mismatch(pos)
+			}
+			return p, nil
 		default:
 			return 0, err
 		}
@@ -271,7 +290,8 @@ func End(r io.ReaderAt, h Header, size int64) (int64, error) {
 }
 
 // endFrom reads the file from the frame at start and returns where its
-// complete frames end, and whether what follows is a crash's leftovers.
+// complete frames end, past damage a reader skips, and whether what
+// follows is a crash's leftovers.
 func endFrom(r io.ReaderAt, h Header, start, size int64) (end int64, leftovers bool, err error) {
 	interval := int64(h.BeaconInterval)
 	d := NewDecoder(r, h, start)
@@ -294,6 +314,16 @@ func endFrom(r io.ReaderAt, h Header, start, size int64) (end int64, leftovers b
 			}
 		case errors.As(err, &fe) && crashed(fe.Offset):
 			return fe.Offset, true, nil
+		case errors.As(err, &fe):
+			// Bytes that are not a frame: a reader goes on after them
+			// (SkipDamage); while nothing follows them, it waits before
+			// them, as at a torn frame.
+			p, err := SkipDamage(r, h, max(d.Pos(), fe.Offset), size)
+			if err != nil || p < 0 {
+				return d.Pos(), false, err
+			}
+			d = NewDecoder(r, h, p)
+			d.ReadSize = int(min(interval, defaultReadSize))
 		default:
 			return 0, false, err
 		}

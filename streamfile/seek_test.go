@@ -348,8 +348,9 @@ func TestCheckedBoundaryVectors(t *testing.T) {
 }
 
 // TestFrameDamageBeforeBeacon: damaged frames before a beacon say nothing of
-// the beacon: a seek past them starts at the beacon after them, and End
-// reads from the last beacon, not the whole file.
+// the beacon: a seek past them starts at the beacon after them, or reads on
+// past them as a follower does, and End reads from the last beacon, not the
+// whole file.
 func TestFrameDamageBeforeBeacon(t *testing.T) {
 	path, frames := writeSeekFile(t, 1024, 2000, 70, []string{"a"})
 	_, offsets := readFrames(t, path)
@@ -377,16 +378,76 @@ func TestFrameDamageBeforeBeacon(t *testing.T) {
 	if n := cr.bytes.Load(); n > 8*1024 {
 		t.Errorf("End read %d bytes, want the last intervals only", n)
 	}
-	// Damage in the last interval, after the beacon End starts at: the
-	// error, not a read of the whole file for a damaged beacon.
+	// Damage in the last interval, after the beacon End starts at: the end
+	// past it, where a reader that skips it reads on, not a read of the
+	// whole file for a damaged beacon; while nothing follows it, before it.
 	last := offsets[len(offsets)-3]
 	data[last+1] = '!'
 	cr = &countingReader{r: r}
-	var fe *FormatError
-	if _, err := End(cr, h, int64(len(data))); !errors.As(err, &fe) || fe.Offset != last {
-		t.Errorf("End with damage at %d: %v, want a format error there", last, err)
+	if end, err := End(cr, h, int64(len(data))); err != nil || end != int64(len(data)) {
+		t.Errorf("End with damage at %d = %d, %v; want %d", last, end, err, len(data))
 	}
 	if n := cr.bytes.Load(); n > 8*1024 {
 		t.Errorf("End read %d bytes, want the last intervals only", n)
+	}
+	if end, err := End(r, h, offsets[len(offsets)-2]); err != nil || end != last {
+		t.Errorf("End with damage at %d and nothing after = %d, %v; want %d", last, end, err, last)
+	}
+	for i := damaged + 1; i < len(frames); i++ { // a seek meets the damage and reads on past it
+		if offsets[i] > 4096+1024 {
+			break
+		}
+		if got, err := Seek(r, h, int64(len(data)), Target{Key: "a", BySeq: true, Seq: frames[i].Seq}); err != nil || got != offsets[i] {
+			t.Errorf("Seek seq %d = %d, %v; want %d", frames[i].Seq, got, err, offsets[i])
+		}
+	}
+}
+
+// TestDamagedBeaconTornTail: a beacon whose count is off by a little, in a
+// file whose last frame after it is torn (being written): End still finds
+// where the readable frames end, as a sequential read does, and a seek
+// through a beacon still being written reports no frame rather than fails.
+func TestDamagedBeaconTornTail(t *testing.T) {
+	path, _ := writeSeekFile(t, 1024, 80, 70, []string{"a", "b"})
+	intact, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := ReadHeader(&sliceReader{intact})
+	_, offsets := readFrames(t, path)
+	for b := int64(1024); b < int64(len(intact)); b += 1024 {
+		remaining := int64(binary.BigEndian.Uint32(intact[b+1:]))
+		i, _ := slices.BinarySearch(offsets, b+1)
+		if remaining == 0 || i+1 >= len(offsets) {
+			continue
+		}
+		for _, cut := range []int64{offsets[i] + 3, offsets[i] + 20} {
+			for _, damaged := range []int64{remaining - 1, remaining + 1, remaining + 5} {
+				data := slices.Clone(intact[:cut])
+				binary.BigEndian.PutUint32(data[b+1:], uint32(damaged))
+				r := &sliceReader{data}
+				d := NewDecoder(r, h, HeaderSize)
+				for {
+					if _, err := d.Next(); err != nil {
+						break
+					}
+				}
+				if got, err := End(r, h, cut); err != nil || got != d.Pos() {
+					t.Errorf("beacon %d remaining %d for %d, cut at %d: End = %d, %v; want %d", b, damaged, remaining, cut, got, err, d.Pos())
+				}
+			}
+		}
+	}
+	// A cut inside the beacon at 2048 of a file whose frame spans it.
+	path, _ = writeSeekFile(t, 1024, 3, 2500, []string{"a"})
+	full, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ = ReadHeader(&sliceReader{full})
+	for _, cut := range []int64{2049, 2053} {
+		if _, err := Seek(&sliceReader{full[:cut]}, h, cut, Target{Key: "a", BySeq: true, Seq: 100}); !errors.Is(err, ErrNotFound) {
+			t.Errorf("cut %d: Seek: %v, want ErrNotFound", cut, err)
+		}
 	}
 }

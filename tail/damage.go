@@ -31,6 +31,7 @@ const (
 // damageState is what a follower knows of damage in the open file.
 type damageState struct {
 	skipAt    int64           // >= 0: find the first frame boundary after this offset (after a format error)
+	skipFrom  int64           // where that search starts: skipAt, or the damage in a beacon the frame at skipAt spans
 	recheckAt int64           // the frame read again after damage met there (see readAgain), or -1
 	logLimit  ratelog.Limiter // of the log lines about corrupt frames, across files
 	// leftOutAt, leftOutIno and leftOutErr: the last corrupt frame the
@@ -74,7 +75,7 @@ type damageState struct {
 
 // noDamage returns the state of a file where no damage was met.
 func noDamage() damageState {
-	return damageState{skipAt: -1, recheckAt: -1, replayRecheckAt: -1, leftoversAt: -1, leftoversSize: -1, truncatedAt: -1, truncatedSize: -1, skipScannedSize: -1, goodEnd: -1, cutAt: -1}
+	return damageState{skipAt: -1, skipFrom: -1, recheckAt: -1, replayRecheckAt: -1, leftoversAt: -1, leftoversSize: -1, truncatedAt: -1, truncatedSize: -1, skipScannedSize: -1, goodEnd: -1, cutAt: -1}
 }
 
 // forget drops what is known of damage in the open file, which is read
@@ -171,7 +172,7 @@ func (fl *Follower) pastDamagedSize(ctx context.Context) (bool, error) {
 	if err := fl.damaged(EventFormat, err, off); err != nil {
 		return false, err
 	}
-	d.skipAt, d.skipSizeDamaged, fl.dec = off, true, nil
+	d.skipAt, d.skipFrom, d.skipSizeDamaged, fl.dec = off, off, true, nil
 	return true, nil
 }
 
@@ -240,7 +241,7 @@ func (fl *Follower) skipDamaged() (bool, error) {
 	if size == fl.damage.skipScannedSize {
 		return false, nil // nothing new to find before the file changes
 	}
-	p, err := streamfile.SkipDamage(fl.f, fl.hdr, skipAt, size)
+	p, err := streamfile.SkipDamage(fl.f, fl.hdr, fl.damage.skipFrom, size)
 	if err != nil {
 		return false, &readError{fmt.Errorf("tail: %s: %w", fl.path, err)}
 	}

@@ -270,3 +270,84 @@ func TestResumeAfterDamagedFrame(t *testing.T) {
 		t.Fatalf("resumed with %v, %v (observer %v); want the record at %d (seq %d)", r, err, obs, offsets[at], fs[at].Seq)
 	}
 }
+
+// TestSkipDamagedBeaconInFrame: a damaged marker in a beacon that a frame
+// spans loses that frame alone: the follower reads on at the first whole
+// frame after the beacon, not past the beacon after it.
+func TestSkipDamagedBeaconInFrame(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "d.ss")
+	h := streamfile.Header{FileName: "d.ss", CreatedAtMs: 1, BeaconInterval: 1024}
+	fs := frames("k", 1, 40, 1, 100)
+	writeFile(t, path, h, fs)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var offsets []int64
+	d := streamfile.NewDecoder(bytes.NewReader(b), h, streamfile.HeaderSize)
+	for {
+		r, err := d.Next()
+		if err != nil {
+			break
+		}
+		offsets = append(offsets, r.Offset)
+	}
+	beacon := int64(-1) // one that a frame spans, with a marker
+	for at := int64(1024); at < int64(len(b)) && beacon < 0; at += 1024 {
+		if binary.BigEndian.Uint32(b[at+1:]) != 0 && b[at+5] != 0 {
+			beacon = at
+		}
+	}
+	if beacon < 0 {
+		t.Fatal("no beacon that a frame spans")
+	}
+	b[beacon+7] = '!' // the first marker's key
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	lost := slices.IndexFunc(offsets, func(o int64) bool { return o > beacon }) - 1 // the frame that spans it
+	fl, err := New(Options{Path: path, Replay: true, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fl.Close()
+	var gotten []got
+	for {
+		r, err := fl.Next(t.Context())
+		if err != nil {
+			break
+		}
+		gotten = append(gotten, copyRecord(r))
+	}
+	if err := sameFrames(gotten, slices.Concat(fs[:lost], fs[lost+1:])); err != nil {
+		t.Fatalf("beacon %d damaged, the frame at %d spanning it: %v", beacon, offsets[lost], err)
+	}
+}
+
+// TestResumeAfterDamageSameInterval: a stored position after a damaged
+// frame with no beacon between them is where the follower resumes: the
+// check of the position steps over the damage as a follower does.
+func TestResumeAfterDamageSameInterval(t *testing.T) {
+	path, fs, _ := damagedFile(t, 5, damageKey)
+	fl, err := New(Options{Path: path, Replay: true, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 7 { // past the damaged frame, the sixth
+		if _, err := fl.Next(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pos := fl.Position()
+	fl.Close()
+	obs := newObserver()
+	fl, err = New(Options{Path: path, Replay: true, Resume: &pos, Observer: obs, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fl.Close()
+	r, err := fl.Next(t.Context())
+	if err != nil || r.Seq != fs[8].Seq || obs.count(EventTruncated) != 0 {
+		t.Fatalf("resumed at %d with %v, %v (observer %v); want seq %d", pos.Offset, r, err, obs, fs[8].Seq)
+	}
+}

@@ -378,7 +378,10 @@ func (fl *Follower) Next(ctx context.Context) (*Record, error) {
 			if err := fl.damaged(EventFormat, err, fe.Offset); err != nil {
 				return nil, err
 			}
-			fl.damage.skipAt, fl.dec = fl.dec.Pos(), nil
+			// Damage in a beacon that the frame spans lies after the frame's
+			// start: the search starts there, not before the beacon, past
+			// which it would only find the beacon after it.
+			fl.damage.skipAt, fl.damage.skipFrom, fl.dec = fl.dec.Pos(), max(fl.dec.Pos(), fe.Offset), nil
 		default:
 			// The decoder stays at the frame it could not read.
 			err = &readError{fmt.Errorf("tail: %s: %w", fl.path, err)}

@@ -222,6 +222,7 @@ func checkBoundary(r io.ReaderAt, h streamfile.Header, size, off int64) error {
 		start, end := int64(-1), int64(-1)
 		rec, err := d.Next()
 		var ce *streamfile.ChecksumError
+		var fe *streamfile.FormatError
 		switch {
 		case err == nil:
 			start, end = rec.Offset, rec.End
@@ -236,6 +237,19 @@ func checkBoundary(r io.ReaderAt, h streamfile.Header, size, off int64) error {
 			return fmt.Errorf("offset %d is not a frame boundary: it lies in the incomplete frame at %d", off, d.Pos())
 		case errors.Is(err, streamfile.ErrEndOfStream):
 			return fmt.Errorf("offset %d is after the end-of-stream frame, which ends at %d", off, prevEnd)
+		case errors.As(err, &fe):
+			// Damage a follower skips: go on where it does.
+			p, serr := streamfile.SkipDamage(r, h, max(d.Pos(), fe.Offset), size)
+			if serr != nil || p < 0 || p > off {
+				return fmt.Errorf("offset %d: %w", off, err)
+			}
+			if p == off {
+				return nil
+			}
+			d = streamfile.NewDecoder(r, h, p)
+			d.ReadSize = int(min(int64(h.BeaconInterval), 256<<10))
+			prevEnd = p
+			continue
 		default:
 			return fmt.Errorf("offset %d: %w", off, err)
 		}

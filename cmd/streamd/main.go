@@ -15,6 +15,7 @@ import (
 	"os/signal"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/alecthomas/kingpin/v2"
@@ -100,11 +101,11 @@ func stopContext(more ...os.Signal) (context.Context, <-chan os.Signal, func()) 
 			}
 		}
 	}()
-	return ctx, later, func() {
+	return ctx, later, sync.OnceFunc(func() {
 		signal.Stop(sigs)
 		close(done)
 		cancel()
-	}
+	})
 }
 
 func run(args []string, s stdio) (code int) {
