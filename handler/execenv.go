@@ -106,4 +106,3 @@ func recordTooLarge(args, env []string, base int) (name string, size int, ok boo
 	}
 	return name, size, size > maxEnvString || record > rest
 }
-
