@@ -133,18 +133,25 @@ func (a Account) searchable(dir string) error {
 }
 
 // checkReadable checks that a may read the file at path, which what names
-// and why says the daemon reads; a missing file is left to the other
-// checks, which say so for any user.
+// and why says the daemon reads (checkAccess).
 func checkReadable(a Account, what, path, why string) error {
 	if abs, err := filepath.Abs(path); err == nil {
 		path = abs // the directories above a relative path too
 	}
+	return checkAccess(a, what+": open "+path, path, permRead, why)
+}
+
+// checkAccess checks that a has the access want (permRead, permExec) to the
+// file at path, which is absolute, and may reach it; what names the file
+// and why says what the daemon does with it. A missing file is left to
+// the other checks, which say so for any user.
+func checkAccess(a Account, what, path string, want fs.FileMode, why string) error {
 	info, err := os.Stat(path)
 	if err != nil {
 		return nil
 	}
-	if !a.may(info, permRead) {
-		return fmt.Errorf("%s: open %s: %w for user %s (%s): %s", what, path, fs.ErrPermission, a.Name, describe(info), why)
+	if !a.may(info, want) {
+		return fmt.Errorf("%s: %w for user %s (%s): %s", what, fs.ErrPermission, a.Name, describe(info), why)
 	}
 	if err := a.searchable(filepath.Dir(path)); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
@@ -189,17 +196,10 @@ func checkExecutable(a Account, name, prog string) error {
 	if err != nil {
 		return nil // --handlers says so for any user
 	}
-	info, err := os.Stat(path)
-	if err != nil {
-		return nil
+	if abs, err := filepath.Abs(path); err == nil {
+		path = abs
 	}
-	if !a.may(info, permExec) {
-		return fmt.Errorf("subscription %q: command %s: %w for user %s (%s): streamd runs it for each record", name, path, fs.ErrPermission, a.Name, describe(info))
-	}
-	if err := a.searchable(filepath.Dir(path)); err != nil {
-		return fmt.Errorf("subscription %q: command %s: %w", name, path, err)
-	}
-	return nil
+	return checkAccess(a, fmt.Sprintf("subscription %q: command %s", name, path), path, permExec, "streamd runs it for each record")
 }
 
 // checkFiles checks, writing nothing, what `streamd run` checks at start

@@ -113,7 +113,7 @@ func (d *Decoder) Pos() int64 { return d.pos }
 //   - a [*ChecksumError] for a frame whose payload does not match its
 //     checksum; the position moves past it, so Next may be called again;
 //   - a [*FormatError] for bytes that are not a frame; the position stays
-//     (see [Decoder.SkipToNextBeacon]);
+//     (see [Decoder.SkipDamage]);
 //   - [ErrEndOfStream] once the end-of-stream frame was returned.
 func (d *Decoder) Next() (*Record, error) {
 	d.nexts++
@@ -475,18 +475,19 @@ func (d *Decoder) grow(end int64) {
 	d.buf = nb
 }
 
-// SkipToNextBeacon moves the position to the first frame boundary after the
-// next beacon, using the beacon's remaining count (spec §6.5). It is how a
-// reader recovers after a [*FormatError].
-func (d *Decoder) SkipToNextBeacon() error {
-	next := (d.pos/d.interval + 1) * d.interval
-	p, err := d.resync(next)
-	if err != nil {
-		return err
+// SkipDamage moves the position past the bytes fe says are not a frame,
+// to where a reader that skips damage goes on in data of the given size
+// ([SkipDamage]): the first whole frame after them before the next beacon,
+// else the frame boundary a beacon after them gives. It reports false,
+// the position unchanged, when the data holds no such frame yet.
+func (d *Decoder) SkipDamage(fe *FormatError, size int64) (bool, error) {
+	p, err := SkipDamage(d.r, Header{BeaconInterval: uint32(d.interval)}, max(d.pos, fe.Offset), size)
+	if err != nil || p < 0 {
+		return false, err
 	}
 	d.pos = p
 	d.compact()
-	return nil
+	return true, nil
 }
 
 // resync returns the frame boundary reached from the beacon at boundary b

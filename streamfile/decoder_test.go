@@ -23,10 +23,10 @@ func newTestDecoder(file []byte, h Header, readSize int) *Decoder {
 	return d
 }
 
-// TestSkipToNextBeaconPastTheEnd: a skip that finds no beacon (the file
-// ends before the next boundary) leaves the decoder at the bad frame, which
-// the next call reports again, whatever the read size.
-func TestSkipToNextBeaconPastTheEnd(t *testing.T) {
+// TestSkipDamagePastTheEnd: a skip that finds no frame (the file ends
+// before the next boundary) leaves the decoder at the bad frame, which the
+// next call reports again, whatever the read size.
+func TestSkipDamagePastTheEnd(t *testing.T) {
 	file, err := AppendHeader(nil, &Header{FileName: "bad.ss", BeaconInterval: 1024})
 	if err != nil {
 		t.Fatal(err)
@@ -40,8 +40,8 @@ func TestSkipToNextBeaconPastTheEnd(t *testing.T) {
 			if _, err := d.Next(); !errors.As(err, &fe) {
 				t.Fatalf("Next = %v, want a format error", err)
 			}
-			if err := d.SkipToNextBeacon(); !errors.Is(err, ErrTruncated) {
-				t.Fatalf("SkipToNextBeacon = %v, want ErrTruncated", err)
+			if ok, err := d.SkipDamage(fe, int64(len(file))); ok || err != nil {
+				t.Fatalf("SkipDamage = %v, %v; want no frame to go on at", ok, err)
 			}
 			if _, err := d.Next(); !errors.As(err, &fe) || fe.Offset != HeaderSize {
 				t.Fatalf("Next after the failed skip = %v, want the format error at %d again", err, HeaderSize)

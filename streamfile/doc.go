@@ -53,8 +53,7 @@
 // end-of-stream frame, a [*ChecksumError] for a frame whose payload does
 // not match its checksum (its framing is intact: Next goes on after it),
 // and a [*FormatError] for bytes that are not a frame
-// ([Decoder.SkipToNextBeacon] goes on at the first frame after the next
-// beacon). A decoder reads through one buffer of up to 256 KiB, or the
+// ([Decoder.SkipDamage] goes on where a reader that skips damage does). A decoder reads through one buffer of up to 256 KiB, or the
 // size of the largest frame, and allocates nothing per frame.
 //
 // # Torn tails

@@ -90,7 +90,7 @@ func decodeRoundTrip(t *testing.T, file []byte) {
 }
 
 // fuzzDecode decodes file to its end, reading readSize bytes at a time,
-// skipping to the next beacon after a format error, and returns the frames
+// skipping the damage after a format error as readers do, and returns the frames
 // (payloads copied, checksum errors left out) and what happened on the way:
 // each record's place and checksum, each beacon, each error with the
 // position it left.
@@ -114,7 +114,7 @@ func fuzzDecode(t *testing.T, file []byte, h Header, readSize int) (frames []Fra
 		case errors.Is(err, io.EOF), errors.Is(err, ErrTruncated), errors.Is(err, ErrEndOfStream):
 			return frames, events
 		case errors.As(err, &fe):
-			if err := d.SkipToNextBeacon(); err != nil {
+			if ok, err := d.SkipDamage(fe, int64(len(file))); err != nil || !ok {
 				// The decoder stays at the bad frame, and says so again.
 				_, again := d.Next()
 				events = append(events, fmt.Sprintf("skipping: %v; then %v at %d", err, again, d.Pos()))

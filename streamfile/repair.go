@@ -138,11 +138,9 @@ func readAfter(r io.ReaderAt, h Header, off, size int64) ([]KeyRecords, *FormatE
 		case errors.As(err, &fe) && fe.PayloadSize > 0:
 			return sortedKeys(byKey), fe, nil
 		case errors.As(err, &fe):
-			p, err := SkipDamage(r, h, fe.Offset, size)
-			if err != nil || p < 0 {
+			if ok, err := d.SkipDamage(fe, size); err != nil || !ok {
 				return sortedKeys(byKey), nil, err
 			}
-			d = NewDecoder(r, h, p)
 		case errors.Is(err, ErrTruncated):
 			// A frame that runs past the end: a torn tail, or a damaged
 			// size when a whole frame follows.

@@ -1,6 +1,7 @@
 package streamfile
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -119,15 +120,9 @@ func Seek(r io.ReaderAt, h Header, size int64, t Target) (int64, error) {
 		case errors.As(err, &fe):
 			// Bytes that are not a frame: read on where a follower
 			// skipping them does.
-			p, err := SkipDamage(r, h, max(d.Pos(), fe.Offset), size)
-			if err != nil {
-				return 0, err
+			if ok, err := d.SkipDamage(fe, size); err != nil || !ok {
+				return 0, cmp.Or(err, ErrNotFound)
 			}
-			if p < 0 {
-				return 0, ErrNotFound
-			}
-			d = NewDecoder(r, h, p)
-			d.ReadSize = int(min(interval, defaultReadSize))
 		default:
 			return 0, err
 		}
@@ -318,12 +313,9 @@ func endFrom(r io.ReaderAt, h Header, start, size int64) (end int64, leftovers b
 			// Bytes that are not a frame: a reader goes on after them
 			// (SkipDamage); while nothing follows them, it waits before
 			// them, as at a torn frame.
-			p, err := SkipDamage(r, h, max(d.Pos(), fe.Offset), size)
-			if err != nil || p < 0 {
+			if ok, err := d.SkipDamage(fe, size); err != nil || !ok {
 				return d.Pos(), false, err
 			}
-			d = NewDecoder(r, h, p)
-			d.ReadSize = int(min(interval, defaultReadSize))
 		default:
 			return 0, false, err
 		}

@@ -239,16 +239,13 @@ func checkBoundary(r io.ReaderAt, h streamfile.Header, size, off int64) error {
 			return fmt.Errorf("offset %d is after the end-of-stream frame, which ends at %d", off, prevEnd)
 		case errors.As(err, &fe):
 			// Damage a follower skips: go on where it does.
-			p, serr := streamfile.SkipDamage(r, h, max(d.Pos(), fe.Offset), size)
-			if serr != nil || p < 0 || p > off {
+			if ok, serr := d.SkipDamage(fe, size); serr != nil || !ok || d.Pos() > off {
 				return fmt.Errorf("offset %d: %w", off, err)
 			}
-			if p == off {
+			if d.Pos() == off {
 				return nil
 			}
-			d = streamfile.NewDecoder(r, h, p)
-			d.ReadSize = int(min(int64(h.BeaconInterval), 256<<10))
-			prevEnd = p
+			prevEnd = d.Pos()
 			continue
 		default:
 			return fmt.Errorf("offset %d: %w", off, err)

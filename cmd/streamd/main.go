@@ -78,30 +78,17 @@ func main() {
 // that none is lost to the default action or between the two.
 func stopContext(more ...os.Signal) (context.Context, <-chan os.Signal, func()) {
 	ctx, cancel := context.WithCancel(context.Background())
-	sigs := make(chan os.Signal, 2) // the first, and one more the first has not been taken from yet
-	later := make(chan os.Signal, 1)
+	sigs := make(chan os.Signal, 2) // the first, and one more before the first is taken
 	signal.Notify(sigs, append([]os.Signal{syscall.SIGINT, syscall.SIGTERM}, more...)...)
 	done := make(chan struct{})
 	go func() {
 		select {
-		case <-sigs:
+		case <-sigs: // the first; later ones stay in sigs
 			cancel()
 		case <-done:
-			return
-		}
-		for {
-			select {
-			case sig := <-sigs:
-				select {
-				case later <- sig:
-				default:
-				}
-			case <-done:
-				return
-			}
 		}
 	}()
-	return ctx, later, sync.OnceFunc(func() {
+	return ctx, sigs, sync.OnceFunc(func() {
 		signal.Stop(sigs)
 		close(done)
 		cancel()
