@@ -1,6 +1,7 @@
 package tail
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -251,7 +252,7 @@ func (fl *Follower) checkInPlace(size, seen, at int64) bool {
 		var b [streamfile.HeaderSize]byte
 		n, err := fl.f.ReadAt(b[:], 0)
 		if n == len(b) && b == fl.rawHdr {
-			return false
+			return fl.cutRewritten() && fl.cutAtDamage(size, at)
 		}
 		if n < len(b) && err != nil && !errors.Is(err, io.EOF) {
 			return false // cannot tell: an I/O error is no new header
@@ -297,6 +298,20 @@ func (fl *Follower) cutAtDamage(size, at int64) bool {
 	fl.damage.forget()
 	fl.dec, fl.reportPos, fl.damage.goodEnd = streamfile.NewDecoder(fl.f, fl.hdr, cut), cut, cut
 	return true
+}
+
+// cutRewritten reports whether the bytes at damageState.cutAt are no longer
+// those the follower met there: the file was cut there (streamd repair) and
+// writers appended to it past the read position before the follower
+// looked, so that it never saw it shrink. Damage does not mend itself.
+func (fl *Follower) cutRewritten() bool {
+	d := &fl.damage
+	if d.cutAt < 0 || d.cutHeadLen == 0 {
+		return false
+	}
+	var b [len(d.cutHead)]byte
+	n, _ := fl.f.ReadAt(b[:d.cutHeadLen], d.cutAt)
+	return n == d.cutHeadLen && !bytes.Equal(b[:n], d.cutHead[:n])
 }
 
 // readRestFromCopy goes on, when the open file was truncated or written
