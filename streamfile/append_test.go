@@ -253,6 +253,9 @@ func TestHeaderFileName(t *testing.T) {
 // makes the file hold every line once, in order, with sequences 1 to N. Not
 // parallel: the limit holds for the process.
 func TestPublishFileFullDisk(t *testing.T) {
+	if !testutil.InOwnProcess(t) {
+		return
+	}
 	var lines []string
 	for i := range 16 {
 		n := 95 // frames of 128 bytes from 128: the 7th ends on the boundary at 1024

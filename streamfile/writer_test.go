@@ -632,6 +632,9 @@ func TestWriterKeepsBeaconAfterLastFrame(t *testing.T) {
 // the next frame, and the file reads to its end, each frame once. Not
 // parallel: the limit holds for the process.
 func TestWriterFullDiskAtBoundary(t *testing.T) {
+	if !testutil.InOwnProcess(t) {
+		return
+	}
 	path := filepath.Join(t.TempDir(), "full.ss")
 	h := Header{FileName: "full.ss", CreatedAtMs: 1, BeaconInterval: 1024}
 	w, err := OpenWriter(path, CreateOptions{Create: true, Header: h})

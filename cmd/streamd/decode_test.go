@@ -1,8 +1,11 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/base64"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -120,6 +123,51 @@ func TestDecodeErrors(t *testing.T) {
 				t.Errorf("exit %d, stderr %q; want exit %d and %q", r.code, r.stderr, tc.code, tc.want)
 			}
 		})
+	}
+}
+
+// TestDecodeReaderGone: a decode whose reader goes away before the end
+// (streamd decode FILE | head -1) ends quietly with 0, through a real pipe;
+// one whose output fails otherwise (a full disk) says so, with 1.
+func TestDecodeReaderGone(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "many.ss")
+	if r := runBinary(t, []byte(strings.Repeat("a record of some length\n", 20000)), "publish", "--file="+path, "--key=k"); r.code != exitOK {
+		t.Fatalf("publish: exit %d: %s", r.code, r.stderr)
+	}
+	for _, format := range []string{"log", "ndjson"} {
+		t.Run(format, func(t *testing.T) {
+			t.Parallel()
+			cmd := exec.Command(streamdBinary(t), "decode", "--format="+format, path)
+			var errs bytes.Buffer
+			cmd.Stderr = &errs
+			out, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := bufio.NewReader(out).ReadString('\n'); err != nil {
+				t.Fatal(err)
+			}
+			out.Close()
+			if err := cmd.Wait(); err != nil || errs.Len() > 0 {
+				t.Fatalf("decode into a pipe closed after a line: %v, stderr %q; want exit 0 and nothing said", err, errs.String())
+			}
+		})
+	}
+	full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
+	if err != nil {
+		t.Skip(err)
+	}
+	defer full.Close()
+	cmd := exec.Command(streamdBinary(t), "decode", path)
+	var errs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = full, &errs
+	err = cmd.Run()
+	if code := cmd.ProcessState.ExitCode(); code != exitError || !strings.Contains(errs.String(), "no space left on device") {
+		t.Fatalf("decode onto a full disk: %v, stderr %q; want exit %d and the reason", err, errs.String(), exitError)
 	}
 }
 

@@ -75,15 +75,13 @@ func crashLeftovers(path string, size int64, err error) (int64, bool) {
 }
 
 // decodeExit says on errw why a decode stopped, unless it ended cleanly or
-// its reader went away (EPIPE), and returns its exit code: 2 for a file
-// that cannot be opened or read, 1 for data that is not a stream file's or
-// is damaged, and for a failed write.
+// its reader went away (EPIPE), and returns its exit code: 0 for those two
+// (streamd decode FILE | head -1 succeeds, in a shell with pipefail too),
+// 2 for a file that cannot be opened or read, 1 for data that is not a
+// stream file's or is damaged, and for a failed write.
 func decodeExit(errw io.Writer, err error) int {
-	switch {
-	case err == nil:
+	if err == nil || errors.Is(err, syscall.EPIPE) {
 		return exitOK
-	case errors.Is(err, syscall.EPIPE):
-		return exitError
 	}
 	fmt.Fprintf(errw, "streamd decode: %v\n", err)
 	return failureExit(err)

@@ -7,10 +7,14 @@ package testutil
 
 import (
 	"bytes"
+	"flag"
 	"net"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -45,12 +49,50 @@ func (s *SyncBuffer) String() string {
 	return s.b.String()
 }
 
+// InOwnProcess runs the calling test again in a process of its own when
+// the go command keeps a log of what the test process opens (for its test
+// cache: go test without -count=1), and reports whether the caller is to
+// run the test: true in that process, or when there is no such log; false
+// in the test process, which returns at once (the other process's failure
+// is its own). A test that limits the file size of the process
+// (LimitFileSize) needs it: the limit would make writing that log fail.
+func InOwnProcess(t *testing.T) bool {
+	t.Helper()
+	if !testLogged() {
+		return true
+	}
+	parts := strings.Split(t.Name(), "/")
+	for i, p := range parts {
+		parts[i] = "^" + regexp.QuoteMeta(p) + "$"
+	}
+	cmd := exec.Command(os.Args[0], "-test.run="+strings.Join(parts, "/"), "-test.count=1", "-test.v")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s, run again in a process of its own (the go command logs what this one opens): %v\n%s", t.Name(), err, out)
+	}
+	if !bytes.Contains(out, []byte("--- PASS: "+t.Name()+" ")) {
+		t.Fatalf("%s did not run in its own process:\n%s", t.Name(), out)
+	}
+	return false
+}
+
+// testLogged reports whether the go command has the test process log what
+// it opens (the test.testlogfile flag).
+func testLogged() bool {
+	f := flag.Lookup("test.testlogfile")
+	return f != nil && f.Value.String() != ""
+}
+
 // LimitFileSize makes every write of the process at or past offset n of a
 // file fail with EFBIG (RLIMIT_FSIZE), as a full disk does: a write that
 // crosses n writes the bytes before it. The limit holds until lift is
-// called or the test ends; a test that sets it must not be parallel.
+// called or the test ends; a test that sets it must not be parallel, and
+// begins with InOwnProcess.
 func LimitFileSize(t testing.TB, n uint64) (lift func()) {
 	t.Helper()
+	if testLogged() {
+		t.Fatal("LimitFileSize would make the go command's test log fail: call InOwnProcess first")
+	}
 	signal.Ignore(syscall.SIGXFSZ) // a write past the limit fails with EFBIG instead
 	var unlimited syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_FSIZE, &unlimited); err != nil {
