@@ -96,7 +96,10 @@ const stopGrace = 500 * time.Millisecond
 // its record is unsettled, so its position was not stored.
 func (rs *runningSub) stop(deadline time.Time, logger *slog.Logger) {
 	rs.stopReading()
-	t := time.AfterFunc(time.Until(deadline), rs.cancelHandlers)
+	t := time.AfterFunc(time.Until(deadline), func() {
+		rs.sub.warnCancelled()
+		rs.cancelHandlers()
+	})
 	defer t.Stop()
 	select {
 	case <-rs.done:

@@ -109,19 +109,37 @@ type workerState struct {
 	_       cpu.CacheLinePad
 }
 
-// observe sets the gauges of the records handed out and not settled: how
-// many, and the age of the oldest.
-func (dl *deliverer) observe() {
+// handedOut returns how many records are handed out and not settled, and
+// how long ago the oldest of them was handed out.
+func (dl *deliverer) handedOut() (n int, oldest time.Duration) {
 	now := monoNow()
-	n, oldest := 0, int64(0)
 	for i := range dl.workers {
 		if t := dl.workers[i].handed.Load(); t != 0 {
 			n += max(1, int(dl.workers[i].batched.Load()))
-			oldest = max(oldest, now-t)
+			oldest = max(oldest, time.Duration(now-t))
 		}
 	}
+	return n, oldest
+}
+
+// observe sets the gauges of the records handed out and not settled: how
+// many, and the age of the oldest.
+func (dl *deliverer) observe() {
+	n, oldest := dl.handedOut()
 	dl.metrics.InFlight.Set(float64(n))
-	dl.metrics.OldestUnsettledAge.Set(time.Duration(oldest).Seconds())
+	dl.metrics.OldestUnsettledAge.Set(oldest.Seconds())
+}
+
+// warnCancelled logs, when the shutdown deadline is about to end the
+// handlers' context, the records still handed out: their deliveries are
+// cancelled (an exec handler's command is killed, an HTTP request broken
+// off, a held record's wait ended), and, unsettled, they are delivered
+// again when the subscription next runs (after a restart, or a reload).
+func (dl *deliverer) warnCancelled() {
+	if n, oldest := dl.handedOut(); n > 0 {
+		dl.logger.Warn("shutdown_timeout passed with records not settled: cancelling their deliveries (an exec handler's command is killed); unsettled, they are delivered again when the subscription next runs",
+			"records", n, "oldest_handed_out", oldest.Round(time.Millisecond))
+	}
 }
 
 // handle runs the handler on worker w from start ([monoNow]), timing it. A

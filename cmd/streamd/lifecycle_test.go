@@ -629,7 +629,8 @@ kind = "stdout"
 // TestSIGTERMWedgedHandler stops the daemon with SIGTERM while its stdout
 // handler is blocked on a full pipe: Invariant 7 wants the exit within
 // shutdown_timeout (the Handler contract: "It must return when ctx
-// ends"), and the record stays unsettled, to be delivered again.
+// ends"), and the record stays unsettled, to be delivered again, as the
+// log says.
 func TestSIGTERMWedgedHandler(t *testing.T) {
 	t.Parallel()
 	const shutdownTimeout = 500 * time.Millisecond
@@ -684,6 +685,9 @@ kind = "stdout"
 	}
 	if pos, _ := offsets.Load(e.stateDirPath()); pos["printer"].LastSeq >= 200 {
 		t.Errorf("stored position %+v: the blocked record must stay unsettled", pos["printer"])
+	}
+	if want := `msg="shutdown_timeout passed with records not settled: cancelling their deliveries (an exec handler's command is killed); unsettled, they are delivered again when the subscription next runs" subscription=printer records=1 `; !strings.Contains(p.stderr.String(), want) {
+		t.Errorf("the log does not say that the delivery in flight was cancelled (%s):\n%s", want, p.stderr.String())
 	}
 }
 
