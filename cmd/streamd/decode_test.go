@@ -132,7 +132,7 @@ func TestDecodeErrors(t *testing.T) {
 func TestDecodeReaderGone(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "many.ss")
-	if r := runBinary(t, []byte(strings.Repeat("a record of some length\n", 20000)), "publish", "--file="+path, "--key=k"); r.code != exitOK {
+	if r := runBinary(t, []byte(strings.Repeat("a record of some length\n", 4000)), "publish", "--file="+path, "--key=k"); r.code != exitOK {
 		t.Fatalf("publish: exit %d: %s", r.code, r.stderr)
 	}
 	for _, format := range []string{"log", "ndjson"} {
