@@ -366,10 +366,15 @@ func (d *Daemon) startSubscription(sc conf.Subscription, h handler.Handler) erro
 		// A first start stores where it starts, so that the lag counts
 		// the records behind it at once, and a stop before the first
 		// record settles resumes there instead of applying start_at again.
+		// It is committed before a record is read: a crash before the
+		// next commit would otherwise apply start_at again, and an end
+		// that moved on would pass over the records read since.
 		if pos := ahead.follower.Position(); pos.Offset > 0 {
 			p := offsets.Position{Stream: st.cfg.Path, File: pos.File, Offset: pos.Offset}
 			if err := d.store.Set(sc.Name, p); err != nil {
 				logger.Error("storing the start position", "err", err)
+			} else if err := d.store.Commit(); err != nil {
+				logger.Error("committing the start position: a crash before the next commit applies start_at again", "offset", pos.Offset, "err", err)
 			}
 			sm.Position.Set(float64(pos.Offset))
 		}

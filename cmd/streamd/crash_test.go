@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -1076,5 +1077,39 @@ if [ "$p" = tear ] && [ -e %q ]; then echo outcome=retry; fi`, arm)))
 			}
 			e.frames() // the file decodes cleanly
 		})
+	}
+}
+
+// TestKillBeforeFirstCommitAtEnd: a subscription's first start at
+// start_at = "end" commits where it starts before it reads. Killed (-9)
+// with a record in flight, long before its first commit_interval ends, it
+// delivers that record again after the restart, instead of applying
+// start_at again at the end the record moved past.
+func TestKillBeforeFirstCommitAtEnd(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, lifecycleSub("late", "orders", `start_at = "end"`, `[ "$STREAMD_ATTEMPT" = 1 ] && [ ! -e LOG.restarted ] && sleep 60`))
+	e.editConfig(`commit_interval = "100ms"`, `commit_interval = "1h"`)
+	e.publish("old-1", "old-2")
+	p := e.start()
+	eventually(t, 20*time.Second, "the daemon to run", func() bool { return p.logCount("streamd running") == 1 })
+	e.publish("new-1")
+	eventually(t, 20*time.Second, "new-1 to be handed to the handler", func() bool {
+		return slices.Contains(e.deliveries(), "late 3 1 new-1 start")
+	})
+	p.kill9(t)
+	if err := os.WriteFile(e.log+".restarted", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	q := e.start()
+	eventually(t, 20*time.Second, "new-1 to be delivered after the restart", func() bool {
+		return slices.Contains(e.deliveries(), "late 3 1 new-1 end")
+	})
+	if code := q.stop(t); code != 0 {
+		t.Errorf("exit code %d", code)
+	}
+	for _, l := range e.deliveries() {
+		if strings.Contains(l, "old-") {
+			t.Errorf("delivered %q, from before the end the subscription started at", l)
+		}
 	}
 }
