@@ -63,6 +63,10 @@ type Daemon struct {
 	// timeout systemd applies. Used by Run's goroutine only.
 	watchdog        <-chan time.Time
 	watchdogTimeout time.Duration
+	// stopBy is when the deliveries in flight of a stop must end: set
+	// when the daemon is told to stop, shutdown_timeout later. Zero
+	// before. Used by Run's goroutine only.
+	stopBy time.Time
 }
 
 // runningSub is a subscription and the goroutine that runs it.
@@ -272,8 +276,23 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	err = d.loop(ctx)
 	d.notify.Send("STOPPING=1")
 	d.logger.Info("stopping", "shutdown_timeout", time.Duration(d.cfg.ShutdownTimeout))
+	d.beginStop()
 	d.stopAll()
 	return err
+}
+
+// beginStop sets when the deliveries in flight of the stop must end, the
+// first time the daemon is told to stop (in a reload that waits for its
+// subscriptions to stop, or in the main loop), and stops every
+// subscription's reading at once.
+func (d *Daemon) beginStop() {
+	if !d.stopBy.IsZero() {
+		return
+	}
+	d.stopBy = time.Now().Add(time.Duration(d.cfg.ShutdownTimeout))
+	for _, rs := range d.subs {
+		rs.stopReading()
+	}
 }
 
 // loop waits for the end, reloads, subscriptions that stop, and the next
@@ -304,7 +323,7 @@ func (d *Daemon) loop(ctx context.Context) error {
 				rs.sub.observe()
 			}
 		case req := <-d.reloads:
-			req.done <- d.reload(req.load)
+			req.done <- d.reload(ctx, req.load)
 		case <-d.watchdog:
 			d.pingWatchdog()
 		case rs := <-d.ended:
@@ -409,13 +428,18 @@ func (d *Daemon) startSubscription(sc conf.Subscription, h handler.Handler) erro
 }
 
 // stopSubscriptions stops the named subscriptions at once, each within the
-// shutdown timeout. A reload that stops a subscription waits for its
-// deliveries in flight, as long as the shutdown timeout: meanwhile the
-// watchdog is pinged as the main loop pings it, so that a busy daemon is
-// not taken for a hung one, and wedged still judges the subscriptions
-// being stopped.
-func (d *Daemon) stopSubscriptions(names []string) {
+// shutdown timeout, or by the stop's deadline once the daemon stops. A
+// reload that stops a subscription waits for its deliveries in flight, as
+// long as the shutdown timeout: meanwhile the watchdog is pinged as the
+// main loop pings it, so that a busy daemon is not taken for a hung one,
+// and wedged still judges the subscriptions being stopped; and when ctx
+// ends (the daemon is told to stop), the stop begins (beginStop), so that
+// it ends within shutdown_timeout of being asked.
+func (d *Daemon) stopSubscriptions(ctx context.Context, names []string) {
 	deadline := time.Now().Add(time.Duration(d.cfg.ShutdownTimeout))
+	if !d.stopBy.IsZero() && d.stopBy.Before(deadline) {
+		deadline = d.stopBy
+	}
 	stopped := make(chan struct{}, len(names))
 	for _, name := range names {
 		rs := d.subs[name]
@@ -430,6 +454,8 @@ func (d *Daemon) stopSubscriptions(names []string) {
 			left--
 		case <-d.watchdog:
 			d.pingWatchdog()
+		case <-ctx.Done():
+			d.beginStop()
 		}
 	}
 	for _, name := range names {
@@ -439,19 +465,19 @@ func (d *Daemon) stopSubscriptions(names []string) {
 
 // stopAll stops every subscription, and forgets those that wait.
 func (d *Daemon) stopAll() {
-	d.stopSubscriptions(slices.Collect(maps.Keys(d.subs)))
+	d.stopSubscriptions(context.Background(), slices.Collect(maps.Keys(d.subs)))
 	d.dropWaiting()
 }
 
 // reload applies cfg to the running daemon. What cannot change without a
 // restart is refused, and the old configuration keeps running. The outcome
 // is recorded in the state directory (ReloadName) for streamd reload.
-func (d *Daemon) reload(load func() (*conf.Config, error)) error {
+func (d *Daemon) reload(ctx context.Context, load func() (*conf.Config, error)) error {
 	started := time.Now()
 	d.notify.Reloading()
 	cfg, err := load()
 	if err == nil {
-		err = d.applyReload(cfg)
+		err = d.applyReload(ctx, cfg)
 	}
 	d.metrics.ObserveReload(time.Now(), err)
 	if werr := writeReloadResult(d.cfg.StateDir, d.opts.ConfigFile, started, err); werr != nil {
@@ -496,7 +522,7 @@ func handlerFilesDigest(h conf.Handler) string {
 	return string(sum.Sum(nil))
 }
 
-func (d *Daemon) applyReload(cfg *conf.Config) error {
+func (d *Daemon) applyReload(ctx context.Context, cfg *conf.Config) error {
 	old := d.cfg
 	switch {
 	case cfg.StateDir != old.StateDir:
@@ -579,7 +605,16 @@ func (d *Daemon) applyReload(cfg *conf.Config) error {
 	}
 	maps.DeleteFunc(d.handlerFiles, func(name, _ string) bool { _, ok := wanted[name]; return !ok })
 	d.setLogLevel(old.Log.Level, cfg.Log.Level) // before the subscriptions start, which log
-	d.stopSubscriptions(stop)
+	d.stopSubscriptions(ctx, stop)
+	if ctx.Err() != nil {
+		// Told to stop while it waited: nothing starts any more.
+		for name, h := range handlers {
+			if d.ownsHandler(name) {
+				handler.Close(h)
+			}
+		}
+		return errors.New("the daemon was told to stop during the reload, which had stopped the subscriptions it changed; the new configuration was not started")
+	}
 	d.dropWaiting()
 	d.mu.Lock() // fire reads it
 	d.cfg = cfg

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -89,5 +90,47 @@ func TestOverwrite(t *testing.T) {
 	got, err := ReadReloadResult(dir)
 	if fi, _ := os.Stat(path); err != nil || got != short || fi.Size() < 200 {
 		t.Errorf("read %+v, %v from %d bytes; want %+v, the file as long as before", got, err, fi.Size(), short)
+	}
+}
+
+// TestStopDuringReload: told to stop while a reload waits for the delivery
+// in flight of a subscription it changed, the daemon starts nothing of the
+// new configuration (the subscription delivers nothing more), stops within
+// shutdown_timeout of being told, and the reload answers that the new
+// configuration was not started.
+func TestStopDuringReload(t *testing.T) {
+	t.Parallel()
+	e := newRunEnv(t, runSub("s", "orders", ""))
+	e.shutdownTimeout = "2s"
+	var calls atomic.Int32
+	h := handler.HandlerFunc(func(ctx context.Context, _ *handler.Delivery) handler.Outcome {
+		calls.Add(1)
+		<-ctx.Done() // in flight until the handlers' context ends
+		return handler.Failed(handler.FailureCanceled, ctx.Err())
+	})
+	r := e.start(map[string]handler.Handler{"s": h})
+	e.put("orders", nil, "a")
+	waitFor(t, "the delivery in flight", func() bool { return calls.Load() == 1 })
+	changed := e.load()
+	changed.Subscriptions[0].Concurrency = 2 // s is stopped and started again
+	loaded := make(chan struct{})
+	reloaded := make(chan error, 1)
+	go func() {
+		reloaded <- r.d.Reload(context.Background(), func() (*conf.Config, error) { close(loaded); return changed, nil })
+	}()
+	<-loaded
+	told := time.Now()
+	r.cancel()
+	if err := r.wait(); err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	if took, most := time.Since(told), 2*time.Second+stopGrace+time.Second; took > most {
+		t.Errorf("the stop took %s after the daemon was told, more than shutdown_timeout and its grace (%s)", took, most)
+	}
+	if err := <-reloaded; err == nil || !strings.Contains(err.Error(), "the new configuration was not started") {
+		t.Errorf("Reload: %v, want it to say that the new configuration was not started", err)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("%d deliveries, want the one in flight alone: the subscription the reload stopped was started again", n)
 	}
 }
