@@ -135,6 +135,9 @@ func (l *loader) checkStream(p keyPath, s *Stream, streams, files map[string]key
 
 func (l *loader) checkSubscription(p keyPath, s *Subscription, streams, names map[string]keyPath) {
 	l.name(p.k("name"), s.Name, "subscription", names)
+	for i, old := range s.RenamedFrom {
+		l.name(p.k("renamed_from").i(i), old, "former subscription", names)
+	}
 	keyOK := false
 	if !l.has(p.k("key")) {
 		l.errorf(p.k("key"), "required: the stream key to read")
@@ -449,7 +452,11 @@ func (l *loader) name(p keyPath, name, what string, seen map[string]keyPath) {
 			seen[name] = p // reported once, here, not again where it is used
 		}
 	case seen[name] != nil:
-		l.errorf(p, "%s name %q is already used by %s", what, name, seen[name][:len(p)-1])
+		by := seen[name] // the name of a table, or a former name it lists
+		if last := by[len(by)-1]; !last.isIndex && last.key == "name" {
+			by = by[:len(by)-1]
+		}
+		l.errorf(p, "%s name %q is already used by %s", what, name, by)
 	default:
 		seen[name] = p
 	}

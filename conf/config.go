@@ -130,6 +130,10 @@ type Subscription struct {
 	// Name identifies the subscription in the sidecar, metrics, logs and
 	// the x-streamd-origin header of its copies.
 	Name string `toml:"name"`
+	// RenamedFrom lists names the subscription had before: its retry
+	// copies made under them (x-streamd-origin) are its own, not passed
+	// over as another subscription's.
+	RenamedFrom []string `toml:"renamed_from"`
 	// Stream is the name of the [[stream]] read (ModeRun only).
 	Stream string `toml:"stream"`
 	// Key is the stream key read.

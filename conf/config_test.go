@@ -36,6 +36,9 @@ F:11: subscription[0].backoff[3]: must be at least 1ms, not 500µs: a failed del
 		{"case-mismatch", ModeRun, `F:8: subscription[0].Name: unknown key; keys are case-sensitive: did you mean "name"?`},
 		{"duplicate-stream", ModeRun, `F:8: stream[1].name: stream name "orders" is already used by stream[0]`},
 		{"duplicate-subscription", ModeRun, `F:15: subscription[1].name: subscription name "billing" is already used by subscription[0]`},
+		{"renamed-from", ModeRun, `F:9: subscription[0].renamed_from[1]: former subscription name "bad name": use 1 to 64 characters of A-Z a-z 0-9 . _ -
+F:16: subscription[1].name: subscription name "invoicing" is already used by subscription[0].renamed_from[0]
+F:17: subscription[1].renamed_from[0]: former subscription name "billing" is already used by subscription[0]`},
 		{"duration-string", ModeRun, `F:11: subscription[0].backoff[1]: invalid duration "5 seconds": write a number with a unit, as in "5s" or "2m"`},
 		{"exec-no-command", ModeRun, `F:11: subscription[0].handler.command: required: the program and its arguments, as in ["/usr/local/bin/handle", "--json"]`},
 		{"handler-foreign-option", ModeRun, `F:14: subscription[0].handler.command: not an option of the http handler, which takes url, timeout, headers, bearer_token_file, ca_file, batch_max_records, batch_max_bytes and batch_linger

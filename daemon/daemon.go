@@ -108,7 +108,7 @@ func (rs *runningSub) stop(deadline time.Time, logger *slog.Logger) {
 	select {
 	case <-rs.done:
 	case <-time.After(time.Until(deadline) + stopGrace):
-		logger.Error("a handler did not return by the shutdown deadline; abandoning it, its record is read again after a restart",
+		logger.Error("a handler did not return by the shutdown deadline; abandoning it; its record, unsettled, is delivered again when the subscription next runs",
 			"subscription", rs.sub.cfg.Name)
 		return
 	}

@@ -3,6 +3,7 @@ package daemon
 import (
 	"testing"
 
+	"github.com/streamd/streamd/envelope"
 	"github.com/streamd/streamd/handler"
 )
 
@@ -41,5 +42,32 @@ func TestRunOriginAcrossDaemons(t *testing.T) {
 		if r.header(OriginHeader) != "billing" {
 			t.Errorf("copy %d carries origin %q, want billing", r.seq, r.header(OriginHeader))
 		}
+	}
+}
+
+// TestRunRenamedFrom: copies made under a subscription's former name are
+// its own when renamed_from lists it, and passed over otherwise.
+func TestRunRenamedFrom(t *testing.T) {
+	t.Parallel()
+	e := newRunEnv(t, runSub("invoicing", "orders", `renamed_from = ["billing", "old-billing"]`)+runSub("audit", "orders", ""))
+	e.put("orders", nil, "r1")
+	e.put("orders", envelope.Headers{{Name: OriginHeader, Value: []byte("billing")}, {Name: envelope.RetryCountHeader, Value: []byte("1")}}, "c1")
+	e.put("orders", envelope.Headers{{Name: OriginHeader, Value: []byte("someone-else")}}, "c2")
+	invoicing, audit := newRecorder(nil), newRecorder(nil)
+	r := e.start(map[string]handler.Handler{"invoicing": invoicing, "audit": audit})
+	invoicing.waitN(t, 2)
+	waitFor(t, "audit to pass over both copies", func() bool { return r.metric("audit", "foreign_copy") == 2 })
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	got := invoicing.deliveries()
+	if len(got) != 2 || string(got[0].Payload) != "r1" || string(got[1].Payload) != "c1" || got[1].Attempt != 2 {
+		t.Errorf("invoicing handled %v, want r1 and the copy c1 made under its former name, at attempt 2", got)
+	}
+	if n := r.metric("invoicing", "foreign_copy"); n != 1 {
+		t.Errorf("invoicing passed over %v copies, want the one of another subscription", n)
+	}
+	if len(audit.deliveries()) != 1 {
+		t.Errorf("audit handled %d records, want the original alone", len(audit.deliveries()))
 	}
 }

@@ -260,9 +260,18 @@ func (s *subscription) fileID() string {
 // daemon or of another one reading the same file: a copy that carries an
 // origin is for that origin only, which handles it again; every other
 // subscription passes over it. Subscription names must therefore be unique
-// among the daemons that read one file.
+// among the daemons that read one file. The copies made under a name the
+// subscription had before (renamed_from) are its own.
 func (s *subscription) foreign(origin []byte, carried bool) bool {
-	return carried && string(origin) != s.cfg.Name
+	if !carried || string(origin) == s.cfg.Name {
+		return false
+	}
+	for _, name := range s.cfg.RenamedFrom {
+		if string(origin) == name {
+			return false
+		}
+	}
+	return true
 }
 
 // wanted reports whether rec is for this subscription's handler.
