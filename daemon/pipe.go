@@ -55,7 +55,7 @@ func RunPipe(ctx context.Context, cfg *conf.Config, opts PipeOptions) (err error
 	queue, err := retrytimer.Open(retrytimer.Options{
 		Fire: func(_ context.Context, c retrytimer.Copy) error {
 			err := out.Write(c.Key, c.Record)
-			if errors.Is(err, pipe.ErrClosed) {
+			if out.Err() != nil { // closed, or failed: no copy can leave any more
 				stopReading()
 				stopDrain()
 			}
@@ -97,30 +97,36 @@ func RunPipe(ctx context.Context, cfg *conf.Config, opts PipeOptions) (err error
 	stopQueue()
 	wg.Wait()
 
-	// closedEnd ends a stage whose stdout was closed, having lost lost
-	// copies: with pipe.ErrClosed (exit status 0), unless it failed for
-	// another reason too (a panic, an invalid line).
-	closedEnd := func(lost int) error {
-		logStdoutClosed(logger, lost)
-		if readErr != nil && !errors.Is(readErr, pipe.ErrClosed) {
-			return readErr
+	// outputEnd ends a stage whose stdout takes no more lines, having lost
+	// lost copies: closed by the next stage, with pipe.ErrClosed (exit
+	// status 0); failed, with that failure (exit status 1). A failure of
+	// another kind (a panic, an invalid line) wins.
+	outputEnd := func(lost int) error {
+		var other error
+		if !errors.Is(readErr, errCopyLost) {
+			other = readErr
 		}
-		return pipe.ErrClosed
+		if err := out.Err(); !errors.Is(err, pipe.ErrClosed) {
+			logger.Error(msgStdoutFailed, "err", err, "lost_copies", lost)
+			return errors.Join(other, fmt.Errorf("%w (copies lost: %d; the last line written may be cut short)", err, lost))
+		}
+		logStdoutClosed(logger, lost)
+		return cmp.Or(other, pipe.ErrClosed)
 	}
-	if out.Closed() || errors.Is(readErr, pipe.ErrClosed) {
+	if out.Err() != nil {
 		// A delayed copy, or one written while reading, found stdout
-		// closed: the copies still delayed cannot leave.
+		// closed or failing: the copies still delayed cannot leave.
 		lost := queue.Pending()
-		if errors.Is(readErr, errCopyClosed) {
+		if errors.Is(readErr, errCopyLost) {
 			lost++
 		}
-		return closedEnd(lost)
+		return outputEnd(lost)
 	}
 	dctx, cancel := context.WithTimeout(drainCtx, time.Duration(cfg.ShutdownTimeout))
 	defer cancel()
 	abandoned, derr := queue.Drain(dctx)
-	if out.Closed() {
-		return closedEnd(abandoned)
+	if out.Err() != nil {
+		return outputEnd(abandoned)
 	}
 	if abandoned > 0 {
 		logger.Warn("graceful shutdown timed out; abandoning in-flight continuations", "abandoned", abandoned)
@@ -137,9 +143,14 @@ func RunPipe(ctx context.Context, cfg *conf.Config, opts PipeOptions) (err error
 // fails, so copies are lost: that one, and those still delayed.
 const msgStdoutClosed = "stdout was closed by the next stage; stopping: the copies not yet written are lost"
 
-// errCopyClosed is readLines' error when a copy's write found stdout
-// closed: that copy is lost.
-var errCopyClosed = fmt.Errorf("a copy could not be written: %w", pipe.ErrClosed)
+// msgStdoutFailed is logged when a write of stdout failed otherwise than
+// at a closed pipe (a full disk), which ends the stage with exit status 1:
+// no line can follow the one the write may have left cut short.
+const msgStdoutFailed = "writing stdout failed; stopping: the copies not yet written are lost, and the last line written may be cut short, which the next stage reads as a record"
+
+// errCopyLost is readLines' error when a copy's write found stdout closed
+// or failing: that copy is lost.
+var errCopyLost = errors.New("a copy could not be written")
 
 // logStdoutClosed logs the end of a stage whose stdout was closed, with
 // the number of copies it could not write.
@@ -251,16 +262,21 @@ func readLines(ctx, hctx context.Context, in io.Reader, lim stageLimits, subs []
 		logger.Warn(msgStoppedReading, "last_line", last)
 		return nil
 	}
-	// lost returns errCopyClosed when stdout is closed (the stage ends,
-	// and the copy of line lineNo is lost with the lines after it), and
-	// otherwise logs the copy that could not be published as lost.
+	// lost returns errCopyLost when stdout takes no more lines (closed, or
+	// failed: the stage ends, and the copy of line lineNo is lost with the
+	// lines after it), and otherwise logs the copy that could not be
+	// published as lost.
 	lost := func(s *deliverer, err error, lineNo int) error {
-		if errors.Is(err, pipe.ErrClosed) {
+		if errors.Is(err, pipe.ErrClosed) || errors.Is(err, pipe.ErrFailed) {
 			stopped(lineNo - 1)
-			return errCopyClosed
+			return fmt.Errorf("%w: %w", errCopyLost, err)
 		}
 		if err != nil {
-			logger.Warn("publishing the retry copy failed; message lost", "subscription", s.cfg.Name, "destination", s.settler.retryKey, "err", err)
+			dest := s.settler.retryKey
+			if ce, ok := errors.AsType[*errCopy](err); ok {
+				dest = ce.dest // a dead letter's
+			}
+			logger.Warn("publishing the retry copy failed; message lost", "subscription", s.cfg.Name, "destination", dest, "err", err)
 		}
 		return nil
 	}

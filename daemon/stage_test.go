@@ -584,7 +584,10 @@ func TestStageStopsInABroadcastLine(t *testing.T) {
 // the stage reads or while the delayed copies drain at the end of stdin,
 // instead of retrying for shutdown_timeout and failing. The end is logged
 // as a loss at WARN, with the count of the copies not written: the one
-// whose write found stdout closed, and those still delayed.
+// whose write found stdout closed, and those still delayed. A write that
+// failed otherwise (a full disk) ends it the same way, but as a failure
+// (exit status 1, logged at ERROR): no line may follow the one it may
+// have left cut short.
 func TestStageStdoutClosed(t *testing.T) {
 	cfg, err := loadTestConfig(t, "shutdown_timeout = \"10s\"\n"+stageSub("a", "k", "out_retry = \"k.retry\""), conf.ModePipe)
 	if err != nil {
@@ -593,13 +596,12 @@ func TestStageStdoutClosed(t *testing.T) {
 	tests := []struct {
 		name     string
 		in       string
-		want     wantLog
+		lost     string
 		lastLine string // of the stop before the end of stdin; "" for none
 	}{
-		{"a copy now", "[k] now\n", wantLog{slog.LevelWarn, msgStdoutClosed, map[string]string{"lost_copies": "1"}}, "0"},
-		{"a delayed copy, at the end of stdin", "[k] soon\n", wantLog{slog.LevelWarn, msgStdoutClosed, map[string]string{"lost_copies": "1"}}, ""},
-		{"delayed copies, while reading", "[k] later\n[k] later\n[k] now\n[k] never\n",
-			wantLog{slog.LevelWarn, msgStdoutClosed, map[string]string{"lost_copies": "3"}}, "2"},
+		{"a copy now", "[k] now\n", "1", "0"},
+		{"a delayed copy, at the end of stdin", "[k] soon\n", "1", ""},
+		{"delayed copies, while reading", "[k] later\n[k] later\n[k] now\n[k] never\n", "3", "2"},
 	}
 	hs := map[string]handler.Handler{
 		"a": handler.HandlerFunc(func(_ context.Context, d *handler.Delivery) handler.Outcome {
@@ -612,27 +614,38 @@ func TestStageStdoutClosed(t *testing.T) {
 			return retryAfter(time.Hour)
 		}),
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			logs := &logCapture{}
-			err := RunPipe(t.Context(), cfg, PipeOptions{Options: Options{Logger: logs.logger(), Handlers: hs},
-				In: strings.NewReader(tt.in), Out: closedOutput{}})
-			if !errors.Is(err, pipe.ErrClosed) {
-				t.Errorf("RunPipe: %v, want pipe.ErrClosed at once", err)
-			}
-			var got []logRecord
-			for _, r := range logs.all() {
-				if strings.HasPrefix(r.msg, msgStdoutClosed) {
-					got = append(got, r)
+	for _, output := range []struct {
+		name  string
+		out   io.Writer
+		err   error
+		level slog.Level
+		msg   string
+	}{
+		{"closed", closedOutput{}, pipe.ErrClosed, slog.LevelWarn, msgStdoutClosed},
+		{"full", fullOutput{}, pipe.ErrFailed, slog.LevelError, msgStdoutFailed},
+	} {
+		for _, tt := range tests {
+			t.Run(output.name+"/"+tt.name, func(t *testing.T) {
+				logs := &logCapture{}
+				err := RunPipe(t.Context(), cfg, PipeOptions{Options: Options{Logger: logs.logger(), Handlers: hs},
+					In: strings.NewReader(tt.in), Out: output.out})
+				if !errors.Is(err, output.err) || output.err == pipe.ErrFailed && (errors.Is(err, pipe.ErrClosed) || !strings.Contains(err.Error(), "copies lost: "+tt.lost)) {
+					t.Errorf("RunPipe: %v, want %v at once, with the copies lost", err, output.err)
 				}
-			}
-			checkLogs(t, got, []wantLog{tt.want})
-			var stops []wantLog
-			if tt.lastLine != "" {
-				stops = []wantLog{{slog.LevelWarn, msgStoppedReading, map[string]string{"last_line": tt.lastLine}}}
-			}
-			checkLogs(t, logs.with(msgStoppedReading), stops)
-		})
+				var got []logRecord
+				for _, r := range logs.all() {
+					if strings.HasPrefix(r.msg, output.msg) {
+						got = append(got, r)
+					}
+				}
+				checkLogs(t, got, []wantLog{{output.level, output.msg, map[string]string{"lost_copies": tt.lost}}})
+				var stops []wantLog
+				if tt.lastLine != "" {
+					stops = []wantLog{{slog.LevelWarn, msgStoppedReading, map[string]string{"last_line": tt.lastLine}}}
+				}
+				checkLogs(t, logs.with(msgStoppedReading), stops)
+			})
+		}
 	}
 }
 
@@ -679,6 +692,12 @@ func (o *closingOutput) Write([]byte) (int, error) {
 type closedOutput struct{}
 
 func (closedOutput) Write([]byte) (int, error) { return 0, syscall.EPIPE }
+
+// fullOutput is stdout on a full disk: every write fails, after writing
+// part of its line.
+type fullOutput struct{}
+
+func (fullOutput) Write(p []byte) (int, error) { return len(p) / 2, syscall.ENOSPC }
 
 // TestStageTimestampBefore1970: a line timestamped before 1970, which the
 // stdio format allows, is delivered with timestamp 0, not a wrapped-around

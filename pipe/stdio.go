@@ -20,6 +20,12 @@ const MaxLineBytes = 16 << 20
 // went away does.
 var ErrClosed = errors.New("stdout was closed by the next stage")
 
+// ErrFailed reports that a write of the output failed for another reason
+// than its reader going away (a full disk): the output takes no more
+// lines, since the failed write may have left part of its line, with which
+// a later line would be read as one.
+var ErrFailed = errors.New("writing stdout failed")
+
 // ErrEmpty is the stdio transport's refusal of an empty message: the format
 // cannot carry one (settlement.md §8.2).
 var ErrEmpty = errors.New("stdio drops empty lines; an empty message cannot be transmitted")
@@ -157,11 +163,13 @@ func (r *Reader) Buffered() bool { return r.r.Buffered() > 0 }
 // Writer prints records on a stage's output as the upstream stdio producer
 // does ([Producer]), one whole line per write, safe for concurrent use.
 type Writer struct {
-	mu     sync.Mutex
-	w      io.Writer
-	prod   Producer
-	buf    []byte
-	closed bool // a write found the output closed
+	mu   sync.Mutex
+	w    io.Writer
+	prod Producer
+	buf  []byte
+	// done is why the output takes no more lines: [ErrClosed], or a
+	// failed write ([ErrFailed]); nil while it does.
+	done error
 }
 
 // NewWriter returns a Writer to w.
@@ -169,15 +177,16 @@ func NewWriter(w io.Writer) *Writer { return &Writer{w: w} }
 
 // Write prints record, already in its final form (enveloped when it has
 // headers), under key. An empty record is [ErrEmpty]; once the output was
-// found closed (EPIPE), every write is [ErrClosed].
+// found closed (EPIPE), every write is [ErrClosed]; once a write failed
+// otherwise, every write is that failure, an [ErrFailed].
 func (pw *Writer) Write(key string, record []byte) error {
 	if len(record) == 0 {
 		return ErrEmpty
 	}
 	pw.mu.Lock()
 	defer pw.mu.Unlock()
-	if pw.closed {
-		return ErrClosed
+	if pw.done != nil {
+		return pw.done
 	}
 	line, _, err := pw.prod.Append(pw.buf[:0], time.Now(), key, record)
 	if err != nil {
@@ -185,18 +194,19 @@ func (pw *Writer) Write(key string, record []byte) error {
 	}
 	pw.buf = line
 	if _, err := pw.w.Write(line); err != nil {
+		pw.done = fmt.Errorf("%w: %w", ErrFailed, err)
 		if errors.Is(err, syscall.EPIPE) {
-			pw.closed = true
-			return ErrClosed
+			pw.done = ErrClosed
 		}
-		return fmt.Errorf("write stdout: %w", err)
+		return pw.done
 	}
 	return nil
 }
 
-// Closed reports whether a write found the output closed.
-func (pw *Writer) Closed() bool {
+// Err returns why the output takes no more lines ([ErrClosed], or an
+// [ErrFailed]), nil while it does.
+func (pw *Writer) Err() error {
 	pw.mu.Lock()
 	defer pw.mu.Unlock()
-	return pw.closed
+	return pw.done
 }

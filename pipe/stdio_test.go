@@ -1,6 +1,7 @@
 package pipe
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -210,10 +212,49 @@ func TestWriterClosedOutput(t *testing.T) {
 	if err := w.Write("jobs", []byte("x")); !errors.Is(err, ErrClosed) {
 		t.Fatalf("write to a closed pipe: %v, want ErrClosed", err)
 	}
-	if !w.Closed() {
-		t.Error("Closed() = false after EPIPE")
+	if err := w.Err(); !errors.Is(err, ErrClosed) {
+		t.Errorf("Err() = %v after EPIPE, want ErrClosed", err)
 	}
 	if err := w.Write("jobs", []byte("y")); !errors.Is(err, ErrClosed) {
 		t.Errorf("second write: %v, want ErrClosed", err)
+	}
+}
+
+// failOnce fails its first write after writing part of it, as a write
+// that fills the disk does, and takes every later one.
+type failOnce struct {
+	bytes.Buffer
+	failed bool
+}
+
+func (f *failOnce) Write(p []byte) (int, error) {
+	if !f.failed {
+		f.failed = true
+		n, _ := f.Buffer.Write(p[:len(p)/2])
+		return n, syscall.ENOSPC
+	}
+	return f.Buffer.Write(p)
+}
+
+// TestWriterFailed: after a write that failed otherwise than at a closed
+// pipe, having written part of its line, the writer writes nothing more
+// (a line written after the torn one would be read as one with it), and
+// every write says why.
+func TestWriterFailed(t *testing.T) {
+	out := &failOnce{}
+	w := NewWriter(out)
+	err := w.Write("jobs", []byte("first"))
+	if !errors.Is(err, ErrFailed) || !errors.Is(err, syscall.ENOSPC) || errors.Is(err, ErrClosed) {
+		t.Fatalf("the failed write: %v, want ErrFailed with its cause", err)
+	}
+	torn := out.String()
+	if err := w.Write("jobs", []byte("second")); !errors.Is(err, ErrFailed) || !errors.Is(err, syscall.ENOSPC) {
+		t.Errorf("a write after it: %v, want the same failure", err)
+	}
+	if out.String() != torn {
+		t.Errorf("the output after the failure: %q, want what the failed write left, %q, alone", out.String(), torn)
+	}
+	if err := w.Err(); !errors.Is(err, ErrFailed) {
+		t.Errorf("Err() = %v, want ErrFailed", err)
 	}
 }
