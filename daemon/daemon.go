@@ -372,10 +372,17 @@ func (d *Daemon) startSubscription(sc conf.Subscription, h handler.Handler) erro
 		opts.OnCorrupt = tail.StopOnCorrupt
 	}
 	from := offsets.Mark{}
-	if p, ok := d.store.Get(sc.Name); ok && p.Stream == st.cfg.Path {
+	switch p, ok := d.store.Get(sc.Name); {
+	case ok && p.Stream == st.cfg.Path:
 		opts.Resume = &tail.Position{File: p.File, Offset: p.Offset}
 		from = offsets.Mark{Offset: p.Offset, Seq: p.LastSeq}
 		sm.Position.Set(float64(p.Offset)) // lag is true from the start, not from the first commit
+		logger.Info("subscription starts at its stored position", "offset", p.Offset, "path", st.cfg.Path)
+	case ok:
+		logger.Warn("subscription starts at start_at: its stored position is of another stream file path (its stream's path changed)",
+			"start_at", sc.StartAt.String(), "path", st.cfg.Path, "stored_path", p.Stream, "stored_offset", p.Offset)
+	default:
+		logger.Info("subscription starts at start_at: it has no stored position", "start_at", sc.StartAt.String(), "path", st.cfg.Path)
 	}
 	ahead, err := followAhead(opts)
 	if err != nil {
@@ -554,21 +561,39 @@ func (d *Daemon) applyReload(ctx context.Context, cfg *conf.Config) error {
 	digests := handlerDigests(cfg.Subscriptions)
 	var stop []string
 	var gone []*metrics.SubscriptionMetrics
+	var changes []func() // logged once the reload is sure to be applied
+	change := func(msg, name string) {
+		changes = append(changes, func() { d.logger.Info(msg, "subscription", name) })
+	}
 	for name, rs := range d.subs {
 		sc, ok := wanted[name]
 		// A failed subscription is started again, and one whose handler
 		// read a file once that changed since (a token, a password) gets
 		// a handler that reads it again.
-		if !ok || !reflect.DeepEqual(sc, rs.sub.cfg) || rs.failed() || digests[name] != d.handlerFiles[name] {
-			stop = append(stop, name)
-		}
-		if !ok {
+		switch {
+		case !ok:
+			change("the reload removes the subscription", name)
 			gone = append(gone, rs.sub.metrics)
+		case !reflect.DeepEqual(sc, rs.sub.cfg):
+			change("the reload starts the subscription again: its configuration changed", name)
+		case rs.failed():
+			change("the reload starts the subscription again: it had stopped on an error", name)
+		case digests[name] != d.handlerFiles[name]:
+			change("the reload starts the subscription again: a file its handler read at its start changed", name)
+		default:
+			continue
 		}
+		stop = append(stop, name)
 	}
 	for name, w := range d.waiting { // started again, or gone
 		if _, ok := wanted[name]; !ok {
+			change("the reload removes the subscription", name)
 			gone = append(gone, d.metrics.Subscription(name, w.cfg.Stream))
+		}
+	}
+	for _, sc := range cfg.Subscriptions {
+		if d.subs[sc.Name] == nil && d.waiting[sc.Name] == nil {
+			change("the reload adds the subscription", sc.Name)
 		}
 	}
 	// Open new streams and build the handlers of the subscriptions to
@@ -605,6 +630,9 @@ func (d *Daemon) applyReload(ctx context.Context, cfg *conf.Config) error {
 	}
 	maps.DeleteFunc(d.handlerFiles, func(name, _ string) bool { _, ok := wanted[name]; return !ok })
 	d.setLogLevel(old.Log.Level, cfg.Log.Level) // before the subscriptions start, which log
+	for _, logChange := range changes {
+		logChange()
+	}
 	d.stopSubscriptions(ctx, stop)
 	if ctx.Err() != nil {
 		// Told to stop while it waited: nothing starts any more.

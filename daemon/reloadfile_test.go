@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -132,5 +133,40 @@ func TestStopDuringReload(t *testing.T) {
 	}
 	if n := calls.Load(); n != 1 {
 		t.Errorf("%d deliveries, want the one in flight alone: the subscription the reload stopped was started again", n)
+	}
+}
+
+// TestReloadLogsChanges: a reload says what it does to each subscription
+// (adds, removes, starts again, and why), and each subscription it starts
+// says where it starts.
+func TestReloadLogsChanges(t *testing.T) {
+	t.Parallel()
+	e := newRunEnv(t, runSub("kept", "orders", "")+runSub("changed", "orders", "")+runSub("removed", "orders", ""))
+	e.put("orders", nil, "a")
+	hs := map[string]handler.Handler{}
+	for _, name := range []string{"kept", "changed", "removed", "added"} {
+		hs[name] = newRecorder(nil)
+	}
+	r := e.start(hs)
+	waitFor(t, "the first record settled", func() bool { return r.metric("kept", "ack") == 1 && r.metric("changed", "ack") == 1 })
+	e.config = runSub("kept", "orders", "") + runSub("changed", "orders", "concurrency = 2") + runSub("added", "orders", `start_at = "end"`)
+	if err := r.d.Reload(context.Background(), func() (*conf.Config, error) { return e.load(), nil }); err != nil {
+		t.Fatal(err)
+	}
+	said := map[string][]string{}
+	for _, l := range r.logs.all() {
+		if strings.Contains(l.msg, "reload") || strings.HasPrefix(l.msg, "subscription starts") {
+			said[l.attrs["subscription"]] = append(said[l.attrs["subscription"]], l.msg)
+		}
+	}
+	want := map[string][]string{
+		"kept":    {"subscription starts at start_at: it has no stored position"},
+		"changed": {"subscription starts at start_at: it has no stored position", "the reload starts the subscription again: its configuration changed", "subscription starts at its stored position"},
+		"removed": {"subscription starts at start_at: it has no stored position", "the reload removes the subscription"},
+		"added":   {"the reload adds the subscription", "subscription starts at start_at: it has no stored position"},
+		"":        {"configuration reloaded"},
+	}
+	if !reflect.DeepEqual(said, want) {
+		t.Errorf("the log says\n%q\nwant\n%q", said, want)
 	}
 }
