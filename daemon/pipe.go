@@ -201,7 +201,12 @@ func (st *setup) closePipeHandlers(subs []*deliverer) {
 
 // msgUnsubscribedLine is logged at the first stdin line of a key no
 // subscription reads.
-const msgUnsubscribedLine = "stdin line of a key no subscription reads dropped; the others are counted in streamd_pipe_unsubscribed_lines_total, not logged"
+const msgUnsubscribedLine = "stdin line of a key no subscription reads dropped; the others are counted in streamd_pipe_unsubscribed_lines_total, and in all when the stage ends"
+
+// msgUnsubscribedTotal is logged when a stage ends that dropped more than
+// one line of a key no subscription reads: how many, which the metric
+// alone says (a stage without a metrics listener says it nowhere else).
+const msgUnsubscribedTotal = "stdin lines of keys no subscription reads were dropped"
 
 // stageLimits bound what a stage takes, so that the next stage reads every
 // line it writes: records ([stageRecordSize]) of up to record bytes, in
@@ -356,7 +361,15 @@ func readLines(ctx, hctx context.Context, in io.Reader, lim stageLimits, subs []
 	for _, s := range subs {
 		subscribed[s.cfg.Key] = true
 	}
-	unsubscribedSeen := false
+	var unsubscribed struct {
+		count, line int
+		key         string
+	}
+	defer func() {
+		if unsubscribed.count > 1 {
+			logger.Warn(msgUnsubscribedTotal, "count", unsubscribed.count, "last_line", unsubscribed.line, "last_key", unsubscribed.key)
+		}
+	}()
 	var seqs pipe.Sequencer
 	var d handler.Delivery
 	for lineNo := 1; ; lineNo++ {
@@ -397,10 +410,10 @@ func readLines(ctx, hctx context.Context, in io.Reader, lim stageLimits, subs []
 			// key shares the counter of key broadcast.
 			key, _, _ := seqs.Assign(&l)
 			m.CountUnsubscribedLine()
-			if !unsubscribedSeen {
-				unsubscribedSeen = true
+			if unsubscribed.count == 0 {
 				logger.Warn(msgUnsubscribedLine, "line", lineNo, "key", key)
 			}
+			unsubscribed.count, unsubscribed.line, unsubscribed.key = unsubscribed.count+1, lineNo, key
 			continue
 		}
 		payload := l.Payload // as the upstream reader keeps it (stdio-format §2.4)

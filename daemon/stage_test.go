@@ -521,8 +521,9 @@ func gatheredValue(t *testing.T, reg *prometheus.Registry, name string, labels m
 }
 
 // TestStageUnsubscribedKeys: lines of keys no subscription reads are
-// dropped, counted in streamd_pipe_unsubscribed_lines_total and logged
-// once; lines without a key go to every subscription, as before.
+// dropped, counted in streamd_pipe_unsubscribed_lines_total, logged
+// once, and in all when the stage ends; lines without a key go to every
+// subscription, as before.
 func TestStageUnsubscribedKeys(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg, err := loadTestConfig(t, stageSub("jobs", "jobs", `out_retry = "jobs.retry"`), conf.ModePipe)
@@ -540,6 +541,7 @@ func TestStageUnsubscribedKeys(t *testing.T) {
 			t.Errorf("%v unsubscribed lines counted, want 3", v)
 		}
 		checkLogs(t, r.logs.with(msgUnsubscribedLine), []wantLog{{slog.LevelWarn, msgUnsubscribedLine, map[string]string{"line": "1", "key": "audit"}}})
+		checkLogs(t, r.logs.with(msgUnsubscribedTotal), []wantLog{{slog.LevelWarn, msgUnsubscribedTotal, map[string]string{"count": "3", "last_line": "4", "last_key": "mail"}}})
 	})
 }
 
