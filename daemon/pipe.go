@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/streamd/streamd/conf"
@@ -24,6 +25,10 @@ type PipeOptions struct {
 	Options
 	In  io.Reader
 	Out io.Writer
+	// LastLine, if set, holds the number of the last stdin line the stage
+	// dealt with (its handler answered, its copies written or delayed), for
+	// a caller that ends the process before RunPipe returns.
+	LastLine *atomic.Int64
 
 	limits stageLimits // zero: stageMax; tests take smaller records
 }
@@ -93,7 +98,7 @@ func RunPipe(ctx context.Context, cfg *conf.Config, opts PipeOptions) (err error
 		}
 	})
 	wg.Go(func() { observeEach(qctx, subs) })
-	readErr := readLines(readCtx, hctx, opts.In, cmp.Or(opts.limits, stageMax), subs, st.metrics, logger)
+	readErr := readLines(readCtx, hctx, opts.In, cmp.Or(opts.limits, stageMax), subs, st.metrics, logger, cmp.Or(opts.LastLine, new(atomic.Int64)))
 	stopQueue()
 	wg.Wait()
 
@@ -259,8 +264,9 @@ type stdinLine struct {
 // line that cannot be parsed, or that is longer or whose record is larger
 // than lim allows, is invalid: counted in every
 // subscription's read errors, and logged and skipped, or under
-// on_invalid = "fail" the error that stops the stage.
-func readLines(ctx, hctx context.Context, in io.Reader, lim stageLimits, subs []*deliverer, m *metrics.Metrics, logger *slog.Logger) error {
+// on_invalid = "fail" the error that stops the stage. last holds the number
+// of the last line dealt with.
+func readLines(ctx, hctx context.Context, in io.Reader, lim stageLimits, subs []*deliverer, m *metrics.Metrics, logger *slog.Logger, last *atomic.Int64) error {
 	// stopped ends a stage that stops before the end of stdin, after
 	// line last: says which lines it leaves.
 	stopped := func(last int) error {
@@ -373,6 +379,7 @@ func readLines(ctx, hctx context.Context, in io.Reader, lim stageLimits, subs []
 	var seqs pipe.Sequencer
 	var d handler.Delivery
 	for lineNo := 1; ; lineNo++ {
+		last.Store(int64(lineNo - 1))
 		var next stdinLine
 		var ok, taken bool
 		for !taken {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -162,12 +163,14 @@ func pipeCommand(app *kingpin.Application) action {
 		st.opts.Stdout = s.err // the stdout handler must not mix with the copies
 		done := make(chan struct{})
 		defer close(done)
+		var lastLine atomic.Int64
 		go watchStop(ctx, again, done, st.opts.Logger, stopWatch{
 			name:  "streamd pipe",
-			left:  "the copies not written are lost, and so are the lines whose handler has not answered",
+			left:  "the copies not written are lost, and so are the lines after last_line, which may have been read ahead; feed them to a stage again from there",
 			bound: 2*time.Duration(st.cfg.ShutdownTimeout) + stuckGrace,
+			attrs: func() []any { return []any{"last_line", lastLine.Load()} },
 		})
-		return st.exit(daemon.RunPipe(ctx, st.cfg, daemon.PipeOptions{Options: st.opts, In: s.in, Out: s.out}))
+		return st.exit(daemon.RunPipe(ctx, st.cfg, daemon.PipeOptions{Options: st.opts, In: s.in, Out: s.out, LastLine: &lastLine}))
 	}
 }
 
@@ -182,6 +185,7 @@ type stopWatch struct {
 	name  string        // the command, in its logs
 	left  string        // what an exit before the end of the stop leaves behind
 	bound time.Duration // how long a stop may take; 0: as long as it takes
+	attrs func() []any  // more of what an exit leaves behind, for its log line; nil: none
 }
 
 // watchStop follows the stop of a command that runs until a signal stops
@@ -203,15 +207,21 @@ func watchStop(ctx context.Context, again <-chan os.Signal, done <-chan struct{}
 		defer t.Stop()
 		timeout = t.C
 	}
+	var msg string
+	var attrs []any
 	select {
 	case <-done:
+		return
 	case sig := <-again:
-		logger.Error(w.name+" exits at a second signal without finishing its stop: "+w.left, "signal", sig.String())
-		os.Exit(exitError)
+		msg, attrs = " exits at a second signal without finishing its stop: ", []any{"signal", sig.String()}
 	case <-timeout:
-		logger.Error(w.name+" did not stop in time, most likely because a copy's write to stdout waits, which the next stage does not read; exiting: "+w.left, "waited", w.bound)
-		os.Exit(exitError)
+		msg, attrs = " did not stop in time, most likely because a copy's write to stdout waits, which the next stage does not read; exiting: ", []any{"waited", w.bound}
 	}
+	if w.attrs != nil {
+		attrs = append(attrs, w.attrs()...)
+	}
+	logger.Error(w.name+msg+w.left, attrs...)
+	os.Exit(exitError)
 }
 
 // reloadCommand is `streamd reload`: it signals the daemon that holds the
