@@ -88,6 +88,27 @@ func (l *loader) validate(cfg *Config) {
 	for i := range cfg.Subscriptions {
 		l.checkSubscription(root.k("subscription").i(i), &cfg.Subscriptions[i], streams, names)
 	}
+	if l.mode == ModePipe {
+		l.sameOnInvalid(root.k("subscription"), cfg.Subscriptions)
+	}
+}
+
+// sameOnInvalid refuses a stage whose subscriptions set different
+// on_invalid values: a stage reads each line once, and a line it cannot
+// parse has no key that would say whose setting applies.
+func (l *loader) sameOnInvalid(p keyPath, subs []Subscription) {
+	first := -1
+	for i, s := range subs {
+		q := p.i(i).k("on_invalid")
+		switch {
+		case !l.has(q):
+		case first < 0:
+			first = i
+		case s.OnInvalid != subs[first].OnInvalid:
+			l.errorf(q, "%q, where %s is %q: a stage reads each line once, and an invalid line has no key to say whose setting applies; set the same in every subscription",
+				s.OnInvalid, p.i(first).k("on_invalid"), subs[first].OnInvalid)
+		}
+	}
 }
 
 // streamHint names the stream that an unknown stream name was probably

@@ -90,6 +90,7 @@ F:21: subscription[1].max_attempts: must be 1 or more (the first delivery is att
 F:22: subscription[1].handler.command: required: the program and its arguments, as in ["/usr/local/bin/handle", "--json"]`},
 		{"max-attempts-zero", ModeRun, `F:11: subscription[0].max_attempts: must be 1 or more (the first delivery is attempt 1), not 0; leave it out for no cap`},
 		{"missing-stream", ModeRun, `F:9: subscription[0].stream: no [[stream]] is named "order"; did you mean "orders"?`},
+		{"pipe-on-invalid", ModePipe, `F:20: subscription[2].on_invalid: "fail", where subscription[0].on_invalid is "skip": a stage reads each line once, and an invalid line has no key to say whose setting applies; set the same in every subscription`},
 		{"pipe-no-out-retry", ModePipe, `F:1: subscription[0].out_retry: subscription "jobs": a pipe stage must name a retry destination: set out_retry = "jobs.retry" (copies leave on stdout under that key)`},
 		{"pipe-run-keys", ModePipe, `F:1: state_dir: not used by streamd pipe: a pipe stage keeps no state
 F:2: commit_interval: not used by streamd pipe: a pipe stage commits no positions
