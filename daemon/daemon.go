@@ -551,7 +551,7 @@ func (d *Daemon) applyReload(ctx context.Context, cfg *conf.Config) error {
 		// A stream whose file is not open has nothing running on it: it
 		// may change (a path corrected, create turned on).
 		if o, ok := oldStreams[s.Name]; ok && !reflect.DeepEqual(o, s) && d.streams[s.Name] != nil {
-			return fmt.Errorf("stream %q changed: restart required to apply it", s.Name)
+			return fmt.Errorf("stream %q changed (%s): restart required to apply it", s.Name, strings.Join(changedKeys(o, s), ", "))
 		}
 	}
 	wanted := map[string]conf.Subscription{}
@@ -671,6 +671,19 @@ func (d *Daemon) applyReload(ctx context.Context, cfg *conf.Config) error {
 		m.Remove()
 	}
 	return nil
+}
+
+// changedKeys returns the TOML keys whose values differ between two
+// tables of the same type, from and to, with their values.
+func changedKeys[T any](from, to T) []string {
+	var keys []string
+	a, b := reflect.ValueOf(from), reflect.ValueOf(to)
+	for i := range a.NumField() {
+		if x, y := a.Field(i).Interface(), b.Field(i).Interface(); !reflect.DeepEqual(x, y) {
+			keys = append(keys, fmt.Sprintf("%s from %v to %v", a.Type().Field(i).Tag.Get("toml"), x, y))
+		}
+	}
+	return keys
 }
 
 // setLogLevel makes the log level of a reloaded configuration the

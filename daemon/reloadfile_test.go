@@ -170,3 +170,20 @@ func TestReloadLogsChanges(t *testing.T) {
 		t.Errorf("the log says\n%q\nwant\n%q", said, want)
 	}
 }
+
+// TestReloadRefusesStreamChange: a reload that changes an open stream is
+// refused, naming what changed; the previous configuration keeps running.
+func TestReloadRefusesStreamChange(t *testing.T) {
+	t.Parallel()
+	e := newRunEnv(t, runSub("s", "orders", ""))
+	r := e.start(map[string]handler.Handler{"s": newRecorder(nil)})
+	e.put("orders", nil, "a")
+	waitFor(t, "the record settled", func() bool { return r.metric("s", "ack") == 1 })
+	changed := e.load()
+	changed.Streams[0].PollInterval = conf.Duration(time.Second)
+	changed.Streams[0].Create = false
+	err := r.d.Reload(context.Background(), func() (*conf.Config, error) { return changed, nil })
+	if want := `stream "orders" changed (create from true to false, poll_interval from 50ms to 1s): restart required to apply it`; err == nil || err.Error() != want {
+		t.Errorf("Reload: %v, want %q", err, want)
+	}
+}
