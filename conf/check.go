@@ -183,6 +183,7 @@ func (l *loader) checkSubscription(p keyPath, s *Subscription, streams, names ma
 		l.unused(p.k("start_at"), "a pipe stage cannot seek")
 		l.unused(p.k("replay"), "a pipe stage cannot replay")
 		l.unused(p.k("on_corrupt"), "stdin has no checksums; see on_invalid")
+		l.unused(p.k("renamed_from"), "a stage's copies leave on stdout under out_retry, which names no subscription")
 		l.unused(p.k("concurrency"), "a stage hands its handler one stdin line at a time")
 		l.oneOf(p.k("on_invalid"), s.OnInvalid, "skip", "fail")
 		if !l.has(p.k("out_retry")) {

@@ -310,6 +310,9 @@ func (d *Daemon) loop(ctx context.Context) error {
 	retry := time.NewTimer(0)
 	defer retry.Stop()
 	for {
+		if ctx.Err() != nil {
+			return nil // before any other case that is ready too: nothing starts once the stop began
+		}
 		d.armRetry(retry)
 		select {
 		case <-ctx.Done():
@@ -455,14 +458,16 @@ func (d *Daemon) stopSubscriptions(ctx context.Context, names []string) {
 			stopped <- struct{}{}
 		}()
 	}
+	stopping := ctx.Done()
 	for left := len(names); left > 0; {
 		select {
 		case <-stopped:
 			left--
 		case <-d.watchdog:
 			d.pingWatchdog()
-		case <-ctx.Done():
+		case <-stopping:
 			d.beginStop()
+			stopping = nil
 		}
 	}
 	for _, name := range names {
@@ -490,7 +495,11 @@ func (d *Daemon) reload(ctx context.Context, load func() (*conf.Config, error)) 
 	if werr := writeReloadResult(d.cfg.StateDir, d.opts.ConfigFile, started, err); werr != nil {
 		d.logger.Error("cannot record the outcome of the reload for streamd reload", "err", werr)
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, errStoppedDuringReload):
+		d.logger.Warn("reload abandoned: the daemon was told to stop while it waited for the subscriptions it changed to stop", "err", err)
+		return err
+	case err != nil:
 		d.notify.Send("READY=1\nSTATUS=reload failed, the previous configuration keeps running: " + strings.ReplaceAll(err.Error(), "\n", "; "))
 		d.logger.Error("reload failed; the previous configuration keeps running", "err", err)
 		return err
@@ -630,9 +639,6 @@ func (d *Daemon) applyReload(ctx context.Context, cfg *conf.Config) error {
 	}
 	maps.DeleteFunc(d.handlerFiles, func(name, _ string) bool { _, ok := wanted[name]; return !ok })
 	d.setLogLevel(old.Log.Level, cfg.Log.Level) // before the subscriptions start, which log
-	for _, logChange := range changes {
-		logChange()
-	}
 	d.stopSubscriptions(ctx, stop)
 	if ctx.Err() != nil {
 		// Told to stop while it waited: nothing starts any more.
@@ -641,7 +647,10 @@ func (d *Daemon) applyReload(ctx context.Context, cfg *conf.Config) error {
 				handler.Close(h)
 			}
 		}
-		return errors.New("the daemon was told to stop during the reload, which had stopped the subscriptions it changed; the new configuration was not started")
+		return errStoppedDuringReload
+	}
+	for _, logChange := range changes {
+		logChange()
 	}
 	d.dropWaiting()
 	d.mu.Lock() // fire reads it
@@ -685,6 +694,11 @@ func changedKeys[T any](from, to T) []string {
 	}
 	return keys
 }
+
+// errStoppedDuringReload is a reload's answer when the daemon was told to
+// stop while the reload waited for the subscriptions it changed to stop:
+// it starts nothing, and the daemon stops.
+var errStoppedDuringReload = errors.New("the daemon was told to stop during the reload, which had stopped the subscriptions it changed; the new configuration was not started, and the daemon stops")
 
 // setLogLevel makes the log level of a reloaded configuration the
 // logger's, when the daemon was given the level's variable.

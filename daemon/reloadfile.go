@@ -30,6 +30,10 @@ type ReloadResult struct {
 	Started time.Time `json:"started"`
 	// Error is why the new configuration was refused, "" when it runs.
 	Error string `json:"error,omitempty"`
+	// Stopping says the daemon was told to stop during the reload, which
+	// had stopped the subscriptions it changed: neither configuration
+	// runs any more. Error says so too.
+	Stopping bool `json:"stopping,omitempty"`
 	// Config is the configuration file the daemon reloads
 	// ([Options.ConfigFile]), "" when unknown.
 	Config string `json:"config,omitempty"`
@@ -39,7 +43,7 @@ type ReloadResult struct {
 // started in the state directory; at the daemon's start, with a nil
 // reloadErr, it names the daemon's configuration file before any reload.
 func writeReloadResult(dir, config string, started time.Time, reloadErr error) error {
-	r := ReloadResult{PID: os.Getpid(), Started: started, Config: config}
+	r := ReloadResult{PID: os.Getpid(), Started: started, Config: config, Stopping: errors.Is(reloadErr, errStoppedDuringReload)}
 	if reloadErr != nil {
 		r.Error = reloadErr.Error()
 	}
@@ -133,6 +137,10 @@ func sameFile(a, b string) bool {
 // out that it runs the new configuration, or on errw why it refused it. It
 // reports whether the new configuration runs.
 func (r ReloadResult) Print(out, errw io.Writer) bool {
+	if r.Stopping {
+		fmt.Fprintf(errw, "streamd reload: streamd (pid %d) is stopping: it was told to stop during the reload, and starts neither configuration again:\n%s\n", r.PID, r.Error)
+		return false
+	}
 	if r.Error != "" {
 		fmt.Fprintf(errw, "streamd reload: streamd (pid %d) refused the new configuration; the previous one keeps running:\n%s\n", r.PID, r.Error)
 		return false

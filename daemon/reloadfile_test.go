@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -28,6 +29,8 @@ func TestReloadResultPrint(t *testing.T) {
 			out: "streamd reload: streamd (pid 42) runs the new configuration\n"},
 		{name: "refused", result: ReloadResult{PID: 42, Error: "commit_interval changed from 100ms to 200ms: restart required"},
 			errOut: "streamd reload: streamd (pid 42) refused the new configuration; the previous one keeps running:\ncommit_interval changed from 100ms to 200ms: restart required\n"},
+		{name: "stopping", result: ReloadResult{PID: 42, Error: errStoppedDuringReload.Error(), Stopping: true},
+			errOut: "streamd reload: streamd (pid 42) is stopping: it was told to stop during the reload, and starts neither configuration again:\n" + errStoppedDuringReload.Error() + "\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, errOut strings.Builder
@@ -128,8 +131,14 @@ func TestStopDuringReload(t *testing.T) {
 	if took, most := time.Since(told), 2*time.Second+stopGrace+time.Second; took > most {
 		t.Errorf("the stop took %s after the daemon was told, more than shutdown_timeout and its grace (%s)", took, most)
 	}
-	if err := <-reloaded; err == nil || !strings.Contains(err.Error(), "the new configuration was not started") {
+	if err := <-reloaded; !errors.Is(err, errStoppedDuringReload) {
 		t.Errorf("Reload: %v, want it to say that the new configuration was not started", err)
+	}
+	if r, err := ReadReloadResult(filepath.Join(e.dir, "state")); err != nil || !r.Stopping {
+		t.Errorf("the answer for streamd reload: %+v, %v; want it to say the daemon stops", r, err)
+	}
+	if l := r.logs.with("the reload starts the subscription again: its configuration changed"); len(l) != 0 {
+		t.Errorf("the log says the reload starts the subscription again, which it does not: %v", l)
 	}
 	if n := calls.Load(); n != 1 {
 		t.Errorf("%d deliveries, want the one in flight alone: the subscription the reload stopped was started again", n)

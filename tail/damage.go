@@ -68,13 +68,9 @@ type damageState struct {
 	// the last good frame before the first damage that writers do not
 	// step over. cutChecksum: the damage since cutAt is frames whose
 	// checksum does not match, which they step over once a good frame
-	// follows. cutHead holds the first bytes at cutAt as the follower
-	// met them (cutHeadLen of them), to tell when a cut file grew back
-	// past the read position before the follower looked (cutRewritten).
+	// follows.
 	goodEnd, cutAt int64
 	cutChecksum    bool
-	cutHead        [64]byte
-	cutHeadLen     int
 }
 
 // noDamage returns the state of a file where no damage was met.
@@ -193,7 +189,6 @@ func (fl *Follower) damaged(e Event, err error, off int64) error {
 	}
 	if d := &fl.damage; d.cutAt < 0 {
 		d.cutAt, d.cutChecksum = d.goodEnd, e == EventChecksum
-		d.cutHeadLen, _ = fl.f.ReadAt(d.cutHead[:], d.cutAt)
 	} else if e != EventChecksum {
 		d.cutChecksum = false
 	}

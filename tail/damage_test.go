@@ -138,93 +138,97 @@ func TestDamageRepaired(t *testing.T) {
 // the read position again before it looked, sees the bytes at the cut
 // change.
 func TestDamageRepairedAfterReadOn(t *testing.T) {
-	checksum := func(b []byte, off int64) { b[off+30] ^= 0xFF } // a payload byte
-	for _, tc := range []struct {
-		name    string
-		damages map[int]func([]byte, int64) // by frame
-	}{
-		{"key", map[int]func([]byte, int64){5: damageKey}},
-		{"checksum then key", map[int]func([]byte, int64){2: checksum, 8: damageKey}},
-		{"checksum last", map[int]func([]byte, int64){11: checksum}},
-	} {
-		for _, grownBack := range []bool{false, true} {
-			name := tc.name + ", shrunk"
-			if grownBack {
-				name = tc.name + ", grown back"
-			}
-			t.Run(name, func(t *testing.T) {
-				path := filepath.Join(t.TempDir(), "d.ss")
-				fs := frames("k", 1, 12, 1, 40)
-				writeFile(t, path, streamfile.Header{FileName: "d.ss", CreatedAtMs: 1, BeaconInterval: 64 << 10}, fs)
-				b, err := os.ReadFile(path)
-				if err != nil {
-					t.Fatal(err)
+	// A long key puts more than the first 64 bytes of the frames where the
+	// cut is alike: the key, the shard, the high bytes of the sequence.
+	for _, key := range []string{"k", strings.Repeat("long-key.", 7)} {
+		checksum := func(b []byte, off int64) { b[off+int64(len(key))+30] ^= 0xFF } // a payload byte
+		for _, tc := range []struct {
+			name    string
+			damages map[int]func([]byte, int64) // by frame
+		}{
+			{"key", map[int]func([]byte, int64){5: damageKey}},
+			{"checksum then key", map[int]func([]byte, int64){2: checksum, 8: damageKey}},
+			{"checksum last", map[int]func([]byte, int64){11: checksum}},
+		} {
+			for _, grownBack := range []bool{false, true} {
+				name := fmt.Sprintf("%s, key of %d bytes, shrunk", tc.name, len(key))
+				if grownBack {
+					name = fmt.Sprintf("%s, key of %d bytes, grown back", tc.name, len(key))
 				}
-				var read []streamfile.Frame // what a follower that skips the damage reads
-				off := int64(streamfile.HeaderSize)
-				for i, f := range fs {
-					if damage := tc.damages[i]; damage != nil {
-						damage(b, off)
-					} else {
-						read = append(read, f)
-					}
-					off += int64(len(f.Key)) + 32 + int64(len(f.Payload))
-				}
-				if err := os.WriteFile(path, b, 0o644); err != nil {
-					t.Fatal(err)
-				}
-				// Enough to take the file past the read position again.
-				more := frames("k", 100, 12, 2, 40)
-				repair := func() error {
-					_, _, err := streamfile.Repair(path, true, func(*streamfile.DamageError) {})
-					return err
-				}
-				obs := newObserver()
-				var cut atomic.Bool
-				onWait := func() {
-					// On the follower's goroutine, once it read to the end
-					// past the damage: it looks at the file only after both.
-					if !grownBack || cut.Load() || obs.count(EventChecksum)+obs.count(EventFormat) != len(tc.damages) {
-						return
-					}
-					cut.Store(true)
-					if err := repair(); err != nil {
-						t.Error(err)
-						return
-					}
-					w, err := streamfile.OpenWriter(path, streamfile.CreateOptions{})
+				t.Run(name, func(t *testing.T) {
+					path := filepath.Join(t.TempDir(), "d.ss")
+					fs := frames(key, 1, 12, 1, 40)
+					writeFile(t, path, streamfile.Header{FileName: "d.ss", CreatedAtMs: 1, BeaconInterval: 64 << 10}, fs)
+					b, err := os.ReadFile(path)
 					if err != nil {
-						t.Error(err)
-						return
-					}
-					if err := errors.Join(w.Append(more...), w.Close()); err != nil {
-						t.Error(err)
-					}
-				}
-				fl, err := New(Options{Path: path, PollInterval: 20 * time.Millisecond, Observer: obs, Logger: testLogger(t), OnWait: onWait})
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer fl.Close()
-				items, stop := follow(t, fl)
-				defer stop()
-				gotten := collect(t, items, len(read), 10*time.Second)
-				if !grownBack {
-					waitFor(t, 10*time.Second, "the damage skipped", func() bool { return obs.count(EventChecksum)+obs.count(EventFormat) == len(tc.damages) })
-					if err := repair(); err != nil {
 						t.Fatal(err)
 					}
-					waitFor(t, 10*time.Second, "the cut seen", func() bool { return obs.count(EventTruncated) == 1 })
-					appendFrames(t, path, more)
-				}
-				gotten = append(gotten, collect(t, items, len(more), 10*time.Second)...)
-				if err := sameFrames(gotten, slices.Concat(read, more)); err != nil {
-					t.Fatal(err)
-				}
-				if obs.count(EventTruncated) != 1 {
-					t.Errorf("observer: %v, want the cut counted once", obs)
-				}
-			})
+					var read []streamfile.Frame // what a follower that skips the damage reads
+					off := int64(streamfile.HeaderSize)
+					for i, f := range fs {
+						if damage := tc.damages[i]; damage != nil {
+							damage(b, off)
+						} else {
+							read = append(read, f)
+						}
+						off += int64(len(f.Key)) + 32 + int64(len(f.Payload))
+					}
+					if err := os.WriteFile(path, b, 0o644); err != nil {
+						t.Fatal(err)
+					}
+					// Enough to take the file past the read position again.
+					more := frames(key, 100, 12, 2, 40)
+					repair := func() error {
+						_, _, err := streamfile.Repair(path, true, func(*streamfile.DamageError) {})
+						return err
+					}
+					obs := newObserver()
+					var cut atomic.Bool
+					onWait := func() {
+						// On the follower's goroutine, once it read to the end
+						// past the damage: it looks at the file only after both.
+						if !grownBack || cut.Load() || obs.count(EventChecksum)+obs.count(EventFormat) != len(tc.damages) {
+							return
+						}
+						cut.Store(true)
+						if err := repair(); err != nil {
+							t.Error(err)
+							return
+						}
+						w, err := streamfile.OpenWriter(path, streamfile.CreateOptions{})
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if err := errors.Join(w.Append(more...), w.Close()); err != nil {
+							t.Error(err)
+						}
+					}
+					fl, err := New(Options{Path: path, PollInterval: 20 * time.Millisecond, Observer: obs, Logger: testLogger(t), OnWait: onWait})
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer fl.Close()
+					items, stop := follow(t, fl)
+					defer stop()
+					gotten := collect(t, items, len(read), 10*time.Second)
+					if !grownBack {
+						waitFor(t, 10*time.Second, "the damage skipped", func() bool { return obs.count(EventChecksum)+obs.count(EventFormat) == len(tc.damages) })
+						if err := repair(); err != nil {
+							t.Fatal(err)
+						}
+						waitFor(t, 10*time.Second, "the cut seen", func() bool { return obs.count(EventTruncated) == 1 })
+						appendFrames(t, path, more)
+					}
+					gotten = append(gotten, collect(t, items, len(more), 10*time.Second)...)
+					if err := sameFrames(gotten, slices.Concat(read, more)); err != nil {
+						t.Fatal(err)
+					}
+					if obs.count(EventTruncated) != 1 {
+						t.Errorf("observer: %v, want the cut counted once", obs)
+					}
+				})
+			}
 		}
 	}
 }

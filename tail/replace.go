@@ -1,7 +1,6 @@
 package tail
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -252,7 +251,7 @@ func (fl *Follower) checkInPlace(size, seen, at int64) bool {
 		var b [streamfile.HeaderSize]byte
 		n, err := fl.f.ReadAt(b[:], 0)
 		if n == len(b) && b == fl.rawHdr {
-			return fl.cutRewritten() && fl.cutAtDamage(size, at)
+			return size != seen && fl.cutRewritten(at) && fl.cutAtDamage(size, at)
 		}
 		if n < len(b) && err != nil && !errors.Is(err, io.EOF) {
 			return false // cannot tell: an I/O error is no new header
@@ -300,18 +299,20 @@ func (fl *Follower) cutAtDamage(size, at int64) bool {
 	return true
 }
 
-// cutRewritten reports whether the bytes at damageState.cutAt are no longer
-// those the follower met there: the file was cut there (streamd repair) and
-// writers appended to it past the read position before the follower
-// looked, so that it never saw it shrink. Damage does not mend itself.
-func (fl *Follower) cutRewritten() bool {
-	d := &fl.damage
-	if d.cutAt < 0 || d.cutHeadLen == 0 {
+// cutRewritten reports whether a good frame is now where the damage this
+// follower skipped began (damageState.cutAt), below the read position at:
+// the file was cut there (streamd repair) and writers appended to it past
+// the read position before the follower looked, so that it never saw it
+// shrink. Damage does not mend itself; and a file cut lower than that
+// puts no frame boundary there but by chance. Looked at only when the
+// file's size changed: a frame is read.
+func (fl *Follower) cutRewritten(at int64) bool {
+	cut := fl.damage.cutAt
+	if cut < 0 || cut >= at { // at the damage: rewrittenAt looks
 		return false
 	}
-	var b [len(d.cutHead)]byte
-	n, _ := fl.f.ReadAt(b[:d.cutHeadLen], d.cutAt)
-	return n == d.cutHeadLen && !bytes.Equal(b[:n], d.cutHead[:n])
+	_, err := streamfile.NewDecoder(fl.f, fl.hdr, cut).Next()
+	return err == nil
 }
 
 // readRestFromCopy goes on, when the open file was truncated or written
