@@ -56,6 +56,10 @@ type Daemon struct {
 	// reload to tell one that read a file since replaced. Used by Run's
 	// goroutine only.
 	handlerFiles map[string]string
+	// handovers holds, by name, what the subscriptions a reload stopped
+	// hand to those it starts in their place (handover). Used by Run's
+	// goroutine only, within a reload.
+	handovers map[string]handover
 
 	// watchdog ticks when WATCHDOG=1 is due while the main loop runs, nil
 	// when systemd asks for no pings or once the daemon stops (systemd
@@ -420,6 +424,11 @@ func (d *Daemon) startSubscription(sc conf.Subscription, h handler.Handler) erro
 	if opts.Resume != nil {
 		sub.file = opts.Resume.File
 	}
+	if h, ok := d.handovers[sc.Name]; ok {
+		if n := sub.takeOver(h, opts.Resume); n > 0 {
+			logger.Info("the records the subscription settled before the reload, after one it had not, are not delivered again", "records", n)
+		}
+	}
 	ctx, stopReading := context.WithCancel(context.Background())
 	hctx, cancelHandlers := context.WithCancel(context.Background())
 	rs := &runningSub{sub: sub, stopReading: stopReading, cancelHandlers: cancelHandlers, done: make(chan struct{}),
@@ -471,6 +480,9 @@ func (d *Daemon) stopSubscriptions(ctx context.Context, names []string) {
 		}
 	}
 	for _, name := range names {
+		if d.handovers != nil { // a reload's
+			d.handovers[name] = d.subs[name].sub.handOver()
+		}
 		delete(d.subs, name)
 	}
 }
@@ -639,6 +651,8 @@ func (d *Daemon) applyReload(ctx context.Context, cfg *conf.Config) error {
 	}
 	maps.DeleteFunc(d.handlerFiles, func(name, _ string) bool { _, ok := wanted[name]; return !ok })
 	d.setLogLevel(old.Log.Level, cfg.Log.Level) // before the subscriptions start, which log
+	d.handovers = map[string]handover{}
+	defer func() { d.handovers = nil }()
 	d.stopSubscriptions(ctx, stop)
 	if ctx.Err() != nil {
 		// Told to stop while it waited: nothing starts any more.

@@ -196,3 +196,58 @@ func TestReloadRefusesStreamChange(t *testing.T) {
 		t.Errorf("Reload: %v, want %q", err, want)
 	}
 }
+
+// TestReloadHandsOverSettled: a reload that starts again a subscription
+// holding a record (its handler down for that one) while it settled the
+// records after it (concurrency 2) delivers the held record again, and
+// not those: they settled before the reload. A reload that changes the
+// key hands nothing over: a record the subscription passed over may be
+// its own now.
+func TestReloadHandsOverSettled(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		key  string         // after the reload
+		want map[string]int // deliveries by payload, in all
+	}{
+		{"backoff changed", "orders", map[string]int{"BAD": 2, "a1": 1, "a2": 1, "a3": 1}},
+		{"key changed", "other", map[string]int{"BAD": 1, "a1": 1, "a2": 1, "a3": 1, "x1": 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newRunEnv(t, runSub("s", "orders", "concurrency = 2\nbackoff = [\"1h\"]"))
+			var fixed atomic.Bool
+			h := newRecorder(func(_ context.Context, d *handler.Delivery) handler.Outcome {
+				if string(d.Payload) == "BAD" && !fixed.Load() {
+					return handler.Failed(handler.FailureTempFail, errors.New("down for this one"))
+				}
+				return handler.Outcome{Kind: handler.OutcomeAck}
+			})
+			e.put("orders", nil, "BAD")
+			e.put("other", nil, "x1")
+			e.put("orders", nil, "a1", "a2", "a3")
+			r := e.start(map[string]handler.Handler{"s": h})
+			waitFor(t, "the records after the held one settled", func() bool { return r.metric("s", "ack") == 3 })
+			fixed.Store(true)
+			e.config = runSub("s", tc.key, "concurrency = 2\nbackoff = [\"20ms\"]")
+			if err := r.d.Reload(context.Background(), func() (*conf.Config, error) { return e.load(), nil }); err != nil {
+				t.Fatal(err)
+			}
+			fi, err := os.Stat(e.stream)
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "every record settled", func() bool { p, _ := r.d.store.Get("s"); return p.Offset == fi.Size() })
+			if err := r.stop(); err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]int{}
+			for _, d := range h.deliveries() {
+				got[string(d.Payload)]++
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("deliveries by payload %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -9,10 +9,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
 
+	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/envelope"
 	"github.com/streamd/streamd/handler"
 	"github.com/streamd/streamd/internal/ratelog"
@@ -55,6 +57,62 @@ type subscription struct {
 	scratch []scratch
 
 	idHash string // fileID's, of s.file; "" until computed
+
+	// settledBefore is the records of s.file after the start position
+	// that the run a reload stopped had settled (handedOver): they are
+	// not delivered again. Used by the reader alone.
+	settledBefore []offsets.Span
+}
+
+// handover is what a subscription that a reload stops hands to the one it
+// starts in its place: the records it settled after its committable
+// position, behind one still unsettled (held, or in flight), which a start
+// at that position would deliver again.
+type handover struct {
+	cfg     conf.Subscription
+	stream  string // the path of its stream file
+	file    streamfile.Identity
+	at      offsets.Mark // its committable position
+	settled []offsets.Span
+}
+
+// handOver returns what s hands to the subscription a reload starts in its
+// place, once its run returned.
+func (s *subscription) handOver() handover {
+	s.fileMu.RLock()
+	defer s.fileMu.RUnlock()
+	return handover{cfg: s.cfg, stream: s.stream.cfg.Path, file: s.file, at: s.tracker.Committable(), settled: s.tracker.SettledAhead()}
+}
+
+// takeOver makes s, about to read from the stored position resume, skip
+// the records its predecessor h settled, when they are the same records
+// for it: the same file and position, and a configuration that wants the
+// same records (key, and former names for its copies). It returns how
+// many it skips.
+func (s *subscription) takeOver(h handover, resume *tail.Position) int {
+	same := resume != nil && h.stream == s.stream.cfg.Path && h.file == resume.File && h.at.Offset == resume.Offset &&
+		h.cfg.Key == s.cfg.Key && slices.Equal(h.cfg.RenamedFrom, s.cfg.RenamedFrom)
+	if !same {
+		return 0
+	}
+	s.settledBefore = h.settled
+	return len(h.settled)
+}
+
+// settledAlready reports whether rec is one of the records the run before
+// a reload settled (takeOver).
+func (s *subscription) settledAlready(rec *tail.Record) bool {
+	if len(s.settledBefore) == 0 {
+		return false
+	}
+	if rec.File != s.file {
+		s.settledBefore = nil
+		return false
+	}
+	for len(s.settledBefore) > 0 && s.settledBefore[0].End <= rec.Offset {
+		s.settledBefore = s.settledBefore[1:]
+	}
+	return len(s.settledBefore) > 0 && s.settledBefore[0] == offsets.Span{Start: rec.Offset, End: rec.End}
 }
 
 // job is one record handed to a worker when concurrency is above 1, or to
@@ -176,6 +234,10 @@ func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job) error {
 			return stopped(ctx, err)
 		}
 		lastSeq, readTo = rec.Seq, rec.End
+		if s.settledAlready(rec) {
+			s.settled(ticket)
+			continue
+		}
 		s.metrics.LastRecordTimestamp.Set(float64(rec.TimestampMs) / 1000)
 		d := &delivery
 		*d = handler.Delivery{

@@ -45,10 +45,13 @@ type Tracker struct {
 }
 
 type slot struct {
-	end     int64
-	seq     uint64
-	settled bool
+	start, end int64
+	seq        uint64
+	settled    bool
 }
+
+// Span is the bytes [Start, End) of one record in a stream file.
+type Span struct{ Start, End int64 }
 
 // NewTracker returns a Tracker whose settled prefix ends at from, typically
 // the stored position the subscription resumes at, and that holds at most
@@ -79,7 +82,7 @@ func (t *Tracker) Begin(ctx context.Context, start, end int64, seq uint64) (Tick
 	if start < t.lastEnd || end <= start {
 		return 0, fmt.Errorf("offsets: tracker: record [%d, %d) is out of file order after offset %d", start, end, t.lastEnd)
 	}
-	t.ring[t.index(t.next)] = slot{end: end, seq: seq}
+	t.ring[t.index(t.next)] = slot{start: start, end: end, seq: seq}
 	t.lastEnd = end
 	ticket := t.next
 	t.next++
@@ -147,6 +150,20 @@ func (t *Tracker) Committable() Mark {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.mark
+}
+
+// SettledAhead returns the records that settled after the oldest unsettled
+// one, in file order: those a start at [Tracker.Committable] reads again.
+func (t *Tracker) SettledAhead() []Span {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var spans []Span
+	for ticket := t.first; ticket < t.next; ticket++ {
+		if s := t.ring[t.index(ticket)]; s.settled {
+			spans = append(spans, Span{s.start, s.end})
+		}
+	}
+	return spans
 }
 
 // index returns the ring slot of a ticket in the window.

@@ -4,14 +4,16 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"testing/synctest"
 )
 
 // TestTrackerModel hands out records and settles them in random orders,
 // with random windows, and checks after every step that Committable is the
-// end of the settled prefix a naive model computes, and that Begin waits
-// exactly when the model's window is full.
+// end of the settled prefix a naive model computes, that SettledAhead is
+// the settled records after it, and that Begin waits exactly when the
+// model's window is full.
 func TestTrackerModel(t *testing.T) {
 	cancelled, cancel := context.WithCancel(t.Context())
 	cancel()
@@ -23,6 +25,7 @@ func TestTrackerModel(t *testing.T) {
 		tr := NewTracker(from, window)
 
 		type record struct {
+			start   int64
 			end     int64
 			seq     uint64
 			ticket  Ticket
@@ -49,7 +52,7 @@ func TestTrackerModel(t *testing.T) {
 				if err != nil {
 					t.Fatalf("seed %d: Begin: %v", seed, err)
 				}
-				records = append(records, record{end: end, seq: seq, ticket: ticket})
+				records = append(records, record{start: start, end: end, seq: seq, ticket: ticket})
 				unsettled = append(unsettled, len(records)-1)
 				lastEnd = end
 			} else if len(unsettled) > 0 {
@@ -72,6 +75,15 @@ func TestTrackerModel(t *testing.T) {
 			if got := tr.Committable(); got != want {
 				t.Fatalf("seed %d: after %d records, %d settled in a prefix: Committable %+v, want %+v",
 					seed, len(records), prefix, got, want)
+			}
+			var ahead []Span
+			for _, r := range records[prefix:] {
+				if r.settled {
+					ahead = append(ahead, Span{r.start, r.end})
+				}
+			}
+			if got := tr.SettledAhead(); !slices.Equal(got, ahead) {
+				t.Fatalf("seed %d: SettledAhead %v, want %v", seed, got, ahead)
 			}
 		}
 	}
