@@ -58,10 +58,11 @@ type subscription struct {
 
 	idHash string // fileID's, of s.file; "" until computed
 
-	// settledBefore is the records of s.file after the start position
-	// that the run a reload stopped had settled (handedOver): they are
-	// not delivered again. Used by the reader alone.
+	// settledBefore is the records of the file settledIn after the start
+	// position that the run a reload stopped had settled (takeOver): they
+	// are not delivered again. Used by the reader alone.
 	settledBefore []offsets.Span
+	settledIn     streamfile.Identity
 }
 
 // handover is what a subscription that a reload stops hands to the one it
@@ -95,7 +96,7 @@ func (s *subscription) takeOver(h handover, resume *tail.Position) int {
 	if !same {
 		return 0
 	}
-	s.settledBefore = h.settled
+	s.settledBefore, s.settledIn = h.settled, h.file
 	return len(h.settled)
 }
 
@@ -105,7 +106,7 @@ func (s *subscription) settledAlready(rec *tail.Record) bool {
 	if len(s.settledBefore) == 0 {
 		return false
 	}
-	if rec.File != s.file {
+	if rec.File != s.settledIn { // another file: those records are behind
 		s.settledBefore = nil
 		return false
 	}
@@ -211,7 +212,7 @@ func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job) error {
 			s.fileMu.Lock()
 			s.file, s.tracker = rec.File, offsets.NewTracker(offsets.Mark{Offset: rec.Offset}, s.window())
 			s.fileMu.Unlock()
-			s.idHash = ""
+			s.idHash, s.settledBefore = "", nil
 		}
 		if rec.IsEOS() {
 			// The position stays at the end-of-stream frame: a writer that
