@@ -426,7 +426,7 @@ func (d *Daemon) startSubscription(sc conf.Subscription, h handler.Handler) erro
 	}
 	if h, ok := d.handovers[sc.Name]; ok {
 		if n := sub.takeOver(h, opts.Resume); n > 0 {
-			logger.Info("the records the subscription settled before the reload, after one it had not, are not delivered again", "records", n)
+			logger.Info("the reload hands over the records the subscription settled after one it had not (its own and those it passed over): they are not delivered again", "records", n)
 		}
 	}
 	ctx, stopReading := context.WithCancel(context.Background())

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/handler"
+	"github.com/streamd/streamd/streamfile"
 )
 
 // TestReloadResultPrint: an answer that applied the new configuration is
@@ -249,5 +251,53 @@ func TestReloadHandsOverSettled(t *testing.T) {
 				t.Errorf("deliveries by payload %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestReloadHandOverFileWrittenAgain: a file truncated in place and
+// written again under the same header, while a record was held, keeps its
+// identity; the records written again at the offsets the old run settled
+// are other records, delivered after the reload all the same.
+func TestReloadHandOverFileWrittenAgain(t *testing.T) {
+	t.Parallel()
+	e := newRunEnv(t, runSub("s", "orders", "concurrency = 2\nbackoff = [\"1h\"]"))
+	var fixed atomic.Bool
+	h := newRecorder(func(_ context.Context, d *handler.Delivery) handler.Outcome {
+		if string(d.Payload) == "BAD" && !fixed.Load() {
+			return handler.Failed(handler.FailureTempFail, errors.New("down for this one"))
+		}
+		return handler.Outcome{Kind: handler.OutcomeAck}
+	})
+	e.put("orders", nil, "BAD", "a01", "a02", "a03")
+	r := e.start(map[string]handler.Handler{"s": h})
+	waitFor(t, "the records after the held one settled", func() bool { return r.metric("s", "ack") == 3 })
+	if err := os.Truncate(e.stream, streamfile.HeaderSize); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the truncation seen", func() bool {
+		return slices.ContainsFunc(r.logs.all(), func(l logRecord) bool { return strings.Contains(l.msg, "truncated") })
+	})
+	e.put("orders", nil, "b00", "b01", "b02", "b03") // the same sizes
+	fixed.Store(true)
+	e.config = runSub("s", "orders", "concurrency = 2\nbackoff = [\"20ms\"]")
+	if err := r.d.Reload(context.Background(), func() (*conf.Config, error) { return e.load(), nil }); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(e.stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "every record settled", func() bool { p, _ := r.d.store.Get("s"); return p.Offset == fi.Size() })
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for _, d := range h.deliveries() {
+		got[string(d.Payload)]++
+	}
+	for _, p := range []string{"b00", "b01", "b02", "b03"} {
+		if got[p] != 1 {
+			t.Errorf("%s delivered %d times, want once (deliveries %v)", p, got[p], got)
+		}
 	}
 }

@@ -113,7 +113,14 @@ func (s *subscription) settledAlready(rec *tail.Record) bool {
 	for len(s.settledBefore) > 0 && s.settledBefore[0].End <= rec.Offset {
 		s.settledBefore = s.settledBefore[1:]
 	}
-	return len(s.settledBefore) > 0 && s.settledBefore[0] == offsets.Span{Start: rec.Offset, End: rec.End}
+	return len(s.settledBefore) > 0 && s.settledBefore[0] == offsets.Span{Start: rec.Offset, End: rec.End, Seq: rec.Seq, Tag: recordTag(rec)}
+}
+
+// recordTag tells rec from another record written at the same offsets of
+// a file with the same identity (written again in place under the same
+// header): its timestamp and its checksum.
+func recordTag(rec *tail.Record) uint64 {
+	return rec.TimestampMs<<16 | uint64(rec.Checksum)
 }
 
 // job is one record handed to a worker when concurrency is above 1, or to
@@ -230,7 +237,7 @@ func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job) error {
 			s.settled(ticket)
 			continue
 		}
-		ticket, err := s.tracker.Begin(ctx, rec.Offset, rec.End, rec.Seq)
+		ticket, err := s.tracker.BeginTagged(ctx, rec.Offset, rec.End, rec.Seq, recordTag(rec))
 		if err != nil {
 			return stopped(ctx, err)
 		}

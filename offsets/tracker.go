@@ -46,12 +46,18 @@ type Tracker struct {
 
 type slot struct {
 	start, end int64
-	seq        uint64
+	seq, tag   uint64
 	settled    bool
 }
 
-// Span is the bytes [Start, End) of one record in a stream file.
-type Span struct{ Start, End int64 }
+// Span is one record handed out: the bytes [Start, End) of a stream file,
+// its sequence number, and the tag [Tracker.BeginTagged] gave it, which
+// tells it from another record written at the same offsets, as in a file
+// written again in place.
+type Span struct {
+	Start, End int64
+	Seq, Tag   uint64
+}
 
 // NewTracker returns a Tracker whose settled prefix ends at from, typically
 // the stored position the subscription resumes at, and that holds at most
@@ -74,6 +80,12 @@ func NewTracker(from Mark, window int) *Tracker {
 // Gaps are allowed, for frames the subscription passes over. Begin waits
 // while the window is full, and returns ctx's error if ctx ends first.
 func (t *Tracker) Begin(ctx context.Context, start, end int64, seq uint64) (Ticket, error) {
+	return t.BeginTagged(ctx, start, end, seq, 0)
+}
+
+// BeginTagged is Begin for a record that [Tracker.SettledAhead] tells by
+// tag too.
+func (t *Tracker) BeginTagged(ctx context.Context, start, end int64, seq, tag uint64) (Ticket, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if err := t.waitWhile(ctx, func() bool { return int(t.next-t.first) == len(t.ring) }); err != nil {
@@ -82,7 +94,7 @@ func (t *Tracker) Begin(ctx context.Context, start, end int64, seq uint64) (Tick
 	if start < t.lastEnd || end <= start {
 		return 0, fmt.Errorf("offsets: tracker: record [%d, %d) is out of file order after offset %d", start, end, t.lastEnd)
 	}
-	t.ring[t.index(t.next)] = slot{start: start, end: end, seq: seq}
+	t.ring[t.index(t.next)] = slot{start: start, end: end, seq: seq, tag: tag}
 	t.lastEnd = end
 	ticket := t.next
 	t.next++
@@ -160,7 +172,7 @@ func (t *Tracker) SettledAhead() []Span {
 	var spans []Span
 	for ticket := t.first; ticket < t.next; ticket++ {
 		if s := t.ring[t.index(ticket)]; s.settled {
-			spans = append(spans, Span{s.start, s.end})
+			spans = append(spans, Span{Start: s.start, End: s.end, Seq: s.seq, Tag: s.tag})
 		}
 	}
 	return spans

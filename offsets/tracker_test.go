@@ -28,6 +28,7 @@ func TestTrackerModel(t *testing.T) {
 			start   int64
 			end     int64
 			seq     uint64
+			tag     uint64
 			ticket  Ticket
 			settled bool
 		}
@@ -41,8 +42,8 @@ func TestTrackerModel(t *testing.T) {
 				start := lastEnd + rng.Int64N(3) // gaps: frames passed over
 				end := start + 1 + rng.Int64N(100)
 				// A cancelled ctx: Begin must not wait unless the window is full.
-				seq := rng.Uint64()
-				ticket, err := tr.Begin(cancelled, start, end, seq)
+				seq, tag := rng.Uint64(), rng.Uint64()
+				ticket, err := tr.BeginTagged(cancelled, start, end, seq, tag)
 				if full {
 					if !errors.Is(err, context.Canceled) {
 						t.Fatalf("seed %d: Begin with a full window of %d: %v, want to wait", seed, window, err)
@@ -52,7 +53,7 @@ func TestTrackerModel(t *testing.T) {
 				if err != nil {
 					t.Fatalf("seed %d: Begin: %v", seed, err)
 				}
-				records = append(records, record{start: start, end: end, seq: seq, ticket: ticket})
+				records = append(records, record{start: start, end: end, seq: seq, tag: tag, ticket: ticket})
 				unsettled = append(unsettled, len(records)-1)
 				lastEnd = end
 			} else if len(unsettled) > 0 {
@@ -79,7 +80,7 @@ func TestTrackerModel(t *testing.T) {
 			var ahead []Span
 			for _, r := range records[prefix:] {
 				if r.settled {
-					ahead = append(ahead, Span{r.start, r.end})
+					ahead = append(ahead, Span{Start: r.start, End: r.end, Seq: r.seq, Tag: r.tag})
 				}
 			}
 			if got := tr.SettledAhead(); !slices.Equal(got, ahead) {
