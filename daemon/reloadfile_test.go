@@ -199,6 +199,52 @@ func TestReloadRefusesStreamChange(t *testing.T) {
 	}
 }
 
+// holdingRun is a daemon whose subscription s (concurrency 2, a backoff
+// of an hour) holds the record "BAD", its handler failing it until fixed,
+// and acks every other record.
+type holdingRun struct {
+	e     *runEnv
+	r     *runningDaemon
+	h     *recorder
+	fixed atomic.Bool
+}
+
+func startHolding(e *runEnv) *holdingRun {
+	hr := &holdingRun{e: e}
+	hr.h = newRecorder(func(_ context.Context, d *handler.Delivery) handler.Outcome {
+		if string(d.Payload) == "BAD" && !hr.fixed.Load() {
+			return handler.Failed(handler.FailureTempFail, errors.New("down for this one"))
+		}
+		return handler.Outcome{Kind: handler.OutcomeAck}
+	})
+	hr.r = e.start(map[string]handler.Handler{"s": hr.h})
+	return hr
+}
+
+// fixAndReload mends the handler and reloads s reading key, with a short
+// backoff; it returns the deliveries by payload once every record settled
+// and the daemon stopped.
+func (hr *holdingRun) fixAndReload(t *testing.T, key string) map[string]int {
+	hr.fixed.Store(true)
+	hr.e.config = runSub("s", key, "concurrency = 2\nbackoff = [\"20ms\"]")
+	if err := hr.r.d.Reload(context.Background(), func() (*conf.Config, error) { return hr.e.load(), nil }); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(hr.e.stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "every record settled", func() bool { p, _ := hr.r.d.store.Get("s"); return p.Offset == fi.Size() })
+	if err := hr.r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for _, d := range hr.h.deliveries() {
+		got[string(d.Payload)]++
+	}
+	return got
+}
+
 // TestReloadHandsOverSettled: a reload that starts again a subscription
 // holding a record (its handler down for that one) while it settled the
 // records after it (concurrency 2) delivers the held record again, and
@@ -218,36 +264,12 @@ func TestReloadHandsOverSettled(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			e := newRunEnv(t, runSub("s", "orders", "concurrency = 2\nbackoff = [\"1h\"]"))
-			var fixed atomic.Bool
-			h := newRecorder(func(_ context.Context, d *handler.Delivery) handler.Outcome {
-				if string(d.Payload) == "BAD" && !fixed.Load() {
-					return handler.Failed(handler.FailureTempFail, errors.New("down for this one"))
-				}
-				return handler.Outcome{Kind: handler.OutcomeAck}
-			})
 			e.put("orders", nil, "BAD")
 			e.put("other", nil, "x1")
 			e.put("orders", nil, "a1", "a2", "a3")
-			r := e.start(map[string]handler.Handler{"s": h})
-			waitFor(t, "the records after the held one settled", func() bool { return r.metric("s", "ack") == 3 })
-			fixed.Store(true)
-			e.config = runSub("s", tc.key, "concurrency = 2\nbackoff = [\"20ms\"]")
-			if err := r.d.Reload(context.Background(), func() (*conf.Config, error) { return e.load(), nil }); err != nil {
-				t.Fatal(err)
-			}
-			fi, err := os.Stat(e.stream)
-			if err != nil {
-				t.Fatal(err)
-			}
-			waitFor(t, "every record settled", func() bool { p, _ := r.d.store.Get("s"); return p.Offset == fi.Size() })
-			if err := r.stop(); err != nil {
-				t.Fatal(err)
-			}
-			got := map[string]int{}
-			for _, d := range h.deliveries() {
-				got[string(d.Payload)]++
-			}
-			if !reflect.DeepEqual(got, tc.want) {
+			hr := startHolding(e)
+			waitFor(t, "the records after the held one settled", func() bool { return hr.r.metric("s", "ack") == 3 })
+			if got := hr.fixAndReload(t, tc.key); !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("deliveries by payload %v, want %v", got, tc.want)
 			}
 		})
@@ -261,40 +283,17 @@ func TestReloadHandsOverSettled(t *testing.T) {
 func TestReloadHandOverFileWrittenAgain(t *testing.T) {
 	t.Parallel()
 	e := newRunEnv(t, runSub("s", "orders", "concurrency = 2\nbackoff = [\"1h\"]"))
-	var fixed atomic.Bool
-	h := newRecorder(func(_ context.Context, d *handler.Delivery) handler.Outcome {
-		if string(d.Payload) == "BAD" && !fixed.Load() {
-			return handler.Failed(handler.FailureTempFail, errors.New("down for this one"))
-		}
-		return handler.Outcome{Kind: handler.OutcomeAck}
-	})
 	e.put("orders", nil, "BAD", "a01", "a02", "a03")
-	r := e.start(map[string]handler.Handler{"s": h})
-	waitFor(t, "the records after the held one settled", func() bool { return r.metric("s", "ack") == 3 })
+	hr := startHolding(e)
+	waitFor(t, "the records after the held one settled", func() bool { return hr.r.metric("s", "ack") == 3 })
 	if err := os.Truncate(e.stream, streamfile.HeaderSize); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the truncation seen", func() bool {
-		return slices.ContainsFunc(r.logs.all(), func(l logRecord) bool { return strings.Contains(l.msg, "truncated") })
+		return slices.ContainsFunc(hr.r.logs.all(), func(l logRecord) bool { return strings.Contains(l.msg, "truncated") })
 	})
 	e.put("orders", nil, "b00", "b01", "b02", "b03") // the same sizes
-	fixed.Store(true)
-	e.config = runSub("s", "orders", "concurrency = 2\nbackoff = [\"20ms\"]")
-	if err := r.d.Reload(context.Background(), func() (*conf.Config, error) { return e.load(), nil }); err != nil {
-		t.Fatal(err)
-	}
-	fi, err := os.Stat(e.stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "every record settled", func() bool { p, _ := r.d.store.Get("s"); return p.Offset == fi.Size() })
-	if err := r.stop(); err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]int{}
-	for _, d := range h.deliveries() {
-		got[string(d.Payload)]++
-	}
+	got := hr.fixAndReload(t, "orders")
 	for _, p := range []string{"b00", "b01", "b02", "b03"} {
 		if got[p] != 1 {
 			t.Errorf("%s delivered %d times, want once (deliveries %v)", p, got[p], got)
