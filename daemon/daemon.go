@@ -57,8 +57,8 @@ type Daemon struct {
 	// goroutine only.
 	handlerFiles map[string]string
 	// handovers holds, by name, what the subscriptions a reload stopped
-	// hand to those it starts in their place (handover). Used by Run's
-	// goroutine only, within a reload.
+	// hand to those it starts in their place (handover); nil outside a
+	// reload. Used by Run's goroutine only.
 	handovers map[string]handover
 
 	// watchdog ticks when WATCHDOG=1 is due while the main loop runs, nil
@@ -453,8 +453,9 @@ func (d *Daemon) startSubscription(sc conf.Subscription, h handler.Handler) erro
 // main loop pings it, so that a busy daemon is not taken for a hung one,
 // and wedged still judges the subscriptions being stopped; and when ctx
 // ends (the daemon is told to stop), the stop begins (beginStop), so that
-// it ends within shutdown_timeout of being asked.
-func (d *Daemon) stopSubscriptions(ctx context.Context, names []string) {
+// it ends within shutdown_timeout of being asked. It returns what each
+// hands to a subscription started in its place (handover).
+func (d *Daemon) stopSubscriptions(ctx context.Context, names []string) map[string]handover {
 	deadline := time.Now().Add(time.Duration(d.cfg.ShutdownTimeout))
 	if !d.stopBy.IsZero() && d.stopBy.Before(deadline) {
 		deadline = d.stopBy
@@ -479,12 +480,12 @@ func (d *Daemon) stopSubscriptions(ctx context.Context, names []string) {
 			stopping = nil
 		}
 	}
+	handovers := make(map[string]handover, len(names))
 	for _, name := range names {
-		if d.handovers != nil { // a reload's
-			d.handovers[name] = d.subs[name].sub.handOver()
-		}
+		handovers[name] = d.subs[name].sub.handOver()
 		delete(d.subs, name)
 	}
+	return handovers
 }
 
 // stopAll stops every subscription, and forgets those that wait.
@@ -582,10 +583,8 @@ func (d *Daemon) applyReload(ctx context.Context, cfg *conf.Config) error {
 	digests := handlerDigests(cfg.Subscriptions)
 	var stop []string
 	var gone []*metrics.SubscriptionMetrics
-	var changes []func() // logged once the reload is sure to be applied
-	change := func(msg, name string) {
-		changes = append(changes, func() { d.logger.Info(msg, "subscription", name) })
-	}
+	type change struct{ msg, subscription string }
+	var changes []change // logged once the reload is sure to be applied
 	for name, rs := range d.subs {
 		sc, ok := wanted[name]
 		// A failed subscription is started again, and one whose handler
@@ -593,14 +592,14 @@ func (d *Daemon) applyReload(ctx context.Context, cfg *conf.Config) error {
 		// a handler that reads it again.
 		switch {
 		case !ok:
-			change("the reload removes the subscription", name)
+			changes = append(changes, change{"the reload removes the subscription", name})
 			gone = append(gone, rs.sub.metrics)
 		case !reflect.DeepEqual(sc, rs.sub.cfg):
-			change("the reload starts the subscription again: its configuration changed", name)
+			changes = append(changes, change{"the reload starts the subscription again: its configuration changed", name})
 		case rs.failed():
-			change("the reload starts the subscription again: it had stopped on an error", name)
+			changes = append(changes, change{"the reload starts the subscription again: it had stopped on an error", name})
 		case digests[name] != d.handlerFiles[name]:
-			change("the reload starts the subscription again: a file its handler read at its start changed", name)
+			changes = append(changes, change{"the reload starts the subscription again: a file its handler read at its start changed", name})
 		default:
 			continue
 		}
@@ -608,13 +607,13 @@ func (d *Daemon) applyReload(ctx context.Context, cfg *conf.Config) error {
 	}
 	for name, w := range d.waiting { // started again, or gone
 		if _, ok := wanted[name]; !ok {
-			change("the reload removes the subscription", name)
+			changes = append(changes, change{"the reload removes the subscription", name})
 			gone = append(gone, d.metrics.Subscription(name, w.cfg.Stream))
 		}
 	}
 	for _, sc := range cfg.Subscriptions {
 		if d.subs[sc.Name] == nil && d.waiting[sc.Name] == nil {
-			change("the reload adds the subscription", sc.Name)
+			changes = append(changes, change{"the reload adds the subscription", sc.Name})
 		}
 	}
 	// Open new streams and build the handlers of the subscriptions to
@@ -651,9 +650,8 @@ func (d *Daemon) applyReload(ctx context.Context, cfg *conf.Config) error {
 	}
 	maps.DeleteFunc(d.handlerFiles, func(name, _ string) bool { _, ok := wanted[name]; return !ok })
 	d.setLogLevel(old.Log.Level, cfg.Log.Level) // before the subscriptions start, which log
-	d.handovers = map[string]handover{}
+	d.handovers = d.stopSubscriptions(ctx, stop)
 	defer func() { d.handovers = nil }()
-	d.stopSubscriptions(ctx, stop)
 	if ctx.Err() != nil {
 		// Told to stop while it waited: nothing starts any more.
 		for name, h := range handlers {
@@ -663,8 +661,8 @@ func (d *Daemon) applyReload(ctx context.Context, cfg *conf.Config) error {
 		}
 		return errStoppedDuringReload
 	}
-	for _, logChange := range changes {
-		logChange()
+	for _, c := range changes {
+		d.logger.Info(c.msg, "subscription", c.subscription)
 	}
 	d.dropWaiting()
 	d.mu.Lock() // fire reads it

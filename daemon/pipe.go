@@ -115,7 +115,7 @@ func RunPipe(ctx context.Context, cfg *conf.Config, opts PipeOptions) (err error
 			logger.Error(msgStdoutFailed, "err", err, "lost_copies", lost)
 			return errors.Join(other, fmt.Errorf("%w (copies lost: %d; the last line written may be cut short)", err, lost))
 		}
-		logStdoutClosed(logger, lost)
+		logger.Warn(msgStdoutClosed, "lost_copies", lost)
 		return cmp.Or(other, pipe.ErrClosed)
 	}
 	if out.Err() != nil {
@@ -156,12 +156,6 @@ const msgStdoutFailed = "writing stdout failed; stopping: the copies not yet wri
 // errCopyLost is readLines' error when a copy's write found stdout closed
 // or failing: that copy is lost.
 var errCopyLost = errors.New("a copy could not be written")
-
-// logStdoutClosed logs the end of a stage whose stdout was closed, with
-// the number of copies it could not write.
-func logStdoutClosed(logger *slog.Logger, lost int) {
-	logger.Warn(msgStdoutClosed, "lost_copies", lost)
-}
 
 // observeEach sets the in-flight gauges of the deliverers every second
 // until ctx ends.

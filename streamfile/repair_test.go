@@ -54,15 +54,7 @@ func TestRepairKeepsReadRecords(t *testing.T) {
 					t.Errorf("key %s: last seq %d, want %d", k.Key, k.LastSeq, last[k.Key])
 				}
 			}
-			if after, _ := os.ReadFile(p); !slices.Equal(after, data) {
-				t.Fatal("a refused repair changed the file")
-			}
-			if _, _, err := Repair(p, true, func(*DamageError) {}); err != nil {
-				t.Fatalf("Repair with force: %v", err)
-			}
-			if fi, _ := os.Stat(p); fi.Size() != at {
-				t.Errorf("repaired size %d, want %d", fi.Size(), at)
-			}
+			checkRefusedThenForced(t, p, data, at)
 		})
 	}
 }
@@ -94,15 +86,22 @@ func TestRepairOversize(t *testing.T) {
 			if !errors.As(err, &oe) || oe.Damage.Offset != cut || oe.Offset != at || oe.PayloadSize != DefaultMaxPayload+1 {
 				t.Fatalf("Repair: %v; want an OversizeError for the frame at %d, the cut at %d", err, at, cut)
 			}
-			if after, _ := os.ReadFile(path); !slices.Equal(after, data) {
-				t.Fatal("a refused repair changed the file")
-			}
-			if _, _, err := Repair(path, true, func(*DamageError) {}); err != nil {
-				t.Fatalf("Repair with force: %v", err)
-			}
-			if fi, _ := os.Stat(path); fi.Size() != cut {
-				t.Errorf("repaired size %d, want %d", fi.Size(), cut)
-			}
+			checkRefusedThenForced(t, path, data, cut)
 		})
+	}
+}
+
+// checkRefusedThenForced checks that a refused repair left the file at
+// path holding data, and that a forced one cuts it to size.
+func checkRefusedThenForced(t *testing.T, path string, data []byte, size int64) {
+	t.Helper()
+	if after, _ := os.ReadFile(path); !slices.Equal(after, data) {
+		t.Fatal("a refused repair changed the file")
+	}
+	if _, _, err := Repair(path, true, func(*DamageError) {}); err != nil {
+		t.Fatalf("Repair with force: %v", err)
+	}
+	if fi, _ := os.Stat(path); fi.Size() != size {
+		t.Errorf("repaired size %d, want %d", fi.Size(), size)
 	}
 }

@@ -241,21 +241,20 @@ func (fl *Follower) checkInPlace(size, seen, at int64) bool {
 	if fl.hdr.BeaconInterval == 0 {
 		return false
 	}
+	var b [streamfile.HeaderSize]byte
+	n, err := fl.f.ReadAt(b[:], 0)
+	sameHeader := n == len(b) && b == fl.rawHdr
 	what, unread := "stream file was rewritten with a new header; reading it from the beginning", seen-at
-	if size < at {
-		if fl.cutAtDamage(size, at) {
+	switch {
+	case size < at:
+		if sameHeader && fl.cutAtDamage(size, at) {
 			return true
 		}
 		what = "stream file was truncated below the read position; reading it from the beginning"
-	} else {
-		var b [streamfile.HeaderSize]byte
-		n, err := fl.f.ReadAt(b[:], 0)
-		if n == len(b) && b == fl.rawHdr {
-			return size != seen && fl.cutRewritten(at) && fl.cutAtDamage(size, at)
-		}
-		if n < len(b) && err != nil && !errors.Is(err, io.EOF) {
-			return false // cannot tell: an I/O error is no new header
-		}
+	case sameHeader:
+		return size != seen && fl.cutRewritten(at) && fl.cutAtDamage(size, at)
+	case n < len(b) && err != nil && !errors.Is(err, io.EOF):
+		return false // cannot tell: an I/O error is no new header
 	}
 	fl.report()
 	if fl.readRestFromCopy(at, seen) {
@@ -276,18 +275,15 @@ func (fl *Follower) checkInPlace(size, seen, at int64) bool {
 
 // cutAtDamage goes on where `streamd repair` cuts the open file for the
 // damage this follower skipped in it (damageState.cutAt), when the file,
-// shrunk below the read position at to size, still reaches there under its
-// header: repair cut it there (with --force, also the frames after the
-// damage the follower read), and writers append there. What it read
+// under the header the caller found unchanged, shrunk below the read
+// position at (or was cut and grew back: cutRewritten) and still reaches
+// there at size: repair cut it there (with --force, also the frames after
+// the damage the follower read), and writers append there. What it read
 // before is still in the file, as it was: reading it again from the
 // beginning would deliver it all again. It reports whether it did.
 func (fl *Follower) cutAtDamage(size, at int64) bool {
 	cut := fl.damage.cutAt
 	if cut < 0 || size < cut || cut > at {
-		return false
-	}
-	var b [streamfile.HeaderSize]byte
-	if n, _ := fl.f.ReadAt(b[:], 0); n != len(b) || b != fl.rawHdr {
 		return false
 	}
 	fl.report()
