@@ -221,6 +221,14 @@ func startHolding(e *runEnv) *holdingRun {
 	return hr
 }
 
+// waitHeld waits until "BAD" failed a delivery and the acked records
+// after it were acked.
+func (hr *holdingRun) waitHeld(t *testing.T, acked int) {
+	waitFor(t, "the held record, and the records after it settled", func() bool {
+		return hr.r.metric("s", "failed") >= 1 && hr.r.metric("s", "ack") == float64(acked)
+	})
+}
+
 // fixAndReload mends the handler and reloads s reading key, with a short
 // backoff; it returns the deliveries by payload once every record settled
 // and the daemon stopped.
@@ -268,7 +276,7 @@ func TestReloadHandsOverSettled(t *testing.T) {
 			e.put("other", nil, "x1")
 			e.put("orders", nil, "a1", "a2", "a3")
 			hr := startHolding(e)
-			waitFor(t, "the records after the held one settled", func() bool { return hr.r.metric("s", "ack") == 3 })
+			hr.waitHeld(t, 3)
 			if got := hr.fixAndReload(t, tc.key); !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("deliveries by payload %v, want %v", got, tc.want)
 			}
@@ -285,7 +293,7 @@ func TestReloadHandOverFileWrittenAgain(t *testing.T) {
 	e := newRunEnv(t, runSub("s", "orders", "concurrency = 2\nbackoff = [\"1h\"]"))
 	e.put("orders", nil, "BAD", "a01", "a02", "a03")
 	hr := startHolding(e)
-	waitFor(t, "the records after the held one settled", func() bool { return hr.r.metric("s", "ack") == 3 })
+	hr.waitHeld(t, 3)
 	if err := os.Truncate(e.stream, streamfile.HeaderSize); err != nil {
 		t.Fatal(err)
 	}

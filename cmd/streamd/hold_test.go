@@ -136,14 +136,17 @@ func reservedPort(t *testing.T) (addr string, listen func() net.Listener) {
 	return fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port), listen
 }
 
-// serveAt serves h on addr (host:port) until the test ends.
-func serveAt(t *testing.T, addr string, h http.Handler) {
+// serve serves h on a port of its own until the test ends, and returns
+// its address: a port chosen before, free then, may be another test's by
+// the time it is listened on.
+func serve(t *testing.T, h http.Handler) string {
 	t.Helper()
-	l, err := net.Listen("tcp", addr)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	serveOn(t, l, h)
+	return l.Addr().String()
 }
 
 // serveOn serves h on l until the test ends.
@@ -435,8 +438,7 @@ func TestHoldWindow(t *testing.T) {
 		}
 		return http.StatusNoContent, ""
 	}}
-	addr := freePort(t)
-	serveAt(t, addr, srv)
+	addr := serve(t, srv)
 	e := newEnv(t, holdHTTPSub("web", "orders", "http://"+addr+"/", `["200ms"]`, "concurrency = 8"))
 	metrics := e.withMetrics()
 	all := payloads("r", total)
@@ -551,8 +553,7 @@ func TestHoldRetryAfter(t *testing.T) {
 			return http.StatusServiceUnavailable, "Wed, 21 Oct 2099 07:28:00 GMT"
 		}
 	}}
-	addr := freePort(t)
-	serveAt(t, addr, srv)
+	addr := serve(t, srv)
 	url := "http://" + addr + "/"
 	e := newEnv(t, holdHTTPSub("limited", "k.limited", url, `["100ms"]`, "")+
 		holdHTTPSub("far", "k.far", url, `["100ms"]`, `max_retry_after = "1s"`)+
