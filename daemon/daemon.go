@@ -56,10 +56,11 @@ type Daemon struct {
 	// reload to tell one that read a file since replaced. Used by Run's
 	// goroutine only.
 	handlerFiles map[string]string
-	// handovers holds, by name, what the subscriptions a reload stopped
-	// hand to those it starts in their place (handover); nil outside a
-	// reload. Used by Run's goroutine only.
-	handovers map[string]handover
+	// handovers holds, by name, what subscriptions stopped by the stop
+	// before the start (offsets.Store.TakeSettled) or by a reload settled
+	// beyond their positions, for those started in their place (handOver);
+	// nil once they started. Used by Run's goroutine only.
+	handovers map[string]offsets.Settled
 
 	// watchdog ticks when WATCHDOG=1 is due while the main loop runs, nil
 	// when systemd asks for no pings or once the daemon stops (systemd
@@ -271,9 +272,14 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		d.stopAll()
 		return err
 	}
+	d.handovers, err = store.TakeSettled()
+	if err != nil {
+		d.logger.Warn("the records settled beyond the stored positions before the last stop are unknown: they are delivered again", "err", err)
+	}
 	for i, sc := range cfg.Subscriptions {
 		d.launch(sc, hs[i], nil)
 	}
+	d.handovers = nil
 	d.notify.Send("READY=1\nSTATUS=" + d.status())
 	d.logger.Info("streamd running", "subscriptions", len(d.subs), "waiting", len(d.waiting), "streams", len(d.streams), "state_dir", cfg.StateDir)
 
@@ -281,7 +287,11 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	d.notify.Send("STOPPING=1")
 	d.logger.Info("stopping", "shutdown_timeout", time.Duration(d.cfg.ShutdownTimeout))
 	d.beginStop()
-	d.stopAll()
+	settled := d.stopAll()
+	maps.Copy(settled, d.handovers) // of a reload that was stopping them when told to stop
+	if serr := store.SaveSettled(settled); serr != nil {
+		d.logger.Warn("cannot keep the records settled beyond the stored positions: they are delivered again at the next start", "err", serr)
+	}
 	return err
 }
 
@@ -426,7 +436,7 @@ func (d *Daemon) startSubscription(sc conf.Subscription, h handler.Handler) erro
 	}
 	if h, ok := d.handovers[sc.Name]; ok {
 		if n := sub.takeOver(h, opts.Resume); n > 0 {
-			logger.Info("the reload hands over the records the subscription settled after one it had not (its own and those it passed over): they are not delivered again", "records", n)
+			logger.Info("the records the subscription settled before it stopped, after one it had not settled (its own and those it passed over), are not delivered again", "records", n)
 		}
 	}
 	ctx, stopReading := context.WithCancel(context.Background())
@@ -455,7 +465,7 @@ func (d *Daemon) startSubscription(sc conf.Subscription, h handler.Handler) erro
 // ends (the daemon is told to stop), the stop begins (beginStop), so that
 // it ends within shutdown_timeout of being asked. It returns what each
 // hands to a subscription started in its place (handover).
-func (d *Daemon) stopSubscriptions(ctx context.Context, names []string) map[string]handover {
+func (d *Daemon) stopSubscriptions(ctx context.Context, names []string) map[string]offsets.Settled {
 	deadline := time.Now().Add(time.Duration(d.cfg.ShutdownTimeout))
 	if !d.stopBy.IsZero() && d.stopBy.Before(deadline) {
 		deadline = d.stopBy
@@ -480,7 +490,7 @@ func (d *Daemon) stopSubscriptions(ctx context.Context, names []string) map[stri
 			stopping = nil
 		}
 	}
-	handovers := make(map[string]handover, len(names))
+	handovers := make(map[string]offsets.Settled, len(names))
 	for _, name := range names {
 		handovers[name] = d.subs[name].sub.handOver()
 		delete(d.subs, name)
@@ -488,10 +498,12 @@ func (d *Daemon) stopSubscriptions(ctx context.Context, names []string) map[stri
 	return handovers
 }
 
-// stopAll stops every subscription, and forgets those that wait.
-func (d *Daemon) stopAll() {
-	d.stopSubscriptions(context.Background(), slices.Collect(maps.Keys(d.subs)))
+// stopAll stops every subscription, and forgets those that wait. It
+// returns what each settled beyond its position (handOver).
+func (d *Daemon) stopAll() map[string]offsets.Settled {
+	settled := d.stopSubscriptions(context.Background(), slices.Collect(maps.Keys(d.subs)))
 	d.dropWaiting()
+	return settled
 }
 
 // reload applies cfg to the running daemon. What cannot change without a
@@ -651,9 +663,9 @@ func (d *Daemon) applyReload(ctx context.Context, cfg *conf.Config) error {
 	maps.DeleteFunc(d.handlerFiles, func(name, _ string) bool { _, ok := wanted[name]; return !ok })
 	d.setLogLevel(old.Log.Level, cfg.Log.Level) // before the subscriptions start, which log
 	d.handovers = d.stopSubscriptions(ctx, stop)
-	defer func() { d.handovers = nil }()
 	if ctx.Err() != nil {
-		// Told to stop while it waited: nothing starts any more.
+		// Told to stop while it waited: nothing starts any more, and
+		// the stop keeps the handovers for the next start.
 		for name, h := range handlers {
 			if d.ownsHandler(name) {
 				handler.Close(h)
@@ -673,6 +685,7 @@ func (d *Daemon) applyReload(ctx context.Context, cfg *conf.Config) error {
 			d.launch(sc, h, nil)
 		}
 	}
+	d.handovers = nil
 	for name, st := range d.streams {
 		if !slices.ContainsFunc(cfg.Streams, func(s conf.Stream) bool { return s.Name == name }) {
 			if err := st.close(); err != nil {

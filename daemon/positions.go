@@ -155,7 +155,12 @@ func SetPosition(cfg *conf.Config, name string, start tail.Start) (offsets.Posit
 	if err := store.Set(name, pos); err != nil {
 		return offsets.Position{}, err
 	}
-	return pos, store.Commit()
+	if err := store.Commit(); err != nil {
+		return offsets.Position{}, err
+	}
+	// Every record from the position set is delivered, also those the
+	// last run settled beyond its stored position.
+	return pos, store.ForgetSettled(name)
 }
 
 // resolvePosition finds the frame boundary of a start position in the

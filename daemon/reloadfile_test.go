@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -16,6 +17,7 @@ import (
 	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/handler"
 	"github.com/streamd/streamd/streamfile"
+	"github.com/streamd/streamd/tail"
 )
 
 // TestReloadResultPrint: an answer that applied the new configuration is
@@ -229,6 +231,19 @@ func (hr *holdingRun) waitHeld(t *testing.T, acked int) {
 	})
 }
 
+// holdingAhead starts a daemon whose subscription s (reading "orders",
+// concurrency 2) holds "BAD", and settled the three records after it,
+// passing over one of "other" between them.
+func holdingAhead(t *testing.T) *holdingRun {
+	e := newRunEnv(t, runSub("s", "orders", "concurrency = 2\nbackoff = [\"1h\"]"))
+	e.put("orders", nil, "BAD")
+	e.put("other", nil, "x1")
+	e.put("orders", nil, "a1", "a2", "a3")
+	hr := startHolding(e)
+	hr.waitHeld(t, 3)
+	return hr
+}
+
 // fixAndReload mends the handler and reloads s reading key, with a short
 // backoff; it returns the deliveries by payload once every record settled
 // and the daemon stopped.
@@ -271,13 +286,60 @@ func TestReloadHandsOverSettled(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			e := newRunEnv(t, runSub("s", "orders", "concurrency = 2\nbackoff = [\"1h\"]"))
-			e.put("orders", nil, "BAD")
-			e.put("other", nil, "x1")
-			e.put("orders", nil, "a1", "a2", "a3")
-			hr := startHolding(e)
-			hr.waitHeld(t, 3)
+			hr := holdingAhead(t)
 			if got := hr.fixAndReload(t, tc.key); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("deliveries by payload %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestStopKeepsSettled: a stop while a subscription holds a record (its
+// handler down for that one) keeps the records it settled after it
+// (concurrency 2) for the next start, which delivers the held record again
+// and not those. A start that changed the key, or after a position was set
+// by hand, delivers what the subscription wants from its position.
+func TestStopKeepsSettled(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name        string
+		key         string // of the second start
+		setPosition bool   // streamd offsets set, to the stored position, before it
+		want        map[string]int
+	}{
+		{"same configuration", "orders", false, map[string]int{"BAD": 2, "a1": 1, "a2": 1, "a3": 1}},
+		{"key changed", "other", false, map[string]int{"BAD": 1, "a1": 1, "a2": 1, "a3": 1, "x1": 1}},
+		{"position set", "orders", true, map[string]int{"BAD": 2, "a1": 2, "a2": 2, "a3": 2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			hr := holdingAhead(t)
+			e := hr.e
+			if err := hr.r.stop(); err != nil {
+				t.Fatal(err)
+			}
+			e.config = runSub("s", tc.key, "concurrency = 2\nbackoff = [\"20ms\"]")
+			if tc.setPosition {
+				at, err := tail.ParseStart(fmt.Sprintf("offset:%d", e.storedOffset("s")))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := SetPosition(e.load(), "s", at); err != nil {
+					t.Fatal(err)
+				}
+			}
+			hr.fixed.Store(true)
+			r := e.start(map[string]handler.Handler{"s": hr.h})
+			size := e.fileSize()
+			waitFor(t, "every record settled", func() bool { return e.storedOffset("s") == size })
+			if err := r.stop(); err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]int{}
+			for _, d := range hr.h.deliveries() {
+				got[string(d.Payload)]++
+			}
+			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("deliveries by payload %v, want %v", got, tc.want)
 			}
 		})

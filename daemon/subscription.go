@@ -14,7 +14,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/envelope"
 	"github.com/streamd/streamd/handler"
 	"github.com/streamd/streamd/internal/ratelog"
@@ -59,49 +58,42 @@ type subscription struct {
 	idHash string // fileID's, of s.file; "" until computed
 
 	// settledBefore is the records of the file settledIn after the start
-	// position that the run a reload stopped had settled (takeOver): they
-	// are not delivered again. Used by the reader alone.
+	// position that the run before, stopped by a reload or a stop, had
+	// settled (takeOver): they are not delivered again. Used by the reader
+	// alone.
 	settledBefore []offsets.Span
 	settledIn     streamfile.Identity
 }
 
-// handover is what a subscription that a reload stops hands to the one it
-// starts in its place: the records it settled after its committable
-// position, behind one still unsettled (held, or in flight), which a start
-// at that position would deliver again.
-type handover struct {
-	cfg     conf.Subscription
-	stream  string // the path of its stream file
-	file    streamfile.Identity
-	at      offsets.Mark // its committable position
-	settled []offsets.Span
-}
-
-// handOver returns what s hands to the subscription a reload starts in its
-// place, once its run returned.
-func (s *subscription) handOver() handover {
+// handOver returns what s settled beyond its committable position, once
+// its run returned: records behind one still unsettled (held, or in
+// flight), which a start at that position would deliver again. A reload
+// hands it to the subscription it starts in s's place; a stop keeps it
+// for the next start (offsets.Store.SaveSettled).
+func (s *subscription) handOver() offsets.Settled {
 	s.fileMu.RLock()
 	defer s.fileMu.RUnlock()
-	return handover{cfg: s.cfg, stream: s.stream.cfg.Path, file: s.file, at: s.tracker.Committable(), settled: s.tracker.SettledAhead()}
+	return offsets.Settled{Stream: s.stream.cfg.Path, File: s.file, Offset: s.tracker.Committable().Offset,
+		Key: s.cfg.Key, RenamedFrom: s.cfg.RenamedFrom, Records: s.tracker.SettledAhead()}
 }
 
 // takeOver makes s, about to read from the stored position resume, skip
-// the records its predecessor h settled, when they are the same records
+// the records its predecessor settled (h), when they are the same records
 // for it: the same file and position, and a configuration that wants the
 // same records (key, and former names for its copies). It returns how
 // many it skips.
-func (s *subscription) takeOver(h handover, resume *tail.Position) int {
-	same := resume != nil && h.stream == s.stream.cfg.Path && h.file == resume.File && h.at.Offset == resume.Offset &&
-		h.cfg.Key == s.cfg.Key && slices.Equal(h.cfg.RenamedFrom, s.cfg.RenamedFrom)
+func (s *subscription) takeOver(h offsets.Settled, resume *tail.Position) int {
+	same := resume != nil && h.Stream == s.stream.cfg.Path && h.File == resume.File && h.Offset == resume.Offset &&
+		h.Key == s.cfg.Key && slices.Equal(h.RenamedFrom, s.cfg.RenamedFrom)
 	if !same {
 		return 0
 	}
-	s.settledBefore, s.settledIn = h.settled, h.file
-	return len(h.settled)
+	s.settledBefore, s.settledIn = h.Records, h.File
+	return len(h.Records)
 }
 
 // settledAlready reports whether rec is one of the records the run before
-// a reload settled (takeOver).
+// settled (takeOver).
 func (s *subscription) settledAlready(rec *tail.Record) bool {
 	if len(s.settledBefore) == 0 {
 		return false

@@ -10,6 +10,8 @@
 //	offsets.json      the sidecar: every subscription's position as of the last commit
 //	offsets.json.tmp  a commit under way, or one cut short by a crash; never read
 //	lock              flock(2)ed by the one process using the directory; holds its PID
+//	settled.json      from a graceful stop to the next start: the records each
+//	                  subscription settled beyond its position ([Settled])
 //
 // The sidecar is indented JSON, subscriptions sorted by name:
 //

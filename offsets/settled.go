@@ -1,0 +1,199 @@
+package offsets
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/streamd/streamd/internal/durable"
+	"github.com/streamd/streamd/streamfile"
+)
+
+// SettledName is the file in the state directory that keeps, from a
+// graceful stop to the next start, the records each subscription settled
+// beyond its stored position ([Settled]).
+const SettledName = "settled.json"
+
+// settledVersion is the format of the settled file this package writes and
+// reads.
+const settledVersion = 1
+
+// Settled is what a subscription settled beyond its stored position:
+// records behind one whose outcome was not final (a held record, or one
+// in flight), which a start at that position reads again. A subscription
+// that starts at Offset of File, in Stream, choosing records as Key and
+// RenamedFrom chose them, need not deliver them again.
+type Settled struct {
+	// Stream is the path of the stream file.
+	Stream string
+	// File identifies the file the records are in.
+	File streamfile.Identity
+	// Offset is the position the records lie beyond.
+	Offset int64
+	// Key and RenamedFrom are the subscription's configuration that chose
+	// the records: its stream key, and the former names whose retry copies
+	// were its own. A subscription configured otherwise wants other
+	// records.
+	Key         string
+	RenamedFrom []string
+	// Records are the settled records, in file order; a record is told
+	// from another written at the same offsets by its sequence number and
+	// tag.
+	Records []Span
+}
+
+// The JSON shape of the settled file. A record is [start, end, seq, tag].
+type (
+	settledFileJSON struct {
+		Version       int                    `json:"version"`
+		Subscriptions map[string]settledJSON `json:"subscriptions"`
+	}
+	settledJSON struct {
+		Stream      string       `json:"stream"`
+		File        identityJSON `json:"file"`
+		Offset      int64        `json:"offset"`
+		Key         string       `json:"key"`
+		RenamedFrom []string     `json:"renamed_from"`
+		Records     [][4]uint64  `json:"records"`
+	}
+)
+
+// SaveSettled keeps settled, by subscription name, in the settled file of
+// the state directory until [Store.TakeSettled], atomically and durably,
+// after [Options.Sync] (the copies of the records it names must outlive a
+// crash that keeps the file). An empty settled removes the file.
+func (s *Store) SaveSettled(settled map[string]Settled) error {
+	path := s.settledPath()
+	settled = maps.Clone(settled)
+	maps.DeleteFunc(settled, func(_ string, st Settled) bool { return len(st.Records) == 0 })
+	if len(settled) == 0 {
+		return removeSettled(path)
+	}
+	if s.opts.Sync != nil {
+		if err := s.opts.Sync(); err != nil {
+			return fmt.Errorf("offsets: keeping the settled records: sync streams: %w", err)
+		}
+	}
+	file := settledFileJSON{Version: settledVersion, Subscriptions: make(map[string]settledJSON, len(settled))}
+	for name, st := range settled {
+		records := make([][4]uint64, len(st.Records))
+		for i, r := range st.Records {
+			records[i] = [4]uint64{uint64(r.Start), uint64(r.End), r.Seq, r.Tag}
+		}
+		file.Subscriptions[name] = settledJSON{
+			Stream:      st.Stream,
+			File:        identityJSON{Ino: st.File.Ino, FileName: st.File.FileName, CreatedAtMs: st.File.CreatedAtMs},
+			Offset:      st.Offset,
+			Key:         st.Key,
+			RenamedFrom: orEmpty(st.RenamedFrom),
+			Records:     records,
+		}
+	}
+	data, err := json.Marshal(file)
+	if err != nil {
+		return fmt.Errorf("offsets: keeping the settled records: %w", err)
+	}
+	if _, err := durable.Replace(path, sidecarMode, func(f *os.File) error {
+		_, err := f.Write(append(data, '\n'))
+		return err
+	}, nil); err != nil {
+		return fmt.Errorf("offsets: keeping the settled records: %w", err)
+	}
+	return nil
+}
+
+// TakeSettled returns what [Store.SaveSettled] kept, and removes the file:
+// it holds for the start that follows the stop that wrote it. A missing
+// file is none. A file that cannot be read, or is not a settled file, is
+// removed too, and its error returned: at worst, its records are delivered
+// again.
+func (s *Store) TakeSettled() (map[string]Settled, error) {
+	path := s.settledPath()
+	data, err := readSidecar(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	var settled map[string]Settled
+	if err == nil {
+		settled, err = decodeSettled(data)
+	}
+	if err != nil {
+		err = fmt.Errorf("offsets: settled file %s: %w", path, err)
+	}
+	return settled, errors.Join(err, removeSettled(path))
+}
+
+// ForgetSettled drops what the settled file keeps for the subscription
+// name: a position set by hand delivers every record from there.
+func (s *Store) ForgetSettled(name string) error {
+	settled, err := s.TakeSettled()
+	delete(settled, name)
+	return errors.Join(err, s.SaveSettled(settled))
+}
+
+func (s *Store) settledPath() string { return filepath.Join(filepath.Dir(s.path), SettledName) }
+
+// removeSettled removes the settled file at path, if there is one.
+func removeSettled(path string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("offsets: %w", err)
+	}
+	return nil
+}
+
+// orEmpty returns names, or an empty list for none, so that the file
+// holds [] rather than null.
+func orEmpty(names []string) []string {
+	if names == nil {
+		return []string{}
+	}
+	return names
+}
+
+// decodeSettled parses a settled file: version 1, no unknown field, and
+// each subscription's records in file order after its offset.
+func decodeSettled(data []byte) (map[string]Settled, error) {
+	if err := checkBytes(data); err != nil {
+		return nil, err
+	}
+	var file settledFileJSON
+	if err := decodeStrict(data, &file); err != nil {
+		return nil, err
+	}
+	if file.Version != settledVersion {
+		return nil, fmt.Errorf("unsupported version %d, this streamd reads version %d", file.Version, settledVersion)
+	}
+	settled := make(map[string]Settled, len(file.Subscriptions))
+	for _, name := range slices.Sorted(maps.Keys(file.Subscriptions)) {
+		e := file.Subscriptions[name]
+		st := Settled{
+			Stream:      e.Stream,
+			File:        streamfile.Identity{Ino: e.File.Ino, FileName: e.File.FileName, CreatedAtMs: e.File.CreatedAtMs},
+			Offset:      e.Offset,
+			Key:         e.Key,
+			RenamedFrom: e.RenamedFrom,
+			Records:     make([]Span, len(e.Records)),
+		}
+		if e.Stream == "" || e.Offset < 0 {
+			return nil, fmt.Errorf("subscription %q: no stream path, or a negative offset", name)
+		}
+		if len(st.RenamedFrom) == 0 {
+			st.RenamedFrom = nil // as in a configuration that sets none
+		}
+		at := uint64(e.Offset)
+		for i, r := range e.Records {
+			if r[0] < at || r[1] <= r[0] || r[1] > 1<<63-1 {
+				return nil, fmt.Errorf("subscription %q: record %d [%d, %d) is not after offset %d", name, i, r[0], r[1], at)
+			}
+			st.Records[i] = Span{Start: int64(r[0]), End: int64(r[1]), Seq: r[2], Tag: r[3]}
+			at = r[1]
+		}
+		settled[name] = st
+	}
+	return settled, nil
+}
