@@ -464,7 +464,7 @@ func (d *Daemon) startSubscription(sc conf.Subscription, h handler.Handler) erro
 // and wedged still judges the subscriptions being stopped; and when ctx
 // ends (the daemon is told to stop), the stop begins (beginStop), so that
 // it ends within shutdown_timeout of being asked. It returns what each
-// hands to a subscription started in its place (handover).
+// hands to a subscription started in its place (handOver).
 func (d *Daemon) stopSubscriptions(ctx context.Context, names []string) map[string]offsets.Settled {
 	deadline := time.Now().Add(time.Duration(d.cfg.ShutdownTimeout))
 	if !d.stopBy.IsZero() && d.stopBy.Before(deadline) {

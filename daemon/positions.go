@@ -152,15 +152,16 @@ func SetPosition(cfg *conf.Config, name string, start tail.Start) (offsets.Posit
 	if err != nil {
 		return offsets.Position{}, fmt.Errorf("%s: %w", path, err)
 	}
+	// Every record from the position set is delivered, also those the
+	// last run settled beyond its stored position: they are forgotten
+	// first, so that a position stored is never one they could apply to.
+	if err := store.ForgetSettled(name); err != nil {
+		return offsets.Position{}, err
+	}
 	if err := store.Set(name, pos); err != nil {
 		return offsets.Position{}, err
 	}
-	if err := store.Commit(); err != nil {
-		return offsets.Position{}, err
-	}
-	// Every record from the position set is delivered, also those the
-	// last run settled beyond its stored position.
-	return pos, store.ForgetSettled(name)
+	return pos, store.Commit()
 }
 
 // resolvePosition finds the frame boundary of a start position in the

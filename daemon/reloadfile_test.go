@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/streamd/streamd/conf"
+	"github.com/streamd/streamd/envelope"
 	"github.com/streamd/streamd/handler"
 	"github.com/streamd/streamd/streamfile"
 	"github.com/streamd/streamd/tail"
@@ -203,6 +204,7 @@ func TestReloadRefusesStreamChange(t *testing.T) {
 
 // holdingRun is a daemon whose subscription s (concurrency 2, a backoff
 // of an hour) holds the record "BAD", its handler failing it until fixed,
+// keeps "SLOW" in flight until the handlers' context ends or it is fixed,
 // and acks every other record.
 type holdingRun struct {
 	e     *runEnv
@@ -213,9 +215,14 @@ type holdingRun struct {
 
 func startHolding(e *runEnv) *holdingRun {
 	hr := &holdingRun{e: e}
-	hr.h = newRecorder(func(_ context.Context, d *handler.Delivery) handler.Outcome {
-		if string(d.Payload) == "BAD" && !hr.fixed.Load() {
+	hr.h = newRecorder(func(ctx context.Context, d *handler.Delivery) handler.Outcome {
+		switch {
+		case hr.fixed.Load():
+		case string(d.Payload) == "BAD":
 			return handler.Failed(handler.FailureTempFail, errors.New("down for this one"))
+		case string(d.Payload) == "SLOW":
+			<-ctx.Done()
+			return handler.Failed(handler.FailureCanceled, ctx.Err())
 		}
 		return handler.Outcome{Kind: handler.OutcomeAck}
 	})
@@ -233,32 +240,58 @@ func (hr *holdingRun) waitHeld(t *testing.T, acked int) {
 
 // holdingAhead starts a daemon whose subscription s (reading "orders",
 // concurrency 2) holds "BAD", and settled the three records after it,
-// passing over one of "other" between them.
+// passing over one of "other" and a retry copy made under the name "old".
 func holdingAhead(t *testing.T) *holdingRun {
 	e := newRunEnv(t, runSub("s", "orders", "concurrency = 2\nbackoff = [\"1h\"]"))
 	e.put("orders", nil, "BAD")
 	e.put("other", nil, "x1")
+	e.put("orders", envelope.Headers{{Name: OriginHeader, Value: []byte("old")}, {Name: envelope.RetryCountHeader, Value: []byte("1")}}, "F")
 	e.put("orders", nil, "a1", "a2", "a3")
 	hr := startHolding(e)
 	hr.waitHeld(t, 3)
 	return hr
 }
 
-// fixAndReload mends the handler and reloads s reading key, with a short
-// backoff; it returns the deliveries by payload once every record settled
-// and the daemon stopped.
-func (hr *holdingRun) fixAndReload(t *testing.T, key string) map[string]int {
+// settledRun is a subscription started again after it held "BAD" and
+// settled the records after it (holdingAhead): the key and other
+// configuration it has then, whether a position was set by hand before
+// (streamd offsets set, to its stored position), and the deliveries by
+// payload in all.
+type settledRun struct {
+	name, key, extra string
+	setPosition      bool
+	want             map[string]int
+}
+
+// settledRuns are the cases of a reload or a stop and start.
+var settledRuns = []settledRun{
+	{name: "same records", key: "orders", want: map[string]int{"BAD": 2, "a1": 1, "a2": 1, "a3": 1}},
+	// A record passed over may be wanted now: nothing is handed over.
+	{name: "key changed", key: "other", want: map[string]int{"BAD": 1, "a1": 1, "a2": 1, "a3": 1, "x1": 1}},
+	{name: "renamed_from added", key: "orders", extra: `renamed_from = ["old"]`, want: map[string]int{"BAD": 2, "F": 1, "a1": 2, "a2": 2, "a3": 2}},
+}
+
+// again mends the handler and returns the configuration of s started
+// again as run says, with a short backoff.
+func (hr *holdingRun) again(run settledRun) string {
 	hr.fixed.Store(true)
-	hr.e.config = runSub("s", key, "concurrency = 2\nbackoff = [\"20ms\"]")
-	if err := hr.r.d.Reload(context.Background(), func() (*conf.Config, error) { return hr.e.load(), nil }); err != nil {
-		t.Fatal(err)
-	}
-	fi, err := os.Stat(hr.e.stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "every record settled", func() bool { p, _ := hr.r.d.store.Get("s"); return p.Offset == fi.Size() })
-	if err := hr.r.stop(); err != nil {
+	return runSub("s", run.key, "concurrency = 2\nbackoff = [\"20ms\"]\n"+run.extra)
+}
+
+// startMended starts the daemon again, with the handler mended and s
+// configured as run says, and returns the deliveries by payload in all
+// (settle).
+func (hr *holdingRun) startMended(t *testing.T, run settledRun) map[string]int {
+	hr.e.config = hr.again(run)
+	return hr.settle(t, hr.e.start(map[string]handler.Handler{"s": hr.h}))
+}
+
+// settle waits until every record of the file settled, stops the daemon r
+// and returns the deliveries by payload.
+func (hr *holdingRun) settle(t *testing.T, r *runningDaemon) map[string]int {
+	size := hr.e.fileSize()
+	waitFor(t, "every record settled", func() bool { return hr.e.storedOffset("s") == size })
+	if err := r.stop(); err != nil {
 		t.Fatal(err)
 	}
 	got := map[string]int{}
@@ -272,77 +305,126 @@ func (hr *holdingRun) fixAndReload(t *testing.T, key string) map[string]int {
 // holding a record (its handler down for that one) while it settled the
 // records after it (concurrency 2) delivers the held record again, and
 // not those: they settled before the reload. A reload that changes the
-// key hands nothing over: a record the subscription passed over may be
-// its own now.
+// key or renamed_from hands nothing over.
 func TestReloadHandsOverSettled(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name string
-		key  string         // after the reload
-		want map[string]int // deliveries by payload, in all
-	}{
-		{"backoff changed", "orders", map[string]int{"BAD": 2, "a1": 1, "a2": 1, "a3": 1}},
-		{"key changed", "other", map[string]int{"BAD": 1, "a1": 1, "a2": 1, "a3": 1, "x1": 1}},
-	} {
+	for _, tc := range settledRuns {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			hr := holdingAhead(t)
-			if got := hr.fixAndReload(t, tc.key); !reflect.DeepEqual(got, tc.want) {
+			hr.e.config = hr.again(tc)
+			if err := hr.r.d.Reload(context.Background(), func() (*conf.Config, error) { return hr.e.load(), nil }); err != nil {
+				t.Fatal(err)
+			}
+			if got := hr.settle(t, hr.r); !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("deliveries by payload %v, want %v", got, tc.want)
 			}
 		})
 	}
 }
 
-// TestStopKeepsSettled: a stop while a subscription holds a record (its
-// handler down for that one) keeps the records it settled after it
-// (concurrency 2) for the next start, which delivers the held record again
-// and not those. A start that changed the key, or after a position was set
-// by hand, delivers what the subscription wants from its position.
+// TestStopKeepsSettled: a stop while a subscription holds a record keeps
+// the records it settled after it for the next start, which delivers the
+// held record again and not those, unless it changed key or renamed_from;
+// or a position was set by hand before it, to the same position: every
+// record from there is delivered.
 func TestStopKeepsSettled(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name        string
-		key         string // of the second start
-		setPosition bool   // streamd offsets set, to the stored position, before it
-		want        map[string]int
-	}{
-		{"same configuration", "orders", false, map[string]int{"BAD": 2, "a1": 1, "a2": 1, "a3": 1}},
-		{"key changed", "other", false, map[string]int{"BAD": 1, "a1": 1, "a2": 1, "a3": 1, "x1": 1}},
-		{"position set", "orders", true, map[string]int{"BAD": 2, "a1": 2, "a2": 2, "a3": 2}},
-	} {
+	cases := append(slices.Clone(settledRuns),
+		settledRun{name: "position set", key: "orders", setPosition: true, want: map[string]int{"BAD": 2, "a1": 2, "a2": 2, "a3": 2}})
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			hr := holdingAhead(t)
-			e := hr.e
 			if err := hr.r.stop(); err != nil {
 				t.Fatal(err)
 			}
-			e.config = runSub("s", tc.key, "concurrency = 2\nbackoff = [\"20ms\"]")
 			if tc.setPosition {
-				at, err := tail.ParseStart(fmt.Sprintf("offset:%d", e.storedOffset("s")))
+				at, err := tail.ParseStart(fmt.Sprintf("offset:%d", hr.e.storedOffset("s")))
 				if err != nil {
 					t.Fatal(err)
 				}
-				if _, err := SetPosition(e.load(), "s", at); err != nil {
+				if _, err := SetPosition(hr.e.load(), "s", at); err != nil {
 					t.Fatal(err)
 				}
 			}
-			hr.fixed.Store(true)
-			r := e.start(map[string]handler.Handler{"s": hr.h})
-			size := e.fileSize()
-			waitFor(t, "every record settled", func() bool { return e.storedOffset("s") == size })
-			if err := r.stop(); err != nil {
-				t.Fatal(err)
-			}
-			got := map[string]int{}
-			for _, d := range hr.h.deliveries() {
-				got[string(d.Payload)]++
-			}
-			if !reflect.DeepEqual(got, tc.want) {
+			if got := hr.startMended(t, tc); !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("deliveries by payload %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestStopKeepsSettledNotYetRead: a start that has not yet read the
+// records the stop before it kept (its reader waits for a worker: both
+// are busy with the held record and one in flight) keeps them again at
+// its own stop.
+func TestStopKeepsSettledNotYetRead(t *testing.T) {
+	t.Parallel()
+	e := newRunEnv(t, runSub("s", "orders", "concurrency = 4\nbackoff = [\"1h\"]"))
+	e.shutdownTimeout = "300ms"
+	e.put("orders", nil, "BAD", "SLOW", "SLOW", "a1", "a2", "a3")
+	hr := startHolding(e)
+	delivered := func(payload string) int {
+		n := 0
+		for _, d := range hr.h.deliveries() {
+			if string(d.Payload) == payload {
+				n++
+			}
+		}
+		return n
+	}
+	waitFor(t, "BAD held, both SLOW in flight, a1 to a3 acked", func() bool {
+		return hr.r.metric("s", "failed") >= 1 && delivered("SLOW") == 2 && hr.r.metric("s", "ack") == 3
+	})
+	if err := hr.r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	e.config = runSub("s", "orders", "concurrency = 2\nbackoff = [\"1h\"]")
+	r := e.start(map[string]handler.Handler{"s": hr.h})
+	waitFor(t, "BAD held again, the first SLOW in flight again", func() bool {
+		return r.metric("s", "failed") >= 1 && delivered("SLOW") == 3
+	})
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{"BAD": 3, "SLOW": 5, "a1": 1, "a2": 1, "a3": 1}
+	if got := hr.startMended(t, settledRuns[0]); !reflect.DeepEqual(got, want) {
+		t.Errorf("deliveries by payload %v, want %v", got, want)
+	}
+}
+
+// TestStopDuringReloadKeepsSettled: a stop that comes while a reload waits
+// for the delivery in flight of a subscription it starts again keeps what
+// that subscription settled for the next start, as any stop does.
+func TestStopDuringReloadKeepsSettled(t *testing.T) {
+	t.Parallel()
+	e := newRunEnv(t, runSub("s", "orders", "concurrency = 2\nbackoff = [\"1h\"]"))
+	e.shutdownTimeout = "1s"
+	e.put("orders", nil, "BAD", "a1", "a2", "a3", "SLOW")
+	hr := startHolding(e)
+	waitFor(t, "BAD held, a1 to a3 acked, SLOW in flight", func() bool {
+		return hr.r.metric("s", "failed") >= 1 && hr.r.metric("s", "ack") == 3 &&
+			slices.ContainsFunc(hr.h.deliveries(), func(d recorded) bool { return string(d.Payload) == "SLOW" })
+	})
+	changed := e.load()
+	changed.Subscriptions[0].Concurrency = 3 // s is stopped and started again
+	loaded := make(chan struct{})
+	reloaded := make(chan error, 1)
+	go func() {
+		reloaded <- hr.r.d.Reload(context.Background(), func() (*conf.Config, error) { close(loaded); return changed, nil })
+	}()
+	<-loaded
+	hr.r.cancel()
+	if err := hr.r.wait(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-reloaded; !errors.Is(err, errStoppedDuringReload) {
+		t.Fatalf("Reload: %v, want it stopped", err)
+	}
+	want := map[string]int{"BAD": 2, "SLOW": 2, "a1": 1, "a2": 1, "a3": 1}
+	if got := hr.startMended(t, settledRuns[0]); !reflect.DeepEqual(got, want) {
+		t.Errorf("deliveries by payload %v, want %v", got, want)
 	}
 }
 
@@ -363,7 +445,11 @@ func TestReloadHandOverFileWrittenAgain(t *testing.T) {
 		return slices.ContainsFunc(hr.r.logs.all(), func(l logRecord) bool { return strings.Contains(l.msg, "truncated") })
 	})
 	e.put("orders", nil, "b00", "b01", "b02", "b03") // the same sizes
-	got := hr.fixAndReload(t, "orders")
+	hr.e.config = hr.again(settledRuns[0])
+	if err := hr.r.d.Reload(context.Background(), func() (*conf.Config, error) { return hr.e.load(), nil }); err != nil {
+		t.Fatal(err)
+	}
+	got := hr.settle(t, hr.r)
 	for _, p := range []string{"b00", "b01", "b02", "b03"} {
 		if got[p] != 1 {
 			t.Errorf("%s delivered %d times, want once (deliveries %v)", p, got[p], got)

@@ -69,12 +69,23 @@ type subscription struct {
 // its run returned: records behind one still unsettled (held, or in
 // flight), which a start at that position would deliver again. A reload
 // hands it to the subscription it starts in s's place; a stop keeps it
-// for the next start (offsets.Store.SaveSettled).
+// for the next start (offsets.Store.SaveSettled). Records of other keys
+// (untagged) are left out, as a start passes them over again anyway; the
+// records s was handed (takeOver) and has not read yet are kept.
 func (s *subscription) handOver() offsets.Settled {
 	s.fileMu.RLock()
 	defer s.fileMu.RUnlock()
+	records := slices.DeleteFunc(s.tracker.SettledAhead(), func(r offsets.Span) bool { return r.Tag == 0 })
+	if s.settledIn == s.file {
+		end := s.tracker.End()
+		for _, r := range s.settledBefore {
+			if r.Start >= end {
+				records = append(records, r)
+			}
+		}
+	}
 	return offsets.Settled{Stream: s.stream.cfg.Path, File: s.file, Offset: s.tracker.Committable().Offset,
-		Key: s.cfg.Key, RenamedFrom: s.cfg.RenamedFrom, Records: s.tracker.SettledAhead()}
+		Key: s.cfg.Key, RenamedFrom: s.cfg.RenamedFrom, Records: records}
 }
 
 // takeOver makes s, about to read from the stored position resume, skip

@@ -12,6 +12,7 @@
 //	lock              flock(2)ed by the one process using the directory; holds its PID
 //	settled.json      from a graceful stop to the next start: the records each
 //	                  subscription settled beyond its position ([Settled])
+//	settled.json.tmp  the same, as offsets.json.tmp
 //
 // The sidecar is indented JSON, subscriptions sorted by name:
 //

@@ -74,7 +74,7 @@ func (e *MissingError) Error() string {
 }
 
 // The JSON shape of a sidecar, version 2 and, with the dev field,
-// version 1. fieldsAt must list the same keys.
+// version 1. sidecarShape must list the same keys.
 type (
 	fileJSON struct {
 		Version       int                  `json:"version"`
@@ -97,10 +97,15 @@ type (
 	}
 )
 
-// fieldsAt returns the keys the object at path must have in a sidecar of
-// the version, all of them and no other, and whether path is an object of
-// the format at all. The subscriptions object takes any key (nil).
-func fieldsAt(version int64, path []string) ([]string, bool) {
+// shape gives the keys of the objects of a JSON file shaped as a sidecar
+// and a settled file both are: a version and subscriptions by name, each
+// an object with entry's keys, among them a file object with file's keys.
+type shape struct{ entry, file []string }
+
+// at returns the keys the object at path must have, all of them and no
+// other, and whether path is an object of the format at all. The
+// subscriptions object takes any key (nil).
+func (f shape) at(path []string) ([]string, bool) {
 	switch {
 	case len(path) == 0:
 		return []string{"version", "subscriptions"}, true
@@ -109,15 +114,23 @@ func fieldsAt(version int64, path []string) ([]string, bool) {
 	case len(path) == 1:
 		return nil, true
 	case len(path) == 2:
-		return []string{"stream", "file", "offset", "last_seq", "committed_at"}, true
+		return f.entry, true
 	case len(path) == 3 && path[2] == "file":
-		fields := []string{"ino", "file_name", "created_at_ms"}
-		if version == devVersion {
-			fields = append([]string{"dev"}, fields...)
-		}
-		return fields, true
+		return f.file, true
 	}
 	return nil, false
+}
+
+// sidecarShape returns the keys of a sidecar of the version.
+func sidecarShape(version int64) shape {
+	f := shape{
+		entry: []string{"stream", "file", "offset", "last_seq", "committed_at"},
+		file:  []string{"ino", "file_name", "created_at_ms"},
+	}
+	if version == devVersion {
+		f.file = append([]string{"dev"}, f.file...)
+	}
+	return f
 }
 
 // encode returns the sidecar holding positions, which Set or decode has
@@ -146,28 +159,9 @@ func encode(positions map[string]Position) ([]byte, error) {
 // no null, no negative offset. Its errors say what is wrong without naming
 // the file.
 func decode(data []byte) (map[string]Position, error) {
-	if err := checkBytes(data); err != nil {
+	raw, err := parseObject(data)
+	if err != nil {
 		return nil, err
-	}
-	var raw json.RawMessage
-	dec := json.NewDecoder(bytes.NewReader(data))
-	switch err := dec.Decode(&raw); {
-	case errors.Is(err, io.EOF):
-		return nil, errors.New("no JSON value, only white space")
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return nil, fmt.Errorf("JSON ends early at byte %d, likely a torn write", len(data))
-	case err != nil:
-		var syntax *json.SyntaxError
-		if errors.As(err, &syntax) {
-			return nil, fmt.Errorf("invalid JSON at byte %d: %v", syntax.Offset, syntax)
-		}
-		return nil, err
-	}
-	if rest := bytes.TrimLeft(data[dec.InputOffset():], " \t\r\n"); len(rest) > 0 {
-		return nil, fmt.Errorf("unexpected data after the JSON object at byte %d", len(data)-len(rest))
-	}
-	if raw[0] != '{' {
-		return nil, errors.New("the JSON value is not an object")
 	}
 
 	// The version comes first, so that a file from a newer streamd is
@@ -189,7 +183,7 @@ func decode(data []byte) (map[string]Position, error) {
 	if version != formatVersion && version != devVersion {
 		return nil, fmt.Errorf("unsupported version %d, this streamd reads versions %d and %d", version, devVersion, formatVersion)
 	}
-	if err := checkKeys(version, raw); err != nil {
+	if err := checkKeys(raw, sidecarShape(version)); err != nil {
 		return nil, err
 	}
 
@@ -235,6 +229,36 @@ func (e entryJSON) position(name string) (Position, error) {
 	return p, p.check(name)
 }
 
+// parseObject returns the one JSON object that data holds, with nothing
+// after it but white space, and names what else it holds: the damage of a
+// crash (see checkBytes), invalid or cut-short JSON, another value.
+func parseObject(data []byte) (json.RawMessage, error) {
+	if err := checkBytes(data); err != nil {
+		return nil, err
+	}
+	var raw json.RawMessage
+	dec := json.NewDecoder(bytes.NewReader(data))
+	switch err := dec.Decode(&raw); {
+	case errors.Is(err, io.EOF):
+		return nil, errors.New("no JSON value, only white space")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return nil, fmt.Errorf("JSON ends early at byte %d, likely a torn write", len(data))
+	case err != nil:
+		var syntax *json.SyntaxError
+		if errors.As(err, &syntax) {
+			return nil, fmt.Errorf("invalid JSON at byte %d: %v", syntax.Offset, syntax)
+		}
+		return nil, err
+	}
+	if rest := bytes.TrimLeft(data[dec.InputOffset():], " \t\r\n"); len(rest) > 0 {
+		return nil, fmt.Errorf("unexpected data after the JSON object at byte %d", len(data)-len(rest))
+	}
+	if raw[0] != '{' {
+		return nil, errors.New("the JSON value is not an object")
+	}
+	return raw, nil
+}
+
 // checkBytes reports the damage a crash leaves that is best named before
 // any JSON parsing: nothing at all, NUL bytes. It also refuses a file too
 // large to be a sidecar.
@@ -243,7 +267,7 @@ func checkBytes(data []byte) error {
 		return errors.New("the file is empty, likely a write lost in a crash")
 	}
 	if len(data) > maxSidecarSize {
-		return fmt.Errorf("larger than %d bytes, the most a sidecar may hold", maxSidecarSize)
+		return fmt.Errorf("larger than %d bytes, the most the file may hold", maxSidecarSize)
 	}
 	if i := bytes.IndexByte(data, 0); i >= 0 {
 		if len(bytes.Trim(data, "\x00")) == 0 {
@@ -303,11 +327,11 @@ func fieldError(path []string, problem string) error {
 }
 
 // checkKeys walks the objects of raw, which must be valid JSON, and
-// reports the first key that is repeated, unknown or missing in a sidecar
-// of the version, and any null where the format wants a value.
-// encoding/json would keep the last of two equal keys, match keys
-// case-insensitively and read null as zero, all without a word.
-func checkKeys(version int64, raw json.RawMessage) error {
+// reports the first key that is repeated, unknown or missing in the format
+// whose keys f gives, and any null where the format wants a value. encoding/json would keep the last of two equal
+// keys, match keys case-insensitively and read null as zero, all without
+// a word.
+func checkKeys(raw json.RawMessage, f shape) error {
 	type frame struct {
 		path    []string        // keys from the top to this container
 		object  bool            // an object, not an array
@@ -354,7 +378,7 @@ func checkKeys(version int64, raw json.RawMessage) error {
 		}
 		switch tok {
 		case json.Delim('{'), json.Delim('['):
-			fields, known := fieldsAt(version, path)
+			fields, known := f.at(path)
 			stack = append(stack, &frame{
 				path:    path,
 				object:  tok == json.Delim('{'),

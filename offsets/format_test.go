@@ -96,7 +96,7 @@ func corruptSidecars() []corruptSidecar {
 		{"bad time", replaced(`"2025-03-01T12:00:00Z"`, `"yesterday"`), `subscription "billing": field "committed_at": "yesterday", want an RFC 3339 time`},
 		{"time out of range", replaced(`"2025-03-01T12:00:00Z"`, `"0000-01-01T00:00:00+01:00"`), `subscription "billing": field "committed_at": "0000-01-01T00:00:00+01:00" is out of range`},
 		{"empty name", replaced(`"billing"`, `""`), "empty subscription name"},
-		{"too large", validSidecar + strings.Repeat(" ", maxSidecarSize), "larger than 16777216 bytes, the most a sidecar may hold"},
+		{"too large", validSidecar + strings.Repeat(" ", maxSidecarSize), "larger than 16777216 bytes, the most the file may hold"},
 	}
 }
 

@@ -1,6 +1,7 @@
 package offsets
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,6 +23,13 @@ const SettledName = "settled.json"
 // settledVersion is the format of the settled file this package writes and
 // reads.
 const settledVersion = 1
+
+// maxSettledRecords bounds the records kept for one subscription: the
+// first ones after its position, which a start reads first. A subscription
+// with batches may have settled far more (its window is larger); the rest
+// are delivered again. Together with maxSidecarSize, which bounds the file,
+// it keeps a file to a size its next start reads back.
+const maxSettledRecords = 1 << 14
 
 // Settled is what a subscription settled beyond its stored position:
 // records behind one whose outcome was not final (a held record, or one
@@ -66,7 +74,9 @@ type (
 // SaveSettled keeps settled, by subscription name, in the settled file of
 // the state directory until [Store.TakeSettled], atomically and durably,
 // after [Options.Sync] (the copies of the records it names must outlive a
-// crash that keeps the file). An empty settled removes the file.
+// crash that keeps the file). It keeps at most maxSettledRecords records of
+// a subscription. An empty settled removes the file; one too large for
+// TakeSettled to read back is not written.
 func (s *Store) SaveSettled(settled map[string]Settled) error {
 	path := s.settledPath()
 	settled = maps.Clone(settled)
@@ -79,27 +89,12 @@ func (s *Store) SaveSettled(settled map[string]Settled) error {
 			return fmt.Errorf("offsets: keeping the settled records: sync streams: %w", err)
 		}
 	}
-	file := settledFileJSON{Version: settledVersion, Subscriptions: make(map[string]settledJSON, len(settled))}
-	for name, st := range settled {
-		records := make([][4]uint64, len(st.Records))
-		for i, r := range st.Records {
-			records[i] = [4]uint64{uint64(r.Start), uint64(r.End), r.Seq, r.Tag}
-		}
-		file.Subscriptions[name] = settledJSON{
-			Stream:      st.Stream,
-			File:        identityJSON{Ino: st.File.Ino, FileName: st.File.FileName, CreatedAtMs: st.File.CreatedAtMs},
-			Offset:      st.Offset,
-			Key:         st.Key,
-			RenamedFrom: orEmpty(st.RenamedFrom),
-			Records:     records,
-		}
-	}
-	data, err := json.Marshal(file)
+	data, err := encodeSettled(settled)
 	if err != nil {
 		return fmt.Errorf("offsets: keeping the settled records: %w", err)
 	}
 	if _, err := durable.Replace(path, sidecarMode, func(f *os.File) error {
-		_, err := f.Write(append(data, '\n'))
+		_, err := f.Write(data)
 		return err
 	}, nil); err != nil {
 		return fmt.Errorf("offsets: keeping the settled records: %w", err)
@@ -114,36 +109,88 @@ func (s *Store) SaveSettled(settled map[string]Settled) error {
 // again.
 func (s *Store) TakeSettled() (map[string]Settled, error) {
 	path := s.settledPath()
-	data, err := readSidecar(path)
+	settled, err := readSettled(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
-	}
-	var settled map[string]Settled
-	if err == nil {
-		settled, err = decodeSettled(data)
-	}
-	if err != nil {
-		err = fmt.Errorf("offsets: settled file %s: %w", path, err)
 	}
 	return settled, errors.Join(err, removeSettled(path))
 }
 
 // ForgetSettled drops what the settled file keeps for the subscription
-// name: a position set by hand delivers every record from there.
+// name, durably: a position set by hand delivers every record from there.
+// A settled file that cannot be read is removed: at worst, the records it
+// kept for other subscriptions are delivered again.
 func (s *Store) ForgetSettled(name string) error {
-	settled, err := s.TakeSettled()
+	settled, err := readSettled(s.settledPath())
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		settled = nil
+	}
 	delete(settled, name)
-	return errors.Join(err, s.SaveSettled(settled))
+	return s.SaveSettled(settled)
+}
+
+// readSettled reads and decodes the settled file at path.
+func readSettled(path string) (map[string]Settled, error) {
+	data, err := readSidecar(path)
+	if err != nil {
+		return nil, err
+	}
+	settled, err := decodeSettled(data)
+	if err != nil {
+		return nil, fmt.Errorf("offsets: settled file %s: %w", path, err)
+	}
+	return settled, nil
 }
 
 func (s *Store) settledPath() string { return filepath.Join(filepath.Dir(s.path), SettledName) }
 
-// removeSettled removes the settled file at path, if there is one.
+// removeSettled removes the settled file at path, if there is one,
+// durably: a file back after a power loss would skip records again.
 func removeSettled(path string) error {
-	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("offsets: %w", err)
+	err := os.Remove(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err == nil {
+		err = durable.SyncDir(filepath.Dir(path))
+	}
+	if err != nil {
+		return fmt.Errorf("offsets: removing the settled file: %w", err)
 	}
 	return nil
+}
+
+// encodeSettled returns the settled file holding settled, at most
+// maxSettledRecords records of each subscription, or an error if it would
+// be too large to read back.
+func encodeSettled(settled map[string]Settled) ([]byte, error) {
+	file := settledFileJSON{Version: settledVersion, Subscriptions: make(map[string]settledJSON, len(settled))}
+	for name, st := range settled {
+		records := make([][4]uint64, min(len(st.Records), maxSettledRecords))
+		for i := range records {
+			r := st.Records[i]
+			records[i] = [4]uint64{uint64(r.Start), uint64(r.End), r.Seq, r.Tag}
+		}
+		file.Subscriptions[name] = settledJSON{
+			Stream:      st.Stream,
+			File:        identityJSON{Ino: st.File.Ino, FileName: st.File.FileName, CreatedAtMs: st.File.CreatedAtMs},
+			Offset:      st.Offset,
+			Key:         st.Key,
+			RenamedFrom: orEmpty(st.RenamedFrom),
+			Records:     records,
+		}
+	}
+	data, err := json.Marshal(file)
+	if err != nil {
+		return nil, err
+	}
+	if len(data) >= maxSidecarSize {
+		return nil, fmt.Errorf("%d bytes, more than the %d a start reads back", len(data)+1, maxSidecarSize)
+	}
+	return append(data, '\n'), nil
 }
 
 // orEmpty returns names, or an empty list for none, so that the file
@@ -155,18 +202,34 @@ func orEmpty(names []string) []string {
 	return names
 }
 
-// decodeSettled parses a settled file: version 1, no unknown field, and
-// each subscription's records in file order after its offset.
+// settledShape is the keys of a settled file.
+var settledShape = shape{
+	entry: []string{"stream", "file", "offset", "key", "renamed_from", "records"},
+	file:  []string{"ino", "file_name", "created_at_ms"},
+}
+
+// decodeSettled parses a settled file as strictly as decode a sidecar:
+// one JSON object, of version 1, every field present once and no other,
+// no null; and each subscription's records in file order after its
+// offset.
 func decodeSettled(data []byte) (map[string]Settled, error) {
-	if err := checkBytes(data); err != nil {
+	raw, err := parseObject(data)
+	if err != nil {
+		return nil, err
+	}
+	var version struct{ Version json.RawMessage }
+	if err := json.Unmarshal(raw, &version); err != nil {
+		return nil, err
+	}
+	if v := string(version.Version); v != fmt.Sprint(settledVersion) {
+		return nil, fmt.Errorf("unsupported version %s, this streamd reads version %d", cmp.Or(v, "(none)"), settledVersion)
+	}
+	if err := checkKeys(raw, settledShape); err != nil {
 		return nil, err
 	}
 	var file settledFileJSON
-	if err := decodeStrict(data, &file); err != nil {
+	if err := decodeStrict(raw, &file); err != nil {
 		return nil, err
-	}
-	if file.Version != settledVersion {
-		return nil, fmt.Errorf("unsupported version %d, this streamd reads version %d", file.Version, settledVersion)
 	}
 	settled := make(map[string]Settled, len(file.Subscriptions))
 	for _, name := range slices.Sorted(maps.Keys(file.Subscriptions)) {

@@ -96,15 +96,23 @@ func TestSettledSync(t *testing.T) {
 // TestSettledBad: a settled file that is not one is reported, removed,
 // and gives nothing: its records are delivered again.
 func TestSettledBad(t *testing.T) {
+	entry := func(e string) string { return `{"version":1,"subscriptions":{"b":` + e + `}}` }
+	const good = `{"stream":"/s","file":{"ino":1,"file_name":"o","created_at_ms":1},"offset":10,"key":"k","renamed_from":[],"records":[[20,30,1,1]]}`
 	for _, tc := range []struct{ name, data, want string }{
 		{"empty", "", "empty"},
-		{"torn", `{"version":1,"subscriptions":{"b":{"stream":"/s`, "unexpected EOF"},
+		{"torn", entry(good)[:40], "JSON ends early"},
+		{"after the object", entry(good) + "{}", "unexpected data after the JSON object"},
 		{"newer", `{"version":2,"subscriptions":{}}`, "unsupported version 2"},
-		{"unknown field", `{"version":1,"subscriptions":{},"extra":1}`, `unknown field "extra"`},
-		{"no stream", `{"version":1,"subscriptions":{"b":{"stream":"","file":{"ino":1,"file_name":"o","created_at_ms":1},"offset":10,"key":"k","renamed_from":[],"records":[[20,30,1,1]]}}}`, "no stream path"},
-		{"record before offset", `{"version":1,"subscriptions":{"b":{"stream":"/s","file":{"ino":1,"file_name":"o","created_at_ms":1},"offset":10,"key":"k","renamed_from":[],"records":[[5,30,1,1]]}}}`, "not after offset 10"},
-		{"records out of order", `{"version":1,"subscriptions":{"b":{"stream":"/s","file":{"ino":1,"file_name":"o","created_at_ms":1},"offset":10,"key":"k","renamed_from":[],"records":[[40,50,2,1],[20,30,1,1]]}}}`, "not after offset 50"},
-		{"empty record", `{"version":1,"subscriptions":{"b":{"stream":"/s","file":{"ino":1,"file_name":"o","created_at_ms":1},"offset":10,"key":"k","renamed_from":[],"records":[[20,20,1,1]]}}}`, "[20, 20)"},
+		{"no version", `{"subscriptions":{}}`, "unsupported version (none)"},
+		{"unknown field", `{"version":1,"subscriptions":{},"extra":1}`, `field "extra": unknown`},
+		{"missing field", entry(strings.Replace(good, `"key":"k",`, "", 1)), `subscription "b": field "key": missing`},
+		{"null", entry(strings.Replace(good, `"renamed_from":[]`, `"renamed_from":null`, 1)), `field "renamed_from": null value`},
+		{"twice", `{"version":1,"version":1,"subscriptions":{}}`, `field "version": appears twice`},
+		{"device number", entry(strings.Replace(good, `"ino":1`, `"dev":5,"ino":1`, 1)), `field "file.dev": unknown`},
+		{"no stream", entry(strings.Replace(good, `"/s"`, `""`, 1)), "no stream path"},
+		{"record before offset", entry(strings.Replace(good, "[20,30", "[5,30", 1)), "not after offset 10"},
+		{"records out of order", entry(strings.Replace(good, "[[20,30,1,1]]", "[[40,50,2,1],[20,30,1,1]]", 1)), "not after offset 50"},
+		{"empty record", entry(strings.Replace(good, "[20,30", "[20,20", 1)), "[20, 20)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -128,9 +136,19 @@ func TestSettledBad(t *testing.T) {
 }
 
 // TestForgetSettled: a subscription's settled records are forgotten, the
-// others' kept.
+// others' kept; a bad settled file is removed.
 func TestForgetSettled(t *testing.T) {
-	s := openStore(t, t.TempDir(), Options{})
+	dir := t.TempDir()
+	s := openStore(t, dir, Options{})
+	if err := os.WriteFile(filepath.Join(dir, SettledName), []byte("{"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ForgetSettled("a"); err != nil {
+		t.Errorf("ForgetSettled with a bad file: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, SettledName)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the bad settled file after ForgetSettled: %v, want it removed", err)
+	}
 	if err := s.SaveSettled(map[string]Settled{"a": testSettled(100, "orders"), "b": testSettled(200, "orders")}); err != nil {
 		t.Fatal(err)
 	}
@@ -140,5 +158,39 @@ func TestForgetSettled(t *testing.T) {
 	got, err := s.TakeSettled()
 	if want := map[string]Settled{"b": testSettled(200, "orders")}; err != nil || !reflect.DeepEqual(got, want) {
 		t.Errorf("TakeSettled = %v, %v, want %v", got, err, want)
+	}
+}
+
+// TestSettledBounds: at most maxSettledRecords records of a subscription
+// are kept, the first ones; a file too large to read back is not written.
+func TestSettledBounds(t *testing.T) {
+	t.Parallel()
+	s := openStore(t, t.TempDir(), Options{})
+	many := func(n int) Settled {
+		st := testSettled(100, "orders")
+		st.Records = make([]Span, n)
+		for i := range st.Records {
+			st.Records[i] = Span{Start: 100 + int64(i)*40, End: 140 + int64(i)*40, Seq: uint64(i), Tag: 1<<62 | uint64(i)}
+		}
+		return st
+	}
+	st := many(maxSettledRecords + 10)
+	if err := s.SaveSettled(map[string]Settled{"big": st}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.TakeSettled()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs := got["big"].Records; len(rs) != maxSettledRecords || rs[len(rs)-1] != st.Records[maxSettledRecords-1] {
+		t.Errorf("kept %d records, want the first %d", len(rs), maxSettledRecords)
+	}
+	tooLarge := testSettled(100, "orders")
+	tooLarge.Stream = "/" + strings.Repeat("s", maxSidecarSize)
+	if err := s.SaveSettled(map[string]Settled{"big": tooLarge}); err == nil || !strings.Contains(err.Error(), "more than the") {
+		t.Errorf("SaveSettled of a file too large: %v, want an error", err)
+	}
+	if got, err := s.TakeSettled(); got != nil || err != nil {
+		t.Errorf("after a file too large, TakeSettled = %d subscriptions, %v, want nothing", len(got), err)
 	}
 }

@@ -164,6 +164,14 @@ func (t *Tracker) Committable() Mark {
 	return t.mark
 }
 
+// End returns the end of the newest record handed out, the Tracker's start
+// if none was.
+func (t *Tracker) End() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.lastEnd
+}
+
 // SettledAhead returns the records that settled after the oldest unsettled
 // one, in file order: those a start at [Tracker.Committable] reads again.
 func (t *Tracker) SettledAhead() []Span {
