@@ -20,7 +20,7 @@ import (
 // TestOpenStreamLongFileName: the daemon accepts a stream file name longer
 // than the header holds (123 bytes, the limit is 111), in its configuration
 // and when it opens the file, as streamd publish does: the header of the
-// file it creates holds the first 111 bytes.
+// file it creates holds its first 102 bytes, "~" and a hash of the whole.
 func TestOpenStreamLongFileName(t *testing.T) {
 	name := strings.Repeat("n", 120) + ".ss"
 	cfg, err := loadTestConfig(t, fmt.Sprintf("state_dir = %q\n[[stream]]\nname = \"long\"\npath = %q\n", t.TempDir(), filepath.Join(t.TempDir(), name))+
@@ -33,8 +33,8 @@ func TestOpenStreamLongFileName(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.close()
-	if got := s.a.Writer().Header().FileName; got != name[:streamfile.MaxFileNameLen] {
-		t.Errorf("header file name %q, want the first %d bytes of %q", got, streamfile.MaxFileNameLen, name)
+	if got := s.a.Writer().Header().FileName; got != name[:102]+"~8f4f9619" {
+		t.Errorf("header file name %q, want the first 102 bytes of %q and its hash", got, name)
 	}
 }
 

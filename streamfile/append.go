@@ -3,6 +3,7 @@ package streamfile
 import (
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io/fs"
 	"log/slog"
 	"path/filepath"
@@ -46,8 +47,9 @@ type AppendOptions struct {
 // name, as the upstream writer stores it (spec §3), but in ASCII: each byte
 // of a non-ASCII character as %XX, so that every upstream reader parses the
 // header. A longer name than the header holds ([MaxFileNameLen] bytes) is
-// cut there, at a character boundary: the name is informational, readers
-// never compare it with the real one.
+// cut, at a character boundary, and ends in a hash of the whole name, so
+// that the files of two streams whose long names begin alike are not taken
+// for rotations of one another (see headerFileName).
 //
 // An Appender is not safe for concurrent use.
 type Appender struct {
@@ -85,37 +87,53 @@ func (a *Appender) open() (*Writer, error) {
 
 // headerFileName returns the file name for the header of a file created at
 // path: its last element in ASCII, each byte of a non-ASCII character
-// written as %XX (upper-case hex), cut to [MaxFileNameLen] bytes before a
-// character or a %XX that does not fit. The upstream TypeScript reader
-// places the fields after the name by its length in UTF-16 code units,
-// which equals its length in bytes only for ASCII.
+// written as %XX (upper-case hex). The upstream TypeScript reader places
+// the fields after the name by its length in UTF-16 code units, which
+// equals its length in bytes only for ASCII. A name longer than the header
+// holds ([MaxFileNameLen] bytes) is cut before a character or a %XX that
+// does not fit, leaving room for "~" and the CRC-32 of the whole last
+// element in hexadecimal: rotations tell the files of a stream by the
+// name in their headers, and two long names that begin alike must not
+// read as one.
 func headerFileName(path string) string {
-	const hex = "0123456789ABCDEF"
 	base := filepath.Base(path)
-	name := make([]byte, 0, MaxFileNameLen)
-	for i := 0; i < len(base); i++ {
-		c := base[i]
+	if name, whole := encodeFileName(base, MaxFileNameLen); whole {
+		return name
+	}
+	const mark = "~12345678"
+	name, _ := encodeFileName(base, MaxFileNameLen-len(mark))
+	return fmt.Sprintf("%s~%08x", name, crc32.ChecksumIEEE([]byte(base)))
+}
+
+// encodeFileName returns name in ASCII, each byte of a non-ASCII character
+// written as %XX (upper-case hex), cut to at most limit bytes before a
+// character or a %XX that does not fit, and whether all of it fit.
+func encodeFileName(name string, limit int) (string, bool) {
+	const hex = "0123456789ABCDEF"
+	out := make([]byte, 0, limit)
+	for i := 0; i < len(name); i++ {
+		c := name[i]
 		if c < utf8.RuneSelf {
-			if len(name)+1 > MaxFileNameLen {
-				break
+			if len(out)+1 > limit {
+				return string(out), false
 			}
-			name = append(name, c)
+			out = append(out, c)
 			continue
 		}
 		// A non-ASCII character goes whole or not at all.
 		n := 1
-		for i+n < len(base) && base[i+n] >= utf8.RuneSelf && !utf8.RuneStart(base[i+n]) {
+		for i+n < len(name) && name[i+n] >= utf8.RuneSelf && !utf8.RuneStart(name[i+n]) {
 			n++
 		}
-		if len(name)+3*n > MaxFileNameLen {
-			break
+		if len(out)+3*n > limit {
+			return string(out), false
 		}
-		for _, c := range []byte(base[i : i+n]) {
-			name = append(name, '%', hex[c>>4], hex[c&15])
+		for _, c := range []byte(name[i : i+n]) {
+			out = append(out, '%', hex[c>>4], hex[c&15])
 		}
 		i += n - 1
 	}
-	return string(name)
+	return string(out), true
 }
 
 // Publish writes frames in one batch to the file at the path, as

@@ -158,14 +158,15 @@ func TestAppenderStaysWhenTheNewFileCannotBeOpened(t *testing.T) {
 }
 
 // TestAppenderLongFileName: a file name longer than the header holds is
-// cut to MaxFileNameLen bytes, at a character boundary, in the header of a
-// file the Appender creates.
+// cut to MaxFileNameLen bytes, at a character boundary and with a hash of
+// the whole name (TestHeaderFileName), in the header of a file the
+// Appender creates.
 func TestAppenderLongFileName(t *testing.T) {
 	for _, tc := range []struct{ name, want string }{
 		{"s.ss", "s.ss"},
 		{strings.Repeat("n", 111), strings.Repeat("n", 111)},
-		{strings.Repeat("n", 120) + ".ss", strings.Repeat("n", 111)},
-		{strings.Repeat("n", 110) + "é.ss", strings.Repeat("n", 110)}, // é is bytes 111 and 112
+		{strings.Repeat("n", 120) + ".ss", strings.Repeat("n", 102) + "~8f4f9619"},
+		{strings.Repeat("n", 110) + "é.ss", strings.Repeat("n", 102) + "~50e4b246"},
 	} {
 		t.Run(fmt.Sprint(len(tc.name)), func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), tc.name)
@@ -229,15 +230,23 @@ func TestPublishLines(t *testing.T) {
 
 // TestHeaderFileName: ASCII stays, every byte of a non-ASCII character
 // becomes %XX, and a name too long for the header is cut before the
-// character (or byte) that does not fit whole.
+// character (or byte) that does not fit whole, leaving room for "~" and
+// the CRC-32 of the whole name: two long names that begin alike differ.
 func TestHeaderFileName(t *testing.T) {
 	long := strings.Repeat("n", MaxFileNameLen-4)
+	cut := strings.Repeat("n", MaxFileNameLen-9)
+	cyrillic := strings.Repeat("ж", 60) // 120 bytes, 360 encoded
+	cyrillicCut := strings.Repeat("%D0%B6", 17)
 	for path, want := range map[string]string{
-		"/d/orders.ss":         "orders.ss",
-		"/d/café.ss":           "caf%C3%A9.ss",
-		"/d/100%.ss":           "100%.ss",
-		"/d/" + long + "é":     long,
-		"/d/" + long + "abcde": long + "abcd",
+		"/d/orders.ss":                   "orders.ss",
+		"/d/café.ss":                     "caf%C3%A9.ss",
+		"/d/100%.ss":                     "100%.ss",
+		"/d/" + long + "abcd":            long + "abcd",
+		"/d/" + long + "é":               cut + "~db665929",
+		"/d/" + long + "abcde":           cut + "~da066d2a",
+		"/d/" + cyrillic + "a.ss":        cyrillicCut + "~25200b69",
+		"/d/" + cyrillic + "b.ss":        cyrillicCut + "~3795a487",
+		"/d/" + cyrillic + "b.ss.1/x.ss": "x.ss",
 	} {
 		if got := headerFileName(path); got != want || len(got) > MaxFileNameLen {
 			t.Errorf("headerFileName(%q) = %q, want %q", path, got, want)

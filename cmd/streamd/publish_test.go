@@ -309,7 +309,8 @@ func countFrames(path string) int {
 
 // TestPublishLongFileName: publish accepts a file name longer than the
 // header holds (123 bytes, the limit is 111), as the daemon does: the
-// header of the file it creates holds the first 111 bytes.
+// header of the file it creates holds its first 102 bytes, "~" and a hash
+// of the whole.
 func TestPublishLongFileName(t *testing.T) {
 	name := strings.Repeat("n", 120) + ".ss"
 	path := filepath.Join(t.TempDir(), name)
@@ -319,8 +320,8 @@ func TestPublishLongFileName(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if h, err := streamfile.ReadHeader(f); err != nil || h.FileName != name[:streamfile.MaxFileNameLen] {
-		t.Errorf("header file name %q, %v; want the first %d bytes of %q", h.FileName, err, streamfile.MaxFileNameLen, name)
+	if h, err := streamfile.ReadHeader(f); err != nil || h.FileName != name[:102]+"~8f4f9619" {
+		t.Errorf("header file name %q, %v; want the first 102 bytes of %q and its hash", h.FileName, err, name)
 	}
 	if frames := framesAt(t, path, "k"); len(frames) != 1 || string(frames[0].Payload) != "x" {
 		t.Errorf("frames %+v, want the one published", frames)

@@ -77,6 +77,36 @@ func TestRunCopytruncate(t *testing.T) {
 	}
 }
 
+// TestRunRotationLongNames: two streams in one directory whose names are
+// longer than a header holds and begin alike (Cyrillic, percent-encoded in
+// the header); one is rotated. Its subscription reads its own rotated file
+// and the new one, never the other stream's file, whose header name must
+// differ although both were cut.
+func TestRunRotationLongNames(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, execSubTable("billing", "orders", "", `IFS= read -r p; echo "$p" >> LOG`))
+	moscow := filepath.Join(e.dir, "заказы_интернет_магазина_москва.ss")
+	kazan := filepath.Join(e.dir, "заказы_интернет_магазина_казань.ss")
+	e.editConfig(fmt.Sprintf("path = %q", e.stream), fmt.Sprintf("path = %q", moscow),
+		`poll_interval = "200ms"`, "poll_interval = \"200ms\"\nrotation_grace = \"300ms\"")
+	runBinaryOK(t, "m1", "publish", "--file="+moscow, "--key=orders")
+	p := e.start()
+	eventually(t, 10*time.Second, "m1 delivered", func() bool { return len(e.deliveries()) == 1 })
+	runBinaryOK(t, "k1", "publish", "--file="+kazan, "--key=orders")
+	runBinaryOK(t, "m2", "publish", "--file="+moscow, "--key=orders")
+	if err := os.Rename(moscow, moscow+".1"); err != nil {
+		t.Fatal(err)
+	}
+	runBinaryOK(t, "m3", "publish", "--file="+moscow, "--key=orders")
+	eventually(t, 10*time.Second, "m3 delivered", func() bool { return slices.Contains(e.deliveries(), "m3") })
+	if code := p.stop(t); code != 0 {
+		t.Errorf("exit code %d", code)
+	}
+	if got, want := e.deliveries(), []string{"m1", "m2", "m3"}; !slices.Equal(got, want) {
+		t.Errorf("deliveries %q, want %q", got, want)
+	}
+}
+
 // stoppedHoldingA4 runs streamd on records a1 to a6 of subscription
 // billing, whose handler fails a4 until the file flag exists, and stops it
 // once a1 to a3 are committed: the stored position is at a4. Files are
