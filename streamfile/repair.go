@@ -113,8 +113,9 @@ func Repair(path string, force bool, discard func(*DamageError)) (*DamageError, 
 // after a frame whose checksum does not match, at the first whole frame
 // before the next beacon after bytes that are not a frame, or else at the
 // frame boundary a beacon after them gives, and at a whole frame after one
-// that runs past the end. An end-of-stream frame ends them: readers stop
-// there. It stops at the first frame larger than the decoder reads, and
+// that runs past the end, also when its size is over the decoder's limit.
+// An end-of-stream frame ends them: readers stop there. It stops at the
+// first frame larger than the decoder reads that is not followed so, and
 // returns its error.
 func readAfter(r io.ReaderAt, h Header, off, size int64) ([]KeyRecords, *FormatError, error) {
 	byKey := map[string]*KeyRecords{}
@@ -136,7 +137,19 @@ func readAfter(r io.ReaderAt, h Header, off, size int64) ([]KeyRecords, *FormatE
 			k.LastSeq = rec.Seq
 		case errors.As(err, &ce):
 		case errors.As(err, &fe) && fe.PayloadSize > 0:
-			return sortedKeys(byKey), fe, nil
+			// Whole frames after one that the file cannot hold show a
+			// damaged size field; without them, it may be a record being
+			// written, or one another writer wrote whole.
+			p := int64(-1)
+			if fe.Offset+fe.PayloadSize > size {
+				if p, err = WholeFrameAfter(r, int64(h.BeaconInterval), fe.Offset, size); err != nil {
+					return nil, nil, err
+				}
+			}
+			if p < 0 {
+				return sortedKeys(byKey), fe, nil
+			}
+			d = NewDecoder(r, h, p)
 		case errors.As(err, &fe):
 			if ok, err := d.SkipDamage(fe, size); err != nil || !ok {
 				return sortedKeys(byKey), nil, err

@@ -13,8 +13,9 @@ import (
 // TestRepairKeepsReadRecords: Repair refuses, changing nothing, to cut off
 // records that readers skipping the damage read after it (here: the key
 // of a frame in the middle made invalid, the size of another made to run
-// into the frames after it), and says how many of each key; with force it
-// truncates at the damage.
+// into the frames after it, or over the decoder's limit and past the
+// file's end, which no record of that size could reach whole), and says
+// how many of each key; with force it truncates at the damage.
 func TestRepairKeepsReadRecords(t *testing.T) {
 	path, frames := writeSeekFile(t, 1024, 400, 70, []string{"a", "b"})
 	_, offsets := readFrames(t, path)
@@ -27,6 +28,9 @@ func TestRepairKeepsReadRecords(t *testing.T) {
 	for name, damage := range map[string]func(b []byte){
 		"key":  func(b []byte) { b[at+1] = '!' },                                        // the key's first byte
 		"size": func(b []byte) { b[at+1+int64(len(frames[damaged].Key))+24+2] ^= 0x04 }, // 1 KiB more payload
+		"size over the limit, past the end": func(b []byte) { // 1 GiB more
+			b[at+1+int64(len(frames[damaged].Key))+24] ^= 0x40
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			data := slices.Clone(intact)
