@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 	"github.com/streamd/streamd/envelope"
 	"github.com/streamd/streamd/streamfile"
 	"github.com/streamd/streamd/tail"
+	"golang.org/x/sys/unix"
 )
 
 // decodeCommand is `streamd decode`: print the records of a stream file.
@@ -33,6 +35,9 @@ func decodeCommand(app *kingpin.Application) action {
 		if *follow {
 			ctx, _, stop := stopContext()
 			defer stop()
+			ctx, readerGone := context.WithCancel(ctx)
+			defer readerGone()
+			whenReaderGone(s.out, readerGone)
 			logger := slog.New(slog.NewTextHandler(s.err, &slog.HandlerOptions{Level: slog.LevelWarn}))
 			return decodeExit(s.err, tail.Print(ctx, s.out, *path, p, logger))
 		}
@@ -45,6 +50,36 @@ func decodeCommand(app *kingpin.Application) action {
 		}
 		return decodeExit(s.err, err)
 	}
+}
+
+// whenReaderGone calls gone once the reader of out goes away, when out is a
+// pipe: as tail -f does, decode --follow on a quiet file then ends (as in
+// "| head -1"), rather than at the next write, which may never come. The
+// kernel reports a pipe's write end whose readers all closed as an error
+// condition, which poll waits for; the goroutine that waits lives as long
+// as the command.
+func whenReaderGone(out io.Writer, gone func()) {
+	f, ok := out.(*os.File)
+	if !ok {
+		return
+	}
+	if fi, err := f.Stat(); err != nil || fi.Mode().Type() != fs.ModeNamedPipe {
+		return
+	}
+	fd := int32(f.Fd())
+	go func() {
+		fds := []unix.PollFd{{Fd: fd}} // no events asked: POLLERR and POLLHUP come anyway
+		for {
+			n, err := unix.Poll(fds, -1)
+			if err == nil && n > 0 && fds[0].Revents&(unix.POLLERR|unix.POLLHUP|unix.POLLNVAL) != 0 {
+				gone()
+				return
+			}
+			if err != nil && !errors.Is(err, unix.EINTR) {
+				return
+			}
+		}
+	}()
 }
 
 // crashLeftovers reports whether the damage that stopped a decode of the

@@ -16,27 +16,28 @@ import (
 
 // TestDecodeFollow runs `streamd decode --follow --format=ndjson` on a file,
 // appends to it, and expects the lines a plain decode prints for the same
-// file, as they are written. It ends once by SIGTERM and once at the
-// end-of-stream frame, both with exit code 0.
+// file, as they are written. It ends by SIGTERM, at the end-of-stream
+// frame, and when its reader goes away while the file is quiet (as with
+// `| head -1`), each with exit code 0.
 func TestDecodeFollow(t *testing.T) {
 	t.Parallel()
-	for _, end := range []string{"sigterm", "eos"} {
+	for _, end := range []string{"sigterm", "eos", "reader gone"} {
 		t.Run(end, func(t *testing.T) {
 			t.Parallel()
 			path := filepath.Join(t.TempDir(), "follow.ss")
-			w, err := streamfile.OpenWriter(path, streamfile.CreateOptions{Create: true,
+			sw, err := streamfile.OpenWriter(path, streamfile.CreateOptions{Create: true,
 				Header: streamfile.Header{FileName: "follow.ss", CreatedAtMs: 1694767177437, BeaconInterval: streamfile.DefaultBeaconInterval}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer w.Close()
+			defer sw.Close()
 			publish := func(payloads ...string) {
 				t.Helper()
 				fs := make([]streamfile.Frame, len(payloads))
 				for i, p := range payloads {
 					fs[i] = streamfile.Frame{Key: "orders", TimestampMs: 1694767177500, Payload: []byte(p)}
 				}
-				if err := w.Publish(fs); err != nil {
+				if err := sw.Publish(fs); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -45,13 +46,17 @@ func TestDecodeFollow(t *testing.T) {
 			cmd := exec.Command(streamdBinary(t), "decode", "--follow", "--format=ndjson", path)
 			// Under -race, a process sleeps a second at exit by default.
 			cmd.Env = append(os.Environ(), "GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
-			stdout, err := cmd.StdoutPipe()
+			stdout, w, err := os.Pipe()
 			if err != nil {
 				t.Fatal(err)
 			}
+			defer stdout.Close()
+			cmd.Stdout = w
 			var stderr strings.Builder
 			cmd.Stderr = &stderr
-			if err := cmd.Start(); err != nil {
+			err = cmd.Start()
+			w.Close()
+			if err != nil {
 				t.Fatal(err)
 			}
 			defer cmd.Process.Kill()
@@ -87,13 +92,18 @@ func TestDecodeFollow(t *testing.T) {
 			publish(`{"id":4}`)
 			publish(`{"id":5}`, `{"id":6}`)
 			expect()
-			if end == "eos" {
-				if err := w.Append(streamfile.Frame{Key: streamfile.EOSKey, TimestampMs: 1694767178000, Payload: []byte(streamfile.EOSPayload)}); err != nil {
+			switch end {
+			case "eos":
+				if err := sw.Append(streamfile.Frame{Key: streamfile.EOSKey, TimestampMs: 1694767178000, Payload: []byte(streamfile.EOSPayload)}); err != nil {
 					t.Fatal(err)
 				}
 				expect()
-			} else if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-				t.Fatal(err)
+			case "sigterm":
+				if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+					t.Fatal(err)
+				}
+			case "reader gone":
+				stdout.Close()
 			}
 			done := make(chan error, 1)
 			go func() {
