@@ -64,6 +64,11 @@ key = "orders"
 replay = true
 handler.kind = "discard"
 `, filepath.Join(dir, "state"), stream))
+	replayConfig, err := os.ReadFile(replay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nostream := write("nostream.toml", strings.Replace(string(replayConfig), stream, filepath.Join(dir, "nope.ss"), 1))
 	stage := write("pipe.toml", "[[subscription]]\nname = \"jobs\"\nkey = \"jobs\"\nout_retry = \"jobs.retry\"\non_invalid = \"fail\"\nhandler.kind = \"discard\"\n")
 	invalid := write("invalid.toml", "shutdown_timeout = 20\n")
 	missing := filepath.Join(dir, "missing.toml")
@@ -127,6 +132,7 @@ handler.kind = "discard"
 		{"invalid or failed", "", []string{"offsets", "set", "--config.file=" + replay, "--subscription=billing", "--to=seq:99"}},
 		{"usage or unreadable", "", []string{"offsets", "set", "--config.file=" + replay, "--subscription=nobody", "--to=end"}},
 		{"usage or unreadable", "", []string{"offsets", "set", "--config.file=" + missing, "--subscription=billing", "--to=end"}},
+		{"usage or unreadable", "", []string{"offsets", "set", "--config.file=" + nostream, "--subscription=billing", "--to=end"}},
 		{"usage or unreadable", "", []string{"offsets", "set", "--config.file=" + replay, "--to=someday"}},
 
 		{"done", "", []string{"version"}},

@@ -314,7 +314,7 @@ func addOffsetsCommands(app *kingpin.Application, actions map[string]action) {
 		}
 		pos, err := daemon.SetPosition(cfg, *name, to)
 		if err != nil {
-			code := exitError
+			code := failureExit(err) // 2 for a stream file that cannot be opened
 			if _, unknown := errors.AsType[*daemon.UnknownSubscriptionError](err); unknown {
 				code = exitUsage
 			}
