@@ -188,19 +188,26 @@ type stopWatch struct {
 	attrs func() []any  // more of what an exit leaves behind, for its log line; nil: none
 }
 
+// sameStop is how soon after the first a stop signal is taken for the
+// same stop: timeout(1), and scripts that kill a process and then its
+// group, send the one signal twice at once.
+const sameStop = time.Second
+
 // watchStop follows the stop of a command that runs until a signal stops
 // it (ctx ends) and returns once the command did (done). It ends the
-// process with exit status 1 at a second stop signal (again), for the
-// operator who would not wait for the handlers in flight or the delayed
-// copies, and, with a bound, when the command has not stopped within it:
-// a pipe stage's write of a copy to a stdout that the next stage does not
-// read cannot be interrupted, and its stop stays bounded.
+// process with exit status 1 at a second stop signal (again), sameStop or
+// more after the first, for the operator who would not wait for the
+// handlers in flight or the delayed copies, and, with a bound, when the
+// command has not stopped within it: a pipe stage's write of a copy to a
+// stdout that the next stage does not read cannot be interrupted, and its
+// stop stays bounded.
 func watchStop(ctx context.Context, again <-chan os.Signal, done <-chan struct{}, logger *slog.Logger, w stopWatch) {
 	select {
 	case <-done:
 		return
 	case <-ctx.Done():
 	}
+	stopped := time.Now()
 	var timeout <-chan time.Time
 	if w.bound > 0 {
 		t := time.NewTimer(w.bound)
@@ -209,13 +216,17 @@ func watchStop(ctx context.Context, again <-chan os.Signal, done <-chan struct{}
 	}
 	var msg string
 	var attrs []any
-	select {
-	case <-done:
-		return
-	case sig := <-again:
-		msg, attrs = " exits at a second signal without finishing its stop: ", []any{"signal", sig.String()}
-	case <-timeout:
-		msg, attrs = " did not stop in time, most likely because a copy's write to stdout waits, which the next stage does not read; exiting: ", []any{"waited", w.bound}
+	for msg == "" {
+		select {
+		case <-done:
+			return
+		case sig := <-again:
+			if time.Since(stopped) >= sameStop { // else sent with the first
+				msg, attrs = " exits at a second signal without finishing its stop: ", []any{"signal", sig.String()}
+			}
+		case <-timeout:
+			msg, attrs = " did not stop in time, most likely because a copy's write to stdout waits, which the next stage does not read; exiting: ", []any{"waited", w.bound}
+		}
 	}
 	if w.attrs != nil {
 		attrs = append(attrs, w.attrs()...)

@@ -26,6 +26,7 @@ func TestSecondSignal(t *testing.T) {
 		eventually(t, 10*time.Second, "the delivery", func() bool { return len(e.deliveries()) == 1 })
 		p.cmd.Process.Signal(syscall.SIGTERM)
 		eventually(t, 10*time.Second, "the stop's log", func() bool { return strings.Contains(p.stderr.String(), "msg=stopping") })
+		time.Sleep(sameStop) // a signal sooner is taken for the same stop
 		p.cmd.Process.Signal(syscall.SIGINT)
 		sent := time.Now()
 		select {
@@ -48,6 +49,26 @@ func TestSecondSignal(t *testing.T) {
 		p.stop(t)
 	})
 
+	// The one signal sent twice at once, as timeout(1) sends it to the
+	// process and to its group: one graceful stop, which cuts the handler
+	// off at shutdown_timeout, with exit status 0.
+	t.Run("sent twice at once", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, execSub("hangs", "", "sleep 30"))
+		e.editConfig(`shutdown_timeout = "5s"`, `shutdown_timeout = "1s"`)
+		e.publish("a")
+		p := e.start()
+		eventually(t, 10*time.Second, "the delivery", func() bool { return len(e.deliveries()) == 1 })
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		// The second once the first was taken: two signals sent before
+		// either is delivered are one.
+		eventually(t, 10*time.Second, "the stop's log", func() bool { return strings.Contains(p.stderr.String(), "msg=stopping") })
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		if code := p.waitExit(t, 15*time.Second); code != 0 {
+			t.Errorf("exit status %d, want 0: one stop; stderr:\n%s", code, p.stderr.String())
+		}
+	})
+
 	// A pipe stage: the stop would wait for the handler (shutdown_timeout)
 	// and then hand the record on as a retry copy. The log names the last
 	// line dealt with, for the operator to feed the rest again.
@@ -65,6 +86,7 @@ func TestSecondSignal(t *testing.T) {
 		})
 		p.cmd.Process.Signal(syscall.SIGTERM)
 		eventually(t, 10*time.Second, "the stop's log", func() bool { return len(logsWithMsg(p.stderr.String(), "stopping")) == 1 })
+		time.Sleep(sameStop) // a signal sooner is taken for the same stop
 		p.cmd.Process.Signal(syscall.SIGTERM)
 		sent := time.Now()
 		if code, d := p.wait(t, 10*time.Second), time.Since(sent); code != exitError || d > 5*time.Second {
