@@ -680,6 +680,11 @@ func (d *Daemon) applyReload(ctx context.Context, cfg *conf.Config) error {
 	d.mu.Lock() // fire reads it
 	d.cfg = cfg
 	d.mu.Unlock()
+	// The subscriptions kept deliver what they hold again at once: a
+	// reload is how an operator says the handler is mended.
+	for _, rs := range d.subs {
+		rs.sub.deliverHeldNow()
+	}
 	for _, sc := range cfg.Subscriptions {
 		if h, ok := handlers[sc.Name]; ok {
 			d.launch(sc, h, nil)

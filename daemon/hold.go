@@ -137,7 +137,8 @@ func (dl *deliverer) reconnected() <-chan struct{} {
 // next backoff step, or the delay the handler named (bounded by
 // max_retry_after), before the records are delivered again. A failure of
 // reason unreachable waits no longer than until back, taken before the
-// delivery, is closed: the handler reconnected. It returns retry when the
+// delivery, is closed: the handler reconnected; any waits no longer than
+// until deliverHeldNow. It returns retry when the
 // subscription's max_failed_deliveries is reached (the records are then
 // settled as a retry), and errStopped when stop is closed or ctx ends, or
 // when the leading outcome says the delivery was cancelled.
@@ -176,6 +177,7 @@ func (dl *deliverer) failedDelivery(ctx context.Context, stop, back <-chan struc
 	select {
 	case <-t.C:
 	case <-back:
+	case <-dl.heldWoken():
 	case <-stop:
 	case <-ctx.Done():
 	}

@@ -323,6 +323,25 @@ func TestReloadHandsOverSettled(t *testing.T) {
 	}
 }
 
+// TestReloadDeliversHeldNow: a reload that keeps a subscription holding a
+// record (the backoff step an hour) delivers the record again at once:
+// the operator mended the handler.
+func TestReloadDeliversHeldNow(t *testing.T) {
+	t.Parallel()
+	hr := holdingAhead(t)
+	hr.fixed.Store(true)
+	if err := hr.r.d.Reload(context.Background(), func() (*conf.Config, error) { return hr.e.load(), nil }); err != nil {
+		t.Fatal(err)
+	}
+	if l := hr.r.logs.with("the reload starts the subscription again: its configuration changed"); len(l) != 0 {
+		t.Fatalf("the subscription was started again: %v", l)
+	}
+	want := map[string]int{"BAD": 2, "a1": 1, "a2": 1, "a3": 1}
+	if got := hr.settle(t, hr.r); !reflect.DeepEqual(got, want) {
+		t.Errorf("deliveries by payload %v, want %v", got, want)
+	}
+}
+
 // TestStopKeepsSettled: a stop while a subscription holds a record keeps
 // the records it settled after it for the next start, which delivers the
 // held record again and not those, unless it changed key or renamed_from;

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/streamd/streamd/envelope"
 	"github.com/streamd/streamd/handler"
 	"github.com/streamd/streamd/internal/ratelog"
+	"github.com/streamd/streamd/internal/wakeup"
 	"github.com/streamd/streamd/metrics"
 )
 
@@ -70,6 +72,27 @@ type deliverer struct {
 	// blind is set when the handler does not read the records it is
 	// handed (handler.IsBlind).
 	blind bool
+	// heldMu guards held, woken to deliver the held records again at
+	// once (deliverHeldNow).
+	heldMu sync.Mutex
+	held   wakeup.Signal
+}
+
+// deliverHeldNow ends the wait of every delivery held now: each is
+// delivered again at once, whatever step of the backoff or Retry-After it
+// waited for. A reload does it: an operator who mended the handler need
+// not wait for the next delivery (up to max_retry_after).
+func (dl *deliverer) deliverHeldNow() {
+	dl.heldMu.Lock()
+	dl.held.Wake()
+	dl.heldMu.Unlock()
+}
+
+// heldWoken returns the channel deliverHeldNow closes next.
+func (dl *deliverer) heldWoken() <-chan struct{} {
+	dl.heldMu.Lock()
+	defer dl.heldMu.Unlock()
+	return dl.held.C()
 }
 
 func newDeliverer(sc conf.Subscription, h handler.Handler, t transport, copies copyWriter, m *metrics.SubscriptionMetrics, logger *slog.Logger) *deliverer {
