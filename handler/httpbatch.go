@@ -145,7 +145,8 @@ type batchAnswerLine struct {
 }
 
 // parseBatchAnswer reads the body of a 2xx answer to the batch ds into
-// outs, one outcome per record. An empty body acknowledges every record.
+// outs, one outcome per record. An empty body (or white space alone)
+// acknowledges every record.
 // Otherwise the body has exactly one line per record, in the batch's order,
 // each ended by a newline (the last one's is optional): a JSON object whose
 // "outcome" member is a string that Streamd-Outcome could hold, "ack",
@@ -158,14 +159,17 @@ type batchAnswerLine struct {
 //	{"seq":8,"outcome":"retry_after=30s"}
 //	{"outcome":"drop","why":"not an order"}
 func parseBatchAnswer(body []byte, ds []Delivery, outs []Outcome) error {
-	if len(body) == 0 {
+	if len(bytes.TrimSpace(body)) == 0 { // nothing, or a newline a framework adds
 		fill(outs, Outcome{Kind: OutcomeAck})
 		return nil
 	}
 	body = bytes.TrimSuffix(body, []byte("\n"))
-	lines := bytes.Count(body, []byte("\n")) + 1
-	if lines != len(ds) {
-		return fmt.Errorf("%d lines for %d records: answer one line per record, or nothing to acknowledge them all", lines, len(ds))
+	if lines := bytes.Count(body, []byte("\n")) + 1; lines != len(ds) {
+		unit := "lines"
+		if lines == 1 {
+			unit = "line"
+		}
+		return fmt.Errorf("%d %s for %d records: answer one line per record, or nothing to acknowledge them all", lines, unit, len(ds))
 	}
 	for i := range ds {
 		line, rest, _ := bytes.Cut(body, []byte("\n"))

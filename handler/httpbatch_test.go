@@ -1,6 +1,7 @@
 package handler
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -163,7 +164,9 @@ func TestHTTPBatchOutcomes(t *testing.T) {
 		{"plain words", answer(200, "ack\nack\nack\n"), []want{failed, failed, failed}, "line 1: invalid character"},
 		{"a JSON string", answer(200, "\"ack\"\n\"ack\"\n\"ack\"\n"), []want{failed, failed, failed}, "line 1: not a JSON object"},
 		{"no outcome", answer(200, "{}\n{}\n{}\n"), []want{failed, failed, failed}, `line 1: no "outcome" member`},
-		{"OK", answer(200, "OK"), []want{failed, failed, failed}, "1 lines for 3 records"},
+		{"OK", answer(200, "OK"), []want{failed, failed, failed}, "1 line for 3 records"},
+		{"a newline alone", answer(200, "\n"), []want{ack, ack, ack}, ""},
+		{"white space alone", answer(200, " \r\n"), []want{ack, ack, ack}, ""},
 		{"too long", answer(200, strings.Repeat(" ", httpDrainLimit+3*httpBatchLineLimit+1)), []want{failed, failed, failed}, "longer than"},
 	}
 	for _, tc := range tests {
@@ -260,7 +263,7 @@ func FuzzParseBatchAnswer(f *testing.F) {
 		if err := parseBatchAnswer(body, ds, outs); err != nil {
 			return
 		}
-		if len(body) == 0 {
+		if len(bytes.TrimSpace(body)) == 0 {
 			for i, o := range outs {
 				if o.Kind != OutcomeAck {
 					t.Fatalf("empty body: record %d is %v", i, o.Kind)
