@@ -112,8 +112,9 @@ func newNATSConn(nc *nats.Conn, timeout time.Duration) (*natsConn, error) {
 
 // newNATSHandler connects to cfg's servers and checks that a JetStream
 // stream captures the subject. With mustReach (check-config), servers
-// that do not answer are an error; otherwise the handler starts without
-// them and connects when one answers.
+// that do not answer, or no such stream, are an error; otherwise the
+// handler starts without them (its deliveries fail and are held), connects
+// when a server answers, and logs a stream missing at ERROR.
 func newNATSHandler(cfg conf.Handler, logger *slog.Logger, mustReach bool) (*natsHandler, error) {
 	if strings.Contains(cfg.Subject, "{key}") {
 		return nil, fmt.Errorf("subject %q: replace {key} by the subscription's stream key, as loading a configuration file does", cfg.Subject)
@@ -220,8 +221,14 @@ func newNATSHandler(cfg conf.Handler, logger *slog.Logger, mustReach bool) (*nat
 	}
 	switch {
 	case err != nil:
-	case nc.IsConnected():
+	case nc.IsConnected() && mustReach:
 		err = h.checkStream(nc)
+	case nc.IsConnected():
+		// A stream missing holds this subscription's deliveries, as a
+		// server missing does, not the daemon's start.
+		if err := h.checkStream(nc); err != nil {
+			logger.Error("connected to NATS, but deliveries fail and are held until this is mended", "err", err)
+		}
 	default:
 		// Start as a handler that lost its servers does, and look for the
 		// stream once connected.

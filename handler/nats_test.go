@@ -36,10 +36,13 @@ func natsConfig(srv *natstest.Server) conf.Handler {
 func TestNATSHandlerNoStream(t *testing.T) {
 	srv := natstest.Start(t)
 	srv.AddStream(jetstream.StreamConfig{Name: "OTHER", Subjects: []string{"other.>"}})
-	_, err := New(natsConfig(srv), nil, nil)
-	if err == nil || !strings.Contains(err.Error(), `subject "orders.eu": no JetStream stream captures it`) {
-		t.Fatalf("New: %v, want the subject named", err)
+	// A start holds the deliveries instead, as without servers.
+	h, err := New(natsConfig(srv), nil, nil)
+	if err != nil {
+		t.Fatalf("New: %v, want a handler whose deliveries fail", err)
 	}
+	checkOutcome(t, h.Handle(t.Context(), testDelivery()), OutcomeFailed, 0, 0, `no JetStream stream answered on subject "orders.eu"`)
+	Close(h)
 	cfg := &conf.Config{Subscriptions: []conf.Subscription{{Name: "billing", Key: "eu", Handler: natsConfig(srv)}}}
 	if err := Check(cfg); err == nil || !strings.Contains(err.Error(), `subscription "billing": nats handler: subject "orders.eu"`) {
 		t.Fatalf("Check: %v, want the subscription and subject named", err)
