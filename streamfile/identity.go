@@ -113,8 +113,17 @@ func LocateCopy(path string, id Identity, minSize int64) (*os.File, error) {
 // read, reads each file of a rotation once, in the order of creation,
 // however many rotations happened while the first was read: a copy of one
 // (same header) is not read again. Files created in the same millisecond
-// as the one before them are passed over.
+// as the one before them are passed over. After a file whose header holds
+// a long name cut plainly, files with the name cut as it is now (ending in
+// a hash) are taken too.
 func NextRotated(path, fileName string, after uint64) (*os.File, error) {
+	// A long name cut plainly, as files created before cut names ended in
+	// a hash: the files rotated after it, created since, have the hashed
+	// name of the path (headerFileName).
+	hashed := fileName
+	if cut, whole := encodeFileName(filepath.Base(path), MaxFileNameLen); !whole && cut == fileName {
+		hashed = headerFileName(path)
+	}
 	for range 3 {
 		dir, err := rotationDir(path)
 		if err != nil {
@@ -138,7 +147,7 @@ func NextRotated(path, fileName string, after uint64) (*os.File, error) {
 			}
 			name := filepath.Join(dir.name, fi.Name())
 			h, err := readHeaderFile(name)
-			if err != nil || h.FileName != fileName || h.CreatedAtMs <= after || h.CreatedAtMs >= before ||
+			if err != nil || h.FileName != fileName && h.FileName != hashed || h.CreatedAtMs <= after || h.CreatedAtMs >= before ||
 				next != "" && h.CreatedAtMs >= id.CreatedAtMs {
 				continue
 			}

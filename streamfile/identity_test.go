@@ -198,3 +198,41 @@ func TestLocateCopy(t *testing.T) {
 		}
 	}
 }
+
+// TestNextRotatedAcrossCutNames: after a file whose header holds a long
+// name cut plainly (as files were created before cut names ended in a
+// hash), the files of the path rotated after it, whose headers hold the
+// name cut as it is now, are read next; a file of another stream whose
+// name begins alike is not.
+func TestNextRotatedAcrossCutNames(t *testing.T) {
+	dir := t.TempDir()
+	base := strings.Repeat("заказы_", 10) + "москва.ss"
+	path := filepath.Join(dir, base)
+	legacy, whole := encodeFileName(base, MaxFileNameLen)
+	if whole {
+		t.Fatal("the name fits the header")
+	}
+	write := func(name, headerName string, created uint64) {
+		t.Helper()
+		b, err := AppendHeader(nil, &Header{FileName: headerName, CreatedAtMs: created, BeaconInterval: 1024})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(base+".2", legacy, 10)
+	write(base+".1", headerFileName(path), 20)
+	write(base, headerFileName(path), 30)
+	other := strings.Repeat("заказы_", 10) + "казань.ss"
+	write(other, headerFileName(filepath.Join(dir, other)), 15)
+	f, err := NextRotated(path, legacy, 10)
+	if err != nil || f == nil {
+		t.Fatalf("NextRotated after the file of the plain cut name = %v, %v; want %s.1", f, err, base)
+	}
+	defer f.Close()
+	if want := filepath.Join(dir, base+".1"); f.Name() != want {
+		t.Errorf("next %s, want %s", f.Name(), want)
+	}
+}
