@@ -357,3 +357,28 @@ func TestHoldFlappingThenOutage(t *testing.T) {
 		})
 	})
 }
+
+// TestHoldWokenDuringDelivery: deliverHeldNow (a reload) that comes while
+// the delivery is failing (a request timing out against the endpoint being
+// mended) delivers the record again at once, not after the step.
+func TestHoldWokenDuringDelivery(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newHoldEnv(t, holdSub(time.Hour), failedWith(handler.FailureTimeout, 0), ack)
+		inner := e.dl.handler
+		first := true
+		e.dl.handler = handler.HandlerFunc(func(ctx context.Context, d *handler.Delivery) handler.Outcome {
+			if first {
+				first = false
+				e.dl.deliverHeldNow()
+			}
+			return inner.Handle(ctx, d)
+		})
+		o, err := e.dl.answer(t.Context(), nil, settleDelivery(7, nil, []byte("x")), 0, slog.Int64("offset", 4096), monoNow())
+		if err != nil || o.Kind != handler.OutcomeAck {
+			t.Fatalf("answer = %v, %v", o.Kind, err)
+		}
+		if want := []time.Duration{0, 0}; !slices.Equal(e.at, want) {
+			t.Errorf("deliveries at %v, want %v", e.at, want)
+		}
+	})
+}
