@@ -145,7 +145,7 @@ type batchAnswerLine struct {
 }
 
 // parseBatchAnswer reads the body of a 2xx answer to the batch ds into
-// outs, one outcome per record. An empty body (or white space alone)
+// outs, one outcome per record. An empty body (or white space on one line)
 // acknowledges every record.
 // Otherwise the body has exactly one line per record, in the batch's order,
 // each ended by a newline (the last one's is optional): a JSON object whose
@@ -159,7 +159,7 @@ type batchAnswerLine struct {
 //	{"seq":8,"outcome":"retry_after=30s"}
 //	{"outcome":"drop","why":"not an order"}
 func parseBatchAnswer(body []byte, ds []Delivery, outs []Outcome) error {
-	if len(bytes.TrimSpace(body)) == 0 { // nothing, or a newline a framework adds
+	if len(bytes.TrimSpace(body)) == 0 && bytes.Count(body, []byte("\n")) <= 1 { // nothing, or a newline a framework adds
 		fill(outs, Outcome{Kind: OutcomeAck})
 		return nil
 	}
