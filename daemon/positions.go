@@ -122,12 +122,23 @@ func (e *UnknownSubscriptionError) Error() string {
 	return fmt.Sprintf("no subscription %q in the configuration", e.Name)
 }
 
+// StreamFileError is a failure to find a position in a stream file: one
+// that cannot be opened or read, or has no such position.
+type StreamFileError struct {
+	Path string
+	Err  error
+}
+
+func (e *StreamFileError) Error() string { return e.Path + ": " + e.Err.Error() }
+
+func (e *StreamFileError) Unwrap() error { return e.Err }
+
 // SetPosition stores where the named subscription resumes: start resolved
 // to a frame boundary of its stream file as it is now. It takes the state
 // directory's lock, so while a daemon runs it refuses with an error that
 // wraps the [*offsets.LockedError] and says how to go on; a name that is
 // not configured is an [*UnknownSubscriptionError], found before the lock
-// is taken.
+// is taken; a failure in the stream file is a [*StreamFileError].
 func SetPosition(cfg *conf.Config, name string, start tail.Start) (offsets.Position, error) {
 	i := slices.IndexFunc(cfg.Subscriptions, func(sc conf.Subscription) bool { return sc.Name == name })
 	if i < 0 {
@@ -150,7 +161,7 @@ func SetPosition(cfg *conf.Config, name string, start tail.Start) (offsets.Posit
 	path := streamConfig(cfg, sc.Stream).Path
 	pos, err := resolvePosition(path, start, sc.Key)
 	if err != nil {
-		return offsets.Position{}, fmt.Errorf("%s: %w", path, err)
+		return offsets.Position{}, &StreamFileError{Path: path, Err: err}
 	}
 	// Every record from the position set is delivered, also those the
 	// last run settled beyond its stored position: they are forgotten

@@ -325,9 +325,11 @@ func addOffsetsCommands(app *kingpin.Application, actions map[string]action) {
 		}
 		pos, err := daemon.SetPosition(cfg, *name, to)
 		if err != nil {
-			code := failureExit(err) // 2 for a stream file that cannot be opened
+			code := exitError
 			if _, unknown := errors.AsType[*daemon.UnknownSubscriptionError](err); unknown {
 				code = exitUsage
+			} else if sfe, ok := errors.AsType[*daemon.StreamFileError](err); ok {
+				code = failureExit(sfe.Err) // 2 for a stream file that cannot be opened or read
 			}
 			return s.exitWith(code, "streamd offsets set: %v", err)
 		}
