@@ -26,7 +26,7 @@ func decodeCommand(app *kingpin.Application) action {
 	var p streamfile.Format
 	cmd.Flag("format", "Output format: log (stdio lines) or ndjson.").Default("log").SetText(&p)
 	headers := cmd.Flag("headers", `Decode each record's header envelope (rs1:, rs2:): show its headers (ndjson: a "headers" object; log: a line each, "#", indented, then "name: value") and the payload inside it.`).Bool()
-	follow := cmd.Flag("follow", "Print the messages as the file grows, until its end-of-stream frame or SIGINT/SIGTERM; beacons are not printed.").Bool()
+	follow := cmd.Flag("follow", "Print the messages as the file grows, until its end-of-stream frame, SIGINT/SIGTERM, or the reader of its output pipe going away; beacons are not printed.").Bool()
 	path := cmd.Arg("FILE", "The stream file.").Required().String()
 	return func(s stdio) int {
 		if *headers {
@@ -66,7 +66,16 @@ func whenReaderGone(out io.Writer, gone func()) {
 	if fi, err := f.Stat(); err != nil || fi.Mode().Type() != fs.ModeNamedPipe {
 		return
 	}
-	fd := int32(f.Fd())
+	// Not f.Fd(), which would make the descriptor blocking, for the
+	// process that shares it too.
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	var fd int32
+	if rc.Control(func(d uintptr) { fd = int32(d) }) != nil {
+		return
+	}
 	go func() {
 		fds := []unix.PollFd{{Fd: fd}} // no events asked: POLLERR and POLLHUP come anyway
 		for {

@@ -26,7 +26,7 @@ func TestSecondSignal(t *testing.T) {
 		eventually(t, 10*time.Second, "the delivery", func() bool { return len(e.deliveries()) == 1 })
 		p.cmd.Process.Signal(syscall.SIGTERM)
 		eventually(t, 10*time.Second, "the stop's log", func() bool { return strings.Contains(p.stderr.String(), "msg=stopping") })
-		time.Sleep(sameStop) // a signal sooner is taken for the same stop
+		time.Sleep(sameStop + 200*time.Millisecond) // a signal sooner is taken for the same stop
 		p.cmd.Process.Signal(syscall.SIGINT)
 		sent := time.Now()
 		select {
@@ -86,7 +86,7 @@ func TestSecondSignal(t *testing.T) {
 		})
 		p.cmd.Process.Signal(syscall.SIGTERM)
 		eventually(t, 10*time.Second, "the stop's log", func() bool { return len(logsWithMsg(p.stderr.String(), "stopping")) == 1 })
-		time.Sleep(sameStop) // a signal sooner is taken for the same stop
+		time.Sleep(sameStop + 200*time.Millisecond) // a signal sooner is taken for the same stop
 		p.cmd.Process.Signal(syscall.SIGTERM)
 		sent := time.Now()
 		if code, d := p.wait(t, 10*time.Second), time.Since(sent); code != exitError || d > 5*time.Second {
