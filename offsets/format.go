@@ -43,6 +43,11 @@ type CorruptError struct {
 }
 
 func (e *CorruptError) Error() string {
+	if ne, ok := errors.AsType[*newerError](e.Err); ok {
+		return fmt.Sprintf("offsets: sidecar %s is of version %d, written by a newer streamd: run that "+
+			"version, or stop and restore the sidecar of before the upgrade (the records since then are "+
+			"delivered again); see \"Upgrade and roll back\" in the README", e.Path, ne.version)
+	}
 	if e.Marker == "" {
 		return fmt.Sprintf("offsets: corrupt sidecar %s: %v (move the file aside to start every "+
 			"subscription from its start_at, or restore it from a backup; \"streamd offsets set\" "+
@@ -56,6 +61,14 @@ func (e *CorruptError) Error() string {
 }
 
 func (e *CorruptError) Unwrap() error { return e.Err }
+
+// newerError is a sidecar of a version after formatVersion: not damage,
+// but the file of a newer streamd, which a rollback must not move aside.
+type newerError struct{ version int64 }
+
+func (e *newerError) Error() string {
+	return fmt.Sprintf("unsupported version %d, this streamd reads versions %d and %d", e.version, devVersion, formatVersion)
+}
 
 // MissingError reports a state directory that has been used, as its marker
 // file shows ([Options.Marker]), but has no sidecar: where each
@@ -181,6 +194,9 @@ func decode(data []byte) (map[string]Position, error) {
 		return nil, fieldError([]string{"version"}, fmt.Sprintf("%s, want an integer", top.Version))
 	}
 	if version != formatVersion && version != devVersion {
+		if version > formatVersion {
+			return nil, &newerError{version}
+		}
 		return nil, fmt.Errorf("unsupported version %d, this streamd reads versions %d and %d", version, devVersion, formatVersion)
 	}
 	if err := checkKeys(raw, sidecarShape(version)); err != nil {

@@ -66,7 +66,6 @@ func corruptSidecars() []corruptSidecar {
 		{"trailing data", validSidecar + "\n}\n", fmt.Sprintf("unexpected data after the JSON object at byte %d", len(validSidecar)+1)},
 		{"two documents", validSidecar + validSidecar, fmt.Sprintf("unexpected data after the JSON object at byte %d", len(validSidecar))},
 		{"not an object", `[{"version": 2}]`, "the JSON value is not an object"},
-		{"newer version", replaced(`"version": 2`, `"version": 3`), "unsupported version 3, this streamd reads versions 1 and 2"},
 		{"version 0", replaced(`"version": 2`, `"version": 0`), "unsupported version 0, this streamd reads versions 1 and 2"},
 		{"version string", replaced(`"version": 2`, `"version": "2"`), `field "version": "2", want an integer`},
 		{"version fraction", replaced(`"version": 2`, `"version": 2.0`), `field "version": 2.0, want an integer`},
@@ -97,6 +96,32 @@ func corruptSidecars() []corruptSidecar {
 		{"time out of range", replaced(`"2025-03-01T12:00:00Z"`, `"0000-01-01T00:00:00+01:00"`), `subscription "billing": field "committed_at": "0000-01-01T00:00:00+01:00" is out of range`},
 		{"empty name", replaced(`"billing"`, `""`), "empty subscription name"},
 		{"too large", validSidecar + strings.Repeat(" ", maxSidecarSize), "larger than 16777216 bytes, the most the file may hold"},
+	}
+}
+
+// TestOpenNewer: a sidecar of a newer version is refused, file unchanged,
+// with the advice of a rollback (run the newer streamd, or restore the
+// sidecar of before the upgrade), not that of damage, which would drop the
+// retry spool.
+func TestOpenNewer(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, SidecarName)
+	data := strings.Replace(validSidecar, `"version": 2`, `"version": 3`, 1)
+	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want := "offsets: sidecar " + path + " is of version 3, written by a newer streamd: run that version, or stop and " +
+		`restore the sidecar of before the upgrade (the records since then are delivered again); see "Upgrade and roll back" in the README`
+	for _, marker := range []string{"", "retry.spool"} {
+		if s, err := Open(dir, Options{Marker: marker}); err == nil || err.Error() != want {
+			if err == nil {
+				s.Close()
+			}
+			t.Errorf("Open with marker %q:\n got %v\nwant %s", marker, err, want)
+		}
+	}
+	if b, _ := os.ReadFile(path); string(b) != data {
+		t.Error("the refused sidecar was changed")
 	}
 }
 
