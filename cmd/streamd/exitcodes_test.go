@@ -78,6 +78,10 @@ handler.kind = "discard"
 	if err != nil {
 		t.Fatal(err)
 	}
+	fifo := filepath.Join(dir, "fifo.ss") // opening it would wait for a writer
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	crashed := write("crashed.ss", string(append(b, make([]byte, 300)...)))
 
 	for _, tc := range []struct {
@@ -110,6 +114,8 @@ handler.kind = "discard"
 		{"invalid or failed", "", []string{"decode", replay}},
 		{"usage or unreadable", "", []string{"decode", filepath.Join(dir, "nope.ss")}},
 		{"usage or unreadable", "", []string{"decode", dir}},
+		{"usage or unreadable", "", []string{"decode", fifo}},
+		{"usage or unreadable", "", []string{"decode", "-"}},
 		{"usage or unreadable", "", []string{"decode"}},
 
 		{"done", "c\n", []string{"publish", "--file=" + filepath.Join(dir, "other.ss"), "--key=k"}},

@@ -29,6 +29,9 @@ func decodeCommand(app *kingpin.Application) action {
 	follow := cmd.Flag("follow", "Print the messages as the file grows, until its end-of-stream frame, SIGINT/SIGTERM, or the reader of its output pipe going away; beacons are not printed.").Bool()
 	path := cmd.Arg("FILE", "The stream file.").Required().String()
 	return func(s stdio) int {
+		if *path == "" || *path == "-" {
+			return s.exitWith(exitUsage, "streamd decode: give the path of a stream file: decode seeks in it, so it cannot read stdin")
+		}
 		if *headers {
 			p = p.WithHeaders()
 		}
