@@ -272,10 +272,11 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		d.stopAll()
 		return err
 	}
-	d.handovers, err = store.TakeSettled()
-	if err != nil {
-		d.logger.Warn("the records settled beyond the stored positions before the last stop are unknown: they are delivered again", "err", err)
+	kept, terr := store.TakeSettled()
+	if terr != nil {
+		d.logger.Warn("the records settled beyond the stored positions before the last stop are unknown: they are delivered again", "err", terr)
 	}
+	d.handovers = kept
 	for i, sc := range cfg.Subscriptions {
 		d.launch(sc, hs[i], nil)
 	}
@@ -436,7 +437,7 @@ func (d *Daemon) startSubscription(sc conf.Subscription, h handler.Handler) erro
 	}
 	if h, ok := d.handovers[sc.Name]; ok {
 		if n := sub.takeOver(h, opts.Resume); n > 0 {
-			logger.Info("the records the subscription settled before it stopped, after one it had not settled (its own and those it passed over), are not delivered again", "records", n)
+			logger.Info("the records the subscription settled before it stopped, after one it had not settled (its own, and copies of other subscriptions it passed over), are not delivered again", "records", n)
 		}
 	}
 	ctx, stopReading := context.WithCancel(context.Background())
