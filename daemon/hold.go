@@ -36,7 +36,7 @@ const holdSummaryEvery = time.Minute
 func (dl *deliverer) answer(ctx context.Context, stop <-chan struct{}, d *handler.Delivery, w int, at slog.Attr, handed int64) (handler.Outcome, error) {
 	failures := 0
 	for start := handed; ; start = monoNow() {
-		back, woken := dl.reconnected(), dl.heldWoken()
+		back, gen := dl.reconnected(), dl.heldGen.Load()
 		o, err := dl.handle(ctx, d, w, start)
 		if err != nil {
 			return o, err
@@ -45,7 +45,7 @@ func (dl *deliverer) answer(ctx context.Context, stop <-chan struct{}, d *handle
 			dl.hold.answered(dl.logger, dl.metrics.Held, failures > 0)
 			return o, nil
 		}
-		retry, err := dl.failedDelivery(ctx, stop, back, woken, []handler.Outcome{o}, &failures, d, at)
+		retry, err := dl.failedDelivery(ctx, stop, back, gen, []handler.Outcome{o}, &failures, d, at)
 		switch {
 		case err != nil:
 			return o, err
@@ -67,7 +67,7 @@ func (dl *deliverer) answerBatch(ctx context.Context, stop <-chan struct{}, bh h
 	pending, pouts := ds, outs // those without an answer yet, and their outcomes
 	var at []int               // where each of pending is in ds; nil while it is ds
 	for start := handed; ; start = monoNow() {
-		back, woken := dl.reconnected(), dl.heldWoken()
+		back, gen := dl.reconnected(), dl.heldGen.Load()
 		if err := dl.handleBatch(ctx, bh, pending, pouts, w, start); err != nil {
 			return err
 		}
@@ -100,7 +100,7 @@ func (dl *deliverer) answerBatch(ctx context.Context, stop <-chan struct{}, bh h
 		fouts[0], fouts[lead] = fouts[lead], fouts[0]
 		fouts[0].Delay = delay
 		d := &ds[failed[lead]]
-		retry, err := dl.failedDelivery(ctx, stop, back, woken, fouts, &failures, d, slog.Int64("offset", d.Offset))
+		retry, err := dl.failedDelivery(ctx, stop, back, gen, fouts, &failures, d, slog.Int64("offset", d.Offset))
 		switch {
 		case err != nil:
 			return err
@@ -138,12 +138,12 @@ func (dl *deliverer) reconnected() <-chan struct{} {
 // max_retry_after), before the records are delivered again. A failure of
 // reason unreachable waits no longer than until back, taken before the
 // delivery, is closed: the handler reconnected; any waits no longer than
-// until woken, taken before the delivery too, is closed (deliverHeldNow).
+// until deliverHeldNow, also one since gen, taken before the delivery.
 // It returns retry when the
 // subscription's max_failed_deliveries is reached (the records are then
 // settled as a retry), and errStopped when stop is closed or ctx ends, or
 // when the leading outcome says the delivery was cancelled.
-func (dl *deliverer) failedDelivery(ctx context.Context, stop, back, woken <-chan struct{}, fouts []handler.Outcome, failures *int, d *handler.Delivery, at slog.Attr) (retry bool, err error) {
+func (dl *deliverer) failedDelivery(ctx context.Context, stop, back <-chan struct{}, gen uint64, fouts []handler.Outcome, failures *int, d *handler.Delivery, at slog.Attr) (retry bool, err error) {
 	o := fouts[0] // the outcome the wait and the log follow
 	if o.Failure == handler.FailureCanceled || ctx.Err() != nil {
 		if *failures > 0 {
@@ -178,7 +178,7 @@ func (dl *deliverer) failedDelivery(ctx context.Context, stop, back, woken <-cha
 	select {
 	case <-t.C:
 	case <-back:
-	case <-woken:
+	case <-dl.heldWoken(gen):
 	case <-stop:
 	case <-ctx.Done():
 	}

@@ -73,9 +73,11 @@ type deliverer struct {
 	// handed (handler.IsBlind).
 	blind bool
 	// heldMu guards held, woken to deliver the held records again at
-	// once (deliverHeldNow).
-	heldMu sync.Mutex
-	held   wakeup.Signal
+	// once (deliverHeldNow); heldGen counts those wake-ups, read by each
+	// delivery without the lock.
+	heldMu  sync.Mutex
+	held    wakeup.Signal
+	heldGen atomic.Uint64
 }
 
 // deliverHeldNow ends the wait of every delivery held now: each is
@@ -84,16 +86,25 @@ type deliverer struct {
 // not wait for the next delivery (up to max_retry_after).
 func (dl *deliverer) deliverHeldNow() {
 	dl.heldMu.Lock()
+	dl.heldGen.Add(1)
 	dl.held.Wake()
 	dl.heldMu.Unlock()
 }
 
-// heldWoken returns the channel deliverHeldNow closes next.
-func (dl *deliverer) heldWoken() <-chan struct{} {
+// heldWoken returns a channel closed by the first deliverHeldNow after
+// gen, the count of wake-ups (heldGen) taken before the delivery: closed
+// already if one came since.
+func (dl *deliverer) heldWoken(gen uint64) <-chan struct{} {
 	dl.heldMu.Lock()
 	defer dl.heldMu.Unlock()
+	if dl.heldGen.Load() != gen {
+		return closedChan
+	}
 	return dl.held.C()
 }
+
+// closedChan is a channel closed from the start.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 func newDeliverer(sc conf.Subscription, h handler.Handler, t transport, copies copyWriter, m *metrics.SubscriptionMetrics, logger *slog.Logger) *deliverer {
 	dl := &deliverer{
