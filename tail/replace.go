@@ -24,7 +24,7 @@ import (
 // the open file.
 type replaceState struct {
 	draining  bool      // the path names another file: read this one to its end, then switch
-	drainSize int64     // the old file's size at the last look under a shared lock, -1 before
+	drainSize int64     // the old file's size when it was left by the path, then at each look under a shared lock
 	grew      time.Time // when the old file was last seen growing, or the switch was noticed
 	drained   int64     // records read from the old file since the switch was noticed
 	removed   bool      // the path is gone
@@ -190,9 +190,14 @@ func (fl *Follower) check(polled bool) error {
 			fl.log.Warn("cannot look at the path", "err", err)
 		}
 	case !os.SameFile(fi, st):
+		// Another file at the path, also after none for a while (a
+		// rotation's rename, then its create): the open file is left once
+		// quiet for the grace, counted from its last write, so that
+		// rotations closer together than the grace do not keep it open.
 		if !r.draining {
-			r.draining, r.drainSize, r.grew, r.drained = true, -1, time.Now(), 0
+			fl.drainRotated(fi)
 		}
+		r.removed = false
 	case r.draining:
 		// The path names the open file again (a symlink turned back, a
 		// rename undone) before the follower left it: it stays.

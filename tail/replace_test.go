@@ -406,6 +406,41 @@ func TestReplaceGrace(t *testing.T) {
 	}
 }
 
+// TestReplaceAfterRenameQuietFile: a rotation renames the file away (the
+// follower sees no file at the path), then creates the next one. The old
+// file, read to its end and last written long ago, is left at once for
+// the new one, not after a grace counted from when the new one appeared:
+// rotations closer together than the grace would keep the follower on it.
+func TestReplaceAfterRenameQuietFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path, moved := filepath.Join(dir, "r.ss"), filepath.Join(dir, "r.ss.1")
+	old := frames("old", 1, 10, 1, 60)
+	repl := frames("new", 1, 5, 1, 20)
+	writeFile(t, path, oldHeader, old)
+	long := time.Now().Add(-2 * time.Hour)
+	if err := os.Chtimes(path, long, long); err != nil {
+		t.Fatal(err)
+	}
+	obs := newObserver()
+	fl, err := New(Options{Path: path, PollInterval: 50 * time.Millisecond, RotationGrace: time.Hour, Observer: obs, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fl.Close()
+	items, stop := follow(t, fl)
+	defer stop()
+	collect(t, items, len(old), 5*time.Second)
+	if err := os.Rename(path, moved); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the path seen without a file", func() bool { return obs.count(EventRemoved) == 1 })
+	writeFile(t, path, newHeader, repl)
+	if err := sameFrames(collect(t, items, len(repl), 10*time.Second), repl); err != nil {
+		t.Errorf("the new file: %v", err)
+	}
+}
+
 // TestReplaceByNonStreamFile: a file that is not a stream file takes the
 // path (a wrong file copied over it): the follower counts it, waits
 // without failing, and reads the stream file that replaces it in turn
