@@ -290,10 +290,34 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	d.beginStop()
 	settled := d.stopAll()
 	maps.Copy(settled, d.handovers) // of a reload that was stopping them when told to stop
-	if serr := store.SaveSettled(settled); serr != nil {
-		d.logger.Warn("cannot keep the records settled beyond the stored positions: they are delivered again at the next start", "err", serr)
-	}
+	d.keepSettled(settled)
 	return err
+}
+
+// keepSettled commits the positions, then keeps what the subscriptions
+// settled beyond them for the next start (offsets.Store.SaveSettled),
+// each tied to the commit of its position: a position stored otherwise
+// since is another.
+func (d *Daemon) keepSettled(settled map[string]offsets.Settled) {
+	maps.DeleteFunc(settled, func(_ string, st offsets.Settled) bool { return len(st.Records) == 0 })
+	if len(settled) > 0 {
+		if err := d.store.Commit(); err != nil {
+			d.logger.Warn("cannot keep the records settled beyond the stored positions, which cannot be committed: they are delivered again at the next start", "err", err)
+			return
+		}
+	}
+	for name, st := range settled {
+		p, ok := d.store.Get(name)
+		if !ok || p.Stream != st.Stream || p.File != st.File || p.Offset != st.Offset {
+			delete(settled, name)
+			continue
+		}
+		st.CommittedAt = p.CommittedAt
+		settled[name] = st
+	}
+	if err := d.store.SaveSettled(settled); err != nil {
+		d.logger.Warn("cannot keep the records settled beyond the stored positions: they are delivered again at the next start", "err", err)
+	}
 }
 
 // beginStop sets when the deliveries in flight of the stop must end, the
@@ -390,9 +414,11 @@ func (d *Daemon) startSubscription(sc conf.Subscription, h handler.Handler) erro
 		opts.OnCorrupt = tail.StopOnCorrupt
 	}
 	from := offsets.Mark{}
+	var committedAt time.Time // of the stored position
 	switch p, ok := d.store.Get(sc.Name); {
 	case ok && p.Stream == st.cfg.Path:
 		opts.Resume = &tail.Position{File: p.File, Offset: p.Offset}
+		committedAt = p.CommittedAt
 		from = offsets.Mark{Offset: p.Offset, Seq: p.LastSeq}
 		sm.Position.Set(float64(p.Offset)) // lag is true from the start, not from the first commit
 		logger.Info("subscription starts at its stored position", "offset", p.Offset, "path", st.cfg.Path)
@@ -436,8 +462,8 @@ func (d *Daemon) startSubscription(sc conf.Subscription, h handler.Handler) erro
 		sub.file = opts.Resume.File
 	}
 	if h, ok := d.handovers[sc.Name]; ok {
-		if n := sub.takeOver(h, opts.Resume); n > 0 {
-			logger.Info("the records the subscription settled before it stopped, after one it had not settled (its own, and copies of other subscriptions it passed over), are not delivered again", "records", n)
+		if n := sub.takeOver(h, opts.Resume, committedAt); n > 0 {
+			logger.Info("the subscription skips the records it settled before it stopped, after one it had not settled (its own, and copies of other subscriptions it passed over), when it reads them in this file again", "records", n)
 		}
 	}
 	ctx, stopReading := context.WithCancel(context.Background())

@@ -17,6 +17,7 @@ import (
 	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/envelope"
 	"github.com/streamd/streamd/handler"
+	"github.com/streamd/streamd/offsets"
 	"github.com/streamd/streamd/streamfile"
 	"github.com/streamd/streamd/tail"
 )
@@ -239,36 +240,37 @@ func (hr *holdingRun) waitHeld(t *testing.T, acked int) {
 }
 
 // holdingAhead starts a daemon whose subscription s (reading "orders",
-// concurrency 2) holds "BAD", and settled the three records after it,
-// passing over one of "other" and a retry copy made under the name "old".
+// concurrency 2) acked "a0", holds "BAD", and settled the three records
+// after it, passing over one of "other" and a retry copy made under the
+// name "old".
 func holdingAhead(t *testing.T) *holdingRun {
 	e := newRunEnv(t, runSub("s", "orders", "concurrency = 2\nbackoff = [\"1h\"]"))
-	e.put("orders", nil, "BAD")
+	e.put("orders", nil, "a0", "BAD")
 	e.put("other", nil, "x1")
 	e.put("orders", envelope.Headers{{Name: OriginHeader, Value: []byte("old")}, {Name: envelope.RetryCountHeader, Value: []byte("1")}}, "F")
 	e.put("orders", nil, "a1", "a2", "a3")
 	hr := startHolding(e)
-	hr.waitHeld(t, 3)
+	hr.waitHeld(t, 4)
 	return hr
 }
 
 // settledRun is a subscription started again after it held "BAD" and
 // settled the records after it (holdingAhead): the key and other
-// configuration it has then, whether a position was set by hand before
-// (streamd offsets set, to its stored position), and the deliveries by
-// payload in all.
+// configuration it has then, how a position was set before (to its stored
+// offset: "offsets set", or "no settled.json" by a streamd that does not
+// know the file, which keeps it), and the deliveries by payload in all.
 type settledRun struct {
 	name, key, extra string
-	setPosition      bool
+	positionSet      string
 	want             map[string]int
 }
 
 // settledRuns are the cases of a reload or a stop and start.
 var settledRuns = []settledRun{
-	{name: "same records", key: "orders", want: map[string]int{"BAD": 2, "a1": 1, "a2": 1, "a3": 1}},
+	{name: "same records", key: "orders", want: map[string]int{"a0": 1, "BAD": 2, "a1": 1, "a2": 1, "a3": 1}},
 	// A record passed over may be wanted now: nothing is handed over.
-	{name: "key changed", key: "other", want: map[string]int{"BAD": 1, "a1": 1, "a2": 1, "a3": 1, "x1": 1}},
-	{name: "renamed_from added", key: "orders", extra: `renamed_from = ["old"]`, want: map[string]int{"BAD": 2, "F": 1, "a1": 2, "a2": 2, "a3": 2}},
+	{name: "key changed", key: "other", want: map[string]int{"a0": 1, "BAD": 1, "a1": 1, "a2": 1, "a3": 1, "x1": 1}},
+	{name: "renamed_from added", key: "orders", extra: `renamed_from = ["old"]`, want: map[string]int{"a0": 1, "BAD": 2, "F": 1, "a1": 2, "a2": 2, "a3": 2}},
 }
 
 // again mends the handler and returns the configuration of s started
@@ -336,7 +338,7 @@ func TestReloadDeliversHeldNow(t *testing.T) {
 	if l := hr.r.logs.with("the reload starts the subscription again: its configuration changed"); len(l) != 0 {
 		t.Fatalf("the subscription was started again: %v", l)
 	}
-	want := map[string]int{"BAD": 2, "a1": 1, "a2": 1, "a3": 1}
+	want := map[string]int{"a0": 1, "BAD": 2, "a1": 1, "a2": 1, "a3": 1}
 	if got := hr.settle(t, hr.r); !reflect.DeepEqual(got, want) {
 		t.Errorf("deliveries by payload %v, want %v", got, want)
 	}
@@ -346,11 +348,15 @@ func TestReloadDeliversHeldNow(t *testing.T) {
 // the records it settled after it for the next start, which delivers the
 // held record again and not those, unless it changed key or renamed_from;
 // or a position was set by hand before it, to the same position: every
-// record from there is delivered.
+// record from there is delivered; also when the kept file outlived it
+// (set by a streamd that does not know the file: the position is another
+// commit).
 func TestStopKeepsSettled(t *testing.T) {
 	t.Parallel()
+	again := map[string]int{"a0": 1, "BAD": 2, "a1": 2, "a2": 2, "a3": 2}
 	cases := append(slices.Clone(settledRuns),
-		settledRun{name: "position set", key: "orders", setPosition: true, want: map[string]int{"BAD": 2, "a1": 2, "a2": 2, "a3": 2}})
+		settledRun{name: "position set", key: "orders", positionSet: "offsets set", want: again},
+		settledRun{name: "position set by an older streamd", key: "orders", positionSet: "no settled.json", want: again})
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -358,12 +364,23 @@ func TestStopKeepsSettled(t *testing.T) {
 			if err := hr.r.stop(); err != nil {
 				t.Fatal(err)
 			}
-			if tc.setPosition {
+			switch tc.positionSet {
+			case "offsets set":
 				at, err := tail.ParseStart(fmt.Sprintf("offset:%d", hr.e.storedOffset("s")))
 				if err != nil {
 					t.Fatal(err)
 				}
 				if _, err := SetPosition(hr.e.load(), "s", at); err != nil {
+					t.Fatal(err)
+				}
+			case "no settled.json":
+				store, err := offsets.Open(filepath.Join(hr.e.dir, "state"), offsets.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				p, _ := store.Get("s")
+				p.LastSeq = 0 // as offsets set stores it
+				if err := errors.Join(store.Set("s", p), store.Commit(), store.Close()); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -88,13 +88,15 @@ func (s *subscription) handOver() offsets.Settled {
 		Key: s.cfg.Key, RenamedFrom: s.cfg.RenamedFrom, Records: records}
 }
 
-// takeOver makes s, about to read from the stored position resume, skip
-// the records its predecessor settled (h), when they are the same records
-// for it: the same file and position, and a configuration that wants the
-// same records (key, and former names for its copies). It returns how
+// takeOver makes s, about to read from the stored position resume,
+// committed at committedAt, skip the records its predecessor settled (h),
+// when they are the same records for it: the same file and position (the
+// same commit of it, for what a stop kept), and a configuration that wants
+// the same records (key, and former names for its copies). It returns how
 // many it skips.
-func (s *subscription) takeOver(h offsets.Settled, resume *tail.Position) int {
+func (s *subscription) takeOver(h offsets.Settled, resume *tail.Position, committedAt time.Time) int {
 	same := resume != nil && h.Stream == s.stream.cfg.Path && h.File == resume.File && h.Offset == resume.Offset &&
+		(h.CommittedAt.IsZero() || h.CommittedAt.Equal(committedAt)) &&
 		h.Key == s.cfg.Key && slices.Equal(h.RenamedFrom, s.cfg.RenamedFrom)
 	if !same {
 		return 0

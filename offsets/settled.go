@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"time"
 
 	"github.com/streamd/streamd/internal/durable"
 	"github.com/streamd/streamd/streamfile"
@@ -43,6 +44,12 @@ type Settled struct {
 	File streamfile.Identity
 	// Offset is the position the records lie beyond.
 	Offset int64
+	// CommittedAt is when that position was committed
+	// ([Position.CommittedAt]): a position committed since (set by hand,
+	// by a streamd that does not know the file, or restored from a
+	// backup) is another, even at the same offset. Zero for a reload's
+	// handover, within one process.
+	CommittedAt time.Time
 	// Key and RenamedFrom are the subscription's configuration that chose
 	// the records: its stream key, and the former names whose retry copies
 	// were its own. A subscription configured otherwise wants other
@@ -65,6 +72,7 @@ type (
 		Stream      string       `json:"stream"`
 		File        identityJSON `json:"file"`
 		Offset      int64        `json:"offset"`
+		CommittedAt string       `json:"committed_at"`
 		Key         string       `json:"key"`
 		RenamedFrom []string     `json:"renamed_from"`
 		Records     [][4]uint64  `json:"records"`
@@ -178,6 +186,7 @@ func encodeSettled(settled map[string]Settled) ([]byte, error) {
 			Stream:      st.Stream,
 			File:        identityJSON{Ino: st.File.Ino, FileName: st.File.FileName, CreatedAtMs: st.File.CreatedAtMs},
 			Offset:      st.Offset,
+			CommittedAt: st.CommittedAt.UTC().Format(time.RFC3339Nano),
 			Key:         st.Key,
 			RenamedFrom: orEmpty(st.RenamedFrom),
 			Records:     records,
@@ -204,7 +213,7 @@ func orEmpty(names []string) []string {
 
 // settledShape is the keys of a settled file.
 var settledShape = shape{
-	entry: []string{"stream", "file", "offset", "key", "renamed_from", "records"},
+	entry: []string{"stream", "file", "offset", "committed_at", "key", "renamed_from", "records"},
 	file:  []string{"ino", "file_name", "created_at_ms"},
 }
 
@@ -244,6 +253,9 @@ func decodeSettled(data []byte) (map[string]Settled, error) {
 		}
 		if e.Stream == "" || e.Offset < 0 {
 			return nil, fmt.Errorf("subscription %q: no stream path, or a negative offset", name)
+		}
+		if err := st.CommittedAt.UnmarshalText([]byte(e.CommittedAt)); err != nil {
+			return nil, fmt.Errorf("subscription %q: committed_at %q, want an RFC 3339 time", name, e.CommittedAt)
 		}
 		if len(st.RenamedFrom) == 0 {
 			st.RenamedFrom = nil // as in a configuration that sets none

@@ -8,16 +8,18 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/streamd/streamd/streamfile"
 )
 
 func testSettled(offset int64, key string) Settled {
 	return Settled{
-		Stream: "/s/orders.ss",
-		File:   streamfile.Identity{Ino: 2, FileName: "orders", CreatedAtMs: 3},
-		Offset: offset,
-		Key:    key,
+		Stream:      "/s/orders.ss",
+		File:        streamfile.Identity{Ino: 2, FileName: "orders", CreatedAtMs: 3},
+		Offset:      offset,
+		CommittedAt: time.Date(2026, 12, 3, 12, 0, 0, 500, time.UTC),
+		Key:         key,
 		Records: []Span{
 			{Start: offset + 40, End: offset + 80, Seq: 7, Tag: 1<<62 | 0xbeef},
 			{Start: offset + 80, End: offset + 120, Seq: 8, Tag: 9},
@@ -97,7 +99,7 @@ func TestSettledSync(t *testing.T) {
 // and gives nothing: its records are delivered again.
 func TestSettledBad(t *testing.T) {
 	entry := func(e string) string { return `{"version":1,"subscriptions":{"b":` + e + `}}` }
-	const good = `{"stream":"/s","file":{"ino":1,"file_name":"o","created_at_ms":1},"offset":10,"key":"k","renamed_from":[],"records":[[20,30,1,1]]}`
+	const good = `{"stream":"/s","file":{"ino":1,"file_name":"o","created_at_ms":1},"offset":10,"committed_at":"2026-12-03T12:00:00.5Z","key":"k","renamed_from":[],"records":[[20,30,1,1]]}`
 	for _, tc := range []struct{ name, data, want string }{
 		{"empty", "", "empty"},
 		{"torn", entry(good)[:40], "JSON ends early"},
@@ -113,6 +115,7 @@ func TestSettledBad(t *testing.T) {
 		{"record before offset", entry(strings.Replace(good, "[20,30", "[5,30", 1)), "not after offset 10"},
 		{"records out of order", entry(strings.Replace(good, "[[20,30,1,1]]", "[[40,50,2,1],[20,30,1,1]]", 1)), "not after offset 50"},
 		{"empty record", entry(strings.Replace(good, "[20,30", "[20,20", 1)), "[20, 20)"},
+		{"bad time", entry(strings.Replace(good, `"2026-12-03T12:00:00.5Z"`, `"noon"`, 1)), `committed_at "noon", want an RFC 3339 time`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
