@@ -254,8 +254,8 @@ func decodeSettled(data []byte) (map[string]Settled, error) {
 		if e.Stream == "" || e.Offset < 0 {
 			return nil, fmt.Errorf("subscription %q: no stream path, or a negative offset", name)
 		}
-		if err := st.CommittedAt.UnmarshalText([]byte(e.CommittedAt)); err != nil {
-			return nil, fmt.Errorf("subscription %q: committed_at %q, want an RFC 3339 time", name, e.CommittedAt)
+		if err := st.CommittedAt.UnmarshalText([]byte(e.CommittedAt)); err != nil || st.CommittedAt.IsZero() {
+			return nil, fmt.Errorf("subscription %q: committed_at %q, want the RFC 3339 time of a commit", name, e.CommittedAt)
 		}
 		if len(st.RenamedFrom) == 0 {
 			st.RenamedFrom = nil // as in a configuration that sets none

@@ -115,7 +115,8 @@ func TestSettledBad(t *testing.T) {
 		{"record before offset", entry(strings.Replace(good, "[20,30", "[5,30", 1)), "not after offset 10"},
 		{"records out of order", entry(strings.Replace(good, "[[20,30,1,1]]", "[[40,50,2,1],[20,30,1,1]]", 1)), "not after offset 50"},
 		{"empty record", entry(strings.Replace(good, "[20,30", "[20,20", 1)), "[20, 20)"},
-		{"bad time", entry(strings.Replace(good, `"2026-12-03T12:00:00.5Z"`, `"noon"`, 1)), `committed_at "noon", want an RFC 3339 time`},
+		{"bad time", entry(strings.Replace(good, `"2026-12-03T12:00:00.5Z"`, `"noon"`, 1)), `committed_at "noon", want the RFC 3339 time of a commit`},
+		{"zero time", entry(strings.Replace(good, `"2026-12-03T12:00:00.5Z"`, `"0001-01-01T00:00:00Z"`, 1)), "want the RFC 3339 time of a commit"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()

@@ -397,9 +397,9 @@ func (e *WriteError) Error() string { return "write output: " + e.Err.Error() }
 
 func (e *WriteError) Unwrap() error { return e.Err }
 
-// errNotRegular is PrintFile's refusal of a file that is not a regular
+// ErrNotRegular is PrintFile's refusal of a file that is not a regular
 // file: a pipe or a device can be read only once, in order.
-var errNotRegular = errors.New("not a regular file: decode seeks in a stream file (unpack or copy one read from a pipe first)")
+var ErrNotRegular = errors.New("not a regular file: decode seeks in a stream file (unpack or copy one read from a pipe first)")
 
 // PrintFile prints the stream file at path with [Format.Print] to w,
 // buffered, up to the size it has when PrintFile starts. It returns that
@@ -410,7 +410,7 @@ var errNotRegular = errors.New("not a regular file: decode seeks in a stream fil
 func (p Format) PrintFile(w io.Writer, path string) (pos, size int64, err error) {
 	// Not opened unless a regular file: opening a FIFO waits for a writer.
 	if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() && !fi.IsDir() {
-		return 0, 0, &fs.PathError{Op: "open", Path: path, Err: errNotRegular}
+		return 0, 0, &fs.PathError{Op: "open", Path: path, Err: ErrNotRegular}
 	}
 	f, err := os.Open(path)
 	if err != nil {

@@ -24,11 +24,15 @@ import (
 // the open file.
 type replaceState struct {
 	draining  bool      // the path names another file: read this one to its end, then switch
-	drainSize int64     // the old file's size when it was left by the path, then at each look under a shared lock
+	drainSize int64     // the old file's size when the path was seen not naming it, then at each look under a shared lock
 	grew      time.Time // when the old file was last seen growing, or the switch was noticed
-	drained   int64     // records read from the old file since the switch was noticed
-	removed   bool      // the path is gone
-	missing   ratelog.Limiter
+	// leftAt is when the path was first seen not naming the open file
+	// (local clock), kept through a moment with no file at the path and
+	// the rotations after it; zero while the path names it.
+	leftAt  time.Time
+	drained int64 // records read from the old file since the switch was noticed
+	removed bool  // the path is gone
+	missing ratelog.Limiter
 	// told: EventReplaced was told for the file at the path, unopened,
 	// which replaced the open one and could not be opened (nil if it
 	// could not be looked at either).
@@ -143,6 +147,9 @@ func (fl *Follower) drainInstead(f *os.File) (os.FileInfo, bool) {
 func (fl *Follower) drainRotated(fi os.FileInfo) {
 	r := &fl.replace
 	r.draining, r.drainSize, r.grew, r.drained = true, fi.Size(), fi.ModTime(), 0
+	if now := time.Now(); r.grew.After(now) { // the file server's clock ahead of ours
+		r.grew = now
+	}
 }
 
 // check looks at the open file and at the path after a wake-up.
@@ -167,6 +174,9 @@ func (fl *Follower) check(polled bool) error {
 	st, err := os.Stat(fl.path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
+		if r.leftAt.IsZero() {
+			r.leftAt = time.Now()
+		}
 		r.draining, r.told, r.unopened = false, false, nil
 		if r.openTrouble.Failing() {
 			r.openTrouble.Passed(fl.log, "the file that could not be opened is gone from the path")
@@ -192,19 +202,24 @@ func (fl *Follower) check(polled bool) error {
 	case !os.SameFile(fi, st):
 		// Another file at the path, also after none for a while (a
 		// rotation's rename, then its create): the open file is left once
-		// quiet for the grace, counted from its last write, so that
-		// rotations closer together than the grace do not keep it open.
+		// read to its end and quiet for the grace, counted from when the
+		// path was first seen without it, so that a producer that kept
+		// its descriptor may write a little longer, and rotations closer
+		// together than the grace do not keep it open.
+		if r.leftAt.IsZero() {
+			r.leftAt = time.Now()
+		}
 		if !r.draining {
-			fl.drainRotated(fi)
+			r.draining, r.drainSize, r.grew, r.drained = true, fi.Size(), r.leftAt, 0
 		}
 		r.removed = false
 	case r.draining:
 		// The path names the open file again (a symlink turned back, a
 		// rename undone) before the follower left it: it stays.
-		r.draining = false
+		r.draining, r.leftAt = false, time.Time{}
 		fl.log.Info("the path names the stream file being read again; reading on in it", "offset", fl.pos())
 	case r.removed:
-		r.removed = false
+		r.removed, r.leftAt = false, time.Time{}
 		fl.log.Info("stream file is back")
 	}
 	return nil
@@ -444,7 +459,7 @@ func (fl *Follower) switchFile(err error) error {
 		if fi, ferr := fl.f.Stat(); serr == nil && ferr == nil && os.SameFile(fi, st) {
 			// The path names the open file again: nothing to switch to.
 			nf.Close()
-			r.draining = false
+			r.draining, r.leftAt = false, time.Time{}
 			return nil
 		}
 	}
@@ -473,7 +488,7 @@ func (fl *Follower) switchFile(err error) error {
 	cerr := fl.f.Close()
 	fl.f = nf
 	fl.startOver()
-	r.draining, r.removed = false, false
+	r.draining, r.removed, r.leftAt = false, false, time.Time{}
 	if name != fl.path && st != nil {
 		fl.drainRotated(st)
 	}

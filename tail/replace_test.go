@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -406,38 +407,105 @@ func TestReplaceGrace(t *testing.T) {
 	}
 }
 
-// TestReplaceAfterRenameQuietFile: a rotation renames the file away (the
-// follower sees no file at the path), then creates the next one. The old
-// file, read to its end and last written long ago, is left at once for
-// the new one, not after a grace counted from when the new one appeared:
-// rotations closer together than the grace would keep the follower on it.
-func TestReplaceAfterRenameQuietFile(t *testing.T) {
+// TestReplaceQuietProducerWritesAfterRotation: a producer that keeps its
+// descriptor, quiet for longer than the grace before a rotation (renamed
+// over, or renamed and then created: the follower sees no file at the
+// path between), writes to the old file shortly after it: the follower
+// reads it, as the grace counts from the rotation, not the last write.
+func TestReplaceQuietProducerWritesAfterRotation(t *testing.T) {
+	t.Parallel()
+	for _, gap := range []bool{false, true} {
+		t.Run(fmt.Sprintf("no file at the path between=%v", gap), func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			path, moved := filepath.Join(dir, "r.ss"), filepath.Join(dir, "r.ss.1")
+			old := frames("old", 1, 12, 1, 60)
+			repl := frames("new", 1, 5, 1, 20)
+			writeFile(t, path, oldHeader, old[:10])
+			w, err := streamfile.OpenWriter(path, streamfile.CreateOptions{}) // the producer's descriptor
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			quiet := time.Now().Add(-10 * time.Second)
+			if err := os.Chtimes(path, quiet, quiet); err != nil {
+				t.Fatal(err)
+			}
+			obs := newObserver()
+			fl, err := New(Options{Path: path, PollInterval: 50 * time.Millisecond, RotationGrace: 2 * time.Second, Observer: obs, Logger: testLogger(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer fl.Close()
+			items, stop := follow(t, fl)
+			defer stop()
+			first := collect(t, items, 10, 5*time.Second)
+			if gap {
+				if err := os.Rename(path, moved); err != nil {
+					t.Fatal(err)
+				}
+				waitFor(t, 5*time.Second, "the path seen without a file", func() bool { return obs.count(EventRemoved) == 1 })
+				writeFile(t, path, newHeader, repl)
+			} else {
+				writeFile(t, path+".tmp", newHeader, repl)
+				if err := os.Rename(path, moved); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Rename(path+".tmp", path); err != nil {
+					t.Fatal(err)
+				}
+			}
+			time.Sleep(300 * time.Millisecond) // the producer writes once more before it reopens
+			if err := w.Append(old[10:]...); err != nil {
+				t.Fatal(err)
+			}
+			rest := collect(t, items, 2+len(repl), 10*time.Second)
+			if err := sameFrames(append(first, rest[:2]...), old); err != nil {
+				t.Errorf("the old file: %v", err)
+			}
+			if err := sameFrames(rest[2:], repl); err != nil {
+				t.Errorf("the new file: %v", err)
+			}
+		})
+	}
+}
+
+// TestReplaceFrequentRotations: rotations (a rename, then a create) every
+// 300 ms, closer together than the grace (1 s): the follower leaves the
+// first file once quiet for the grace after the first rotation, and reads
+// the files rotated after it while the rotations go on, instead of
+// starting the grace again at each of them.
+func TestReplaceFrequentRotations(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	path, moved := filepath.Join(dir, "r.ss"), filepath.Join(dir, "r.ss.1")
-	old := frames("old", 1, 10, 1, 60)
-	repl := frames("new", 1, 5, 1, 20)
-	writeFile(t, path, oldHeader, old)
-	long := time.Now().Add(-2 * time.Hour)
-	if err := os.Chtimes(path, long, long); err != nil {
-		t.Fatal(err)
-	}
-	obs := newObserver()
-	fl, err := New(Options{Path: path, PollInterval: 50 * time.Millisecond, RotationGrace: time.Hour, Observer: obs, Logger: testLogger(t)})
+	path := filepath.Join(dir, "r.ss")
+	writeFile(t, path, streamfile.Header{FileName: "r.ss", CreatedAtMs: 1, BeaconInterval: 1024}, frames("f0", 1, 3, 1, 20))
+	fl, err := New(Options{Path: path, PollInterval: 50 * time.Millisecond, RotationGrace: time.Second, Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer fl.Close()
 	items, stop := follow(t, fl)
 	defer stop()
-	collect(t, items, len(old), 5*time.Second)
-	if err := os.Rename(path, moved); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 5*time.Second, "the path seen without a file", func() bool { return obs.count(EventRemoved) == 1 })
-	writeFile(t, path, newHeader, repl)
-	if err := sameFrames(collect(t, items, len(repl), 10*time.Second), repl); err != nil {
-		t.Errorf("the new file: %v", err)
+	collect(t, items, 3, 5*time.Second)
+	done := make(chan struct{})
+	defer func() { <-done }()
+	go func() {
+		defer close(done)
+		for i := 1; i <= 20; i++ {
+			time.Sleep(300 * time.Millisecond)
+			if err := os.Rename(path, fmt.Sprintf("%s.%d", path, i)); err != nil {
+				t.Error(err)
+				return
+			}
+			time.Sleep(60 * time.Millisecond)
+			writeFile(t, path, streamfile.Header{FileName: "r.ss", CreatedAtMs: uint64(1 + i), BeaconInterval: 1024}, frames(fmt.Sprintf("f%d", i), 1, 3, 1, 20))
+		}
+	}()
+	// The rotations last 7 s; the first file is left about 1 s after
+	// the first of them.
+	if got := collect(t, items, 3, 4*time.Second); got[0].Key != "f1" {
+		t.Errorf("read %s after the first file, want f1, the file rotated next", got[0].Key)
 	}
 }
 

@@ -115,6 +115,7 @@ handler.kind = "discard"
 		{"usage or unreadable", "", []string{"decode", filepath.Join(dir, "nope.ss")}},
 		{"usage or unreadable", "", []string{"decode", dir}},
 		{"usage or unreadable", "", []string{"decode", fifo}},
+		{"usage or unreadable", "", []string{"decode", "--follow", fifo}},
 		{"usage or unreadable", "", []string{"decode", "-"}},
 		{"usage or unreadable", "", []string{"decode"}},
 
