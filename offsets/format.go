@@ -110,6 +110,16 @@ type (
 	}
 )
 
+// identityJSONOf is id in the shape the files store it.
+func identityJSONOf(id streamfile.Identity) identityJSON {
+	return identityJSON{Ino: id.Ino, FileName: id.FileName, CreatedAtMs: id.CreatedAtMs}
+}
+
+// identity is the file identity j stores.
+func (j identityJSON) identity() streamfile.Identity {
+	return streamfile.Identity{Ino: j.Ino, FileName: j.FileName, CreatedAtMs: j.CreatedAtMs}
+}
+
 // shape gives the keys of the objects of a JSON file shaped as a sidecar
 // and a settled file both are: a version and subscriptions by name, each
 // an object with entry's keys, among them a file object with file's keys.
@@ -154,7 +164,7 @@ func encode(positions map[string]Position) ([]byte, error) {
 	for name, p := range positions {
 		file.Subscriptions[name] = entryJSON{
 			Stream:      p.Stream,
-			File:        identityJSON{Ino: p.File.Ino, FileName: p.File.FileName, CreatedAtMs: p.File.CreatedAtMs},
+			File:        identityJSONOf(p.File),
 			Offset:      p.Offset,
 			LastSeq:     p.LastSeq,
 			CommittedAt: p.CommittedAt.UTC().Format(time.RFC3339Nano),
@@ -237,7 +247,7 @@ func (e entryJSON) position(name string) (Position, error) {
 	}
 	p := Position{
 		Stream:      e.Stream,
-		File:        streamfile.Identity{Ino: e.File.Ino, FileName: e.File.FileName, CreatedAtMs: e.File.CreatedAtMs},
+		File:        e.File.identity(),
 		Offset:      e.Offset,
 		LastSeq:     e.LastSeq,
 		CommittedAt: committedAt,

@@ -184,7 +184,7 @@ func encodeSettled(settled map[string]Settled) ([]byte, error) {
 		}
 		file.Subscriptions[name] = settledJSON{
 			Stream:      st.Stream,
-			File:        identityJSON{Ino: st.File.Ino, FileName: st.File.FileName, CreatedAtMs: st.File.CreatedAtMs},
+			File:        identityJSONOf(st.File),
 			Offset:      st.Offset,
 			CommittedAt: st.CommittedAt.UTC().Format(time.RFC3339Nano),
 			Key:         st.Key,
@@ -245,7 +245,7 @@ func decodeSettled(data []byte) (map[string]Settled, error) {
 		e := file.Subscriptions[name]
 		st := Settled{
 			Stream:      e.Stream,
-			File:        streamfile.Identity{Ino: e.File.Ino, FileName: e.File.FileName, CreatedAtMs: e.File.CreatedAtMs},
+			File:        e.File.identity(),
 			Offset:      e.Offset,
 			Key:         e.Key,
 			RenamedFrom: e.RenamedFrom,

@@ -397,20 +397,16 @@ func (e *WriteError) Error() string { return "write output: " + e.Err.Error() }
 
 func (e *WriteError) Unwrap() error { return e.Err }
 
-// ErrNotRegular is PrintFile's refusal of a file that is not a regular
-// file: a pipe or a device can be read only once, in order.
-var ErrNotRegular = errors.New("not a regular file: decode seeks in a stream file (unpack or copy one read from a pipe first)")
-
 // PrintFile prints the stream file at path with [Format.Print] to w,
 // buffered, up to the size it has when PrintFile starts. It returns that
 // size, and the position and the error where Print stopped, the error
-// wrapped with the path; a file that cannot be opened, or is not a
-// regular file (a FIFO, a device), is an [*fs.PathError], and one whose
-// header is not a stream file's a [*HeaderError].
+// wrapped with the path; a file that cannot be opened is an
+// [*fs.PathError], one that is not a regular file (a FIFO, a device) a
+// [*NotRegularError], and one whose header is not a stream file's a
+// [*HeaderError].
 func (p Format) PrintFile(w io.Writer, path string) (pos, size int64, err error) {
-	// Not opened unless a regular file: opening a FIFO waits for a writer.
-	if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() && !fi.IsDir() {
-		return 0, 0, &fs.PathError{Op: "open", Path: path, Err: ErrNotRegular}
+	if err := CheckRegular(path); err != nil {
+		return 0, 0, err
 	}
 	f, err := os.Open(path)
 	if err != nil {

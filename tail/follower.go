@@ -103,7 +103,14 @@ type file interface {
 	Close() error
 }
 
-func openFile(name string) (file, error) { return os.Open(name) }
+// openFile opens the stream file name for reading; a named pipe or a
+// device is refused before it is opened ([streamfile.CheckRegular]).
+func openFile(name string) (file, error) {
+	if err := streamfile.CheckRegular(name); err != nil {
+		return nil, err
+	}
+	return os.Open(name)
+}
 
 // testHooks let the tests of this package act at given points.
 type testHooks struct {

@@ -362,11 +362,20 @@ func TestReplaceWaitsForLockedWriter(t *testing.T) {
 	if err := unix.Flock(int(w.Fd()), unix.LOCK_UN); err != nil {
 		t.Fatal(err)
 	}
-	rest := collect(t, items, 10+len(repl), 5*time.Second)
-	if err := sameFrames(append(first, rest[:10]...), old); err != nil {
+	oldThenNew(t, items, first, old, repl)
+}
+
+// oldThenNew collects the frames that follow first, those of the old file
+// and then those of the new one, repl, and checks that every frame of
+// both came, the old file's first.
+func oldThenNew(t *testing.T, items <-chan item, first []got, old, repl []streamfile.Frame) {
+	t.Helper()
+	n := len(old) - len(first)
+	rest := collect(t, items, n+len(repl), 10*time.Second)
+	if err := sameFrames(append(first, rest[:n]...), old); err != nil {
 		t.Errorf("the old file: %v", err)
 	}
-	if err := sameFrames(rest[10:], repl); err != nil {
+	if err := sameFrames(rest[n:], repl); err != nil {
 		t.Errorf("the new file: %v", err)
 	}
 }
@@ -398,13 +407,7 @@ func TestReplaceGrace(t *testing.T) {
 		time.Sleep(150 * time.Millisecond) // a producer's pace, within the grace period
 		appendFrames(t, moved, old[i:i+5])
 	}
-	rest := collect(t, items, 20+len(repl), 10*time.Second)
-	if err := sameFrames(append(first, rest[:20]...), old); err != nil {
-		t.Errorf("the old file: %v", err)
-	}
-	if err := sameFrames(rest[20:], repl); err != nil {
-		t.Errorf("the new file: %v", err)
-	}
+	oldThenNew(t, items, first, old, repl)
 }
 
 // TestReplaceQuietProducerWritesAfterRotation: a producer that keeps its
@@ -459,13 +462,7 @@ func TestReplaceQuietProducerWritesAfterRotation(t *testing.T) {
 			if err := w.Append(old[10:]...); err != nil {
 				t.Fatal(err)
 			}
-			rest := collect(t, items, 2+len(repl), 10*time.Second)
-			if err := sameFrames(append(first, rest[:2]...), old); err != nil {
-				t.Errorf("the old file: %v", err)
-			}
-			if err := sameFrames(rest[2:], repl); err != nil {
-				t.Errorf("the new file: %v", err)
-			}
+			oldThenNew(t, items, first, old, repl)
 		})
 	}
 }

@@ -36,11 +36,6 @@ func decodeCommand(app *kingpin.Application) action {
 			p = p.WithHeaders()
 		}
 		if *follow {
-			// Not opened unless a regular file, as decode without
-			// --follow: opening a FIFO waits for a writer, signals or not.
-			if fi, err := os.Stat(*path); err == nil && !fi.Mode().IsRegular() && !fi.IsDir() {
-				return decodeExit(s.err, &fs.PathError{Op: "open", Path: *path, Err: streamfile.ErrNotRegular})
-			}
 			ctx, _, stop := stopContext()
 			defer stop()
 			ctx, readerGone := context.WithCancel(ctx)

@@ -20,6 +20,8 @@ import (
 
 	"github.com/alecthomas/kingpin/v2"
 	"github.com/prometheus/common/version"
+
+	"github.com/streamd/streamd/streamfile"
 )
 
 // Exit codes shared by the subcommands.
@@ -31,9 +33,13 @@ const (
 
 // failureExit is the exit code of a command that failed with err: 2 when
 // a file it was given cannot be opened or read (an *os.PathError of those
-// operations), 1 for anything else, such as a file whose contents are
+// operations, or a named pipe or device, not a file to open), 1 for
+// anything else, such as a file whose contents are
 // wrong or a write, truncate or fsync that failed.
 func failureExit(err error) int {
+	if _, ok := errors.AsType[*streamfile.NotRegularError](err); ok {
+		return exitUsage
+	}
 	if pe, ok := errors.AsType[*os.PathError](err); ok {
 		switch pe.Op {
 		case "open", "read", "stat", "lstat":
