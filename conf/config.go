@@ -76,6 +76,40 @@ type Config struct {
 
 	Streams       []Stream       `toml:"stream"`
 	Subscriptions []Subscription `toml:"subscription"`
+
+	// keys is where the file loaded writes each key, for [Config.HandlerPlace];
+	// nil for a Config not loaded from a file.
+	keys *keyPlaces
+}
+
+// keyPlaces is where a configuration file writes its keys.
+type keyPlaces struct {
+	file  string
+	lines lineMap
+}
+
+// HandlerPlace returns where the configuration file writes option of the
+// named subscription's handler table, for a message about its value that
+// is found wrong only once the handler is built (a file it reads, a server
+// it reaches), as "path:line", like [Load]'s messages: the line of the
+// handler table when the option is "" or not written, the path alone when
+// no line is known, "" for a Config not loaded from a file.
+func (c *Config) HandlerPlace(subscription, option string) string {
+	if c.keys == nil {
+		return ""
+	}
+	i := slices.IndexFunc(c.Subscriptions, func(s Subscription) bool { return s.Name == subscription })
+	if i < 0 {
+		return c.keys.file
+	}
+	p := keyPath{}.k("subscription").i(i).k("handler")
+	if option != "" {
+		p = p.k(option)
+	}
+	if line := c.keys.lines.line(p); line > 0 {
+		return fmt.Sprintf("%s:%d", c.keys.file, line)
+	}
+	return c.keys.file
 }
 
 // Log is the [log] table.
@@ -413,6 +447,7 @@ func parse(file, dir, src string, mode Mode) (*Config, error) {
 		return nil, err
 	}
 	l.setDefaults(cfg)
+	cfg.keys = &keyPlaces{file: file, lines: l.lines}
 	return cfg, nil
 }
 

@@ -142,3 +142,49 @@ func TestKeyPathString(t *testing.T) {
 		t.Errorf("parsePath(%s) = %s", p, got)
 	}
 }
+
+// TestHandlerPlace checks where a handler option is found for messages
+// about it: its own line, else its handler table's, else the file's name.
+func TestHandlerPlace(t *testing.T) {
+	const src = `state_dir = "/var/lib/streamd"
+[[stream]]
+name = "orders"
+path = "/var/lib/seastreamer/orders.ss"
+
+[[subscription]]
+name = "billing"
+stream = "orders"
+key = "orders"
+[subscription.handler]
+kind = "http"
+url = "https://billing.example/orders"
+ca_file = "ca.pem"
+
+[[subscription]]
+name = "jobs"
+stream = "orders"
+key = "jobs"
+handler.kind = "exec"
+handler.command = ["run-job"]
+`
+	cfg, err := parse("streamd.toml", "/etc/streamd", src, ModeRun)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ subscription, option, want string }{
+		{"billing", "ca_file", "streamd.toml:13"},
+		{"billing", "url", "streamd.toml:12"},
+		{"billing", "bearer_token_file", "streamd.toml:10"}, // not written: its table
+		{"billing", "", "streamd.toml:10"},
+		{"jobs", "command", "streamd.toml:20"},
+		{"jobs", "timeout", "streamd.toml:19"}, // the dotted table's first key
+		{"none", "url", "streamd.toml"},
+	} {
+		if got := cfg.HandlerPlace(tc.subscription, tc.option); got != tc.want {
+			t.Errorf("HandlerPlace(%q, %q) = %q, want %q", tc.subscription, tc.option, got, tc.want)
+		}
+	}
+	if got := (&Config{Subscriptions: cfg.Subscriptions}).HandlerPlace("billing", "url"); got != "" {
+		t.Errorf("HandlerPlace of a Config not loaded = %q, want \"\"", got)
+	}
+}

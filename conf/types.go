@@ -97,9 +97,22 @@ func (l *loader) checkTypes(v any, t reflect.Type, p keyPath) {
 	}
 }
 
-func fieldByTag(t reflect.Type, key string) (reflect.StructField, bool) {
+// keyFields returns the fields of t, a table of the configuration, that
+// are its keys: the exported ones (Config keeps where its file writes them
+// in an unexported field).
+func keyFields(t reflect.Type) []reflect.StructField {
+	var fields []reflect.StructField
 	for i := range t.NumField() {
-		if f := t.Field(i); f.Tag.Get("toml") == key {
+		if f := t.Field(i); f.IsExported() {
+			fields = append(fields, f)
+		}
+	}
+	return fields
+}
+
+func fieldByTag(t reflect.Type, key string) (reflect.StructField, bool) {
+	for _, f := range keyFields(t) {
+		if f.Tag.Get("toml") == key {
 			return f, true
 		}
 	}
@@ -109,14 +122,14 @@ func fieldByTag(t reflect.Type, key string) (reflect.StructField, bool) {
 // suggest names the key of t, the table at p, that an unknown key was
 // probably meant to be, or the table below it that has the key.
 func suggest(t reflect.Type, p keyPath, key string) string {
-	for i := range t.NumField() {
-		tag := t.Field(i).Tag.Get("toml")
+	for _, f := range keyFields(t) {
+		tag := f.Tag.Get("toml")
 		if strings.EqualFold(tag, key) {
 			return fmt.Sprintf("; keys are case-sensitive: did you mean %q?", tag)
 		}
 	}
-	for i := range t.NumField() {
-		tag := t.Field(i).Tag.Get("toml")
+	for _, f := range keyFields(t) {
+		tag := f.Tag.Get("toml")
 		limit := max(1, len(key)/4)
 		if abs(len(tag)-len(key)) <= limit && editDistance(tag, key) <= limit || strings.HasPrefix(tag, key+"_") {
 			return fmt.Sprintf("; did you mean %q?", tag)
@@ -124,8 +137,7 @@ func suggest(t reflect.Type, p keyPath, key string) string {
 	}
 	// A key of a table one level down, written a level too high: a
 	// handler's timeout in [[subscription]], say.
-	for i := range t.NumField() {
-		f := t.Field(i)
+	for _, f := range keyFields(t) {
 		if f.Type.Kind() == reflect.Struct {
 			if _, ok := fieldByTag(f.Type, key); ok {
 				return fmt.Sprintf("; it is a key of the [%s] table", p.k(f.Tag.Get("toml")).table())

@@ -44,7 +44,7 @@ handler = { kind = "exec", command = ["/nonexistent/run-job"] }
 			files: `stream "orders": stat ` + filepath.Join(dir, "orders.ss") + ": no such file or directory (create = false"},
 		{name: "no files in a pipe stage", check: ConfigCheck{Path: stage, Mode: conf.ModePipe, Files: true}, account: me},
 		{name: "handlers", check: ConfigCheck{Path: unusable, Mode: conf.ModeRun, Handlers: true}, account: me,
-			handlers: `subscription "jobs": exec handler: command: exec: "/nonexistent/run-job"`},
+			handlers: unusable + `:8: subscription "jobs": exec handler: command: exec: "/nonexistent/run-job"`},
 		{name: "user", check: ConfigCheck{Path: unusable, Mode: conf.ModeRun, User: "root"}, account: "root"},
 		{name: "unknown user", check: ConfigCheck{Path: missing, Mode: conf.ModeRun, User: "no-such-user-here"},
 			err: `user "no-such-user-here": user: unknown user no-such-user-here`},

@@ -267,7 +267,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	}
 
 	d.handlerFiles = handlerDigests(cfg.Subscriptions)
-	hs, err := d.newHandlers(cfg.Subscriptions)
+	hs, err := d.newHandlers(cfg, cfg.Subscriptions)
 	if err != nil {
 		d.stopAll()
 		return err
@@ -678,7 +678,7 @@ func (d *Daemon) applyReload(ctx context.Context, cfg *conf.Config) error {
 			starting = append(starting, sc)
 		}
 	}
-	hs, err := d.newHandlers(starting) // closes what it built when one fails
+	hs, err := d.newHandlers(cfg, starting) // closes what it built when one fails
 	if err != nil {
 		return undo(err)
 	}

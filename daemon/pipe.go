@@ -176,7 +176,7 @@ func observeEach(ctx context.Context, dls []*deliverer) {
 
 // pipeSubscriptions builds the deliverers of a pipe stage's subscriptions.
 func (st *setup) pipeSubscriptions(cfg *conf.Config, copies pipeCopies) ([]*deliverer, error) {
-	hs, err := st.newHandlers(cfg.Subscriptions)
+	hs, err := st.newHandlers(cfg, cfg.Subscriptions)
 	if err != nil {
 		return nil, err
 	}

@@ -118,31 +118,32 @@ func (s *setup) ownsHandler(name string) bool {
 	return !given
 }
 
-// newHandler returns the subscription's handler: the one Options.Handlers
-// gives, or a new one built from its configuration.
-func (s *setup) newHandler(sc conf.Subscription) (handler.Handler, error) {
+// newHandler returns the subscription sc of cfg's handler: the one
+// Options.Handlers gives, or a new one built from its configuration.
+func (s *setup) newHandler(cfg *conf.Config, sc conf.Subscription) (handler.Handler, error) {
 	if h, ok := s.opts.Handlers[sc.Name]; ok {
 		return h, nil
 	}
 	h, err := handler.New(sc.Handler, s.opts.Stdout, s.logger.With("subscription", sc.Name))
 	if err != nil {
-		return nil, fmt.Errorf("subscription %q: %w", sc.Name, err)
+		return nil, handler.Placed(cfg, sc.Name, err)
 	}
 	return h, nil
 }
 
-// newHandlers returns the handlers of subs (newHandler), in their order.
+// newHandlers returns the handlers of subs, subscriptions of cfg
+// (newHandler), in their order.
 // It builds them at once, each on a goroutine of its own: a nats handler
 // whose servers do not answer waits for each of them up to its timeout,
 // and a start (READY=1 for systemd) or a reload waits for the slowest
 // handler rather than for all in turn. When any fails, it closes those it
 // built and returns every failure.
-func (s *setup) newHandlers(subs []conf.Subscription) ([]handler.Handler, error) {
+func (s *setup) newHandlers(cfg *conf.Config, subs []conf.Subscription) ([]handler.Handler, error) {
 	hs := make([]handler.Handler, len(subs))
 	errs := make([]error, len(subs))
 	var wg sync.WaitGroup
 	for i, sc := range subs {
-		wg.Go(func() { hs[i], errs[i] = s.newHandler(sc) })
+		wg.Go(func() { hs[i], errs[i] = s.newHandler(cfg, sc) })
 	}
 	wg.Wait()
 	err := errors.Join(errs...)

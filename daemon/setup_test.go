@@ -16,7 +16,8 @@ func TestNewHandlersAtOnce(t *testing.T) {
 	silent := natstest.StartSilent(t)
 	cfg := conf.Handler{Kind: conf.HandlerNATS, URL: silent.URL(), Subject: "orders.eu", Timeout: conf.Duration(time.Second)}
 	s := newSetup(Options{})
-	hs, err := s.newHandlers([]conf.Subscription{{Name: "a", Handler: cfg}, {Name: "b", Handler: cfg}})
+	subs := []conf.Subscription{{Name: "a", Handler: cfg}, {Name: "b", Handler: cfg}}
+	hs, err := s.newHandlers(&conf.Config{Subscriptions: subs}, subs)
 	if err != nil {
 		t.Fatalf("newHandlers: %v (handlers whose servers do not answer start waiting for them)", err)
 	}

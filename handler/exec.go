@@ -70,11 +70,11 @@ type execHandler struct {
 
 func newExecHandler(cfg conf.Handler, logger *slog.Logger) (*execHandler, error) {
 	if len(cfg.Command) == 0 || cfg.Command[0] == "" {
-		return nil, errors.New("command: must name the program")
+		return nil, optionErrorf("command", "must name the program")
 	}
 	path, err := exec.LookPath(cfg.Command[0])
 	if err != nil {
-		return nil, fmt.Errorf("command: %w", err)
+		return nil, optionErrorf("command", "%w", err)
 	}
 	return &execHandler{
 		path:    path,

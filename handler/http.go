@@ -110,13 +110,13 @@ type httpHandler struct {
 func newHTTPHandler(cfg conf.Handler) (*httpHandler, error) {
 	u, err := url.Parse(cfg.URL)
 	if err != nil {
-		return nil, fmt.Errorf("url: %w", errors.Unwrap(err)) // without the URL, which may hold a secret
+		return nil, optionErrorf("url", "%w", errors.Unwrap(err)) // without the URL, which may hold a secret
 	}
 	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
-		return nil, errors.New("url: use an http:// or https:// URL with a host")
+		return nil, optionErrorf("url", "use an http:// or https:// URL with a host")
 	}
 	if !httpfield.ValidRequestTarget(u.RequestURI()) {
-		return nil, errors.New("url: the query holds a space, a control character or a byte beyond ASCII; percent-encode it")
+		return nil, optionErrorf("url", "the query holds a space, a control character or a byte beyond ASCII; percent-encode it")
 	}
 	h := &httpHandler{
 		url:         u.String(),
@@ -151,7 +151,7 @@ func newHTTPHandler(cfg conf.Handler) (*httpHandler, error) {
 	if cfg.BearerTokenFile != "" {
 		token, err := readBearerToken(cfg.BearerTokenFile)
 		if err != nil {
-			return nil, fmt.Errorf("bearer_token_file: %w", err)
+			return nil, optionErrorf("bearer_token_file", "%w", err)
 		}
 		h.fixed.Set("Authorization", "Bearer "+token)
 	}
@@ -172,11 +172,11 @@ func newHTTPHandler(cfg conf.Handler) (*httpHandler, error) {
 	if cfg.CAFile != "" {
 		pem, err := os.ReadFile(cfg.CAFile)
 		if err != nil {
-			return nil, fmt.Errorf("ca_file: %w", err)
+			return nil, optionErrorf("ca_file", "%w", err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("ca_file: %s holds no PEM certificate", cfg.CAFile)
+			return nil, optionErrorf("ca_file", "%s holds no PEM certificate", cfg.CAFile)
 		}
 		h.transport.TLSClientConfig.RootCAs = pool
 	}

@@ -46,6 +46,38 @@ func FilesReadOnce(cfg conf.Handler) []string {
 	return slices.DeleteFunc(files, func(f string) bool { return f == "" })
 }
 
+// OptionError is why a handler cannot be built or serve: the value of one
+// option of its table (a file it names unreadable, a server it names not
+// answering), which [Placed] finds in the configuration file. Err's
+// message names the option.
+type OptionError struct {
+	Option string // the key in the handler table: ca_file, command, ...
+	Err    error
+}
+
+// optionErrorf returns an [OptionError] of option whose message is
+// "option: " and the format's.
+func optionErrorf(option, format string, args ...any) *OptionError {
+	return &OptionError{Option: option, Err: fmt.Errorf(option+": "+format, args...)}
+}
+
+func (e *OptionError) Error() string { return e.Err.Error() }
+func (e *OptionError) Unwrap() error { return e.Err }
+
+// Placed returns err, why the named subscription's handler of cfg cannot
+// be built, begun with where cfg's file writes it ([conf.Config.HandlerPlace]):
+// the option an [OptionError] names, else the handler table.
+func Placed(cfg *conf.Config, subscription string, err error) error {
+	var option string
+	if oe, ok := errors.AsType[*OptionError](err); ok {
+		option = oe.Option
+	}
+	if place := cfg.HandlerPlace(subscription, option); place != "" {
+		return fmt.Errorf("%s: subscription %q: %w", place, subscription, err)
+	}
+	return fmt.Errorf("subscription %q: %w", subscription, err)
+}
+
 // build builds the handler cfg configures. With checking (check-config),
 // a nats handler whose servers do not answer is an error rather than a
 // handler that waits for them.
@@ -93,7 +125,7 @@ func Check(cfg *conf.Config) error {
 		wg.Go(func() {
 			h, err := build(sc.Handler, io.Discard, nil, true)
 			if err != nil {
-				errs[i] = fmt.Errorf("subscription %q: %w", sc.Name, err)
+				errs[i] = Placed(cfg, sc.Name, err)
 				return
 			}
 			Close(h)

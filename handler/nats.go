@@ -170,19 +170,19 @@ func newNATSHandler(cfg conf.Handler, logger *slog.Logger, mustReach bool) (*nat
 		// The client reads the file at each connection (it may be
 		// rotated); a start checks it can.
 		if err := checkCreds(cfg.CredsFile); err != nil {
-			return nil, fmt.Errorf("creds_file: %w", err)
+			return nil, optionErrorf("creds_file", "%w", err)
 		}
 		opts = append(opts, nats.UserCredentials(cfg.CredsFile))
 	case cfg.NkeyFile != "":
 		o, err := nats.NkeyOptionFromSeed(cfg.NkeyFile)
 		if err != nil {
-			return nil, fmt.Errorf("nkey_file: %w", err)
+			return nil, optionErrorf("nkey_file", "%w", err)
 		}
 		opts = append(opts, o)
 	case cfg.User != "":
 		password, err := os.ReadFile(cfg.PasswordFile)
 		if err != nil {
-			return nil, fmt.Errorf("password_file: %w", err)
+			return nil, optionErrorf("password_file", "%w", err)
 		}
 		opts = append(opts, nats.UserInfo(cfg.User, strings.TrimRight(string(password), "\r\n")))
 	}
@@ -190,10 +190,10 @@ func newNATSHandler(cfg conf.Handler, logger *slog.Logger, mustReach bool) (*nat
 	// rotated); a start checks it can, naming the keys.
 	var tlsOpts []nats.Option
 	if cfg.CAFile != "" {
-		tlsOpts = append(tlsOpts, namedOption("ca_file", nats.RootCAs(cfg.CAFile)))
+		tlsOpts = append(tlsOpts, namedOption("ca_file", "ca_file", nats.RootCAs(cfg.CAFile)))
 	}
 	if cfg.CertFile != "" {
-		tlsOpts = append(tlsOpts, namedOption("cert_file and key_file", nats.ClientCert(cfg.CertFile, cfg.KeyFile)))
+		tlsOpts = append(tlsOpts, namedOption("cert_file", "cert_file and key_file", nats.ClientCert(cfg.CertFile, cfg.KeyFile)))
 	}
 	for _, o := range tlsOpts {
 		if err := o(&nats.Options{}); err != nil {
@@ -209,14 +209,14 @@ func newNATSHandler(cfg conf.Handler, logger *slog.Logger, mustReach bool) (*nat
 	h.opts = opts
 	nc, err := nats.Connect(cfg.URL, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("connecting to %s: %w", cfg.URL, err)
+		return nil, &OptionError{Option: "url", Err: fmt.Errorf("connecting to %s: %w", cfg.URL, err)}
 	}
 	connected := h.Reconnected() // taken before IsConnected: a connection made after it closes it
 	c, err := newNATSConn(nc, h.timeout)
 	if err == nil {
 		h.conn.Store(c)
 		if nc.IsClosed() { // for good already, before it was in use
-			err = fmt.Errorf("connecting to %s: %w", cfg.URL, cmp.Or(nc.LastError(), nats.ErrConnectionClosed))
+			err = &OptionError{Option: "url", Err: fmt.Errorf("connecting to %s: %w", cfg.URL, cmp.Or(nc.LastError(), nats.ErrConnectionClosed))}
 		}
 	}
 	switch {
@@ -243,12 +243,12 @@ func newNATSHandler(cfg conf.Handler, logger *slog.Logger, mustReach bool) (*nat
 	return h, nil
 }
 
-// namedOption makes the error of o, an option that reads files, name the
-// configuration keys of the files.
-func namedOption(keys string, o nats.Option) nats.Option {
+// namedOption makes the error of o, an option that reads files, an
+// [OptionError] of option that names the configuration keys of the files.
+func namedOption(option, keys string, o nats.Option) nats.Option {
 	return func(opts *nats.Options) error {
 		if err := o(opts); err != nil {
-			return fmt.Errorf("%s: %w", keys, err)
+			return &OptionError{Option: option, Err: fmt.Errorf("%s: %w", keys, err)}
 		}
 		return nil
 	}
@@ -368,9 +368,9 @@ func (h *natsHandler) checkStream(nc *nats.Conn) error {
 	name, err := js.StreamNameBySubject(ctx, subject)
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
-		return fmt.Errorf("subject %q: no JetStream stream captures it; create one whose subjects match it (nats stream add NAME --subjects %q --storage file --defaults), or change subject", subject, subject)
+		return &OptionError{Option: "subject", Err: fmt.Errorf("subject %q: no JetStream stream captures it; create one whose subjects match it (nats stream add NAME --subjects %q --storage file --defaults), or change subject", subject, subject)}
 	case err != nil:
-		return fmt.Errorf("subject %q: looking up the JetStream stream that captures it: %w", subject, err)
+		return &OptionError{Option: "subject", Err: fmt.Errorf("subject %q: looking up the JetStream stream that captures it: %w", subject, err)}
 	}
 	h.logger.Info("forwarding into JetStream", "subject", subject, "stream", name, "server", nc.ConnectedUrlRedacted())
 	return nil

@@ -87,8 +87,8 @@ bearer_token_file = "none.token"
 			"streamd: configuration file " + missing + " is valid\n", ""},
 		{"handlers checked", []string{"--config.file=" + missing, "--handlers"}, exitError, "",
 			"streamd: configuration file " + missing + " is valid, but it cannot start here:\n" +
-				`subscription "jobs": exec handler: command: exec: "/nonexistent/run-job": stat /nonexistent/run-job: no such file or directory` + "\n" +
-				`subscription "billing": http handler: bearer_token_file: open ` + filepath.Join(dir, "none.token") + ": no such file or directory\n" +
+				missing + `:14: subscription "jobs": exec handler: command: exec: "/nonexistent/run-job": stat /nonexistent/run-job: no such file or directory` + "\n" +
+				missing + `:23: subscription "billing": http handler: bearer_token_file: open ` + filepath.Join(dir, "none.token") + ": no such file or directory\n" +
 				"metrics: web config file " + filepath.Join(dir, "web.yml") + ": no such file or directory\n"},
 		{"handlers that start", []string{"--config.file=../../configs/streamd.toml", "--handlers", "--no-files"}, exitOK,
 			"streamd: configuration file ../../configs/streamd.toml is valid\n", ""},
