@@ -48,4 +48,13 @@ for f in /usr/bin/streamd "$unit" /usr/lib/sysusers.d/streamd.conf /etc/streamd 
 	/usr/share/man/man1/streamd.1.gz /usr/share/bash-completion/completions/streamd /usr/share/zsh/vendor-completions/_streamd; do
 	[ ! -e "$f" ] || fail "dpkg --purge left $f behind"
 done
+
+# A shared stream directory that was there before the package stays.
+install -d -m 2775 /var/lib/seastreamer
+trap 'dpkg --purge streamd >/dev/null 2>&1 || true; rmdir /var/lib/seastreamer 2>/dev/null || true' EXIT
+dpkg -i "$deb" >/dev/null
+dpkg --purge streamd >/dev/null
+[ -d /var/lib/seastreamer ] || fail "dpkg --purge removed a /var/lib/seastreamer that was there before the package"
+rmdir /var/lib/seastreamer
+trap - EXIT
 echo ">> the package installs, keeps an edited configuration and purges cleanly"
