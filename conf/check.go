@@ -53,8 +53,8 @@ func (l *loader) validate(cfg *Config) {
 		l.atLeast(root.k("commit_interval"), cfg.CommitInterval, minInterval, "each commit fsyncs the sidecar")
 		l.unused(root.k("max_delayed_mib"), "delayed copies wait in the retry spool on disk (a pipe stage's key: is this streamd pipe's file? check-config --mode=pipe checks it as one)")
 	case ModePipe:
-		if p := root.k("max_delayed_mib"); l.has(p) && cfg.MaxDelayedMiB <= 0 {
-			l.errorf(p, "must be 1 or more (MiB), not %d", cfg.MaxDelayedMiB)
+		if p := root.k("max_delayed_mib"); l.has(p) && (cfg.MaxDelayedMiB <= 0 || cfg.MaxDelayedMiB > maxDelayedMiB) {
+			l.errorf(p, "must be 1 to %d (MiB), not %d", maxDelayedMiB, cfg.MaxDelayedMiB)
 		}
 		l.unused(root.k("state_dir"), "a pipe stage keeps no state")
 		l.unused(root.k("commit_interval"), "a pipe stage commits no positions")

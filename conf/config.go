@@ -319,6 +319,10 @@ const (
 	defaultMaxDelayedMiB   = 256
 )
 
+// maxDelayedMiB is the largest max_delayed_mib: more than a machine holds
+// (1 PiB), and in bytes far from overflowing.
+const maxDelayedMiB = 1 << 30
+
 // DefaultMaxRetryAfter is the default max_retry_after, which the daemon
 // also applies to a configuration built in Go without it.
 const DefaultMaxRetryAfter = Duration(24 * time.Hour)

@@ -99,7 +99,8 @@ F:10: subscription[0].stream: not used by streamd pipe: a pipe stage reads stdin
 F:12: subscription[0].start_at: not used by streamd pipe: a pipe stage cannot seek
 F:14: subscription[0].concurrency: not used by streamd pipe: a stage hands its handler one stdin line at a time
 F:15: subscription[0].renamed_from: not used by streamd pipe: a stage's copies leave on stdout under out_retry, which names no subscription`},
-		{"pipe-max-delayed", ModePipe, `F:1: max_delayed_mib: must be 1 or more (MiB), not 0`},
+		{"pipe-max-delayed", ModePipe, `F:1: max_delayed_mib: must be 1 to 1073741824 (MiB), not 0`},
+		{"pipe-max-delayed-huge", ModePipe, `F:1: max_delayed_mib: must be 1 to 1073741824 (MiB), not 8796093022208`},
 		{"http-batch", ModeRun, `F:14: subscription[0].handler.batch_max_records: must be from 1 to 10000, not 10001; leave it out to hand the handler one record at a time
 F:15: subscription[0].handler.batch_max_bytes: must be from 1 to 268435456, not 0
 F:16: subscription[0].handler.batch_linger: must be positive, not 0s

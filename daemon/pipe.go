@@ -81,6 +81,7 @@ func RunPipe(ctx context.Context, cfg *conf.Config, opts PipeOptions) (err error
 	if err != nil {
 		return err
 	}
+	st.metrics.ObserveReload(time.Now(), nil) // the configuration loaded, as a run's start says
 	defer st.closePipeHandlers(subs)
 	var server sync.WaitGroup
 	defer server.Wait()
@@ -407,9 +408,13 @@ func readLines(ctx, hctx context.Context, in io.Reader, lim stageLimits, subs []
 			continue
 		}
 		if l.HasStreamKey && !subscribed[string(l.StreamKey)] {
-			// The line takes its number all the same: a line without a
-			// key shares the counter of key broadcast.
-			key, _, _ := seqs.Assign(&l)
+			// Its number is seen by no one, and its counter would be kept
+			// for ever, so it takes none; but a line of key broadcast
+			// numbers those without a key, which every subscription reads.
+			key := string(l.StreamKey)
+			if key == pipe.BroadcastKey {
+				seqs.Assign(&l)
+			}
 			m.CountUnsubscribedLine()
 			if unsubscribed.count == 0 {
 				logger.Warn(msgUnsubscribedLine, "line", lineNo, "key", key)
@@ -428,6 +433,10 @@ func readLines(ctx, hctx context.Context, in io.Reader, lim stageLimits, subs []
 			continue
 		}
 		key, shard, seq := seqs.Assign(&l)
+		ts := l.Timestamp
+		if !l.HasTimestamp {
+			ts = time.Now() // when it is read, the same for every subscription
+		}
 		fresh := true     // headers and body are no delivery's yet
 		stopping := false // the stage stops: the rest of the line's subscriptions get copies
 		for _, s := range subs {
@@ -441,10 +450,6 @@ func readLines(ctx, hctx context.Context, in io.Reader, lim stageLimits, subs []
 			}
 			fresh = false
 			headers.SetSequence(seq)
-			ts := l.Timestamp
-			if !l.HasTimestamp {
-				ts = time.Now()
-			}
 			// A record's timestamp counts from 1970: an earlier one (the
 			// stdio format allows it) is 0, not a wrapped-around number.
 			d = handler.Delivery{Subscription: s.cfg.Name, Key: key, Shard: shard, Seq: seq, TimestampMs: uint64(max(ts.UnixMilli(), 0)),

@@ -513,7 +513,10 @@ func gatheredValue(t *testing.T, reg *prometheus.Registry, name string, labels m
 					continue series
 				}
 			}
-			return m.GetCounter().GetValue()
+			if c := m.GetCounter(); c != nil {
+				return c.GetValue()
+			}
+			return m.GetGauge().GetValue()
 		}
 	}
 	t.Fatalf("no series %s%v", name, labels)
@@ -956,6 +959,49 @@ func TestStageCopyLineBound(t *testing.T) {
 		}
 		if d := rb.seen[0]; len(d.Payload) != len(ra.seen[0].Payload) || string(headerValue(d.Headers, envelope.RetryCountHeader)) != "18446744073709551615" {
 			t.Errorf("stage B got %d bytes, retry count %q; want %d bytes and the count A set", len(d.Payload), headerValue(d.Headers, envelope.RetryCountHeader), len(ra.seen[0].Payload))
+		}
+	})
+}
+
+// TestStageTimestampWhenRead: a line without a timestamp has the time it
+// is read, the same for every subscription that gets it, however long the
+// first one's handler takes; and a stage's metrics say its configuration
+// loaded, as a run's do, so that no reload alert fires.
+func TestStageTimestampWhenRead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg, err := loadTestConfig(t, stageSub("a", "jobs", `out_retry = "jobs.retry"`)+stageSub("b", "mail", `out_retry = "mail.retry"`), conf.ModePipe)
+		if err != nil {
+			t.Fatal(err)
+		}
+		slow := func(*handler.Delivery) handler.Outcome { time.Sleep(time.Second); return ack }
+		r := runStage(t, cfg, "no key\n", 0, stageHandlers{"a": slow, "b": slow})
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if len(r.seen) != 2 || r.seen[0].TimestampMs != r.seen[1].TimestampMs {
+			t.Errorf("deliveries %+v, want two of the same timestamp", r.seen)
+		}
+		if v := gatheredValue(t, r.reg, "streamd_config_last_reload_successful", nil); v != 1 {
+			t.Errorf("streamd_config_last_reload_successful = %v, want 1", v)
+		}
+	})
+}
+
+// TestStageUnsubscribedBroadcast: a line of key broadcast that no
+// subscription reads still takes its number, which the lines without a key
+// share: the next of those is 1.
+func TestStageUnsubscribedBroadcast(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg, err := loadTestConfig(t, stageSub("jobs", "jobs", `out_retry = "jobs.retry"`), conf.ModePipe)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := runStage(t, cfg, "[broadcast] b\n[audit] a\nno key\n", 0, stageHandlers{"jobs": func(*handler.Delivery) handler.Outcome { return ack }})
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if got := r.seenLines(); !slices.Equal(got, []string{`jobs 1 1 "no key"`}) {
+			t.Errorf("handled %q, want the line without a key as number 1", got)
 		}
 	})
 }
