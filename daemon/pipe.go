@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/streamd/streamd/conf"
@@ -25,10 +25,15 @@ type PipeOptions struct {
 	Options
 	In  io.Reader
 	Out io.Writer
-	// LastLine, if set, holds the number of the last stdin line the stage
-	// dealt with (its handler answered, its copies written or delayed), for
-	// a caller that ends the process before RunPipe returns.
-	LastLine *atomic.Int64
+	// Progress, if set, follows how far the stage is through stdin, for a
+	// caller that ends the process before RunPipe returns.
+	Progress *StageProgress
+	// InputEnded, if set, is closed when the stage stops reading stdin (at
+	// its end, or at a stop) and goes on to write the copies still
+	// delayed: a caller that ends the process when a stop lasts too long
+	// (a write to a stdout that the next stage does not read cannot be
+	// interrupted) bounds that wait too.
+	InputEnded chan struct{}
 
 	limits stageLimits // zero: stageMax; tests take smaller records
 }
@@ -53,6 +58,8 @@ func RunPipe(ctx context.Context, cfg *conf.Config, opts PipeOptions) (err error
 	stopLogged := context.AfterFunc(ctx, func() { logger.Info("stopping", "shutdown_timeout", time.Duration(cfg.ShutdownTimeout)) })
 	defer stopLogged()
 	out := pipe.NewWriter(opts.Out)
+	warnDevNull(opts.Out, logger)
+	progress := cmp.Or(opts.Progress, new(StageProgress))
 	// A closed stdout (the next stage ended) stops reading, and the drain
 	// of the delayed copies at the end: no copy can leave any more.
 	drainCtx, stopDrain := context.WithCancel(context.WithoutCancel(ctx))
@@ -66,6 +73,7 @@ func RunPipe(ctx context.Context, cfg *conf.Config, opts PipeOptions) (err error
 			}
 			if err == nil {
 				st.countFired(c)
+				progress.done(c.Line)
 			}
 			return err
 		},
@@ -77,7 +85,7 @@ func RunPipe(ctx context.Context, cfg *conf.Config, opts PipeOptions) (err error
 	}
 	defer func() { err = errors.Join(err, queue.Close()) }()
 	st.metrics.CountRetriesPending(queue.Pending)
-	subs, err := st.pipeSubscriptions(cfg, pipeCopies{out: out, queue: queue, reading: readCtx})
+	subs, err := st.pipeSubscriptions(cfg, pipeCopies{out: out, queue: queue, reading: readCtx, progress: progress})
 	if err != nil {
 		return err
 	}
@@ -99,7 +107,10 @@ func RunPipe(ctx context.Context, cfg *conf.Config, opts PipeOptions) (err error
 		}
 	})
 	wg.Go(func() { observeEach(qctx, subs) })
-	readErr := readLines(readCtx, hctx, opts.In, cmp.Or(opts.limits, stageMax), subs, st.metrics, logger, cmp.Or(opts.LastLine, new(atomic.Int64)))
+	readErr := readLines(readCtx, hctx, opts.In, cmp.Or(opts.limits, stageMax), subs, st.metrics, logger, progress)
+	if opts.InputEnded != nil {
+		close(opts.InputEnded)
+	}
 	stopQueue()
 	wg.Wait()
 
@@ -113,10 +124,10 @@ func RunPipe(ctx context.Context, cfg *conf.Config, opts PipeOptions) (err error
 			other = readErr
 		}
 		if err := out.Err(); !errors.Is(err, pipe.ErrClosed) {
-			logger.Error(msgStdoutFailed, "err", err, "lost_copies", lost)
+			logger.Error(msgStdoutFailed, "err", err, "lost_copies", lost, "resume_line", progress.Resume())
 			return errors.Join(other, fmt.Errorf("%w (copies lost: %d; the last line written may be cut short)", err, lost))
 		}
-		logger.Warn(msgStdoutClosed, "lost_copies", lost)
+		logger.Warn(msgStdoutClosed, "lost_copies", lost, "resume_line", progress.Resume())
 		return cmp.Or(other, pipe.ErrClosed)
 	}
 	if out.Err() != nil {
@@ -135,8 +146,9 @@ func RunPipe(ctx context.Context, cfg *conf.Config, opts PipeOptions) (err error
 		return outputEnd(abandoned)
 	}
 	if abandoned > 0 {
-		logger.Warn("graceful shutdown timed out; abandoning in-flight continuations", "abandoned", abandoned)
-		derr = errors.Join(derr, fmt.Errorf("delayed copies abandoned after shutdown_timeout (%s): %d", time.Duration(cfg.ShutdownTimeout), abandoned))
+		resume := progress.Resume()
+		logger.Warn("graceful shutdown timed out; abandoning in-flight continuations", "abandoned", abandoned, "resume_line", resume)
+		derr = errors.Join(derr, fmt.Errorf("delayed copies abandoned after shutdown_timeout (%s): %d; to lose none, feed the input to a stage again from line %d", time.Duration(cfg.ShutdownTimeout), abandoned, resume))
 	}
 	if errors.Is(derr, pipe.ErrClosed) {
 		derr = pipe.ErrClosed
@@ -259,13 +271,14 @@ type stdinLine struct {
 // line that cannot be parsed, or that is longer or whose record is larger
 // than lim allows, is invalid: counted in every
 // subscription's read errors, and logged and skipped, or under
-// on_invalid = "fail" the error that stops the stage. last holds the number
-// of the last line dealt with.
-func readLines(ctx, hctx context.Context, in io.Reader, lim stageLimits, subs []*deliverer, m *metrics.Metrics, logger *slog.Logger, last *atomic.Int64) error {
+// on_invalid = "fail" the error that stops the stage. progress follows the
+// lines dealt with.
+func readLines(ctx, hctx context.Context, in io.Reader, lim stageLimits, subs []*deliverer, m *metrics.Metrics, logger *slog.Logger, progress *StageProgress) error {
 	// stopped ends a stage that stops before the end of stdin, after
 	// line last: says which lines it leaves.
 	stopped := func(last int) error {
-		logger.Warn(msgStoppedReading, "last_line", last)
+		progress.dealt(int64(last))
+		logger.Warn(msgStoppedReading, progress.Attrs()...)
 		return nil
 	}
 	// lost returns errCopyLost when stdout takes no more lines (closed, or
@@ -374,7 +387,7 @@ func readLines(ctx, hctx context.Context, in io.Reader, lim stageLimits, subs []
 	var seqs pipe.Sequencer
 	var d handler.Delivery
 	for lineNo := 1; ; lineNo++ {
-		last.Store(int64(lineNo - 1))
+		progress.dealt(int64(lineNo - 1))
 		var next stdinLine
 		var ok, taken bool
 		for !taken {
@@ -505,6 +518,7 @@ type pipeCopies struct {
 	queue        *retrytimer.Queue
 	reading      context.Context // ends when the stage stops reading stdin
 	subscription string          // whose copies they are
+	progress     *StageProgress  // which lines' copies wait
 }
 
 func (c pipeCopies) publish(_ context.Context, key string, record []byte) error {
@@ -520,5 +534,31 @@ func (c pipeCopies) schedule(key string, record []byte, due time.Time) error {
 	if err := c.queue.WaitRoom(c.reading); err != nil && c.reading.Err() == nil {
 		return err
 	}
-	return c.queue.Schedule(retrytimer.Copy{Key: key, Record: record, Subscription: c.subscription}, due)
+	line := c.progress.delay()
+	err := c.queue.Schedule(retrytimer.Copy{Key: key, Record: record, Subscription: c.subscription, Line: line}, due)
+	if err != nil {
+		c.progress.done(line)
+	}
+	return err
 }
+
+// warnDevNull warns when out, the stage's stdout, is the null device:
+// the copies written there are lost. A stage started with its stdout
+// closed (>&-) has it there too, as the Go runtime opens the null device
+// for a standard descriptor that is closed.
+func warnDevNull(out io.Writer, logger *slog.Logger) {
+	f, ok := out.(*os.File)
+	if !ok {
+		return
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return
+	}
+	if null, err := os.Stat(os.DevNull); err == nil && os.SameFile(fi, null) {
+		logger.Warn(msgStdoutDevNull)
+	}
+}
+
+// msgStdoutDevNull is logged when a stage's stdout is the null device.
+const msgStdoutDevNull = "stdout is " + os.DevNull + " (or was closed when the stage started): the retry copies and dead letters written there are lost"

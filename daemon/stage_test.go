@@ -1005,3 +1005,45 @@ func TestStageUnsubscribedBroadcast(t *testing.T) {
 		}
 	})
 }
+
+// TestStageStdoutDevNull: a stage whose stdout is the null device, where
+// its copies are lost (as with a stdout closed at its start), says so.
+func TestStageStdoutDevNull(t *testing.T) {
+	cfg, err := loadTestConfig(t, stageSub("a", "jobs", "out_retry = \"jobs.retry\""), conf.ModePipe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		out  func(t *testing.T) io.Writer
+		want int
+	}{
+		{"null device", func(t *testing.T) io.Writer {
+			f, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { f.Close() })
+			return f
+		}, 1},
+		{"file", func(t *testing.T) io.Writer {
+			f, err := os.Create(filepath.Join(t.TempDir(), "out"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { f.Close() })
+			return f
+		}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			logs := &logCapture{}
+			hs := map[string]handler.Handler{"a": handler.HandlerFunc(func(context.Context, *handler.Delivery) handler.Outcome { return ack })}
+			if err := RunPipe(t.Context(), cfg, PipeOptions{Options: Options{Logger: logs.logger(), Handlers: hs}, In: strings.NewReader("[jobs] x\n"), Out: tc.out(t)}); err != nil {
+				t.Fatal(err)
+			}
+			if n := len(logs.with(msgStdoutDevNull)); n != tc.want {
+				t.Errorf("%d warnings %q, want %d", n, msgStdoutDevNull, tc.want)
+			}
+		})
+	}
+}

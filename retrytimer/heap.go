@@ -10,6 +10,7 @@ type entry struct {
 	size  uint32 // body length of the schedule record (file mode)
 	tries uint32 // failed fires so far
 	rec   []byte // the schedule record (memory-only mode)
+	line  int64  // the copy's Line, which no record keeps
 }
 
 // entryHeap is a [container/heap] min-heap of entries ordered by due time,

@@ -30,6 +30,11 @@ type Copy struct {
 	// when it fires; "" in copies of spools written before it was kept.
 	// The package does not interpret it.
 	Subscription string
+	// Line is the stdin line a pipe stage's copy comes from, for its
+	// accounting when the copy fires. A spool does not keep it: it is 0 in
+	// the copies loaded from one (a stage has none). The package does not
+	// interpret it.
+	Line int64
 }
 
 // FireFunc publishes a due copy. A [Queue] calls it from the goroutine that
@@ -228,7 +233,7 @@ func (q *Queue) Schedule(c Copy, due time.Time) error {
 	// The clock is read under mu, so that readings reach observe in order.
 	now := q.now()
 	moved := q.observe(now.UnixNano())
-	e := entry{due: due.UnixNano(), delay: int64(max(due.Sub(now), 0)), id: q.nextID}
+	e := entry{due: due.UnixNano(), delay: int64(max(due.Sub(now), 0)), id: q.nextID, line: c.Line}
 	if satSub(e.due, e.delay) > now.UnixNano()+int64(scheduleSlack) {
 		// The wall clock stepped back between the caller's reading and
 		// this one (the delay is measured on the monotonic clock): the
@@ -523,6 +528,7 @@ func (q *Queue) fireOne(ctx context.Context) (time.Duration, error) {
 		q.mu.Unlock()
 		return 0, q.err
 	}
+	c.Line = e.line
 	q.inflight++
 	q.mu.Unlock()
 

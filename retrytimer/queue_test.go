@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -447,4 +448,33 @@ func TestWaitRoomClosed(t *testing.T) {
 	if err := <-done; !errors.Is(err, ErrClosed) {
 		t.Errorf("WaitRoom on a queue closed meanwhile: %v, want ErrClosed", err)
 	}
+}
+
+// TestCopyLine: a memory-only queue fires a copy with the Line it was
+// scheduled with; one loaded from a spool has none, which no record keeps.
+func TestCopyLine(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		var lines []int64
+		fire := func(_ context.Context, c Copy) error { lines = append(lines, c.Line); return nil }
+		mem := mustOpen(t, Options{Fire: fire})
+		spooled := mustOpen(t, Options{Dir: dir, Fire: fire})
+		for _, q := range []*Queue{mem, spooled} {
+			if err := q.Schedule(Copy{Key: "k", Record: []byte("r"), Line: 7}, time.Now().Add(time.Second)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := spooled.Close(); err != nil {
+			t.Fatal(err)
+		}
+		reopened := mustOpen(t, Options{Dir: dir, Fire: fire})
+		for _, q := range []*Queue{mem, reopened} {
+			if _, err := q.Drain(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !slices.Equal(lines, []int64{7, 0}) {
+			t.Errorf("fired copies of lines %v, want 7 (memory) then 0 (loaded from the spool)", lines)
+		}
+	})
 }

@@ -1444,8 +1444,10 @@ func TestPipeStopAtTheBound(t *testing.T) {
 		t.Errorf("exit status 0 with abandoned copies, want non-zero")
 	}
 	handled := len(stageFileLines(dir, "handled"))
-	if l5 := logsWithMsg(p.stderr.String(), msgL5); len(l5) != 1 || l5[0].str("abandoned") != strconv.Itoa(handled) {
-		t.Errorf("L5 records %v, want one with abandoned=%d (every line handled); stderr:\n%s", l5, handled, p.stderr.String())
+	// Every line's copy is abandoned: the input is fed again from the
+	// first, not from the line after the last handled.
+	if l5 := logsWithMsg(p.stderr.String(), msgL5); len(l5) != 1 || l5[0].str("abandoned") != strconv.Itoa(handled) || l5[0].str("resume_line") != "1" {
+		t.Errorf("L5 records %v, want one with abandoned=%d (every line handled) and resume_line=1; stderr:\n%s", l5, handled, p.stderr.String())
 	}
 }
 
@@ -1496,7 +1498,32 @@ func TestPipeStuckStdout(t *testing.T) {
 	if d, bound := time.Since(sent), 2*time.Second+stuckGrace; code != exitError || d < bound || d > bound+5*time.Second {
 		t.Errorf("exit status %d %s after SIGTERM; want 1 after %s (2 × shutdown_timeout + stuckGrace)", code, d.Round(time.Millisecond), bound)
 	}
-	if l := logsWithMsg(p.stderr.String(), "streamd pipe did not stop in time, most likely because a copy's write to stdout waits, which the next stage does not read; exiting: the copies not written are lost, and so are the lines after last_line, which may have been read ahead; feed them to a stage again from there"); len(l) != 1 || l[0].str("level") != "ERROR" || l[0].str("last_line") != "0" {
+	if l := logsWithMsg(p.stderr.String(), msgStuck); len(l) != 1 || l[0].str("level") != "ERROR" || l[0].str("last_line") != "0" || l[0].str("resume_line") != "1" {
 		t.Errorf("want one ERROR saying why; stderr:\n%s", p.stderr.String())
+	}
+}
+
+// msgStuck is logged when a stage does not stop in time.
+const msgStuck = "streamd pipe did not stop in time, most likely because a copy's write to stdout waits, which the next stage does not read; exiting: the copies not written are lost, and so are the lines after last_line, which may have been read ahead; feed the input to a stage again from resume_line"
+
+// TestPipeStuckStdoutAtEnd: at the end of stdin too, a stage whose
+// delayed copy waits on a stdout that the next stage does not read ends
+// within twice its shutdown_timeout and stuckGrace, saying to feed the
+// input again from the line of that copy.
+func TestPipeStuckStdoutAtEnd(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := writeStageConfig(t, dir, "pipe.toml", `shutdown_timeout = "1s"`,
+		stageSub("jobs", "jobs", "out_retry = \"jobs.retry\"", `cat > /dev/null; echo outcome=retry_after=10ms`))
+	p := startStage(t, dir, stageStuckStdout, streamdBinary(t), "pipe", "--config.file="+cfg, "--log.format=json")
+	p.write(t, "[jobs] "+strings.Repeat("x", 100<<10)) // its copy does not fit in the pipe
+	p.stdin.Close()
+	closed := time.Now()
+	code := p.wait(t, 30*time.Second)
+	if d, bound := time.Since(closed), 2*time.Second+stuckGrace; code != exitError || d < bound || d > bound+5*time.Second {
+		t.Errorf("exit status %d %s after the end of stdin; want 1 after %s (2 × shutdown_timeout + stuckGrace)", code, d.Round(time.Millisecond), bound)
+	}
+	if l := logsWithMsg(p.stderr.String(), msgStuck); len(l) != 1 || l[0].str("last_line") != "1" || l[0].str("resume_line") != "1" {
+		t.Errorf("want one ERROR with last_line=1 and resume_line=1; stderr:\n%s", p.stderr.String())
 	}
 }
