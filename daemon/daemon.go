@@ -208,7 +208,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	// The retry spool, created below, marks the directory as used: a
 	// sidecar missing next to it is refused rather than taken for a first
 	// start.
-	store, err := offsets.Open(cfg.StateDir, offsets.Options{Sync: d.syncStreams, Observe: d.observeCommit, Marker: retrytimer.SpoolName})
+	store, err := offsets.Open(cfg.StateDir, offsets.Options{Sync: d.syncStreams, Observe: d.observeCommit, Marker: retrytimer.SpoolName, Logger: d.logger})
 	if err != nil {
 		return err
 	}

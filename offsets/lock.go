@@ -77,7 +77,8 @@ func CheckOwner(dir string, uid int) error {
 
 // lockFile is a held flock(2) on a state directory's lock file.
 type lockFile struct {
-	f *os.File
+	f    *os.File
+	path string
 	// noPID: the PID could not be written for want of space; the Store
 	// tries again at each commit (each commit_interval).
 	noPID bool
@@ -121,11 +122,42 @@ func acquireLock(dir string) (*lockFile, error) {
 		// reads and settles records meanwhile, and commits once there is
 		// room. Only streamd reload, which reads the PID, waits for it.
 		if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
-			return &lockFile{f: f, noPID: true}, nil
+			return &lockFile{f: f, path: path, noPID: true}, nil
 		}
 		return nil, errors.Join(fmt.Errorf("offsets: lock: %w", err), f.Close())
 	}
-	return &lockFile{f: f}, nil
+	return &lockFile{f: f, path: path}, nil
+}
+
+// reclaim makes the lock file's path name the file this lock holds again
+// when it no longer does, and reports whether it had to: a lock file
+// removed while the daemon runs (a state directory cleaned by hand) would
+// let another streamd lock a new one and use the directory too. It creates
+// the file again and locks it; another streamd that locked it first is an
+// error that wraps its [*LockedError].
+func (l *lockFile) reclaim() (bool, error) {
+	held, err := l.f.Stat()
+	if err != nil {
+		return false, fmt.Errorf("offsets: lock: %w", err)
+	}
+	if fi, err := os.Stat(l.path); err == nil && os.SameFile(fi, held) {
+		return false, nil
+	}
+	f, err := os.OpenFile(l.path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return false, fmt.Errorf("offsets: the lock file %s was removed while streamd ran, and cannot be made again: %w", l.path, err)
+	}
+	ok, err := durable.TryLock(f.Fd(), durable.Exclusive)
+	if err == nil && !ok {
+		err = fmt.Errorf("its lock file was removed while this streamd ran, and %w: stop one of them (both deliver the records, and each commits its positions over the other's)", &LockedError{Path: l.path, PID: readPID(f)})
+	}
+	if err != nil {
+		return false, errors.Join(fmt.Errorf("offsets: lock: %w", err), f.Close())
+	}
+	old := l.f
+	l.f = f
+	l.noPID = writePID(f) != nil // written at a later commit
+	return true, old.Close()
 }
 
 // writeMissingPID writes the PID that acquireLock could not write, if

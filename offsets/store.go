@@ -1,10 +1,12 @@
 package offsets
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
@@ -82,6 +84,9 @@ type Options struct {
 	// [*CorruptError]: for streamd offsets set, one way out of a lost
 	// sidecar.
 	AllowMissing bool
+	// Logger, if not nil, gets what commits mend: a lock file or a sidecar
+	// removed while the Store was open.
+	Logger *slog.Logger
 }
 
 // Store holds the positions of all subscriptions of one state directory and
@@ -93,11 +98,13 @@ type Options struct {
 type Store struct {
 	path string
 	opts Options
+	log  *slog.Logger
 
 	// commitMu serializes Commit and Close, so that an older snapshot is
 	// never renamed over a newer one and the lock outlives every write.
 	commitMu sync.Mutex
 	lock     *lockFile // nil once closed; guarded by commitMu
+	written  bool      // the sidecar was there at Open or written since; guarded by commitMu
 
 	mu      sync.Mutex
 	entries map[string]*entry // guarded by mu
@@ -126,6 +133,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	positions, found, err := load(dir, opts.Marker)
 	if err == nil && !found && opts.Marker != "" && !opts.AllowMissing {
 		err = startFresh(dir, opts.Marker)
+		found = err == nil
 	}
 	if err != nil {
 		if relErr := lock.release(); relErr != nil {
@@ -136,7 +144,9 @@ func Open(dir string, opts Options) (*Store, error) {
 	s := &Store{
 		path:    filepath.Join(dir, SidecarName),
 		opts:    opts,
+		log:     cmp.Or(opts.Logger, slog.New(slog.DiscardHandler)),
 		lock:    lock,
+		written: found,
 		entries: make(map[string]*entry, len(positions)),
 	}
 	for name, p := range positions {
@@ -307,10 +317,19 @@ func (s *Store) commit() (time.Duration, bool, error) {
 	if s.lock == nil {
 		return 0, false, errors.New("offsets: commit: store is closed")
 	}
-	s.lock.writeMissingPID() // at every commit, also one with nothing to write
+	// At every commit, also one with nothing to write: the lock file and
+	// the sidecar stay where they must be.
+	s.lock.writeMissingPID()
+	if remade, err := s.lock.reclaim(); err != nil {
+		return 0, true, err // another streamd may use the directory: commit nothing
+	} else if remade {
+		s.log.Warn(msgLockRemade, "path", s.lock.path)
+	}
+	_, err := os.Lstat(s.path)
+	gone := s.written && errors.Is(err, fs.ErrNotExist)
 
 	s.mu.Lock()
-	if s.gen == s.saved {
+	if s.gen == s.saved && !gone {
 		s.mu.Unlock()
 		return 0, false, nil
 	}
@@ -327,11 +346,15 @@ func (s *Store) commit() (time.Duration, bool, error) {
 	s.mu.Unlock()
 
 	start := time.Now()
-	err := s.write(snapshot)
+	err = s.write(snapshot)
 	d := time.Since(start)
 	if err != nil {
 		return d, true, err
 	}
+	if gone {
+		s.log.Warn(msgSidecarRemade, "path", s.path)
+	}
+	s.written = true
 
 	s.mu.Lock()
 	for _, e := range s.entries {
@@ -343,6 +366,13 @@ func (s *Store) commit() (time.Duration, bool, error) {
 	s.mu.Unlock()
 	return d, true, nil
 }
+
+// msgLockRemade and msgSidecarRemade are logged when a commit finds the
+// lock file or the sidecar removed while the Store was open.
+const (
+	msgLockRemade    = "the lock file of the state directory was removed while streamd ran; it is made again, so that no other streamd takes the directory"
+	msgSidecarRemade = "the sidecar was removed while streamd ran; it is written again"
+)
 
 // write makes snapshot the content of the sidecar.
 func (s *Store) write(snapshot map[string]Position) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -627,4 +628,63 @@ func TestOpenLockedByOrphan(t *testing.T) {
 // CommittedAt.
 func (p Position) samePlace(q Position) bool {
 	return p.Stream == q.Stream && p.File == q.File && p.Offset == q.Offset && p.LastSeq == q.LastSeq
+}
+
+// TestCommitMendsStateFiles: a commit finds the lock file and the sidecar
+// removed while the Store is open (a state directory cleaned by hand),
+// makes them again and says so; a lock file that another streamd took
+// meanwhile fails the commit, which writes nothing then.
+func TestCommitMendsStateFiles(t *testing.T) {
+	dir := t.TempDir()
+	lock, sidecar := filepath.Join(dir, LockName), filepath.Join(dir, SidecarName)
+	var logs strings.Builder
+	var failed []error
+	s := openStore(t, dir, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		Observe: func(_ time.Duration, err error) {
+			if err != nil {
+				failed = append(failed, err)
+			}
+		}})
+	mustSet(t, s, "billing", testPosition(10))
+	if err := s.Commit(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Both removed, nothing new to commit.
+	for _, f := range []string{lock, sidecar} {
+		if err := os.Remove(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustLoad(t, dir); !got["billing"].samePlace(testPosition(10)) {
+		t.Errorf("sidecar after the commit: %v, want billing's position again", got)
+	}
+	if _, err := Open(dir, Options{}); !errors.As(err, new(*LockedError)) {
+		t.Errorf("Open of the directory after the commit: %v, want a *LockedError (the lock file made again and held)", err)
+	}
+	for _, msg := range []string{msgLockRemade, msgSidecarRemade} {
+		if strings.Count(logs.String(), msg) != 1 {
+			t.Errorf("want one log line %q:\n%s", msg, logs.String())
+		}
+	}
+
+	// Removed, and taken by another streamd before the next commit.
+	if err := os.Remove(lock); err != nil {
+		t.Fatal(err)
+	}
+	other := openStore(t, dir, Options{})
+	mustSet(t, s, "billing", testPosition(20))
+	err := s.Commit()
+	if !errors.As(err, new(*LockedError)) || len(failed) != 1 {
+		t.Fatalf("commit after another streamd took the lock: %v (observed failures %v), want a *LockedError, observed", err, failed)
+	}
+	if got := mustLoad(t, dir); !got["billing"].samePlace(testPosition(10)) {
+		t.Errorf("sidecar after the refused commit: %v, want billing's position as it was", got)
+	}
+	if err := other.Close(); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"os"
 	"slices"
 	"sync"
 	"time"
@@ -144,6 +145,7 @@ type Queue struct {
 	// Owned by the goroutine in Run or Drain.
 	fireLog    ratelog.Limiter // of fire failures
 	durableLog ratelog.Limiter // of Durable failures
+	reclaimLog ratelog.Line    // of failures to write a removed spool again
 	undone     []uint64        // ids fired whose done records wait for Durable (spool mode); changed under mu
 	held       bool            // Durable failed: no copy fires until it passes
 }
@@ -463,6 +465,12 @@ func (q *Queue) loop(ctx context.Context, drain bool) (err error) {
 		}
 	}()
 	q.maybeCompact()
+	var check <-chan time.Time
+	if q.sp != nil {
+		t := time.NewTicker(spoolCheckEvery)
+		defer t.Stop()
+		check = t.C
+	}
 	for ctx.Err() == nil {
 		var wait time.Duration
 		if q.held && !q.recordDone() {
@@ -497,6 +505,8 @@ func (q *Queue) loop(ctx context.Context, drain bool) (err error) {
 		case <-ctx.Done():
 		case <-q.wake:
 		case <-timeout:
+		case <-check:
+			q.reclaimSpool()
 		}
 	}
 	return nil
@@ -692,6 +702,44 @@ func (q *Queue) logFireError(c Copy, tries uint32, retry time.Duration, err erro
 	q.log.Warn("fire failed, will retry", "stream", c.Stream, "key", c.Key, "attempt", tries,
 		"retry_in", retry, "suppressed", suppressed, "err", err)
 }
+
+// spoolCheckEvery is how often the loop checks that the spool's path still
+// names the file it writes (reclaimSpool).
+const spoolCheckEvery = 5 * time.Second
+
+// reclaimSpool writes the spool again at its path, with the copies
+// pending, when the path no longer names the file the queue writes: a spool
+// removed while the daemon runs (a state directory cleaned by hand) would
+// leave the next start without them. It runs on the loop's goroutine, so
+// no copy is being fired.
+func (q *Queue) reclaimSpool() {
+	q.syncMu.Lock()
+	defer q.syncMu.Unlock()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	// Copies fired but not yet recorded done keep their schedule records
+	// until they are, which a rewrite would drop: the next check comes.
+	if q.err != nil || q.closed || len(q.undone) > 0 {
+		return
+	}
+	held, err := q.sp.f.Stat()
+	if err != nil {
+		return
+	}
+	if fi, err := os.Stat(q.sp.path); err == nil && os.SameFile(fi, held) {
+		return
+	}
+	if err := q.compact(); err != nil {
+		if q.err == nil { // else the loop reports it
+			q.reclaimLog.Warn(q.log, msgSpoolRemoved+", and cannot be written again; it is tried again", "path", q.sp.path, "pending", len(q.h), "err", err)
+		}
+		return
+	}
+	q.log.Warn(msgSpoolRemoved+"; it is written again", "path", q.sp.path, "pending", len(q.h))
+}
+
+// msgSpoolRemoved begins the log lines of reclaimSpool.
+const msgSpoolRemoved = "the retry spool was removed while streamd ran, with the copies pending in it"
 
 // maybeCompact compacts the spool when fired copies take more room than
 // pending ones and at least compactFloor bytes. It runs on the loop's

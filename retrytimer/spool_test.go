@@ -646,3 +646,39 @@ func TestNothingFiresWhileDurableFails(t *testing.T) {
 		}
 	})
 }
+
+// TestSpoolRemoved: a spool removed while the queue runs (a state
+// directory cleaned by hand) is written again, with the copies pending,
+// within spoolCheckEvery, and says so: the next start has them.
+func TestSpoolRemoved(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		path := filepath.Join(dir, SpoolName)
+		var logs testutil.SyncBuffer
+		r := &recorder{t: t}
+		q, err := Open(Options{Dir: dir, Fire: r.fire, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		later := time.Now().Add(time.Hour)
+		mustSchedule(t, q, "a", later)
+		mustSchedule(t, q, "b", later)
+		stop := runQueue(t, q)
+		if err := os.Remove(path); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(spoolCheckEvery)
+		synctest.Wait()
+		stop()
+		if err := q.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(logs.String(), msgSpoolRemoved+"; it is written again") {
+			t.Errorf("log %q, want the spool written again", logs.String())
+		}
+		again := mustOpen(t, Options{Dir: dir, Fire: r.fire})
+		if got := again.Pending(); got != 2 {
+			t.Errorf("%d copies pending after a restart, want 2", got)
+		}
+	})
+}
