@@ -518,6 +518,7 @@ func (fl *Follower) deliver(rec *streamfile.Record) bool {
 		return false
 	}
 	fl.pending = nil
+	fl.log.Info(msgStartReached, "offset", rec.Offset, "seq", rec.Seq)
 	return true
 }
 
@@ -687,8 +688,18 @@ func (fl *Follower) startOffset(size int64) (int64, error) {
 		return 0, fmt.Errorf("tail: %s: start position %s: %w", fl.path, fl.opts.Start, err)
 	}
 	fl.pending = pending
+	if pending != nil {
+		fl.log.Warn(msgStartNotReached, "start_at", fl.opts.Start.String(), "key", fl.opts.Key)
+	}
 	return off, nil
 }
+
+// msgStartNotReached and msgStartReached are logged when no record of the
+// file reaches a seq: or time: start yet, and when one does.
+const (
+	msgStartNotReached = "no record of the key reaches start_at in the file yet: the records written are passed over until one does"
+	msgStartReached    = "a record reaches start_at: reading starts with it"
+)
 
 // report tells the Observer what was read since the last report.
 func (fl *Follower) report() {

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/streamd/streamd/internal/testutil"
 	"github.com/streamd/streamd/streamfile"
 )
 
@@ -136,14 +138,16 @@ func mustAbs(t *testing.T, p string) string {
 }
 
 // TestSeekNotYetWritten starts live at a sequence that is not in the file
-// yet: frames before the first one that reaches it are passed over.
+// yet: frames before the first one that reaches it are passed over, which
+// the log says at start, and when one reaches it.
 func TestSeekNotYetWritten(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "s.ss")
 	fs := frames("k", 1, 30, 1, 50)
 	other := frames("other", 100, 5, 1, 50)
 	writeFile(t, path, streamfile.Header{FileName: "s.ss", CreatedAtMs: 1, BeaconInterval: 1024}, fs[:10])
 	start, _ := ParseStart("seq:20")
-	fl, err := New(Options{Path: path, Key: "k", Start: start, Logger: testLogger(t)})
+	var log testutil.SyncBuffer
+	fl, err := New(Options{Path: path, Key: "k", Start: start, Logger: slog.New(slog.NewTextHandler(&log, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,6 +158,11 @@ func TestSeekNotYetWritten(t *testing.T) {
 	gotten := collect(t, items, 11, 10*time.Second)
 	if err := sameFrames(gotten, fs[19:]); err != nil {
 		t.Fatal(err)
+	}
+	for _, want := range []string{`level=WARN msg="` + msgStartNotReached + `" component=tail path=` + path + ` start_at=seq:20 key=k`, `level=INFO msg="` + msgStartReached + `"`, `seq=20`} {
+		if strings.Count(log.String(), want) != 1 {
+			t.Errorf("want one %q in the log:\n%s", want, log.String())
+		}
 	}
 }
 
