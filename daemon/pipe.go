@@ -28,12 +28,6 @@ type PipeOptions struct {
 	// Progress, if set, follows how far the stage is through stdin, for a
 	// caller that ends the process before RunPipe returns.
 	Progress *StageProgress
-	// InputEnded, if set, is closed when the stage stops reading stdin (at
-	// its end, or at a stop) and goes on to write the copies still
-	// delayed: a caller that ends the process when a stop lasts too long
-	// (a write to a stdout that the next stage does not read cannot be
-	// interrupted) bounds that wait too.
-	InputEnded chan struct{}
 
 	limits stageLimits // zero: stageMax; tests take smaller records
 }
@@ -108,9 +102,6 @@ func RunPipe(ctx context.Context, cfg *conf.Config, opts PipeOptions) (err error
 	})
 	wg.Go(func() { observeEach(qctx, subs) })
 	readErr := readLines(readCtx, hctx, opts.In, cmp.Or(opts.limits, stageMax), subs, st.metrics, logger, progress)
-	if opts.InputEnded != nil {
-		close(opts.InputEnded)
-	}
 	stopQueue()
 	wg.Wait()
 
@@ -296,6 +287,7 @@ func readLines(ctx, hctx context.Context, in io.Reader, lim stageLimits, subs []
 				dest = ce.dest // a dead letter's
 			}
 			logger.Warn("publishing the retry copy failed; message lost", "subscription", s.cfg.Name, "destination", dest, "err", err)
+			progress.lose()
 		}
 		return nil
 	}
@@ -326,6 +318,7 @@ func readLines(ctx, hctx context.Context, in io.Reader, lim stageLimits, subs []
 			s.metrics.ReadErrors[metrics.ReasonInvalidLine].Inc()
 		}
 		if failOnInvalid {
+			stopped(lineNo - 1)
 			return fmt.Errorf("stdin line %d: %w (on_invalid = \"fail\")", lineNo, err)
 		}
 		if ok, suppressed := invalidLog.Allow(time.Now()); ok {
@@ -425,7 +418,7 @@ func readLines(ctx, hctx context.Context, in io.Reader, lim stageLimits, subs []
 			// for ever, so it takes none; but a line of key broadcast
 			// numbers those without a key, which every subscription reads.
 			key := string(l.StreamKey)
-			if key == pipe.BroadcastKey {
+			if key == pipe.BroadcastKey && l.ShardID == 0 {
 				seqs.Assign(&l)
 			}
 			m.CountUnsubscribedLine()
@@ -479,6 +472,7 @@ func readLines(ctx, hctx context.Context, in io.Reader, lim stageLimits, subs []
 					continue
 				}
 				if !errors.Is(err, errStopped) {
+					stopped(lineNo - 1)
 					return err // a panic
 				}
 				stopping = true
@@ -509,7 +503,7 @@ const (
 // msgStoppedReading is logged when a stage stops (SIGTERM, or stdout
 // closed) before the end of stdin: the lines it read ahead of the one it
 // was at are gone from stdin, and no stage handles them.
-const msgStoppedReading = "the stage stopped before the end of stdin: the lines after last_line are not handled, though it may have read some of them ahead; feed them to a stage again from there"
+const msgStoppedReading = "the stage stopped before the end of stdin: the lines after last_line are not handled, though it may have read some of them ahead; feed the input to a stage again from resume_line"
 
 // pipeCopies publishes a pipe subscription's copies on stdout: now, or
 // when their delay has passed.
@@ -534,12 +528,8 @@ func (c pipeCopies) schedule(key string, record []byte, due time.Time) error {
 	if err := c.queue.WaitRoom(c.reading); err != nil && c.reading.Err() == nil {
 		return err
 	}
-	line := c.progress.delay()
-	err := c.queue.Schedule(retrytimer.Copy{Key: key, Record: record, Subscription: c.subscription, Line: line}, due)
-	if err != nil {
-		c.progress.done(line)
-	}
-	return err
+	line := c.progress.delay() // not done if it fails: the copy is lost
+	return c.queue.Schedule(retrytimer.Copy{Key: key, Record: record, Subscription: c.subscription, Line: line}, due)
 }
 
 // warnDevNull warns when out, the stage's stdout, is the null device:

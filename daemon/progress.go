@@ -7,15 +7,15 @@ import (
 )
 
 // StageProgress is how far a pipe stage is through stdin: the last line it
-// dealt with (its handlers answered, its copies written or delayed), and
-// the lines whose copies wait in memory for their delay. A stage that
-// stops before it is done says where to feed the input again from, so that
-// no line is lost: the first line not done, whose copies may be lost with
-// the stage. It is safe for concurrent use.
+// dealt with (its handlers answered, its copies written, delayed or lost),
+// and the lines not done: a copy of theirs waits in memory for its delay,
+// or was lost. A stage that stops before it is done says where to feed the
+// input again from, so that no line is lost: the first line not done. It
+// is safe for concurrent use.
 type StageProgress struct {
-	mu      sync.Mutex
-	last    int64
-	delayed map[int64]int // line number: copies of it waiting
+	mu     sync.Mutex
+	last   int64
+	undone map[int64]int // line number: copies of it not written
 }
 
 // dealt records that the stage dealt with the lines up to last.
@@ -25,32 +25,38 @@ func (p *StageProgress) dealt(last int64) {
 	p.mu.Unlock()
 }
 
-// delay records a copy of the line the stage is at (the one after the last
-// dealt with) that waits for its delay, and returns that line.
+// delay records a copy that waits for its delay, of the line the stage is
+// handling (the one after the last dealt with: a stage handles one line at
+// a time, and its copies are made while it does), and returns that line.
 func (p *StageProgress) delay() int64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.delayed == nil {
-		p.delayed = map[int64]int{}
+	if p.undone == nil {
+		p.undone = map[int64]int{}
 	}
 	line := p.last + 1
-	p.delayed[line]++
+	p.undone[line]++
 	return line
 }
 
-// done records that a delayed copy of line left, or was not delayed after
-// all.
+// lose records a copy of the line the stage is handling that could not be
+// written: the line is never done.
+func (p *StageProgress) lose() { p.delay() }
+
+// done records that a delayed copy of line left.
 func (p *StageProgress) done(line int64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.delayed[line]--; p.delayed[line] <= 0 {
-		delete(p.delayed, line)
+	if p.undone[line] <= 1 {
+		delete(p.undone, line)
+		return
 	}
+	p.undone[line]--
 }
 
 // Resume returns the line to feed the input to a stage again from so that
-// no line is lost: the first line with a copy still waiting, else the one
-// after the last line dealt with. The lines before it are done; some after
+// no line is lost: the first line not done, else the one after the last
+// line dealt with. The lines before it are done; some after
 // it may be too, and a stage fed them again handles them again.
 func (p *StageProgress) Resume() int64 {
 	p.mu.Lock()
@@ -59,8 +65,8 @@ func (p *StageProgress) Resume() int64 {
 }
 
 func (p *StageProgress) resume() int64 {
-	if len(p.delayed) > 0 {
-		return slices.Min(slices.Collect(maps.Keys(p.delayed)))
+	if len(p.undone) > 0 {
+		return slices.Min(slices.Collect(maps.Keys(p.undone)))
 	}
 	return p.last + 1
 }

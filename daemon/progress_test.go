@@ -44,3 +44,19 @@ func TestStageProgress(t *testing.T) {
 		t.Errorf("Attrs = %v, want %v", got, want)
 	}
 }
+
+// TestStageProgressLost: a line one of whose copies was lost is never
+// done, however its delayed ones leave; a done of a line with no copy
+// waiting changes nothing.
+func TestStageProgressLost(t *testing.T) {
+	var p StageProgress
+	p.done(5)
+	p.dealt(1)
+	line := p.delay() // a copy of line 2 waits
+	p.lose()          // and another of it is lost
+	p.dealt(7)
+	p.done(line)
+	if got := p.Resume(); got != 2 {
+		t.Errorf("Resume = %d, want 2: a copy of line 2 was lost", got)
+	}
+}

@@ -492,6 +492,8 @@ func TestStagePanic(t *testing.T) {
 		if lines := strings.Count(r.out.String(), "\n"); lines != 1 {
 			t.Errorf("stdout %q: want the one copy of a, and none of boom", r.out.String())
 		}
+		// The input is fed again from boom, whose handler did not answer.
+		checkLogs(t, r.logs.with(msgStoppedReading), []wantLog{{slog.LevelWarn, msgStoppedReading, map[string]string{"last_line": "1", "resume_line": "2"}}})
 	})
 }
 
@@ -758,23 +760,26 @@ func TestStageInvalidLongLines(t *testing.T) {
 		seen    []string
 		invalid map[string]string // line number: the error logged
 		err     string
+		resume  string // the resume_line of a stage that fails: the invalid line
 	}{{
 		name:    "skip",
 		in:      strings.Join([]string{"[jobs] a", tooLong, "[jobs] b", tooLarge, "[k |] c", "[jobs] d", tooLong}, "\n"),
 		seen:    []string{`jobs 0 1 "a"`, `jobs 1 1 "b"`, `jobs 2 1 "d"`},
 		invalid: map[string]string{"2": wantTooLong, "4": wantTooLarge, "5": `invalid header part ""`, "7": wantTooLong},
 	}, {
-		name:  "fail at a line too long",
-		extra: "\non_invalid = \"fail\"",
-		in:    strings.Join([]string{"[jobs] a", tooLong, "[jobs] b"}, "\n") + "\n",
-		seen:  []string{`jobs 0 1 "a"`},
-		err:   "stdin line 2: " + wantTooLong + ` (on_invalid = "fail")`,
+		name:   "fail at a line too long",
+		extra:  "\non_invalid = \"fail\"",
+		in:     strings.Join([]string{"[jobs] a", tooLong, "[jobs] b"}, "\n") + "\n",
+		seen:   []string{`jobs 0 1 "a"`},
+		err:    "stdin line 2: " + wantTooLong + ` (on_invalid = "fail")`,
+		resume: "2",
 	}, {
-		name:  "fail at a record too large",
-		extra: "\non_invalid = \"fail\"",
-		in:    strings.Join([]string{"[jobs] a", "[jobs] b", tooLarge, "[jobs] c"}, "\n") + "\n",
-		seen:  []string{`jobs 0 1 "a"`, `jobs 1 1 "b"`},
-		err:   "stdin line 3: " + wantTooLarge + ` (on_invalid = "fail")`,
+		name:   "fail at a record too large",
+		extra:  "\non_invalid = \"fail\"",
+		in:     strings.Join([]string{"[jobs] a", "[jobs] b", tooLarge, "[jobs] c"}, "\n") + "\n",
+		seen:   []string{`jobs 0 1 "a"`, `jobs 1 1 "b"`},
+		err:    "stdin line 3: " + wantTooLarge + ` (on_invalid = "fail")`,
+		resume: "3",
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -819,6 +824,9 @@ func TestStageInvalidLongLines(t *testing.T) {
 					if want := tt.invalid[line]; want != "" && !slices.ContainsFunc(logged, func(l logRecord) bool { return l.attrs["line"] == line }) {
 						t.Errorf("line %s not logged; logged %v", line, logged)
 					}
+				}
+				if tt.resume != "" {
+					checkLogs(t, r.logs.with(msgStoppedReading), []wantLog{{slog.LevelWarn, msgStoppedReading, map[string]string{"resume_line": tt.resume}}})
 				}
 				wantCount := float64(max(len(tt.invalid), 1))
 				if v := gatheredValue(t, r.reg, "streamd_read_errors_total", map[string]string{"subscription": "jobs", "reason": "invalid_line"}); v != wantCount {
@@ -965,8 +973,7 @@ func TestStageCopyLineBound(t *testing.T) {
 
 // TestStageTimestampWhenRead: a line without a timestamp has the time it
 // is read, the same for every subscription that gets it, however long the
-// first one's handler takes; and a stage's metrics say its configuration
-// loaded, as a run's do, so that no reload alert fires.
+// first one's handler takes.
 func TestStageTimestampWhenRead(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg, err := loadTestConfig(t, stageSub("a", "jobs", `out_retry = "jobs.retry"`)+stageSub("b", "mail", `out_retry = "mail.retry"`), conf.ModePipe)
@@ -981,10 +988,53 @@ func TestStageTimestampWhenRead(t *testing.T) {
 		if len(r.seen) != 2 || r.seen[0].TimestampMs != r.seen[1].TimestampMs {
 			t.Errorf("deliveries %+v, want two of the same timestamp", r.seen)
 		}
+	})
+}
+
+// TestStageConfigLoadedMetric: a stage's metrics say its configuration
+// loaded, as a run's do, so that no reload alert fires.
+func TestStageConfigLoadedMetric(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg, err := loadTestConfig(t, stageSub("a", "jobs", `out_retry = "jobs.retry"`), conf.ModePipe)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := runStage(t, cfg, "", 0, stageHandlers{"a": func(*handler.Delivery) handler.Outcome { return ack }})
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
 		if v := gatheredValue(t, r.reg, "streamd_config_last_reload_successful", nil); v != 1 {
 			t.Errorf("streamd_config_last_reload_successful = %v, want 1", v)
 		}
 	})
+}
+
+// TestStageUnsubscribedKeysKeepNothing: the lines of keys no subscription
+// reads take no sequence counter, which a stage would keep until it ends:
+// a thousand such keys cost no more memory than one.
+func TestStageUnsubscribedKeysKeepNothing(t *testing.T) {
+	cfg, err := loadTestConfig(t, stageSub("a", "jobs", `out_retry = "jobs.retry"`), conf.ModePipe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 1000
+	var one, many strings.Builder
+	for i := range n {
+		fmt.Fprintf(&one, "[other] x\n")
+		fmt.Fprintf(&many, "[other%04d] x\n", i)
+	}
+	hs := map[string]handler.Handler{"a": handler.HandlerFunc(func(context.Context, *handler.Delivery) handler.Outcome { return ack })}
+	allocs := func(in string) float64 {
+		return testing.AllocsPerRun(3, func() {
+			err := RunPipe(t.Context(), cfg, PipeOptions{Options: Options{Handlers: hs, Registry: prometheus.NewRegistry()}, In: strings.NewReader(in), Out: io.Discard})
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	if a, b := allocs(one.String()), allocs(many.String()); b-a > n/2 {
+		t.Errorf("%v allocations for %d lines of %d keys no subscription reads, %v for one key: want no more per key", b, n, n, a)
+	}
 }
 
 // TestStageUnsubscribedBroadcast: a line of key broadcast that no

@@ -128,15 +128,15 @@ func newHTTPHandler(cfg conf.Handler) (*httpHandler, error) {
 	for _, name := range slices.Sorted(maps.Keys(cfg.Headers)) {
 		value := strings.Trim(cfg.Headers[name], " \t")
 		if !httpfield.ValidName(name) || !httpfield.ValidValue(value) {
-			return nil, fmt.Errorf("headers.%s: not a valid HTTP header", name)
+			return nil, &OptionError{Option: "headers", Err: fmt.Errorf("headers.%s: not a valid HTTP header", name)}
 		}
 		if why := httpfield.Reserved(name); why != "" {
-			return nil, fmt.Errorf("headers.%s: %s", name, why)
+			return nil, &OptionError{Option: "headers", Err: fmt.Errorf("headers.%s: %s", name, why)}
 		}
 		switch http.CanonicalHeaderKey(name) {
 		case "Host":
 			if !httpfield.ValidHost(value) {
-				return nil, fmt.Errorf("headers.%s: %q is not a host[:port]", name, value)
+				return nil, &OptionError{Option: "headers", Err: fmt.Errorf("headers.%s: %q is not a host[:port]", name, value)}
 			}
 			h.host = value
 		case "Content-Type":

@@ -163,15 +163,13 @@ func pipeCommand(app *kingpin.Application) action {
 		done := make(chan struct{})
 		defer close(done)
 		progress := new(daemon.StageProgress)
-		inputEnded := make(chan struct{})
 		go watchStop(ctx, again, done, st.opts.Logger, stopWatch{
-			name:      "streamd pipe",
-			left:      "the copies not written are lost, and so are the lines after last_line, which may have been read ahead; feed the input to a stage again from resume_line",
-			bound:     2*time.Duration(st.cfg.ShutdownTimeout) + stuckGrace,
-			attrs:     progress.Attrs,
-			inputDone: inputEnded,
+			name:  "streamd pipe",
+			left:  "the copies not written are lost, and so are the lines after last_line, which may have been read ahead; feed the input to a stage again from resume_line",
+			bound: 2*time.Duration(st.cfg.ShutdownTimeout) + stuckGrace,
+			attrs: progress.Attrs,
 		})
-		return st.exit(daemon.RunPipe(ctx, st.cfg, daemon.PipeOptions{Options: st.opts, In: s.in, Out: s.out, Progress: progress, InputEnded: inputEnded}))
+		return st.exit(daemon.RunPipe(ctx, st.cfg, daemon.PipeOptions{Options: st.opts, In: s.in, Out: s.out, Progress: progress}))
 	}
 }
 
@@ -187,9 +185,6 @@ type stopWatch struct {
 	left  string        // what an exit before the end of the stop leaves behind
 	bound time.Duration // how long a stop may take; 0: as long as it takes
 	attrs func() []any  // more of what an exit leaves behind, for its log line; nil: none
-	// inputDone, when not nil, is closed when the command ends on its
-	// own (a stage at the end of stdin): its stop begins then too.
-	inputDone <-chan struct{}
 }
 
 // sameStop is how soon after the first a stop signal is taken for the
@@ -198,8 +193,7 @@ type stopWatch struct {
 const sameStop = time.Second
 
 // watchStop follows the stop of a command that runs until a signal stops
-// it (ctx ends), or its input ends (w.inputDone), and returns once the
-// command did (done). It ends the
+// it (ctx ends) and returns once the command did (done). It ends the
 // process with exit status 1 at a second stop signal (again), sameStop or
 // more after the first, for the operator who would not wait for the
 // handlers in flight or the delayed copies, and, with a bound, when the
@@ -211,31 +205,22 @@ func watchStop(ctx context.Context, again <-chan os.Signal, done <-chan struct{}
 	case <-done:
 		return
 	case <-ctx.Done():
-	case <-w.inputDone:
 	}
+	stopped := time.Now()
 	var timeout <-chan time.Time
 	if w.bound > 0 {
 		t := time.NewTimer(w.bound)
 		defer t.Stop()
 		timeout = t.C
 	}
-	// Stop signals count from the first, which may come only now: before
-	// it, a signal is the first, for stopContext to take.
-	var (
-		signals   <-chan os.Signal
-		signalled time.Time
-		firstStop = ctx.Done()
-		msg       string
-		attrs     []any
-	)
+	var msg string
+	var attrs []any
 	for msg == "" {
 		select {
 		case <-done:
 			return
-		case <-firstStop:
-			firstStop, signals, signalled = nil, again, time.Now()
-		case sig := <-signals:
-			if time.Since(signalled) >= sameStop { // else sent with the first
+		case sig := <-again:
+			if time.Since(stopped) >= sameStop { // else sent with the first
 				msg, attrs = " exits at a second signal without finishing its stop: ", []any{"signal", sig.String()}
 			}
 		case <-timeout:
