@@ -289,7 +289,7 @@ func checkStream(s conf.Stream, a Account) error {
 		}
 		return nil
 	}
-	f, err := os.Open(s.Path)
+	f, err := streamfile.OpenRegular(s.Path)
 	if err != nil {
 		return fmt.Errorf("stream %q: %w", s.Name, err)
 	}

@@ -178,7 +178,7 @@ func SetPosition(cfg *conf.Config, name string, start tail.Start) (offsets.Posit
 // resolvePosition finds the frame boundary of a start position in the
 // stream file, with the file's identity.
 func resolvePosition(path string, start tail.Start, key string) (offsets.Position, error) {
-	f, err := os.Open(path)
+	f, err := streamfile.OpenRegular(path)
 	if err != nil {
 		return offsets.Position{}, err
 	}
@@ -204,7 +204,7 @@ func lagAt(path string, off, size int64) int64 {
 	if lag <= 0 || lag > maxEOSSpan {
 		return lag
 	}
-	f, err := os.Open(path)
+	f, err := streamfile.OpenRegular(path)
 	if err != nil {
 		return lag
 	}
@@ -226,9 +226,11 @@ func lagAt(path string, off, size int64) int64 {
 // one.
 const maxEOSSpan = 64 << 10
 
-// fileState returns the size and identity of the stream file at path.
+// fileState returns the size and identity of the stream file at path. A
+// named pipe there is refused, not waited on ([streamfile.OpenRegular]):
+// the daemon's stop waits for this.
 func fileState(path string) (int64, streamfile.Identity, error) {
-	f, err := os.Open(path)
+	f, err := streamfile.OpenRegular(path)
 	if err != nil {
 		return 0, streamfile.Identity{}, err
 	}

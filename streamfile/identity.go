@@ -132,7 +132,7 @@ func NextRotated(path, fileName string, after uint64) (*os.File, error) {
 		if dir.atPath == nil || !dir.atPath.Mode().IsRegular() {
 			// Nothing tells which files came before the next one at the
 			// path: a file to be renamed over it may be waiting in the
-			// directory. (And opening a FIFO would block.)
+			// directory.
 			return nil, nil
 		}
 		before := uint64(math.MaxUint64) // a new file at the path, its header not written yet
@@ -228,10 +228,10 @@ func Identify(f *os.File) (Header, int64, Identity, error) {
 	return h, fi.Size(), id, err
 }
 
-// openIdentified opens the file at path if it has identity id, checked on
-// the open file; it returns nil otherwise.
+// openIdentified opens the file at path if it is a regular file of
+// identity id, checked on the open file; it returns nil otherwise.
 func openIdentified(path string, id Identity) *os.File {
-	f, err := os.Open(path)
+	f, err := OpenRegular(path)
 	if err != nil {
 		return nil
 	}
@@ -242,9 +242,10 @@ func openIdentified(path string, id Identity) *os.File {
 	return nil
 }
 
-// readHeaderFile reads the header of the file at path.
+// readHeaderFile reads the header of the file at path, a regular file
+// ([OpenRegular]).
 func readHeaderFile(path string) (Header, error) {
-	f, err := os.Open(path)
+	f, err := OpenRegular(path)
 	if err != nil {
 		return Header{}, err
 	}

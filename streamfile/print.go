@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"slices"
 	"strconv"
 	"time"
@@ -400,15 +399,12 @@ func (e *WriteError) Unwrap() error { return e.Err }
 // PrintFile prints the stream file at path with [Format.Print] to w,
 // buffered, up to the size it has when PrintFile starts. It returns that
 // size, and the position and the error where Print stopped, the error
-// wrapped with the path; a file that cannot be opened is an
-// [*fs.PathError], one that is not a regular file (a FIFO, a device) a
-// [*NotRegularError], and one whose header is not a stream file's a
-// [*HeaderError].
+// wrapped with the path; a file that cannot be opened, or a directory, is
+// an [*fs.PathError], one that is not a regular file (a FIFO, a device) a
+// [*NotRegularError] ([OpenRegular]), and one whose header is not a stream
+// file's a [*HeaderError].
 func (p Format) PrintFile(w io.Writer, path string) (pos, size int64, err error) {
-	if err := CheckRegular(path); err != nil {
-		return 0, 0, err
-	}
-	f, err := os.Open(path)
+	f, err := OpenRegular(path)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -132,28 +132,6 @@ var ErrReplaced = errors.New("streamfile: the path names another file than the o
 // deleted and no file is at its path.
 var ErrRemoved = errors.New("streamfile: the file open for writing was deleted, and no file is at its path")
 
-// NotRegularError is a file that is neither a regular file nor a
-// directory: a named pipe, a device. A stream file is a regular file.
-type NotRegularError struct {
-	Path string
-	Mode fs.FileMode
-}
-
-func (e *NotRegularError) Error() string {
-	return fmt.Sprintf("streamfile: %s is not a regular file (%s): a stream file is one, read and written by seeking in it", e.Path, e.Mode.Type())
-}
-
-// CheckRegular refuses, with a [*NotRegularError], a file at path that is
-// neither a regular file nor a directory, before anything opens it: the
-// open of a named pipe waits for a writer, a device's may have effects of
-// its own. A directory, or no file, is for the open to report.
-func CheckRegular(path string) error {
-	if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() && !fi.IsDir() {
-		return &NotRegularError{Path: path, Mode: fi.Mode()}
-	}
-	return nil
-}
-
 // OpenWriter opens the stream file at path for appending, creating it with
 // opts.Header when it is missing and opts.Create is set.
 func OpenWriter(path string, opts CreateOptions) (*Writer, error) {
@@ -164,15 +142,19 @@ func OpenWriter(path string, opts CreateOptions) (*Writer, error) {
 		}
 		flags |= os.O_CREATE
 	}
-	if err := CheckRegular(path); err != nil {
-		return nil, err
-	}
 	f, err := openFile(path, flags, opts.Mode)
 	if opts.Create && errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("streamfile: directory %s does not exist: a writer creates the file, not its directory; create it (%w)", filepath.Dir(path), err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("streamfile: open for writing: %w", err)
+	}
+	// Opening a named pipe for reading and writing does not wait for the
+	// other end (Linux), so it can be refused once open, by what the open
+	// file is.
+	if err := checkRegular(f, path); err != nil {
+		f.Close() // nothing was written to it
+		return nil, err
 	}
 	w := &Writer{f: f, path: path, refuseReplaced: opts.RefuseReplaced, end: -1, log: opts.Log}
 	if w.log == nil {

@@ -103,13 +103,14 @@ type file interface {
 	Close() error
 }
 
-// openFile opens the stream file name for reading; a named pipe or a
-// device is refused before it is opened ([streamfile.CheckRegular]).
+// openFile opens the stream file name for reading: a regular file,
+// anything else refused without waiting ([streamfile.OpenRegular]).
 func openFile(name string) (file, error) {
-	if err := streamfile.CheckRegular(name); err != nil {
-		return nil, err
+	f, err := streamfile.OpenRegular(name)
+	if err != nil {
+		return nil, err // not a nil *os.File in a non-nil file
 	}
-	return os.Open(name)
+	return f, nil
 }
 
 // testHooks let the tests of this package act at given points.

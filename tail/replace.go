@@ -526,36 +526,6 @@ func (fl *Follower) openNext() (file, string, error) {
 	if f != nil {
 		return fl.timed(f), f.Name(), nil
 	}
-	nf, err := fl.openReplacement()
+	nf, err := fl.open(fl.path)
 	return nf, fl.path, err
-}
-
-// openReplacement opens the file at the path for switchFile. Anything but a
-// regular file is refused before it is opened: opening a FIFO would block
-// until a writer came.
-func (fl *Follower) openReplacement() (file, error) {
-	st, err := os.Stat(fl.path)
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, notRegular(fl.path, st)
-	}
-	f, err := fl.open(fl.path)
-	if err != nil {
-		return nil, err
-	}
-	if st, err = f.Stat(); err == nil && !st.Mode().IsRegular() {
-		err = notRegular(fl.path, st)
-	}
-	if err != nil {
-		return nil, errors.Join(err, f.Close())
-	}
-	return f, nil
-}
-
-// notRegular is the error for a replacement at path that is not a regular
-// file.
-func notRegular(path string, st os.FileInfo) error {
-	return fmt.Errorf("%s is not a regular file (mode %s)", path, st.Mode())
 }

@@ -70,7 +70,7 @@ func TestUnopenableReplacement(t *testing.T) {
 				}
 			},
 			repair:   renameOverNonFile,
-			err:      "is not a regular file (mode d",
+			err:      ": is a directory",
 			replaced: 2,
 		},
 		{
@@ -86,7 +86,7 @@ func TestUnopenableReplacement(t *testing.T) {
 				}
 			},
 			repair:   renameOverNonFile,
-			err:      "is not a regular file (mode p",
+			err:      "is not a regular file (p",
 			replaced: 2,
 		},
 	}
@@ -102,7 +102,7 @@ func TestUnopenableReplacement(t *testing.T) {
 				if deny.Load() {
 					return nil, &fs.PathError{Op: "open", Path: name, Err: syscall.EACCES}
 				}
-				return os.Open(name)
+				return openFile(name)
 			}}
 			var logs testutil.SyncBuffer
 			obs := newObserver()

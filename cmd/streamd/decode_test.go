@@ -111,7 +111,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"wrong version", []string{"decode", v2}, exitError, "unsupported format version 2, want 1"},
 		{"short header", []string{"decode", short}, exitError, "shorter than the 128-byte header"},
 		{"missing file", []string{"decode", filepath.Join(dir, "nope.ss")}, exitUsage, "no such file or directory"},
-		{"a directory, named once", []string{"decode", dir}, exitUsage, "streamd decode: read " + dir + ": is a directory\n"},
+		{"a directory, named once", []string{"decode", dir}, exitUsage, "streamd decode: open " + dir + ": is a directory\n"},
 		{"no file", []string{"decode"}, exitUsage, "streamd decode: required argument 'FILE' not provided; see 'streamd decode --help'"},
 		{"bad format", []string{"decode", "--format=xml", notSS}, exitUsage, `streamd decode: unknown format "xml": use log or ndjson`},
 		{"unknown command", []string{"frobnicate"}, exitUsage, `unknown command "frobnicate"`},

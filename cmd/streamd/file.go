@@ -108,7 +108,7 @@ func crashLeftovers(path string, size int64, err error) (int64, bool) {
 	if off < 0 {
 		return 0, false
 	}
-	f, err := os.Open(path)
+	f, err := streamfile.OpenRegular(path)
 	if err != nil {
 		return 0, false
 	}
