@@ -400,6 +400,7 @@ func (d *Daemon) startSubscription(sc conf.Subscription, h handler.Handler) erro
 	st := d.streams[sc.Stream]
 	logger := d.logger.With("subscription", sc.Name)
 	sm := d.metrics.Subscription(sc.Name, sc.Stream)
+	health := &subHealth{m: sm}
 	opts := tail.Options{
 		Path:          st.cfg.Path,
 		Key:           sc.Key,
@@ -408,7 +409,7 @@ func (d *Daemon) startSubscription(sc conf.Subscription, h handler.Handler) erro
 		PollInterval:  time.Duration(st.cfg.PollInterval),
 		Logger:        logger,
 		RotationGrace: time.Duration(st.cfg.RotationGrace),
-		Observer:      tailObserver{sub: sm, stream: d.metrics.Stream(st.cfg.Name)},
+		Observer:      tailObserver{sub: sm, stream: d.metrics.Stream(st.cfg.Name), health: health, cfg: st.cfg},
 	}
 	if sc.OnCorrupt == "stop" {
 		opts.OnCorrupt = tail.StopOnCorrupt
@@ -455,6 +456,7 @@ func (d *Daemon) startSubscription(sc conf.Subscription, h handler.Handler) erro
 		store:     d.store,
 		batches:   newBatching(sc, h),
 		ahead:     ahead,
+		health:    health,
 		scratch:   make([]scratch, max(sc.Concurrency, 1)),
 	}
 	sub.tracker = offsets.NewTracker(from, sub.window())

@@ -15,9 +15,9 @@ import (
 // TestRunNamedPipeAtPath: a named pipe put at the stream path while the
 // daemon runs (no writer ever opens it) is refused by every reader of the
 // path without waiting on it: the subscription's follower logs it as a
-// replacement it cannot open, the stream's size is looked at (the pipe's,
-// 0), a graceful stop finishes, and streamd offsets show says what is at
-// the path.
+// replacement it cannot open, and the subscription is unhealthy, saying
+// so; the stream's size is looked at (the pipe's, 0), a graceful stop
+// finishes, and streamd offsets show says what is at the path.
 func TestRunNamedPipeAtPath(t *testing.T) {
 	t.Parallel()
 	e := newRunEnv(t, "rotation_grace = \"0s\"\n"+runSub("billing", "orders", ""))
@@ -43,6 +43,10 @@ func TestRunNamedPipeAtPath(t *testing.T) {
 	if got := r.logs.with(unopenable)[0].attrs["err"]; !strings.Contains(got, e.stream+" is not a regular file (p") {
 		t.Errorf("the follower's error %q does not say the path is a named pipe", got)
 	}
+	waitFor(t, "the subscription to be unhealthy", func() bool {
+		err := r.d.metrics.Health().Err()
+		return err != nil && strings.Contains(err.Error(), `subscription "billing": waiting for its stream file`) && strings.Contains(err.Error(), e.stream+" is not a regular file (p")
+	})
 	// The size is the pipe's once it was looked at. An open of the pipe
 	// that waited for a writer would never look, and would keep the stop
 	// from finishing: the stop says so.

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/envelope"
 	"github.com/streamd/streamd/handler"
 	"github.com/streamd/streamd/internal/ratelog"
@@ -36,6 +37,8 @@ type subscription struct {
 	store      *offsets.Store
 	// copyLog limits the log of copies that cannot be written.
 	copyLog ratelog.Trouble
+	// health is its health while it runs: its stream file, its copies.
+	health *subHealth
 
 	// batches is how records are gathered into batches, nil when the
 	// subscription sends none.
@@ -443,14 +446,14 @@ func (s *subscription) finish(hctx context.Context, d *handler.Delivery, o handl
 		if err == nil {
 			if attempt > 1 {
 				s.copyLog.Passed(s.logger, "publishing copies works again", "seq", d.Seq)
-				s.metrics.SetHealthy(true, "")
+				s.health.setCopies("")
 			}
 			return true
 		}
 		wait := s.settler.backoffFor(attempt)
 		s.copyLog.Failed(s.logger, "publishing the copy failed; the record stays unsettled and is retried",
 			err, "seq", d.Seq, "retry_in", wait)
-		s.metrics.SetHealthy(false, "its copies cannot be written: "+err.Error())
+		s.health.setCopies("its copies cannot be written: " + err.Error())
 		select {
 		case <-time.After(wait):
 		case <-hctx.Done():
@@ -482,10 +485,13 @@ func (s *subscription) settled(tickets ...offsets.Ticket) {
 }
 
 // tailObserver counts what a subscription's follower reads and what
-// happens to its file.
+// happens to its file, and makes the subscription unhealthy while the
+// file cannot be read.
 type tailObserver struct {
 	sub    *metrics.SubscriptionMetrics
 	stream *metrics.StreamMetrics
+	health *subHealth
+	cfg    conf.Stream
 }
 
 func (o tailObserver) Read(records, bytes int64) {
@@ -516,4 +522,16 @@ func (o tailObserver) Event(e tail.Event) {
 	if r, ok := eventReasons[e]; ok {
 		o.sub.ReadErrors[r].Inc()
 	}
+}
+
+// Trouble makes the subscription unhealthy while the file at its stream's
+// path cannot be read (a file that is not a stream file, or cannot be
+// opened or read, put there while it runs), with the reason a subscription
+// waiting for its file at start has, and healthy again once it can.
+func (o tailObserver) Trouble(err error) {
+	if err == nil {
+		o.health.setFile("")
+		return
+	}
+	o.health.setFile(waitingReason(time.Duration(o.cfg.PollInterval), fmt.Errorf("stream %q: %w", o.cfg.Name, err)))
 }

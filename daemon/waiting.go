@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"errors"
-	"fmt"
 	"io/fs"
 	"time"
 
@@ -55,7 +54,7 @@ func (d *Daemon) launch(sc conf.Subscription, h handler.Handler, w *waitingSub) 
 	if w.trouble.Failed(logger, "stream file cannot be read; the subscription waits for it while the others run", err, "retry_every", poll) {
 		sm.ReadErrors[openReason(err)].Inc() // once per spell, as the follower counts an unreadable file
 	}
-	sm.SetHealthy(false, fmt.Sprintf("waiting for its stream file, tried again every %s: %v", poll, err))
+	sm.SetHealthy(false, waitingReason(poll, err))
 	return false
 }
 

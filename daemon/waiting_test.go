@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/streamd/streamd/conf"
@@ -118,5 +119,77 @@ func TestRunBrokenStream(t *testing.T) {
 	}
 	if got := len(billing.deliveries()) + len(audit.deliveries()); got != 4 {
 		t.Fatalf("%d deliveries on the first two streams, want 4", got)
+	}
+}
+
+// TestRunStreamFileSpoiled: a file that is not a stream file renamed over
+// the stream path while the subscription runs makes it unhealthy, with the
+// reason a subscription waiting for its file at start has (the stream, the
+// path, the problem), as long as it lasts; a stream file renamed over it
+// in turn is read, and the subscription is healthy again.
+func TestRunStreamFileSpoiled(t *testing.T) {
+	t.Parallel()
+	e := newRunEnv(t, "rotation_grace = \"0s\"\n"+runSub("billing", "orders", ""))
+	e.put("orders", nil, "o1")
+	billing := newRecorder(nil)
+	r := e.start(map[string]handler.Handler{"billing": billing})
+	billing.waitN(t, 1)
+	health := func() string {
+		if err := r.d.metrics.Health().Err(); err != nil {
+			return err.Error()
+		}
+		return ""
+	}
+	waitFor(t, "/healthz to be ok", func() bool { return health() == "" })
+
+	junk := filepath.Join(e.dir, "junk")
+	if err := errors.Join(os.WriteFile(junk, []byte("junk\n"), 0o644), os.Rename(junk, e.stream)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the subscription in /healthz", func() bool { return health() != "" })
+	want := `subscription "billing": waiting for its stream file, tried again every 50ms: stream "orders": `
+	if got := health(); !strings.HasPrefix(got, want) || !strings.Contains(got, e.stream) || !strings.Contains(got, "not a stream file") {
+		t.Errorf("health %q; want %q, the path and that it is not a stream file", got, want+"...")
+	}
+
+	publishFile(t, e.stream, "orders", "o2")
+	if got := billing.waitN(t, 2); string(got[1].Payload) != "o2" {
+		t.Fatalf("deliveries %q, want o1 then o2", billing.seen())
+	}
+	if got := health(); got != "" {
+		t.Errorf("health %q once a stream file took the path again, want ok", got)
+	}
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSubHealth: a subscription is unhealthy while its stream file cannot
+// be read or its copies cannot be written, with both reasons, and the end
+// of one leaves it unhealthy for the other.
+func TestSubHealth(t *testing.T) {
+	m := metrics.New(prometheus.NewRegistry())
+	h := &subHealth{m: m.Subscription("billing", "orders")}
+	h.m.SetHealthy(true, "")
+	for _, step := range []struct {
+		set  func(string)
+		to   string
+		want string
+	}{
+		{h.setFile, "no file", `subscription "billing": no file`},
+		{h.setCopies, "no copies", `subscription "billing": no file; no copies`},
+		{h.setCopies, "", `subscription "billing": no file`},
+		{h.setCopies, "no copies", `subscription "billing": no file; no copies`},
+		{h.setFile, "", `subscription "billing": no copies`},
+		{h.setCopies, "", ""},
+	} {
+		step.set(step.to)
+		got := ""
+		if err := m.Health().Err(); err != nil {
+			got = err.Error()
+		}
+		if got != step.want {
+			t.Fatalf("health %q, want %q", got, step.want)
+		}
 	}
 }

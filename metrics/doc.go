@@ -44,7 +44,7 @@
 // A subscription with a handle is unhealthy ("starting") until
 // [SubscriptionMetrics.SetHealthy] marks it healthy; when it cannot do its
 // work (it stopped on a corrupt frame or a fatal error, its stream file
-// cannot be read yet, its copies cannot be written), SetHealthy(false,
+// cannot be read, its copies cannot be written), SetHealthy(false,
 // reason) says why. A problem of the whole daemon, such as commits of the
 // positions that fail, is set with [Health.SetProblem]. /healthz answers
 // 200 "ok" while there is no problem and every subscription with a handle

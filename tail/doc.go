@@ -139,8 +139,11 @@
 // # Observing
 //
 // An [Observer] gets the number of records and bytes read (in batches:
-// before every wait, and every MiB while catching up) and every [Event]. It
-// is called on the goroutine of Next, so it can feed Prometheus counters
+// before every wait, and every MiB while catching up), every [Event], and
+// the troubles with the file at the path that keep a live follower from
+// reading on (not a stream file, unreadable, a replacement it cannot
+// open), then their end ([Observer.Trouble]), for a health check. It is
+// called on the goroutine of Next, so it can feed Prometheus counters
 // without locking of its own; metrics live elsewhere.
 //
 // # Limits

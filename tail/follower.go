@@ -149,6 +149,9 @@ type Follower struct {
 	// headerTrouble: the open file is not a stream file. A live follower
 	// waits until it is replaced, or rewritten with a header.
 	headerTrouble ratelog.Trouble
+	// told is the trouble the Observer was told of last, "" when none
+	// lasts (troubled, untroubled).
+	told string
 
 	rec Record
 	err error // returned by every later Next: io.EOF after the end of stream, ErrClosed, or a fatal error
@@ -309,9 +312,11 @@ func (fl *Follower) Next(ctx context.Context) (*Record, error) {
 			}
 			if fl.readTrouble.Failing() {
 				fl.readTrouble.Passed(fl.log, "stream file can be read again", "offset", fl.pos())
+				fl.untroubled()
 			}
 			if fl.headerTrouble.Failing() {
 				fl.headerTrouble.Passed(fl.log, "the file at the path is a stream file again")
+				fl.untroubled()
 			}
 			if !ready {
 				if err := fl.idle(ctx, io.EOF); err != nil {
@@ -344,6 +349,7 @@ func (fl *Follower) Next(ctx context.Context) (*Record, error) {
 			}
 			if fl.readTrouble.Failing() {
 				fl.readTrouble.Passed(fl.log, "stream file can be read again", "offset", rec.Offset)
+				fl.untroubled()
 			}
 			if fl.pending != nil || rec.IsEOS() {
 				if !fl.deliver(rec) {
@@ -491,6 +497,7 @@ func (fl *Follower) notStreamFile(ctx context.Context, err error) error {
 	if fl.headerTrouble.Failed(fl.log, "the file at the path is not a stream file; waiting for a stream file to replace it", err) {
 		fl.obs.Event(EventFormat)
 	}
+	fl.troubled(err)
 	return fl.idle(ctx, io.EOF)
 }
 
@@ -504,7 +511,27 @@ func (fl *Follower) readFailed(ctx context.Context, err error) error {
 		err, "offset", fl.pos()) {
 		fl.obs.Event(EventUnreadable)
 	}
+	fl.troubled(err)
 	return fl.wait(ctx)
+}
+
+// troubled tells the Observer of err, a trouble with the file that keeps
+// the follower from reading on, unless it was told of the same last.
+func (fl *Follower) troubled(err error) {
+	if msg := err.Error(); msg != fl.told {
+		fl.told = msg
+		fl.obs.Trouble(err)
+	}
+}
+
+// untroubled tells the Observer, after a trouble passed, that none lasts,
+// if so. A trouble that still lasts is told again, with its own error, at
+// its next try.
+func (fl *Follower) untroubled() {
+	if fl.told != "" && !fl.readTrouble.Failing() && !fl.headerTrouble.Failing() && !fl.replace.openTrouble.Failing() {
+		fl.told = ""
+		fl.obs.Trouble(nil)
+	}
 }
 
 // deliver decides about a record that is the end of stream, or that comes

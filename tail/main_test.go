@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -118,6 +119,7 @@ type observer struct {
 	mu             sync.Mutex
 	events         map[Event]int
 	records, bytes int64
+	troubles       []string // each trouble told, "" for its end
 }
 
 func newObserver() *observer { return &observer{events: make(map[Event]int)} }
@@ -133,6 +135,23 @@ func (o *observer) Event(e Event) {
 	o.mu.Lock()
 	o.events[e]++
 	o.mu.Unlock()
+}
+
+func (o *observer) Trouble(err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if err == nil {
+		o.troubles = append(o.troubles, "")
+		return
+	}
+	o.troubles = append(o.troubles, err.Error())
+}
+
+// told returns the troubles told so far.
+func (o *observer) told() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Clone(o.troubles)
 }
 
 func (o *observer) count(e Event) int {

@@ -12,6 +12,14 @@ type Observer interface {
 	Read(records, bytes int64)
 	// Event reports one event; each is logged as well.
 	Event(e Event)
+	// Trouble reports that a live follower cannot read on because of the
+	// file at its path, with an error that names the file and the
+	// problem: it is not a stream file, reading it fails, or it replaced
+	// the file read and cannot be opened (no permission, not a regular
+	// file). It is called when a trouble begins or its error changes, and
+	// with nil once none lasts: the follower reads on by itself then (a
+	// replay fails instead). Each is logged as well.
+	Trouble(err error)
 }
 
 // Event is something that happened to a followed file or its watch.
@@ -77,3 +85,4 @@ type nopObserver struct{}
 
 func (nopObserver) Read(int64, int64) {}
 func (nopObserver) Event(Event)       {}
+func (nopObserver) Trouble(error)     {}

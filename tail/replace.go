@@ -180,6 +180,7 @@ func (fl *Follower) check(polled bool) error {
 		r.draining, r.told, r.unopened = false, false, nil
 		if r.openTrouble.Failing() {
 			r.openTrouble.Passed(fl.log, "the file that could not be opened is gone from the path")
+			fl.untroubled()
 		}
 		if !r.removed {
 			r.removed = true
@@ -467,8 +468,10 @@ func (fl *Follower) switchFile(err error) error {
 		r.draining = false // check sets it again at the next wake-up
 		st, _ := os.Stat(fl.path)
 		fl.countReplacement(st)
+		oerr = fmt.Errorf("tail: %w", oerr)
 		r.openTrouble.Failed(fl.log, "stream file replaced by a file that cannot be opened; its records wait, and it is tried again at each notification and poll",
-			fmt.Errorf("tail: %w", oerr), "old_offset", fl.pos())
+			oerr, "old_offset", fl.pos())
+		fl.troubled(oerr)
 		return nil
 	}
 	fl.report()
@@ -478,6 +481,7 @@ func (fl *Follower) switchFile(err error) error {
 	}
 	if r.openTrouble.Failing() {
 		r.openTrouble.Passed(fl.log, "the file that replaced the stream file can be opened now")
+		fl.untroubled()
 	}
 	fl.log.Warn("stream file replaced; reading the new file from the beginning",
 		"old_ino", fl.id.Ino, "old_file_name", fl.id.FileName, "old_created_at_ms", fl.id.CreatedAtMs, "old_offset", fl.pos(),

@@ -507,9 +507,9 @@ func TestReplaceFrequentRotations(t *testing.T) {
 }
 
 // TestReplaceByNonStreamFile: a file that is not a stream file takes the
-// path (a wrong file copied over it): the follower counts it, waits
-// without failing, and reads the stream file that replaces it in turn
-// from its beginning.
+// path (a wrong file copied over it): the follower counts it, tells it as
+// a trouble, waits without failing, and reads the stream file that
+// replaces it in turn from its beginning, telling the trouble's end.
 func TestReplaceByNonStreamFile(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "r.ss")
@@ -536,6 +536,9 @@ func TestReplaceByNonStreamFile(t *testing.T) {
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
+	if told := obs.told(); len(told) != 1 || !strings.Contains(told[0], path) || !strings.Contains(told[0], "not a stream file") {
+		t.Errorf("troubles told %q, want one naming the path and saying it is not a stream file", told)
+	}
 	next := filepath.Join(dir, "next")
 	writeFile(t, next, newHeader, repl)
 	if err := os.Rename(next, path); err != nil {
@@ -547,6 +550,9 @@ func TestReplaceByNonStreamFile(t *testing.T) {
 	}
 	if n := obs.count(EventFormat); n != 1 {
 		t.Errorf("%d format events, want 1", n)
+	}
+	if told := obs.told(); len(told) != 2 || told[1] != "" {
+		t.Errorf("troubles told %q, want the one, then its end", told)
 	}
 }
 

@@ -29,8 +29,9 @@ func noItem(t *testing.T, items <-chan item, d time.Duration, what string) {
 // TestUnopenableReplacement replaces the followed file by one the follower
 // cannot open: the records of the old file are all delivered, the follower
 // neither fails nor skips anything, counts the replacement once, logs the
-// error once however often it tries again, and once the file can be opened
-// it reads it from its beginning by itself.
+// error and tells it as a trouble once however often it tries again, and
+// once the file can be opened it reads it from its beginning by itself,
+// telling the trouble's end.
 func TestUnopenableReplacement(t *testing.T) {
 	t.Parallel()
 	const unopenable = "stream file replaced by a file that cannot be opened"
@@ -130,12 +131,18 @@ func TestUnopenableReplacement(t *testing.T) {
 			if !strings.Contains(logs.String(), tt.err) || !strings.Contains(logs.String(), "path="+path) {
 				t.Errorf("the log does not name the path and the error %q:\n%s", tt.err, logs.String())
 			}
+			if told := obs.told(); len(told) != 1 || !strings.Contains(told[0], tt.err) || !strings.Contains(told[0], path) {
+				t.Errorf("troubles told %q, want one naming the path and the error %q", told, tt.err)
+			}
 
 			tt.repair(t, path, tmp, &deny)
 			if err := sameFrames(collect(t, items, len(repl), 5*time.Second), repl); err != nil {
 				t.Fatal(err)
 			}
 			noItem(t, items, 200*time.Millisecond, "after the new file was read")
+			if told := obs.told(); len(told) != 2 || told[1] != "" {
+				t.Errorf("troubles told %q, want the one, then its end", told)
+			}
 			if n := obs.count(EventReplaced); n != tt.replaced {
 				t.Errorf("%d replacement events in all, want %d", n, tt.replaced)
 			}
@@ -175,8 +182,8 @@ func (f flakyFile) ReadAt(p []byte, off int64) (int, error) {
 
 // TestReadErrorRetried makes reads of the open file fail with EIO: a live
 // follower waits it out and reads on at the same offset, nothing skipped or
-// repeated, logging the error once and its end once; a replay fails with
-// it.
+// repeated, logging the error once and its end once, and telling them as a
+// trouble; a replay fails with it.
 func TestReadErrorRetried(t *testing.T) {
 	open := func(fail *atomic.Bool) testHooks {
 		return testHooks{open: func(name string) (file, error) {
@@ -218,11 +225,17 @@ func TestReadErrorRetried(t *testing.T) {
 		if !strings.Contains(logs.String(), "input/output error") {
 			t.Errorf("the log does not give the error:\n%s", logs.String())
 		}
+		if told := obs.told(); len(told) != 1 || !strings.Contains(told[0], "input/output error") {
+			t.Errorf("troubles told %q, want the read error once", told)
+		}
 		fail.Store(false)
 		if err := sameFrames(collect(t, items, 10, 5*time.Second), fs[10:]); err != nil {
 			t.Fatal(err)
 		}
 		noItem(t, items, 200*time.Millisecond, "after the rest was read")
+		if told := obs.told(); len(told) != 2 || told[1] != "" {
+			t.Errorf("troubles told %q, want the read error, then its end", told)
+		}
 		if !strings.Contains(logs.String(), "stream file can be read again") {
 			t.Errorf("the log does not say reading works again:\n%s", logs.String())
 		}
