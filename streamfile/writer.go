@@ -171,6 +171,7 @@ func OpenWriter(path string, opts CreateOptions) (*Writer, error) {
 // whatever the umask: it is created exclusively, so that the mode of a
 // file another writer made is left alone.
 func openFile(path string, flags int, mode fs.FileMode) (*os.File, error) {
+	flags |= syscall.O_NOCTTY // a terminal at the path must not become the daemon's
 	if flags&os.O_CREATE == 0 || mode == 0 {
 		return os.OpenFile(path, flags, 0o644)
 	}
