@@ -219,7 +219,7 @@ func TestFaultUnreadableStream(t *testing.T) {
 			blocked:   true,
 			reason:    "replacement",
 			mayRemove: true,
-			errText:   "is not a regular file",
+			errText:   "is a directory",
 			repair: func(t *testing.T, e *env) {
 				if err := os.Remove(e.stream); err != nil {
 					t.Fatal(err)
