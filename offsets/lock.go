@@ -3,6 +3,7 @@ package offsets
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -28,12 +29,27 @@ type LockedError struct {
 }
 
 func (e *LockedError) Error() string {
-	holder := "another streamd"
-	if e.PID > 0 {
-		holder = fmt.Sprintf("another streamd (pid %d)", e.PID)
-	}
-	return fmt.Sprintf("offsets: %s holds %s; only one streamd may use a state directory at a time", holder, e.Path)
+	return fmt.Sprintf("offsets: %s holds %s; only one streamd may use a state directory at a time", e.holder(), e.Path)
 }
+
+// holder names the process that holds the lock.
+func (e *LockedError) holder() string {
+	if e.PID > 0 {
+		return fmt.Sprintf("another streamd (pid %d)", e.PID)
+	}
+	return "another streamd"
+}
+
+// takenError is a lock file removed while this streamd ran, which another
+// streamd made again and holds (or held): the state directory is no longer
+// this one's.
+type takenError struct{ locked *LockedError }
+
+func (e *takenError) Error() string {
+	return fmt.Sprintf("offsets: the lock file %s was removed while this streamd ran, and %s made another: only one streamd may use a state directory at a time, and this one commits no position until it is restarted; stop one of them (both deliver the records)", e.locked.Path, e.locked.holder())
+}
+
+func (e *takenError) Unwrap() error { return e.locked }
 
 // lockOrphanWait is how long acquireLock waits for a lock whose holder's
 // process has gone (see there).
@@ -129,35 +145,55 @@ func acquireLock(dir string) (*lockFile, error) {
 	return &lockFile{f: f, path: path}, nil
 }
 
-// reclaim makes the lock file's path name the file this lock holds again
-// when it no longer does, and reports whether it had to: a lock file
-// removed while the daemon runs (a state directory cleaned by hand) would
-// let another streamd lock a new one and use the directory too. It creates
-// the file again and locks it; another streamd that locked it first is an
-// error that wraps its [*LockedError].
+// reclaim makes the lock file again, and locks it, when it was removed
+// while the daemon runs (a state directory cleaned by hand), and reports
+// whether it had to: without it another streamd could lock a new one and
+// use the directory too. A lock file at the path that is not the one held
+// is another streamd's, which took the directory: an error, and nothing is
+// taken from it.
 func (l *lockFile) reclaim() (bool, error) {
 	held, err := l.f.Stat()
 	if err != nil {
 		return false, fmt.Errorf("offsets: lock: %w", err)
 	}
-	if fi, err := os.Stat(l.path); err == nil && os.SameFile(fi, held) {
+	fi, err := os.Stat(l.path)
+	switch {
+	case err == nil && os.SameFile(fi, held):
 		return false, nil
+	case err == nil:
+		return false, l.taken()
+	case !errors.Is(err, fs.ErrNotExist):
+		return false, fmt.Errorf("offsets: lock: %w", err)
 	}
-	f, err := os.OpenFile(l.path, os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := os.OpenFile(l.path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if errors.Is(err, fs.ErrExist) {
+		return false, l.taken()
+	}
 	if err != nil {
 		return false, fmt.Errorf("offsets: the lock file %s was removed while streamd ran, and cannot be made again: %w", l.path, err)
 	}
-	ok, err := durable.TryLock(f.Fd(), durable.Exclusive)
-	if err == nil && !ok {
-		err = fmt.Errorf("its lock file was removed while this streamd ran, and %w: stop one of them (both deliver the records, and each commits its positions over the other's)", &LockedError{Path: l.path, PID: readPID(f)})
-	}
-	if err != nil {
-		return false, errors.Join(fmt.Errorf("offsets: lock: %w", err), f.Close())
+	if ok, err := durable.TryLock(f.Fd(), durable.Exclusive); err != nil || !ok {
+		f.Close()
+		if err != nil {
+			return false, fmt.Errorf("offsets: lock %s: %w", l.path, err)
+		}
+		return false, l.taken()
 	}
 	old := l.f
 	l.f = f
 	l.noPID = writePID(f) != nil // written at a later commit
 	return true, old.Close()
+}
+
+// taken is the error of a lock file that another streamd made after the
+// one held was removed.
+func (l *lockFile) taken() error {
+	pid := 0
+	if f, err := os.Open(l.path); err == nil {
+		pid = readPID(f)
+		f.Close()
+	}
+	return &takenError{&LockedError{Path: l.path, PID: pid}}
 }
 
 // writeMissingPID writes the PID that acquireLock could not write, if

@@ -105,6 +105,7 @@ type Store struct {
 	commitMu sync.Mutex
 	lock     *lockFile // nil once closed; guarded by commitMu
 	written  bool      // the sidecar was there at Open or written since; guarded by commitMu
+	failing  bool      // the last commit observed failed; guarded by commitMu
 
 	mu      sync.Mutex
 	entries map[string]*entry // guarded by mu
@@ -310,10 +311,22 @@ func (s *Store) Commit() error {
 }
 
 // commit does the work of Commit and reports how long it took and whether
-// it had anything to write.
+// Commit observes it: one that had anything to write, failed, or was the
+// first to pass after one that failed.
 func (s *Store) commit() (time.Duration, bool, error) {
 	s.commitMu.Lock()
 	defer s.commitMu.Unlock()
+	d, wrote, err := s.commitLocked()
+	if !wrote && s.failing {
+		wrote = true // the trouble passed, which Observe must learn
+	}
+	s.failing = err != nil
+	return d, wrote, err
+}
+
+// commitLocked does the work of commit, with commitMu held, and reports
+// whether it had anything to write or failed.
+func (s *Store) commitLocked() (time.Duration, bool, error) {
 	if s.lock == nil {
 		return 0, false, errors.New("offsets: commit: store is closed")
 	}

@@ -632,19 +632,17 @@ func (p Position) samePlace(q Position) bool {
 
 // TestCommitMendsStateFiles: a commit finds the lock file and the sidecar
 // removed while the Store is open (a state directory cleaned by hand),
-// makes them again and says so; a lock file that another streamd took
-// meanwhile fails the commit, which writes nothing then.
+// makes them again and says so; a lock file that another streamd made
+// meanwhile fails every commit, which takes nothing from it, even once
+// that streamd stopped; a commit that passes after failing is observed,
+// also with nothing to write.
 func TestCommitMendsStateFiles(t *testing.T) {
 	dir := t.TempDir()
 	lock, sidecar := filepath.Join(dir, LockName), filepath.Join(dir, SidecarName)
 	var logs strings.Builder
-	var failed []error
+	var observed []error
 	s := openStore(t, dir, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)),
-		Observe: func(_ time.Duration, err error) {
-			if err != nil {
-				failed = append(failed, err)
-			}
-		}})
+		Observe: func(_ time.Duration, err error) { observed = append(observed, err) }})
 	mustSet(t, s, "billing", testPosition(10))
 	if err := s.Commit(); err != nil {
 		t.Fatal(err)
@@ -671,20 +669,36 @@ func TestCommitMendsStateFiles(t *testing.T) {
 		}
 	}
 
-	// Removed, and taken by another streamd before the next commit.
+	// Removed, and made by another streamd before the next commit.
 	if err := os.Remove(lock); err != nil {
 		t.Fatal(err)
 	}
 	other := openStore(t, dir, Options{})
-	mustSet(t, s, "billing", testPosition(20))
-	err := s.Commit()
-	if !errors.As(err, new(*LockedError)) || len(failed) != 1 {
-		t.Fatalf("commit after another streamd took the lock: %v (observed failures %v), want a *LockedError, observed", err, failed)
-	}
-	if got := mustLoad(t, dir); !got["billing"].samePlace(testPosition(10)) {
-		t.Errorf("sidecar after the refused commit: %v, want billing's position as it was", got)
+	observed = nil
+	if err := s.Commit(); !errors.As(err, new(*LockedError)) {
+		t.Fatalf("commit after another streamd took the lock: %v, want a *LockedError", err)
 	}
 	if err := other.Close(); err != nil {
 		t.Fatal(err)
+	}
+	if err := s.Commit(); !errors.As(err, new(*LockedError)) {
+		t.Fatalf("commit after the other streamd stopped: %v, want a *LockedError still: its lock file is not this one's", err)
+	}
+	if got := mustLoad(t, dir); !got["billing"].samePlace(testPosition(10)) {
+		t.Errorf("sidecar after the refused commits: %v, want billing's position as it was", got)
+	}
+
+	// The other's lock file removed in turn: this one's is made again,
+	// and the commit, with nothing to write, is observed to pass.
+	if err := os.Remove(lock); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := s.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(observed) != 3 || observed[0] == nil || observed[1] == nil || observed[2] != nil {
+		t.Errorf("observed %v, want two failures and the first commit that passed", observed)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"math"
 	"os"
@@ -460,6 +461,7 @@ func (q *Queue) loop(ctx context.Context, drain bool) (err error) {
 			timer.Stop()
 		}
 		q.recordDone()
+		q.reclaimSpool() // a stop must not leave a removed spool behind
 		if err == nil {
 			err = q.failure() // also one met recording the last copies done
 		}
@@ -472,6 +474,11 @@ func (q *Queue) loop(ctx context.Context, drain bool) (err error) {
 		check = t.C
 	}
 	for ctx.Err() == nil {
+		select { // also while due copies keep the loop from waiting
+		case <-check:
+			q.reclaimSpool()
+		default:
+		}
 		var wait time.Duration
 		if q.held && !q.recordDone() {
 			wait = q.backoff // Durable still fails: nothing more fires until it passes
@@ -708,25 +715,25 @@ func (q *Queue) logFireError(c Copy, tries uint32, retry time.Duration, err erro
 const spoolCheckEvery = 5 * time.Second
 
 // reclaimSpool writes the spool again at its path, with the copies
-// pending, when the path no longer names the file the queue writes: a spool
-// removed while the daemon runs (a state directory cleaned by hand) would
-// leave the next start without them. It runs on the loop's goroutine, so
-// no copy is being fired.
+// pending, when it was removed while the daemon runs (a state directory
+// cleaned by hand), which would leave the next start without them. A file
+// at the path that is not the spool is another streamd's, which took the
+// directory (its lock says so to the commits): it is left alone. It runs
+// on the loop's goroutine, so no copy is being fired.
 func (q *Queue) reclaimSpool() {
+	if q.sp == nil {
+		return
+	}
 	q.syncMu.Lock()
 	defer q.syncMu.Unlock()
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	// Copies fired but not yet recorded done keep their schedule records
 	// until they are, which a rewrite would drop: the next check comes.
-	if q.err != nil || q.closed || len(q.undone) > 0 {
+	if q.err != nil || len(q.undone) > 0 {
 		return
 	}
-	held, err := q.sp.f.Stat()
-	if err != nil {
-		return
-	}
-	if fi, err := os.Stat(q.sp.path); err == nil && os.SameFile(fi, held) {
+	if _, err := os.Lstat(q.sp.path); !errors.Is(err, fs.ErrNotExist) {
 		return
 	}
 	if err := q.compact(); err != nil {
@@ -736,6 +743,18 @@ func (q *Queue) reclaimSpool() {
 		return
 	}
 	q.log.Warn(msgSpoolRemoved+"; it is written again", "path", q.sp.path, "pending", len(q.h))
+}
+
+// spoolAtPath reports whether the spool's path names the file the queue
+// writes, which a compaction replaces: not when it was removed, or another
+// streamd's took the path.
+func (q *Queue) spoolAtPath() bool {
+	held, err := q.sp.f.Stat()
+	if err != nil {
+		return false
+	}
+	fi, err := os.Stat(q.sp.path)
+	return err == nil && os.SameFile(fi, held)
 }
 
 // msgSpoolRemoved begins the log lines of reclaimSpool.
@@ -764,7 +783,7 @@ func (q *Queue) maybeCompact() {
 	defer q.syncMu.Unlock()
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if !need() {
+	if !need() || !q.spoolAtPath() {
 		return
 	}
 	before := q.sp.size

@@ -649,36 +649,60 @@ func TestNothingFiresWhileDurableFails(t *testing.T) {
 
 // TestSpoolRemoved: a spool removed while the queue runs (a state
 // directory cleaned by hand) is written again, with the copies pending,
-// within spoolCheckEvery, and says so: the next start has them.
+// within spoolCheckEvery or at the stop, and says so: the next start has
+// them. Another file put at its path (another streamd's, which took the
+// directory) is left alone, and no compaction replaces it.
 func TestSpoolRemoved(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		dir := t.TempDir()
-		path := filepath.Join(dir, SpoolName)
-		var logs testutil.SyncBuffer
-		r := &recorder{t: t}
-		q, err := Open(Options{Dir: dir, Fire: r.fire, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-		if err != nil {
-			t.Fatal(err)
-		}
-		later := time.Now().Add(time.Hour)
-		mustSchedule(t, q, "a", later)
-		mustSchedule(t, q, "b", later)
-		stop := runQueue(t, q)
-		if err := os.Remove(path); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(spoolCheckEvery)
-		synctest.Wait()
-		stop()
-		if err := q.Close(); err != nil {
-			t.Fatal(err)
-		}
-		if !strings.Contains(logs.String(), msgSpoolRemoved+"; it is written again") {
-			t.Errorf("log %q, want the spool written again", logs.String())
-		}
-		again := mustOpen(t, Options{Dir: dir, Fire: r.fire})
-		if got := again.Pending(); got != 2 {
-			t.Errorf("%d copies pending after a restart, want 2", got)
-		}
-	})
+	for _, tc := range []struct {
+		name    string
+		wait    time.Duration // before the stop
+		other   bool          // another file at the path
+		pending int           // after a restart
+	}{
+		{"checked", spoolCheckEvery, false, 2},
+		{"at the stop", 0, false, 2},
+		{"another file", spoolCheckEvery, true, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				dir := t.TempDir()
+				path := filepath.Join(dir, SpoolName)
+				var logs testutil.SyncBuffer
+				r := &recorder{t: t}
+				q, err := Open(Options{Dir: dir, Fire: r.fire, CompactMinBytes: 1, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+				if err != nil {
+					t.Fatal(err)
+				}
+				later := time.Now().Add(time.Hour)
+				mustSchedule(t, q, "a", later)
+				mustSchedule(t, q, "b", later)
+				for _, key := range []string{"now-1", "now-2", "now-3"} { // fired: more dead bytes than live, for a compaction
+					mustSchedule(t, q, key, time.Now())
+				}
+				stop := runQueue(t, q)
+				if err := os.Remove(path); err != nil {
+					t.Fatal(err)
+				}
+				if tc.other {
+					other := mustOpen(t, Options{Dir: dir, Fire: r.fire})
+					if err := other.Close(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				time.Sleep(tc.wait)
+				synctest.Wait()
+				stop()
+				if err := q.Close(); err != nil {
+					t.Fatal(err)
+				}
+				if written := strings.Contains(logs.String(), msgSpoolRemoved+"; it is written again"); written == tc.other {
+					t.Errorf("log %q: the spool written again %v, want %v", logs.String(), written, !tc.other)
+				}
+				again := mustOpen(t, Options{Dir: dir, Fire: r.fire})
+				if got := again.Pending(); got != tc.pending {
+					t.Errorf("%d copies pending after a restart, want %d", got, tc.pending)
+				}
+			})
+		})
+	}
 }

@@ -21,22 +21,35 @@ func (e *NotRegularError) Error() string {
 // OpenRegular opens the file at path for reading, as [os.Open] does, if it
 // is a regular file, as a stream file is. A named pipe or a device is
 // refused with a [*NotRegularError], a directory with the
-// [*fs.PathError] an open for writing gets (syscall.EISDIR). The check is
-// made on the open file, so no other file can take the path between the
-// check and the open; and the open itself cannot block: it is made with
-// O_NONBLOCK, without which opening a named pipe waits for a writer,
-// forever if none comes. On Linux, O_NONBLOCK changes nothing for a
-// regular file (open(2)), whose reads Go makes as blocking ones (the
-// poller does not take regular files). O_NOCTTY keeps a terminal from
-// becoming the process's controlling terminal on the way.
+// [*fs.PathError] an open for writing gets (syscall.EISDIR).
 func OpenRegular(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+	return openRegular(path, os.O_RDONLY, 0)
+}
+
+// openRegular opens path with flags (and perm, for a file that O_CREATE
+// creates) if it is a regular file, refusing anything else as
+// [OpenRegular] does. A stat before the open refuses what is there without
+// opening it (a device may act on its open: a watchdog arms); the check of
+// the open file refuses what took the path in between. That open cannot
+// wait (a named pipe's for its other end, a terminal's for its carrier):
+// it is made with O_NONBLOCK, cleared once the file is known to be
+// regular, and O_NOCTTY keeps a terminal from becoming the process's
+// controlling terminal.
+func openRegular(path string, flags int, perm fs.FileMode) (*os.File, error) {
+	if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() && !fi.IsDir() {
+		return nil, &NotRegularError{Path: path, Mode: fi.Mode()}
+	}
+	f, err := os.OpenFile(path, flags|syscall.O_NONBLOCK|syscall.O_NOCTTY, perm)
 	if err != nil {
 		return nil, err
 	}
 	if err := checkRegular(f, path); err != nil {
 		f.Close() // opened only to be looked at: nothing to report
 		return nil, err
+	}
+	if err := syscall.SetNonblock(int(f.Fd()), false); err != nil {
+		f.Close()
+		return nil, &fs.PathError{Op: "fcntl", Path: path, Err: err}
 	}
 	return f, nil
 }

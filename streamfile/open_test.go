@@ -41,10 +41,9 @@ func openRegularWithin(t *testing.T, path string) (*os.File, error) {
 	}
 }
 
-// TestOpenRegularReads: a regular file opened by OpenRegular, with
-// O_NONBLOCK, reads as one opened by os.Open: whole, with ReadAt too, and
-// io.EOF at its end rather than EAGAIN (on Linux the flag does nothing to a
-// regular file, and Go's poller leaves regular files to blocking reads).
+// TestOpenRegularReads: a regular file opened by OpenRegular reads as one
+// opened by os.Open: whole, with ReadAt too, and io.EOF at its end; the
+// O_NONBLOCK of its open is cleared.
 func TestOpenRegularReads(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "s.ss")
 	want := make([]byte, 3<<20+17) // more than one read's worth
@@ -66,8 +65,8 @@ func TestOpenRegularReads(t *testing.T) {
 	if err := raw.Control(func(fd uintptr) { flags, ferr = unix.FcntlInt(fd, unix.F_GETFL, 0) }); err != nil || ferr != nil {
 		t.Fatal(err, ferr)
 	}
-	if flags&unix.O_NONBLOCK == 0 {
-		t.Fatalf("file status flags %#x lack O_NONBLOCK: the test reads nothing else than os.Open's", flags)
+	if flags&unix.O_NONBLOCK != 0 {
+		t.Errorf("file status flags %#x: O_NONBLOCK left set", flags)
 	}
 
 	got, err := io.ReadAll(f)
@@ -115,5 +114,16 @@ func TestOpenRegularRefuses(t *testing.T) {
 
 	if f, err := openRegularWithin(t, filepath.Join(dir, "none.ss")); f != nil || !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("OpenRegular(missing) = %v, %v; want fs.ErrNotExist", f, err)
+	}
+
+	// A named pipe put at the path after the stat is refused by what the
+	// open file is.
+	pipe, err := os.OpenFile(fifo, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pipe.Close()
+	if _, ok := errors.AsType[*NotRegularError](checkRegular(pipe, fifo)); !ok {
+		t.Errorf("checkRegular of an open named pipe: want a *NotRegularError")
 	}
 }

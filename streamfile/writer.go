@@ -146,15 +146,11 @@ func OpenWriter(path string, opts CreateOptions) (*Writer, error) {
 	if opts.Create && errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("streamfile: directory %s does not exist: a writer creates the file, not its directory; create it (%w)", filepath.Dir(path), err)
 	}
+	if _, ok := errors.AsType[*NotRegularError](err); ok {
+		return nil, err
+	}
 	if err != nil {
 		return nil, fmt.Errorf("streamfile: open for writing: %w", err)
-	}
-	// Opening a named pipe for reading and writing does not wait for the
-	// other end (Linux), so it can be refused once open, by what the open
-	// file is.
-	if err := checkRegular(f, path); err != nil {
-		f.Close() // nothing was written to it
-		return nil, err
 	}
 	w := &Writer{f: f, path: path, refuseReplaced: opts.RefuseReplaced, end: -1, log: opts.Log}
 	if w.log == nil {
@@ -167,17 +163,17 @@ func OpenWriter(path string, opts CreateOptions) (*Writer, error) {
 	return w, nil
 }
 
-// openFile opens path with flags. A file it creates gets mode, when set,
-// whatever the umask: it is created exclusively, so that the mode of a
-// file another writer made is left alone.
+// openFile opens path with flags if it is a regular file (openRegular). A
+// file it creates gets mode, when set, whatever the umask: it is created
+// exclusively, so that the mode of a file another writer made is left
+// alone.
 func openFile(path string, flags int, mode fs.FileMode) (*os.File, error) {
-	flags |= syscall.O_NOCTTY // a terminal at the path must not become the daemon's
 	if flags&os.O_CREATE == 0 || mode == 0 {
-		return os.OpenFile(path, flags, 0o644)
+		return openRegular(path, flags, 0o644)
 	}
-	f, err := os.OpenFile(path, flags|os.O_EXCL, mode)
+	f, err := openRegular(path, flags|os.O_EXCL, mode)
 	if errors.Is(err, fs.ErrExist) {
-		return os.OpenFile(path, flags&^os.O_CREATE, 0)
+		return openRegular(path, flags&^os.O_CREATE, 0)
 	}
 	if err != nil {
 		return nil, err

@@ -370,6 +370,12 @@ func (fl *Follower) Next(ctx context.Context) (*Record, error) {
 		var fe *streamfile.FormatError
 		switch {
 		case errors.Is(err, io.EOF), errors.Is(err, streamfile.ErrTruncated):
+			// The read worked, though it found no whole frame: a read
+			// error before it has passed, also on a stream gone quiet.
+			if fl.readTrouble.Failing() {
+				fl.readTrouble.Passed(fl.log, "stream file can be read again", "offset", fl.pos())
+				fl.untroubled()
+			}
 			if err := fl.idle(ctx, err); err != nil {
 				return nil, err
 			}
@@ -630,6 +636,9 @@ func (fl *Follower) size() int64 {
 // reads it again from its header, from its beginning: the start position
 // applies to the first file only.
 func (fl *Follower) startOver() {
+	if fl.pending != nil {
+		fl.log.Info(msgStartDropped, "start_at", fl.opts.Start.String())
+	}
 	fl.dec, fl.hdr, fl.pending = nil, streamfile.Header{}, nil
 	fl.damage.forget()
 }
@@ -716,17 +725,24 @@ func (fl *Follower) startOffset(size int64) (int64, error) {
 		return 0, fmt.Errorf("tail: %s: start position %s: %w", fl.path, fl.opts.Start, err)
 	}
 	fl.pending = pending
-	if pending != nil {
+	switch {
+	case pending != nil && fl.opts.Replay:
+		fl.log.Warn(msgStartNotReachedReplay, "start_at", fl.opts.Start.String(), "key", fl.opts.Key)
+	case pending != nil:
 		fl.log.Warn(msgStartNotReached, "start_at", fl.opts.Start.String(), "key", fl.opts.Key)
 	}
 	return off, nil
 }
 
 // msgStartNotReached and msgStartReached are logged when no record of the
-// file reaches a seq: or time: start yet, and when one does.
+// file reaches a seq: or time: start yet, and when one does;
+// msgStartNotReachedReplay, in a replay, which ends at the end of the
+// data; msgStartDropped, when the file is replaced before one does.
 const (
-	msgStartNotReached = "no record of the key reaches start_at in the file yet: the records written are passed over until one does"
-	msgStartReached    = "a record reaches start_at: reading starts with it"
+	msgStartNotReached       = "no record of the key reaches start_at in the file yet: the records written are passed over until one does"
+	msgStartNotReachedReplay = "no record of the key reaches start_at in the file: the replay ends without delivering any, unless one written before its end does"
+	msgStartReached          = "a record reaches start_at: reading starts with it"
+	msgStartDropped          = "the file was replaced before a record reached start_at, which applies to the first file only: the next file is read from its beginning"
 )
 
 // report tells the Observer what was read since the last report.

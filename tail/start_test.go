@@ -270,3 +270,23 @@ func mustStart(t *testing.T, s string) Start {
 	}
 	return start
 }
+
+// TestSeekNotReachedReplay: a replay started at a sequence no record of
+// the file reaches says that it ends without delivering any.
+func TestSeekNotReachedReplay(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.ss")
+	writeFile(t, path, streamfile.Header{FileName: "s.ss", CreatedAtMs: 1, BeaconInterval: 1024}, frames("k", 1, 10, 1, 50))
+	start, _ := ParseStart("seq:20")
+	var log testutil.SyncBuffer
+	fl, err := New(Options{Path: path, Key: "k", Start: start, Replay: true, Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fl.Close()
+	if rec, err := fl.Next(t.Context()); !errors.Is(err, io.EOF) {
+		t.Fatalf("Next = %v, %v; want io.EOF", rec, err)
+	}
+	if !strings.Contains(log.String(), msgStartNotReachedReplay) || strings.Contains(log.String(), msgStartNotReached+`"`) {
+		t.Errorf("want %q, and not the live follower's line, in the log:\n%s", msgStartNotReachedReplay, log.String())
+	}
+}

@@ -240,6 +240,49 @@ func TestReadErrorRetried(t *testing.T) {
 			t.Errorf("the log does not say reading works again:\n%s", logs.String())
 		}
 	})
+	t.Run("live, quiet after", func(t *testing.T) {
+		// The read error passes on a stream with no whole frame to read
+		// after it (a torn one here): its end is told all the same.
+		dir := t.TempDir()
+		path := filepath.Join(dir, "r.ss")
+		fs := frames("k", 1, 11, 1, 40)
+		writeFile(t, path, oldHeader, fs[:10])
+		whole := filepath.Join(dir, "whole.ss")
+		writeFile(t, whole, oldHeader, fs)
+		before, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		after, err := os.ReadFile(whole)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fail atomic.Bool
+		obs := newObserver()
+		fl, err := newFollower(Options{Path: path, PollInterval: 50 * time.Millisecond, Observer: obs, Logger: testLogger(t)}, open(&fail))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer fl.Close()
+		items, stop := follow(t, fl)
+		defer stop()
+		if err := sameFrames(collect(t, items, 10, 5*time.Second), fs[:10]); err != nil {
+			t.Fatal(err)
+		}
+		fail.Store(true)
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		torn := after[len(before) : len(before)+(len(after)-len(before))/2]
+		if _, err := f.Write(torn); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		waitFor(t, 5*time.Second, "the read error told", func() bool { return len(obs.told()) == 1 })
+		fail.Store(false)
+		waitFor(t, 5*time.Second, "its end told", func() bool { told := obs.told(); return len(told) == 2 && told[1] == "" })
+	})
 	t.Run("replay", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "r.ss")
 		writeFile(t, path, oldHeader, frames("k", 1, 3, 1, 40))
