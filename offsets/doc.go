@@ -75,7 +75,10 @@
 // state directory (Invariant 3): [Open] takes an exclusive, non-blocking
 // flock on the lock file and fails at once with a [*LockedError] if another
 // process, or another Store in this process, holds it. The kernel drops the
-// lock when the process dies, so a crash leaves no stale lock behind.
+// lock when the process dies, so a crash leaves no stale lock behind. Each
+// commit makes the lock file and the sidecar again if they were removed
+// meanwhile; a lock file that another process made there instead fails
+// every commit with an error that wraps a [*LockedError].
 //
 // # Crash semantics
 //
