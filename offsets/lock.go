@@ -175,6 +175,7 @@ func (l *lockFile) reclaim() (bool, error) {
 	if ok, err := durable.TryLock(f.Fd(), durable.Exclusive); err != nil || !ok {
 		f.Close()
 		if err != nil {
+			os.Remove(l.path) // made here, unlocked: the next commit makes it again
 			return false, fmt.Errorf("offsets: lock %s: %w", l.path, err)
 		}
 		return false, l.taken()

@@ -66,9 +66,12 @@ type Options struct {
 	// commit; the positions stay pending.
 	Sync func() error
 	// Observe, if not nil, is called after every commit that had positions
-	// to write, with its duration (Sync included) and its error: the
-	// number of calls is the number of commits. Commits with nothing to
-	// write are not observed. It is called with no lock of the Store held.
+	// to write or failed, with its duration (Sync included) and its error,
+	// and after the first one that passes after one that failed, also with
+	// nothing to write (duration 0): the last call says whether commits
+	// work. Other commits with nothing to write are not observed. The calls
+	// come in the order of the commits, with no lock of the Store held but
+	// one that orders them.
 	Observe func(d time.Duration, err error)
 	// Marker, if not empty, names a file of the state directory that the
 	// caller creates after Open returns, and whose presence says the
@@ -106,6 +109,9 @@ type Store struct {
 	lock     *lockFile // nil once closed; guarded by commitMu
 	written  bool      // the sidecar was there at Open or written since; guarded by commitMu
 	failing  bool      // the last commit observed failed; guarded by commitMu
+	// observeMu keeps the calls of Options.Observe in the order of their
+	// commits, which Run and a subscription's start may make at once.
+	observeMu sync.Mutex
 
 	mu      sync.Mutex
 	entries map[string]*entry // guarded by mu
@@ -303,6 +309,8 @@ func (s *Store) update(e *entry, p Position) {
 // unchanged, the temporary file is removed and the positions stay pending
 // for the next commit. Commit stamps CommittedAt on the positions it wrote.
 func (s *Store) Commit() error {
+	s.observeMu.Lock()
+	defer s.observeMu.Unlock()
 	d, wrote, err := s.commit()
 	if wrote && s.opts.Observe != nil {
 		s.opts.Observe(d, err)
@@ -320,7 +328,9 @@ func (s *Store) commit() (time.Duration, bool, error) {
 	if !wrote && s.failing {
 		wrote = true // the trouble passed, which Observe must learn
 	}
-	s.failing = err != nil
+	if wrote {
+		s.failing = err != nil
+	}
 	return d, wrote, err
 }
 

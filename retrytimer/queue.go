@@ -476,7 +476,9 @@ func (q *Queue) loop(ctx context.Context, drain bool) (err error) {
 	for ctx.Err() == nil {
 		select { // also while due copies keep the loop from waiting
 		case <-check:
-			q.reclaimSpool()
+			if q.recordDone() { // the copies fired are done: a rewrite keeps the rest
+				q.reclaimSpool()
+			}
 		default:
 		}
 		var wait time.Duration

@@ -680,6 +680,7 @@ func TestSpoolRemoved(t *testing.T) {
 					mustSchedule(t, q, key, time.Now())
 				}
 				stop := runQueue(t, q)
+				synctest.Wait() // the due copies fired, and compacted away
 				if err := os.Remove(path); err != nil {
 					t.Fatal(err)
 				}
@@ -691,6 +692,9 @@ func TestSpoolRemoved(t *testing.T) {
 				}
 				time.Sleep(tc.wait)
 				synctest.Wait()
+				if _, err := os.Stat(path); tc.wait > 0 && err != nil {
+					t.Errorf("spool %v %s after its removal, while the queue runs", err, tc.wait)
+				}
 				stop()
 				if err := q.Close(); err != nil {
 					t.Fatal(err)
@@ -705,4 +709,31 @@ func TestSpoolRemoved(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestSpoolRemovedWhileBusy: a spool removed while due copies keep the
+// queue firing is written again within spoolCheckEvery all the same.
+func TestSpoolRemovedWhileBusy(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		path := filepath.Join(dir, SpoolName)
+		slow := func(context.Context, Copy) error { time.Sleep(10 * time.Millisecond); return nil }
+		q := mustOpen(t, Options{Dir: dir, Fire: slow})
+		for i := range 3000 { // 30 s of firing
+			mustSchedule(t, q, fmt.Sprintf("c-%d", i), time.Now())
+		}
+		stop := runQueue(t, q)
+		defer stop()
+		time.Sleep(time.Second)
+		if err := os.Remove(path); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(spoolCheckEvery + time.Second)
+		if _, err := os.Stat(path); err != nil {
+			t.Errorf("spool %v %s after its removal, while copies fire", err, spoolCheckEvery+time.Second)
+		}
+		if q.Pending() == 0 {
+			t.Fatal("no copy pending any more: the queue was not busy")
+		}
+	})
 }

@@ -449,14 +449,18 @@ func (d *Decoder) ensure(end int64) error {
 		want := cap(d.buf) - len(d.buf)
 		n, err := d.r.ReadAt(d.buf[len(d.buf):cap(d.buf)], at)
 		d.buf = d.buf[:len(d.buf)+n]
-		if n < want {
+		// A read that failed after some bytes did not meet the end of
+		// the data: what it left out is no torn frame.
+		failed := err != nil && !errors.Is(err, io.EOF)
+		if n < want && !failed {
 			d.shortAt, d.shortIn = at+int64(n), d.nexts
 		}
-		if n == 0 {
-			if err == nil || errors.Is(err, io.EOF) {
-				return ErrTruncated
-			}
+		switch {
+		case d.bufOff+int64(len(d.buf)) >= end:
+		case failed:
 			return fmt.Errorf("streamfile: read at offset %d: %w", d.bufOff+int64(len(d.buf)), err)
+		case n == 0:
+			return ErrTruncated
 		}
 	}
 	return nil

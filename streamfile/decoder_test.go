@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"testing"
 )
 
@@ -219,5 +220,57 @@ func TestDecoderTornTailRepairedDuringNext(t *testing.T) {
 	rec, err := d.Next()
 	if err != nil || rec.Key != "k2" || rec.TimestampMs != 22 {
 		t.Fatalf("Next = %+v, %v; want the k2 frame whole", rec, err)
+	}
+}
+
+// failingAfter is a file whose reads fail with EIO past limit, after the
+// bytes before it, as a bad sector reads.
+type failingAfter struct {
+	data  []byte
+	limit int64
+}
+
+func (f failingAfter) ReadAt(p []byte, off int64) (int, error) {
+	if off >= f.limit {
+		return 0, syscall.EIO
+	}
+	n := copy(p, f.data[off:min(f.limit, int64(len(f.data)))])
+	if off+int64(n) < int64(len(f.data)) && n < len(p) {
+		return n, syscall.EIO
+	}
+	return n, nil
+}
+
+// TestDecoderReadErrorInAFrame: a read that fails after some bytes of a
+// frame is an error, not the end of the data: a torn frame, which readers
+// wait at, it is not.
+func TestDecoderReadErrorInAFrame(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.ss")
+	w, err := OpenWriter(path, CreateOptions{Create: true, Header: Header{FileName: "s.ss", BeaconInterval: DefaultBeaconInterval}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Publish([]Frame{{Key: "k1", Payload: []byte("before")}, {Key: "k1", Payload: bytes.Repeat([]byte("t"), 100)}}); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	_, offsets := readFrames(t, path)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := ReadHeader(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, size := range readSizes {
+		d := NewDecoder(failingAfter{data, offsets[1] + 20}, h, HeaderSize)
+		d.ReadSize = size
+		if rec, err := d.Next(); err != nil || string(rec.Payload) != "before" {
+			t.Fatalf("read size %d: Next = %v, %v; want the first frame", size, rec, err)
+		}
+		if _, err := d.Next(); !errors.Is(err, syscall.EIO) {
+			t.Errorf("read size %d: Next = %v, want the read error", size, err)
+		}
 	}
 }

@@ -370,8 +370,9 @@ func (fl *Follower) Next(ctx context.Context) (*Record, error) {
 		var fe *streamfile.FormatError
 		switch {
 		case errors.Is(err, io.EOF), errors.Is(err, streamfile.ErrTruncated):
-			// The read worked, though it found no whole frame: a read
-			// error before it has passed, also on a stream gone quiet.
+			// The read worked (the decoder reports a failed one), though
+			// it found no whole frame: a read error before it has
+			// passed, also on a stream gone quiet.
 			if fl.readTrouble.Failing() {
 				fl.readTrouble.Passed(fl.log, "stream file can be read again", "offset", fl.pos())
 				fl.untroubled()
@@ -737,12 +738,13 @@ func (fl *Follower) startOffset(size int64) (int64, error) {
 // msgStartNotReached and msgStartReached are logged when no record of the
 // file reaches a seq: or time: start yet, and when one does;
 // msgStartNotReachedReplay, in a replay, which ends at the end of the
-// data; msgStartDropped, when the file is replaced before one does.
+// data; msgStartDropped, when the file is replaced or truncated before one
+// does.
 const (
 	msgStartNotReached       = "no record of the key reaches start_at in the file yet: the records written are passed over until one does"
 	msgStartNotReachedReplay = "no record of the key reaches start_at in the file: the replay ends without delivering any, unless one written before its end does"
 	msgStartReached          = "a record reaches start_at: reading starts with it"
-	msgStartDropped          = "the file was replaced before a record reached start_at, which applies to the first file only: the next file is read from its beginning"
+	msgStartDropped          = "the file was replaced or truncated before a record reached start_at, which applies to the first file only: what is at the path is read from its beginning"
 )
 
 // report tells the Observer what was read since the last report.
