@@ -44,6 +44,7 @@ type Daemon struct {
 	cfg     *conf.Config
 	store   *offsets.Store
 	queue   *retrytimer.Queue
+	watcher *tail.Watcher      // the file notifications of every follower
 	streams map[string]*stream // the streams whose file is open
 	// unsynced is the failure to sync a stream a reload removed: its
 	// copies may be lost, so syncStreams fails for good, and no commit
@@ -230,6 +231,9 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	d.queue = queue
 	d.metrics.CountRetriesPending(queue.Pending)
 	defer func() { err = errors.Join(err, queue.Close()) }()
+	// One inotify instance for every follower, closed once they are.
+	d.watcher = tail.NewWatcher(d.logger)
+	defer d.watcher.Close()
 	defer d.closeStreams()
 	d.openStreams(cfg)
 	d.metrics.ObserveReload(time.Now(), nil)
@@ -409,6 +413,7 @@ func (d *Daemon) startSubscription(sc conf.Subscription, h handler.Handler) erro
 		PollInterval:  time.Duration(st.cfg.PollInterval),
 		Logger:        logger,
 		RotationGrace: time.Duration(st.cfg.RotationGrace),
+		Watcher:       d.watcher,
 		Observer:      tailObserver{sub: sm, stream: d.metrics.Stream(st.cfg.Name), health: health, cfg: st.cfg},
 	}
 	if sc.OnCorrupt == "stop" {

@@ -72,6 +72,9 @@ type Options struct {
 	// for the next write. It must not call the Follower; while it runs,
 	// Next's ctx is not watched.
 	OnWait func()
+	// Watcher, if set, delivers the file notifications, shared with other
+	// followers; nil gives the follower a Watcher of its own.
+	Watcher *Watcher
 	// Logger receives the follower's log lines; nil discards them.
 	Logger *slog.Logger
 	// Observer is told what the follower reads and what happens to the
@@ -166,10 +169,11 @@ type Follower struct {
 	replace replaceState // the path when it does not name the open file (replace.go)
 
 	// Wake-ups (watch.go).
-	watch    *watcher // nil until the first wait, and with PollOnly
-	watching bool     // the directory is being watched
-	watchLog ratelog.Limiter
-	timer    *time.Timer
+	watch      *watch   // nil until the first wait, and with PollOnly
+	ownWatcher *Watcher // the follower's own, without Options.Watcher
+	watching   bool     // the directory is being watched
+	watchLog   ratelog.Limiter
+	timer      *time.Timer
 
 	// reading is when the read or stat of the open file under way began;
 	// 0 when none is (timedFile, Stalled).
@@ -769,7 +773,10 @@ func (fl *Follower) Close() error {
 	fl.err = ErrClosed
 	var err error
 	if fl.watch != nil {
-		err = fl.watch.close()
+		fl.watch.leave()
+	}
+	if fl.ownWatcher != nil {
+		err = fl.ownWatcher.Close()
 	}
 	if fl.timer != nil {
 		fl.timer.Stop()

@@ -3,71 +3,215 @@ package tail
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
 )
 
-// watcher turns the notifications for the followed path into wake-ups. Its
-// goroutine reads the events of the directory, keeps those about the path
-// (and about the directory itself going away), and coalesces them into one
-// pending wake-up, so it keeps the kernel queue drained however slowly
-// records are consumed.
-type watcher struct {
-	fs       *fsnotify.Watcher
-	wake     chan struct{} // 1-buffered: at most one wake-up pending
-	overflow atomic.Int64  // overflows not yet seen by the follower
-	dirLost  atomic.Bool   // the directory was removed or renamed: its watch is gone
-	done     chan struct{} // closed when the goroutine returns
+// Watcher delivers the file notifications of directories to the followers
+// that share it ([Options.Watcher]): one inotify instance, one watch per
+// directory and one goroutine, however many files are followed. A follower
+// without one takes an instance of its own (Linux allows 128 per user by
+// default: fs.inotify.max_user_instances), and with it the notifications of
+// every file of its directory. Close it once its followers are closed.
+type Watcher struct {
+	log     *slog.Logger
+	onEvent func() // tests: in the goroutine, before each notification is handled
+
+	mu      sync.Mutex
+	fs      *fsnotify.Watcher // made by the first follower that needs it
+	done    chan struct{}     // closed when the goroutine returns
+	closed  bool
+	dirs    map[string]*watchedDir     // by directory
+	targets map[string]map[*watch]bool // the followers of each path
 }
 
-func (w *watcher) notify() {
+// watchedDir is a directory of a Watcher's followers.
+type watchedDir struct {
+	up    bool // its watch is up (and not lost with the directory)
+	watch map[*watch]bool
+}
+
+// NewWatcher returns a Watcher whose problems are logged to logger (nil
+// discards them). It starts nothing until a follower uses it.
+func NewWatcher(logger *slog.Logger) *Watcher {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Watcher{log: logger.With("component", "tail"), dirs: map[string]*watchedDir{}, targets: map[string]map[*watch]bool{}}
+}
+
+// Close stops the notifications and releases the inotify instance.
+func (w *Watcher) Close() error {
+	w.mu.Lock()
+	fs, done := w.fs, w.done
+	w.closed = true
+	w.mu.Unlock()
+	if fs == nil {
+		return nil
+	}
+	err := fs.Close()
+	<-done
+	return err
+}
+
+// watch is one follower's share of a Watcher: the notifications of its
+// path, and of its directory going away, as wake-ups. At most one wake-up
+// is pending, so the Watcher's goroutine keeps the kernel queue drained
+// however slowly records are consumed.
+type watch struct {
+	w           *Watcher
+	dir, target string
+	wake        chan struct{} // 1-buffered
+	overflow    atomic.Int64  // overflows not yet seen by the follower
+	dirLost     atomic.Bool   // the directory was removed or renamed: its watch is gone
+}
+
+func (s *watch) notify() {
 	select {
-	case w.wake <- struct{}{}:
+	case s.wake <- struct{}{}:
 	default:
 	}
 }
 
-// run forwards notifications until the fsnotify watcher is closed.
-func (w *watcher) run(dir, target string, log *slog.Logger, hook func()) {
+// join makes s follow target, a path in dir. Its error is the inotify
+// instance's, which cannot be made.
+func (w *Watcher) join(dir, target string) (*watch, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return nil, errors.New("tail: the watcher is closed")
+	}
+	if w.fs == nil {
+		fs, err := fsnotify.NewWatcher()
+		if err != nil {
+			return nil, inotifyHint(err)
+		}
+		w.fs, w.done = fs, make(chan struct{})
+		go w.run(fs)
+	}
+	s := &watch{w: w, dir: dir, target: target, wake: make(chan struct{}, 1)}
+	d := w.dirs[dir]
+	if d == nil {
+		d = &watchedDir{watch: map[*watch]bool{}}
+		w.dirs[dir] = d
+	}
+	d.watch[s] = true
+	if w.targets[target] == nil {
+		w.targets[target] = map[*watch]bool{}
+	}
+	w.targets[target][s] = true
+	return s, nil
+}
+
+// add puts up the watch of s's directory, unless it is up.
+func (s *watch) add() error {
+	w := s.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return errors.New("tail: the watcher is closed")
+	}
+	d := w.dirs[s.dir]
+	if d.up {
+		return nil
+	}
+	if err := w.fs.Add(s.dir); err != nil {
+		return inotifyHint(err)
+	}
+	d.up = true
+	return nil
+}
+
+// leave ends s's share. A directory's watch goes with its last follower.
+func (s *watch) leave() {
+	w := s.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.targets[s.target], s)
+	if len(w.targets[s.target]) == 0 {
+		delete(w.targets, s.target)
+	}
+	d := w.dirs[s.dir]
+	delete(d.watch, s)
+	if len(d.watch) == 0 {
+		if d.up && !w.closed {
+			w.fs.Remove(s.dir) // fails when the kernel dropped it with the directory
+		}
+		delete(w.dirs, s.dir)
+	}
+}
+
+// run hands the notifications on until the fsnotify watcher is closed.
+func (w *Watcher) run(fs *fsnotify.Watcher) {
 	defer close(w.done)
 	for {
 		select {
-		case ev, ok := <-w.fs.Events:
+		case ev, ok := <-fs.Events:
 			if !ok {
 				return
 			}
-			if hook != nil {
-				hook()
+			if w.onEvent != nil {
+				w.onEvent()
 			}
-			switch {
-			case ev.Name == target && ev.Op&^fsnotify.Chmod != 0:
-			case ev.Name == dir && ev.Op&(fsnotify.Remove|fsnotify.Rename) != 0:
-				w.dirLost.Store(true)
-			default:
-				continue
-			}
-			w.notify()
-		case err, ok := <-w.fs.Errors:
+			w.dispatch(ev)
+		case err, ok := <-fs.Errors:
 			if !ok {
 				return
 			}
-			if errors.Is(err, fsnotify.ErrEventOverflow) {
-				w.overflow.Add(1)
-			} else {
-				log.Warn("file notification error; looking at the file", "err", err)
+			overflow := errors.Is(err, fsnotify.ErrEventOverflow)
+			if !overflow {
+				w.log.Warn("file notification error; looking at the files", "err", err)
 			}
-			w.notify()
+			w.mu.Lock()
+			for _, d := range w.dirs {
+				for s := range d.watch {
+					if overflow {
+						s.overflow.Add(1)
+					}
+					s.notify()
+				}
+			}
+			w.mu.Unlock()
 		}
 	}
 }
 
-// close stops the watch and waits for its goroutines.
-func (w *watcher) close() error {
-	err := w.fs.Close()
-	<-w.done
+// dispatch wakes the followers of the path an event is about, or all those
+// of a directory that went away, whose watch went with it.
+func (w *Watcher) dispatch(ev fsnotify.Event) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if d := w.dirs[ev.Name]; d != nil && ev.Op&(fsnotify.Remove|fsnotify.Rename) != 0 {
+		d.up = false
+		for s := range d.watch {
+			s.dirLost.Store(true)
+			s.notify()
+		}
+		return
+	}
+	if ev.Op&^fsnotify.Chmod == 0 {
+		return
+	}
+	for s := range w.targets[ev.Name] {
+		s.notify()
+	}
+}
+
+// inotifyHint names the limit behind err, an inotify instance or watch
+// that could not be made, when it is one.
+func inotifyHint(err error) error {
+	switch {
+	case errors.Is(err, syscall.EMFILE):
+		return fmt.Errorf("%w: the inotify instances of this user are used up (sysctl fs.inotify.max_user_instances)", err)
+	case errors.Is(err, syscall.ENOSPC):
+		return fmt.Errorf("%w: the inotify watches of this user are used up (sysctl fs.inotify.max_user_watches)", err)
+	}
 	return err
 }
 
@@ -79,15 +223,22 @@ func (fl *Follower) ensureWatch() bool {
 		return false
 	}
 	if fl.watch == nil {
-		fw, err := fsnotify.NewWatcher()
+		w := fl.opts.Watcher
+		if w == nil {
+			if fl.ownWatcher == nil {
+				fl.ownWatcher = NewWatcher(fl.log)
+				fl.ownWatcher.onEvent = fl.hooks.onEvent
+			}
+			w = fl.ownWatcher
+		}
+		s, err := w.join(fl.dir, fl.target)
 		if err != nil {
 			if ok, _ := fl.watchLog.Allow(time.Now()); ok {
 				fl.log.Warn("cannot watch for file notifications; polling only", "err", err, "poll_interval", fl.opts.PollInterval)
 			}
 			return false
 		}
-		fl.watch = &watcher{fs: fw, wake: make(chan struct{}, 1), done: make(chan struct{})}
-		go fl.watch.run(fl.dir, fl.target, fl.log, fl.hooks.onEvent)
+		fl.watch = s
 	}
 	if fl.watch.dirLost.Swap(false) {
 		fl.watching = false
@@ -95,7 +246,7 @@ func (fl *Follower) ensureWatch() bool {
 	if fl.watching {
 		return false
 	}
-	if err := fl.watch.fs.Add(fl.dir); err != nil {
+	if err := fl.watch.add(); err != nil {
 		if ok, _ := fl.watchLog.Allow(time.Now()); ok {
 			fl.log.Warn("cannot watch the directory; polling until it can", "dir", fl.dir, "err", err, "poll_interval", fl.opts.PollInterval)
 		}
