@@ -267,7 +267,8 @@ func (h *holdLog) failed(logger *slog.Logger, gauge prometheus.Gauge, first bool
 	h.unlogged++
 	if now.Sub(h.lastLine) >= holdSummaryEvery {
 		logger.Warn("deliveries still failing; the record is held",
-			"failed_deliveries", h.unlogged, "held_for", now.Sub(h.since).Round(time.Second), "last_reason", o.Failure.String(), "last_err", h.lastErr)
+			"failed_deliveries", h.unlogged, "held_for", now.Sub(h.since).Round(time.Second), "last_reason", o.Failure.String(), "last_err", h.lastErr,
+			"key", d.Key, "seq", d.Seq, at)
 		h.unlogged, h.lastLine = 0, now
 	}
 }

@@ -199,7 +199,7 @@ func TestHoldRetryAfter(t *testing.T) {
 }
 
 // TestHoldSummary: a hold that lasts is summed up once a minute, not per
-// failure.
+// failure, naming the record held.
 func TestHoldSummary(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var answers []handler.Outcome
@@ -212,7 +212,7 @@ func TestHoldSummary(t *testing.T) {
 		}
 		checkLogs(t, e.logs.all(), []wantLog{
 			{slog.LevelWarn, msgHoldFirst, nil},
-			{slog.LevelWarn, msgHoldSummary, map[string]string{"failed_deliveries": "60", "held_for": "1m0s"}},
+			{slog.LevelWarn, msgHoldSummary, map[string]string{"failed_deliveries": "60", "held_for": "1m0s", "seq": "1", "offset": "128"}},
 			{slog.LevelWarn, msgHoldSummary, map[string]string{"failed_deliveries": "60", "held_for": "2m0s"}},
 			{slog.LevelInfo, msgHoldEnd, map[string]string{"failed_deliveries": "150"}},
 		})
