@@ -232,7 +232,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	d.metrics.CountRetriesPending(queue.Pending)
 	defer func() { err = errors.Join(err, queue.Close()) }()
 	// One inotify instance for every follower, closed once they are.
-	d.watcher = tail.NewWatcher(d.logger)
+	d.watcher = tail.NewWatcher(d.logger.With("component", "tail"))
 	defer d.watcher.Close()
 	defer d.closeStreams()
 	d.openStreams(cfg)

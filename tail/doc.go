@@ -156,9 +156,9 @@
 // apart. Writers must put a new creation time in the header of a new file,
 // as the upstream writer does.
 //
-// A live follower takes one inotify instance (Linux allows 128 per user
-// by default) and a goroutine of its own, unless followers share a
-// [Watcher], which holds one instance and one goroutine for them all. A symlink at the path
+// A live follower takes one inotify instance (Linux allows 128 per user by
+// default) and two goroutines of its own, unless followers share a
+// [Watcher], which holds one instance and two goroutines for them all. A symlink at the path
 // is followed, but only changes in the link's own directory are notified:
 // changes to the target elsewhere are found by the poll.
 //

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -15,27 +16,46 @@ import (
 
 // Watcher delivers the file notifications of directories to the followers
 // that share it ([Options.Watcher]): one inotify instance, one watch per
-// directory and one goroutine, however many files are followed. A follower
-// without one takes an instance of its own (Linux allows 128 per user by
-// default: fs.inotify.max_user_instances), and with it the notifications of
-// every file of its directory. Close it once its followers are closed.
+// directory, and the goroutines of one fsnotify watcher and of its
+// dispatch, however many files are followed. A follower without one takes
+// an instance of its own (Linux allows 128 per user by default:
+// fs.inotify.max_user_instances), and with it the notifications of every
+// file of its directory. A directory reached by two paths (a symlink to
+// it), which one inotify instance names by the first only, is watched by
+// a Watcher of the follower's own for the second. Close it once its
+// followers are closed.
 type Watcher struct {
 	log     *slog.Logger
-	onEvent func() // tests: in the goroutine, before each notification is handled
+	onEvent func() // tests: in the dispatch goroutine, before each notification
+
+	// fsMu orders the calls of fs.Add and fs.Remove with the bookkeeping
+	// around them. It is taken before mu, and never by the dispatch
+	// goroutine: fsnotify may hold its own lock while it waits for that
+	// goroutine to take an event or an error.
+	fsMu sync.Mutex
 
 	mu      sync.Mutex
 	fs      *fsnotify.Watcher // made by the first follower that needs it
-	done    chan struct{}     // closed when the goroutine returns
+	done    chan struct{}     // closed when the dispatch goroutine returns
 	closed  bool
-	dirs    map[string]*watchedDir     // by directory
-	targets map[string]map[*watch]bool // the followers of each path
+	dirs    map[string]*watchedDir     // by path
+	byID    map[dirID]string           // the path of each directory watched
+	targets map[string]map[*watch]bool // the followers of each file's path
 }
 
 // watchedDir is a directory of a Watcher's followers.
 type watchedDir struct {
-	up    bool // its watch is up (and not lost with the directory)
+	up    bool   // its watch is up (and not lost with the directory)
+	lost  uint64 // how many times it was lost: an Add under way when it is is not up
+	id    dirID  // what it was when its watch was put up
 	watch map[*watch]bool
 }
+
+// dirID is a directory's device and inode.
+type dirID struct{ dev, ino uint64 }
+
+// errAliased is a directory that the Watcher watches under another path.
+var errAliased = errors.New("tail: the directory is watched under another path")
 
 // NewWatcher returns a Watcher whose problems are logged to logger (nil
 // discards them). It starts nothing until a follower uses it.
@@ -43,7 +63,7 @@ func NewWatcher(logger *slog.Logger) *Watcher {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Watcher{log: logger.With("component", "tail"), dirs: map[string]*watchedDir{}, targets: map[string]map[*watch]bool{}}
+	return &Watcher{log: logger, dirs: map[string]*watchedDir{}, byID: map[dirID]string{}, targets: map[string]map[*watch]bool{}}
 }
 
 // Close stops the notifications and releases the inotify instance.
@@ -62,7 +82,7 @@ func (w *Watcher) Close() error {
 
 // watch is one follower's share of a Watcher: the notifications of its
 // path, and of its directory going away, as wake-ups. At most one wake-up
-// is pending, so the Watcher's goroutine keeps the kernel queue drained
+// is pending, so the dispatch goroutine keeps the kernel queue drained
 // however slowly records are consumed.
 type watch struct {
 	w           *Watcher
@@ -109,41 +129,72 @@ func (w *Watcher) join(dir, target string) (*watch, error) {
 	return s, nil
 }
 
-// add puts up the watch of s's directory, unless it is up.
+// add puts up the watch of s's directory, unless it is up; errAliased when
+// the directory is watched under another path.
 func (s *watch) add() error {
 	w := s.w
+	w.fsMu.Lock()
+	defer w.fsMu.Unlock()
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.closed {
-		return errors.New("tail: the watcher is closed")
-	}
 	d := w.dirs[s.dir]
-	if d.up {
+	up, closed, lost := d.up, w.closed, d.lost
+	w.mu.Unlock()
+	switch {
+	case closed:
+		return errors.New("tail: the watcher is closed")
+	case up:
 		return nil
+	}
+	fi, err := os.Stat(s.dir)
+	if err != nil {
+		return err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return errors.New("tail: no inode number for " + s.dir)
+	}
+	id := dirID{uint64(st.Dev), st.Ino}
+	w.mu.Lock()
+	other, aliased := w.byID[id]
+	w.mu.Unlock()
+	if aliased && other != s.dir {
+		return errAliased
 	}
 	if err := w.fs.Add(s.dir); err != nil {
 		return inotifyHint(err)
 	}
-	d.up = true
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if d.lost == lost { // else lost while it was put up: put up again
+		d.up, d.id = true, id
+		w.byID[id] = s.dir
+	}
 	return nil
 }
 
 // leave ends s's share. A directory's watch goes with its last follower.
 func (s *watch) leave() {
 	w := s.w
+	w.fsMu.Lock()
+	defer w.fsMu.Unlock()
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	delete(w.targets[s.target], s)
 	if len(w.targets[s.target]) == 0 {
 		delete(w.targets, s.target)
 	}
 	d := w.dirs[s.dir]
 	delete(d.watch, s)
+	remove := false
 	if len(d.watch) == 0 {
-		if d.up && !w.closed {
-			w.fs.Remove(s.dir) // fails when the kernel dropped it with the directory
-		}
 		delete(w.dirs, s.dir)
+		if d.up {
+			delete(w.byID, d.id)
+			remove = !w.closed
+		}
+	}
+	w.mu.Unlock()
+	if remove {
+		w.fs.Remove(s.dir) // fails when the kernel dropped it with the directory
 	}
 }
 
@@ -165,7 +216,9 @@ func (w *Watcher) run(fs *fsnotify.Watcher) {
 				return
 			}
 			overflow := errors.Is(err, fsnotify.ErrEventOverflow)
-			if !overflow {
+			if overflow {
+				w.log.Warn("file notification queue overflowed; looking at the files", "err", err)
+			} else {
 				w.log.Warn("file notification error; looking at the files", "err", err)
 			}
 			w.mu.Lock()
@@ -188,7 +241,11 @@ func (w *Watcher) dispatch(ev fsnotify.Event) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if d := w.dirs[ev.Name]; d != nil && ev.Op&(fsnotify.Remove|fsnotify.Rename) != 0 {
+		if d.up {
+			delete(w.byID, d.id)
+		}
 		d.up = false
+		d.lost++
 		for s := range d.watch {
 			s.dirLost.Store(true)
 			s.notify()
@@ -208,7 +265,7 @@ func (w *Watcher) dispatch(ev fsnotify.Event) {
 func inotifyHint(err error) error {
 	switch {
 	case errors.Is(err, syscall.EMFILE):
-		return fmt.Errorf("%w: the inotify instances of this user are used up (sysctl fs.inotify.max_user_instances)", err)
+		return fmt.Errorf("%w: the inotify instances of this user are used up (sysctl fs.inotify.max_user_instances), or the descriptors of this process (LimitNOFILE=)", err)
 	case errors.Is(err, syscall.ENOSPC):
 		return fmt.Errorf("%w: the inotify watches of this user are used up (sysctl fs.inotify.max_user_watches)", err)
 	}
@@ -224,7 +281,7 @@ func (fl *Follower) ensureWatch() bool {
 	}
 	if fl.watch == nil {
 		w := fl.opts.Watcher
-		if w == nil {
+		if w == nil || fl.ownWatcher != nil {
 			if fl.ownWatcher == nil {
 				fl.ownWatcher = NewWatcher(fl.log)
 				fl.ownWatcher.onEvent = fl.hooks.onEvent
@@ -246,7 +303,14 @@ func (fl *Follower) ensureWatch() bool {
 	if fl.watching {
 		return false
 	}
-	if err := fl.watch.add(); err != nil {
+	if err := fl.watch.add(); errors.Is(err, errAliased) {
+		// Reached by another path than the one watched: a Watcher of its
+		// own watches it by this one.
+		fl.watch.leave()
+		fl.watch = nil
+		fl.ownWatcher = NewWatcher(fl.log)
+		return fl.ensureWatch()
+	} else if err != nil {
 		if ok, _ := fl.watchLog.Allow(time.Now()); ok {
 			fl.log.Warn("cannot watch the directory; polling until it can", "dir", fl.dir, "err", err, "poll_interval", fl.opts.PollInterval)
 		}
@@ -288,11 +352,8 @@ func (fl *Follower) wait(ctx context.Context) error {
 	}
 
 	if fl.watch != nil {
-		if n := fl.watch.overflow.Swap(0); n > 0 {
-			for range n {
-				fl.obs.Event(EventOverflow)
-			}
-			fl.log.Warn("file notification queue overflowed; looking at the file", "overflows", n)
+		for range fl.watch.overflow.Swap(0) { // the Watcher logs it
+			fl.obs.Event(EventOverflow)
 		}
 	}
 	return fl.check(polled)

@@ -27,6 +27,17 @@ func inotifyInstances(t *testing.T) int {
 	return n
 }
 
+// watchUp reports whether w watches dir.
+func watchUp(w *Watcher, dir string) bool {
+	if w == nil {
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	d := w.dirs[dir]
+	return d != nil && d.up
+}
+
 // TestSharedWatcher: followers of several files of one directory that
 // share a Watcher take one inotify instance between them, and each gets
 // the notifications of its own file (the poll, an hour, never comes); one
@@ -87,7 +98,61 @@ func TestSharedWatcher(t *testing.T) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if len(w.dirs) != 0 || len(w.targets) != 0 {
-		t.Errorf("watches left after the last follower closed: %v, %v", w.dirs, w.targets)
+	if len(w.dirs) != 0 || len(w.targets) != 0 || len(w.byID) != 0 || len(w.fs.WatchList()) != 0 {
+		t.Errorf("watches left after the last follower closed: %v, %v, %v, %v", w.dirs, w.targets, w.byID, w.fs.WatchList())
+	}
+}
+
+// TestSharedWatcherAliasedDir: a directory reached by two paths (a symlink
+// to it) is watched for the followers of both, which one inotify
+// instance, naming its events by the first path, could not do.
+func TestSharedWatcherAliasedDir(t *testing.T) {
+	root := t.TempDir()
+	real, link := filepath.Join(root, "real"), filepath.Join(root, "link")
+	if err := os.Mkdir(real, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	w := NewWatcher(testLogger(t))
+	defer w.Close()
+	paths := []string{filepath.Join(real, "a.ss"), filepath.Join(link, "b.ss")}
+	items := make([]<-chan item, len(paths))
+	for i, path := range paths {
+		writeFile(t, path, streamfile.Header{FileName: filepath.Base(path), CreatedAtMs: 1, BeaconInterval: 1024}, nil)
+		fl, err := New(Options{Path: path, PollInterval: time.Hour, Watcher: w, Logger: testLogger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stop func()
+		items[i], stop = follow(t, fl)
+		defer fl.Close()
+		defer stop()
+	}
+	// Until a watch is up, appends go unnoticed (the poll, an hour, never
+	// comes): append until one is notified, to each file in turn, then to
+	// each again, once both followers are up.
+	for range 2 {
+		for i, path := range paths {
+			notified := false
+			for seq := uint64(1); seq <= 50 && !notified; seq++ {
+				appendFrames(t, path, frames("k", seq, 1, 1, 20))
+				select {
+				case it := <-items[i]:
+					if it.err != nil {
+						t.Fatalf("%s: %v", path, it.err)
+					}
+					notified = true
+				case <-time.After(100 * time.Millisecond):
+				}
+			}
+			if !notified {
+				t.Fatalf("%s: no record notified in 5 s", path)
+			}
+			for len(items[i]) > 0 { // the rest of the appends, notified too
+				<-items[i]
+			}
+		}
 	}
 }
