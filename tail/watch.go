@@ -54,8 +54,9 @@ type watchedDir struct {
 // dirID is a directory's device and inode.
 type dirID struct{ dev, ino uint64 }
 
-// errAliased is a directory that the Watcher watches under another path.
-var errAliased = errors.New("tail: the directory is watched under another path")
+// errAliased is a directory that the Watcher watches under another path,
+// or a path whose directory is not the one the Watcher watches by it.
+var errAliased = errors.New("tail: the directory is watched under another path, or the path names another directory than the one watched by it")
 
 // NewWatcher returns a Watcher whose problems are logged to logger (nil
 // discards them). It starts nothing until a follower uses it.
@@ -137,13 +138,10 @@ func (s *watch) add() error {
 	defer w.fsMu.Unlock()
 	w.mu.Lock()
 	d := w.dirs[s.dir]
-	up, closed, lost := d.up, w.closed, d.lost
+	up, closed, lost, upID := d.up, w.closed, d.lost, d.id
 	w.mu.Unlock()
-	switch {
-	case closed:
+	if closed {
 		return errors.New("tail: the watcher is closed")
-	case up:
-		return nil
 	}
 	fi, err := os.Stat(s.dir)
 	if err != nil {
@@ -154,6 +152,14 @@ func (s *watch) add() error {
 		return errors.New("tail: no inode number for " + s.dir)
 	}
 	id := dirID{uint64(st.Dev), st.Ino}
+	switch {
+	case up && id == upID:
+		return nil
+	case up:
+		// The path names another directory than the one watched (a
+		// symlink retargeted), whose followers the watch still serves.
+		return errAliased
+	}
 	w.mu.Lock()
 	other, aliased := w.byID[id]
 	w.mu.Unlock()

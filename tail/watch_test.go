@@ -135,24 +135,72 @@ func TestSharedWatcherAliasedDir(t *testing.T) {
 	// each again, once both followers are up.
 	for range 2 {
 		for i, path := range paths {
-			notified := false
-			for seq := uint64(1); seq <= 50 && !notified; seq++ {
-				appendFrames(t, path, frames("k", seq, 1, 1, 20))
-				select {
-				case it := <-items[i]:
-					if it.err != nil {
-						t.Fatalf("%s: %v", path, it.err)
-					}
-					notified = true
-				case <-time.After(100 * time.Millisecond):
-				}
-			}
-			if !notified {
-				t.Fatalf("%s: no record notified in 5 s", path)
-			}
-			for len(items[i]) > 0 { // the rest of the appends, notified too
-				<-items[i]
-			}
+			appendUntilNotified(t, path, items[i])
 		}
+	}
+}
+
+// appendUntilNotified appends records to path until the follower whose
+// items they are gets one within 100 ms (its poll, an hour, never comes:
+// until its watch is up, appends go unnoticed), in 5 s at most. The first
+// call may be answered by the follower's first look at the file: only a
+// later one shows a notification.
+func appendUntilNotified(t *testing.T, path string, items <-chan item) {
+	t.Helper()
+	for seq := uint64(1); seq <= 50; seq++ {
+		appendFrames(t, path, frames("k", seq, 1, 1, 20))
+		select {
+		case it := <-items:
+			if it.err != nil {
+				t.Fatalf("%s: %v", path, it.err)
+			}
+			for len(items) > 0 { // the rest of the appends, notified too
+				<-items
+			}
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	t.Fatalf("%s: no record notified in 5 s", path)
+}
+
+// TestSharedWatcherRetargetedDir: a follower whose path goes through a
+// symlink to a directory retargeted since the watch of that path was put
+// up is notified of its own directory all the same.
+func TestSharedWatcherRetargetedDir(t *testing.T) {
+	root := t.TempDir()
+	a, b, link := filepath.Join(root, "a"), filepath.Join(root, "b"), filepath.Join(root, "link")
+	for _, dir := range []string{a, b} {
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(a, link); err != nil {
+		t.Fatal(err)
+	}
+	w := NewWatcher(testLogger(t))
+	defer w.Close()
+	follower := func(path string) <-chan item {
+		writeFile(t, path, streamfile.Header{FileName: filepath.Base(path), CreatedAtMs: 1, BeaconInterval: 1024}, nil)
+		fl, err := New(Options{Path: path, PollInterval: time.Hour, Watcher: w, Logger: testLogger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		items, stop := follow(t, fl)
+		t.Cleanup(func() { stop(); fl.Close() })
+		return items
+	}
+	first := filepath.Join(link, "s.ss")
+	appendUntilNotified(t, first, follower(first))
+	if err := os.Remove(link); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(b, link); err != nil {
+		t.Fatal(err)
+	}
+	second := filepath.Join(link, "t.ss")
+	items := follower(second)
+	for range 2 { // the first may be read when the follower starts
+		appendUntilNotified(t, second, items)
 	}
 }
