@@ -27,17 +27,6 @@ func inotifyInstances(t *testing.T) int {
 	return n
 }
 
-// watchUp reports whether w watches dir.
-func watchUp(w *Watcher, dir string) bool {
-	if w == nil {
-		return false
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	d := w.dirs[dir]
-	return d != nil && d.up
-}
-
 // TestSharedWatcher: followers of several files of one directory that
 // share a Watcher take one inotify instance between them, and each gets
 // the notifications of its own file (the poll, an hour, never comes); one
