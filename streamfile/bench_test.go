@@ -224,3 +224,72 @@ func BenchmarkAppend(b *testing.B) {
 		})
 	}
 }
+
+// hugeRecordFile writes (once per interval) a file of one payload of
+// hugePayload bytes, near the decoder's limit, between two small records,
+// and returns its path.
+func hugeRecordFile(tb testing.TB, interval uint32) string {
+	tb.Helper()
+	path := filepath.Join(os.TempDir(), fmt.Sprintf("streamd-bench-huge-%d.ss", interval))
+	if fi, err := os.Stat(path); err == nil && fi.Size() > hugePayload {
+		return path
+	}
+	os.Remove(path)
+	w, err := OpenWriter(path, CreateOptions{Create: true, Header: Header{FileName: "huge.ss", BeaconInterval: interval}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer w.Close()
+	p := make([]byte, hugePayload)
+	for i := range p {
+		p[i] = byte(i * 7)
+	}
+	if err := w.Publish([]Frame{{Key: "big", Payload: []byte("before")}, {Key: "big", Payload: p}, {Key: "big", Payload: []byte("after")}}); err != nil {
+		tb.Fatal(err)
+	}
+	return path
+}
+
+// hugePayload is the payload of the huge record: 60 MiB.
+const hugePayload = 60 << 20
+
+// BenchmarkDecodeHugeRecord decodes a file whose middle record is 60 MiB,
+// with the default 1 MiB interval (beacons cut the payload) and with an
+// interval larger than the record (none does). It reports the bytes
+// allocated per decode and what the decoder still holds, after a
+// collection, once it reached the end of the file ("retained-B").
+func BenchmarkDecodeHugeRecord(b *testing.B) {
+	for _, interval := range []uint32{DefaultBeaconInterval, 128 << 20} {
+		b.Run(fmt.Sprintf("interval=%dMiB", interval>>20), func(b *testing.B) {
+			path := hugeRecordFile(b, interval)
+			f, err := os.Open(path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer f.Close()
+			h, err := ReadHeader(f)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(hugePayload)
+			b.ReportAllocs()
+			var retained uint64
+			for b.Loop() {
+				var ms0, ms1 runtime.MemStats
+				b.StopTimer()
+				runtime.GC()
+				runtime.ReadMemStats(&ms0)
+				b.StartTimer()
+				d := NewDecoder(f, h, HeaderSize)
+				decodeCount(b, d, 3)
+				b.StopTimer()
+				runtime.GC()
+				runtime.ReadMemStats(&ms1)
+				runtime.KeepAlive(d)
+				retained += ms1.HeapAlloc - min(ms0.HeapAlloc, ms1.HeapAlloc)
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(retained)/float64(b.N), "retained-B")
+		})
+	}
+}

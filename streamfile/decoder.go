@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 )
 
 // ErrEndOfStream is returned by [Decoder.Next] after the end-of-stream frame
@@ -34,7 +35,10 @@ type Record struct {
 // stays at its start, so a later call continues exactly.
 //
 // A Decoder is not safe for concurrent use. Payloads alias its buffer and are
-// valid until the next call to Next.
+// valid until the next call to Next. It keeps the memory it reads frames
+// into from one call to the next up to four reads' worth (1 MiB by
+// default, a frame of the default beacon interval): a larger frame costs
+// about its size once, which the next call lets go of.
 type Decoder struct {
 	r        io.ReaderAt
 	interval int64
@@ -116,6 +120,7 @@ func (d *Decoder) Pos() int64 { return d.pos }
 //     (see [Decoder.SkipDamage]);
 //   - [ErrEndOfStream] once the end-of-stream frame was returned.
 func (d *Decoder) Next() (*Record, error) {
+	d.release()
 	d.nexts++
 	d.inNext = true
 	for {
@@ -158,11 +163,15 @@ func (d *Decoder) next() (*Record, error) {
 // a shortage inside a frame it forgets the bytes read: a torn tail may be
 // truncated and written anew by a writer that repairs it (spec §10), and
 // the next call must read what is there then, not combine old and new.
+//
+// The buffer starts at the position again after any error: a payload read
+// past the buffer (take) leaves it starting inside the frame, whose first
+// bytes were read, so that a shortage there is never a clean end.
 func (d *Decoder) startErr(err error) error {
-	if err == ErrTruncated {
-		if !d.have(d.pos, 1) {
-			return io.EOF
-		}
+	if err == ErrTruncated && d.bufOff <= d.pos && !d.have(d.pos, 1) {
+		return io.EOF
+	}
+	if err == ErrTruncated || d.bufOff > d.pos {
 		d.buf, d.bufOff = d.buf[:0], d.pos
 	}
 	return err
@@ -221,13 +230,13 @@ func (d *Decoder) readFrameSlow(start int64) (*Record, error) {
 		d.bufOff = start
 	}
 	c := start
-	lb, _, err := d.take(&c, 1, d.small[:0])
+	lb, _, err := d.take(&c, 1, d.small[:0], false)
 	if err != nil {
 		return nil, err
 	}
 	// The key first: a frame whose key is wrong is damage even when the
 	// file ends before its other fields, not a frame still being written.
-	kb, _, err := d.take(&c, int(lb[0]), d.small[:0])
+	kb, _, err := d.take(&c, int(lb[0]), d.small[:0], false)
 	if err != nil {
 		return nil, err
 	}
@@ -235,7 +244,7 @@ func (d *Decoder) readFrameSlow(start int64) (*Record, error) {
 	if !ok {
 		return nil, &FormatError{Offset: start, Reason: fmt.Sprintf("invalid stream key %s", quoteKey(key))}
 	}
-	head, _, err := d.take(&c, 28, d.small[:0]) // shard, seq, ts, size
+	head, _, err := d.take(&c, 28, d.small[:0], false) // shard, seq, ts, size
 	if err != nil {
 		return nil, err
 	}
@@ -244,14 +253,16 @@ func (d *Decoder) readFrameSlow(start int64) (*Record, error) {
 		return nil, &FormatError{Offset: start, Reason: fmt.Sprintf("payload size %d exceeds the decoder limit of %d bytes", n, d.maxPayload()), PayloadSize: int64(n)}
 	}
 	fields := [24]byte(head)
-	payload, copied, err := d.take(&c, n, d.scratch[:0])
+	// Nothing taken from the buffer before the payload is used any more:
+	// the payload's bytes may be read past it.
+	payload, copied, err := d.take(&c, n, d.scratch[:0], true)
 	if err != nil {
 		return nil, err
 	}
 	if copied {
 		d.scratch = payload[:0]
 	}
-	tail, _, err := d.take(&c, 3, d.small[:0])
+	tail, _, err := d.take(&c, 3, d.small[:0], false)
 	if err != nil {
 		return nil, err
 	}
@@ -280,8 +291,18 @@ func (d *Decoder) finishFields(start int64, key string, fields, payload, tail []
 
 // take returns the next n logical bytes at *c, stepping over beacons, and
 // advances *c. Bytes that lie between two boundaries are returned from the
-// buffer; bytes that straddle a beacon are copied into dst (copied is true).
-func (d *Decoder) take(c *int64, n int, dst []byte) (b []byte, copied bool, err error) {
+// buffer; bytes that straddle a beacon are copied into dst (copied is true),
+// which grows at once to hold them when it is too small.
+//
+// With past, which a caller passes only when it no longer uses anything it
+// took from the buffer during this frame, the copied bytes do not pass
+// through the buffer, which then only ever holds a read's worth of them:
+// what it does not hold yet of the part between two beacons is read
+// straight into dst when that is a read's worth or more, and through the
+// buffer, used again from its start, when less. A frame of many intervals
+// is then neither read into memory twice nor held twice, and its reads
+// are as large as the parts between its beacons.
+func (d *Decoder) take(c *int64, n int, dst []byte, past bool) (b []byte, copied bool, err error) {
 	if d.atBoundary(*c) {
 		bn, err := d.readBeacon(*c)
 		if err != nil {
@@ -297,7 +318,15 @@ func (d *Decoder) take(c *int64, n int, dst []byte) (b []byte, copied bool, err 
 		*c += int64(n)
 		return d.buf[i : i+int64(n)], false, nil
 	}
+	if cap(dst)-len(dst) < n {
+		dst = d.room(dst, n, *c)
+	}
 	for n > 0 {
+		if past && *c == d.bufOff+int64(len(d.buf)) {
+			// The buffer holds nothing from *c on, and nothing before
+			// it is used: it starts at *c again.
+			d.buf, d.bufOff = d.buf[:0], *c
+		}
 		if d.atBoundary(*c) {
 			bn, err := d.readBeacon(*c)
 			if err != nil {
@@ -306,6 +335,35 @@ func (d *Decoder) take(c *int64, n int, dst []byte) (b []byte, copied bool, err 
 			*c += int64(bn)
 		}
 		chunk := min(int64(n), d.interval-*c%d.interval)
+		if past {
+			i := *c - d.bufOff
+			held := min(chunk, int64(len(d.buf))-i)
+			dst = append(dst, d.buf[i:i+held]...)
+			*c += held
+			n -= int(held)
+			chunk -= held
+			if chunk == 0 {
+				continue
+			}
+			d.buf, d.bufOff = d.buf[:0], *c
+			if chunk >= int64(d.readSize()) {
+				if cap(dst)-len(dst) < int(chunk) {
+					dst = d.room(dst, n, *c) // the file may have grown
+				}
+				// Without room, the file ends before: the read
+				// through the buffer says how.
+				if free := int64(cap(dst) - len(dst)); free > 0 {
+					m, err := d.readInto(&dst, *c, min(chunk, free))
+					*c += m
+					n -= int(m)
+					d.bufOff = *c
+					if err != nil {
+						return nil, false, err
+					}
+					continue
+				}
+			}
+		}
 		if err := d.ensure(*c + chunk); err != nil {
 			return nil, false, err
 		}
@@ -434,31 +492,18 @@ func (d *Decoder) readSize() int {
 func (d *Decoder) ensure(end int64) error {
 	for d.bufOff+int64(len(d.buf)) < end {
 		at := d.bufOff + int64(len(d.buf))
-		if d.inNext && at == d.shortAt && d.pos < at {
-			// The frame began in bytes read when the file ended here: a
-			// torn frame, maybe, which a writer may since have truncated
-			// and written anew; what follows now would be the new one's.
-			if d.shortIn != d.nexts {
-				return errStale // read in an earlier call: read it again whole
-			}
-			return ErrTruncated // this call met the end: the next reads it again whole
+		if err := d.shortHere(at); err != nil {
+			return err
 		}
 		if len(d.buf) == cap(d.buf) {
 			d.grow(end)
 		}
-		want := cap(d.buf) - len(d.buf)
-		n, err := d.r.ReadAt(d.buf[len(d.buf):cap(d.buf)], at)
+		n, err := d.readAt(d.buf[len(d.buf):cap(d.buf)], at)
 		d.buf = d.buf[:len(d.buf)+n]
-		// A read that failed after some bytes did not meet the end of
-		// the data: what it left out is no torn frame.
-		failed := err != nil && !errors.Is(err, io.EOF)
-		if n < want && !failed {
-			d.shortAt, d.shortIn = at+int64(n), d.nexts
-		}
 		switch {
 		case d.bufOff+int64(len(d.buf)) >= end:
-		case failed:
-			return fmt.Errorf("streamfile: read at offset %d: %w", d.bufOff+int64(len(d.buf)), err)
+		case err != nil:
+			return err
 		case n == 0:
 			return ErrTruncated
 		}
@@ -466,10 +511,135 @@ func (d *Decoder) ensure(end int64) error {
 	return nil
 }
 
+// room returns dst with room for the n bytes of the payload at c that
+// take copies into it, allocated at once: appending a large payload a part
+// at a time would copy it again at each doubling, and leave the smaller
+// arrays behind as garbage. When the reader tells the file's size, the
+// room is no larger than the bytes the file holds from c on, so that a
+// frame not whole yet, or a damaged size field, costs no more than the
+// bytes there; take grows dst further should the file grow meanwhile. Up
+// to keepSize, the room doubles at least, as a payload kept for the next
+// frames grows.
+func (d *Decoder) room(dst []byte, n int, c int64) []byte {
+	size := len(dst) + n
+	switch {
+	case size <= d.keepSize():
+		size = min(max(size, 2*cap(dst)), d.keepSize())
+	default:
+		if end, ok := d.fileSize(); ok {
+			size = len(dst) + int(max(min(int64(n), end-c), 0))
+		}
+	}
+	if size <= cap(dst) {
+		return dst // the file holds no more
+	}
+	return append(make([]byte, 0, size), dst...)
+}
+
+// fileSize returns the size of the file the decoder reads, when its reader
+// tells it (a file, a section of one, bytes in memory).
+func (d *Decoder) fileSize() (int64, bool) {
+	switch r := d.r.(type) {
+	case interface{ Size() int64 }:
+		return r.Size(), true
+	case interface{ Stat() (fs.FileInfo, error) }:
+		if fi, err := r.Stat(); err == nil {
+			return fi.Size(), true
+		}
+	}
+	return 0, false
+}
+
+// readInto reads the n bytes of the file at at onto the end of *dst, which
+// has room for them, as ensure reads into the buffer, and returns how many
+// it read: fewer with the error that stopped it, ErrTruncated when the file
+// ends before.
+func (d *Decoder) readInto(dst *[]byte, at, n int64) (int64, error) {
+	var done int64
+	for done < n {
+		if err := d.shortHere(at + done); err != nil {
+			return done, err
+		}
+		b := *dst
+		m, err := d.readAt(b[len(b):len(b)+int(n-done)], at+done)
+		*dst = b[:len(b)+m]
+		done += int64(m)
+		switch {
+		case done == n:
+		case err != nil:
+			return done, err
+		case m == 0:
+			return done, ErrTruncated
+		}
+	}
+	return done, nil
+}
+
+// shortHere returns the error of a read at at, where a read of an earlier
+// call, or of this one, met the end of the file in the frame being read,
+// and nil when no read did.
+func (d *Decoder) shortHere(at int64) error {
+	if d.inNext && at == d.shortAt && d.pos < at {
+		// The frame began in bytes read when the file ended here: a
+		// torn frame, maybe, which a writer may since have truncated
+		// and written anew; what follows now would be the new one's.
+		if d.shortIn != d.nexts {
+			return errStale // read in an earlier call: read it again whole
+		}
+		return ErrTruncated // this call met the end: the next reads it again whole
+	}
+	return nil
+}
+
+// readAt reads len(p) bytes of the file at at into p, and notes where a
+// read that met the end of the file ended (shortHere). Its error is a
+// failed read's: at the end of the file it returns fewer bytes and nil.
+func (d *Decoder) readAt(p []byte, at int64) (int, error) {
+	n, err := d.r.ReadAt(p, at)
+	// A read that failed after some bytes did not meet the end of the
+	// data: what it left out is no torn frame.
+	if err != nil && !errors.Is(err, io.EOF) {
+		return n, fmt.Errorf("streamfile: read at offset %d: %w", at+int64(n), err)
+	}
+	if n < len(p) {
+		d.shortAt, d.shortIn = at+int64(n), d.nexts
+	}
+	return n, nil
+}
+
+// keepSize is the largest read buffer or payload scratch the decoder keeps
+// from one call of Next to the next: four reads (1 MiB by default), and so
+// a frame as large as the default beacon interval.
+func (d *Decoder) keepSize() int {
+	return 4 * max(d.readSize(), defaultReadSize)
+}
+
+// release lets go of the read buffer and the payload scratch when a frame
+// larger than keepSize grew them, now that the caller is past it (its
+// payload was valid until this call): kept, they would hold the memory of
+// the largest frame read for as long as the decoder lives. Bytes the
+// buffer read past the frame are read again.
+func (d *Decoder) release() {
+	big := len(d.rec.Payload) > d.keepSize()
+	if cap(d.scratch) > d.keepSize() {
+		d.scratch, big = nil, true
+	}
+	if cap(d.buf) > d.keepSize() {
+		// Reading from the position again, the bytes read when the
+		// file last ended are read anew too: none is kept.
+		d.buf, d.bufOff, d.shortAt, big = nil, d.pos, -1, true
+	}
+	if big {
+		d.rec.Payload = nil
+	}
+}
+
 // grow replaces the full buffer with a larger one that keeps only the bytes
-// from the current frame's start on. Slices of the old buffer handed out
-// during this frame stay valid. The capacity doubles from 4 KiB up to the
-// read size, or fits the frame if it is larger.
+// from the current frame's start on (all of them when the buffer starts
+// later, past a payload read straight from the file: see take). Slices of
+// the old buffer handed out during this frame stay valid. The capacity
+// doubles from 4 KiB up to the read size, or fits the frame if it is
+// larger.
 func (d *Decoder) grow(end int64) {
 	keep := d.buf[max(d.pos-d.bufOff, 0):]
 	size := max(end-d.bufOff-int64(len(d.buf))+int64(len(keep)), int64(min(d.readSize(), max(4096, 2*cap(d.buf)))))

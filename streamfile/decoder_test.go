@@ -2,10 +2,13 @@ package streamfile
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"syscall"
 	"testing"
@@ -273,4 +276,258 @@ func TestDecoderReadErrorInAFrame(t *testing.T) {
 			t.Errorf("read size %d: Next = %v, want the read error", size, err)
 		}
 	}
+}
+
+// largeFile returns the bytes of a file of interval whose frames are
+// frames, written as a writer writes them.
+func largeFile(t *testing.T, interval uint32, frames []Frame) []byte {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "large.ss")
+	w, err := OpenWriter(path, CreateOptions{Create: true, Header: Header{FileName: "large.ss", BeaconInterval: interval}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Publish(frames); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	file, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+// largePayload is a payload of n bytes that no shift of it matches.
+func largePayload(n int, seed byte) []byte {
+	p := make([]byte, n)
+	for i := range p {
+		p[i] = byte(i*7+i>>8) ^ seed
+	}
+	return p
+}
+
+// TestDecoderLetsGoOfALargeFrame: a frame larger than the decoder keeps
+// memory for costs about its payload to read, once (not a buffer grown a
+// part at a time, each part copied again, with the payload copied besides),
+// and once the next call has moved past it the decoder holds neither it
+// nor the memory it took: the read buffer and the payload scratch are back
+// within keepSize, what a record of the default beacon interval needs.
+// Whether beacons cut the payload into parts smaller than a read (an
+// interval of 1 KiB), larger (1 MiB), or none does (8 MiB), whatever the
+// read size.
+func TestDecoderLetsGoOfALargeFrame(t *testing.T) {
+	const size = 3 << 20 // above keepSize
+	big := largePayload(size, 1)
+	for _, interval := range []uint32{1024, DefaultBeaconInterval, 8 << 20} {
+		file := largeFile(t, interval, []Frame{{Key: "k", Payload: []byte("before")}, {Key: "k", Payload: big}, {Key: "k", Payload: []byte("after")}})
+		h, err := ParseHeader(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, readSize := range readSizes {
+			t.Run(fmt.Sprintf("interval=%d/readsize=%d", interval, readSize), func(t *testing.T) {
+				d := newTestDecoder(file, h, readSize)
+				if rec, err := d.Next(); err != nil || string(rec.Payload) != "before" {
+					t.Fatalf("Next = %v, %v; want the record before", rec, err)
+				}
+				var ms0, ms1 runtime.MemStats
+				runtime.ReadMemStats(&ms0)
+				rec, err := d.Next()
+				runtime.ReadMemStats(&ms1)
+				if err != nil || !bytes.Equal(rec.Payload, big) {
+					t.Fatalf("Next = %v; want the large record whole", err)
+				}
+				if a := ms1.TotalAlloc - ms0.TotalAlloc; a > size+size/4 {
+					t.Errorf("reading a frame of %d bytes allocated %d bytes, want about the payload", size, a)
+				}
+				if rec, err := d.Next(); err != nil || string(rec.Payload) != "after" {
+					t.Fatalf("Next = %v, %v; want the record after", rec, err)
+				}
+				if cap(d.buf) > d.keepSize() || cap(d.scratch) > d.keepSize() {
+					t.Errorf("past the large frame, the decoder keeps a read buffer of %d bytes and a payload scratch of %d; want at most %d each",
+						cap(d.buf), cap(d.scratch), d.keepSize())
+				}
+				if _, err := d.Next(); !errors.Is(err, io.EOF) {
+					t.Fatalf("Next = %v, want io.EOF", err)
+				}
+			})
+		}
+	}
+}
+
+// TestDecoderLargeFrameHeapAfterwards: after a large frame, a decoder
+// that reached the end of the file leaves, once collected, no more live
+// heap than a few reads' worth, whatever the frame's size. A decoder that
+// kept its buffers would keep the frame's size, or more.
+func TestDecoderLargeFrameHeapAfterwards(t *testing.T) {
+	const size = 24 << 20
+	file := largeFile(t, DefaultBeaconInterval, []Frame{{Key: "k", Payload: largePayload(size, 2)}})
+	h, err := ParseHeader(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ms0, ms1 runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms0)
+	d := newTestDecoder(file, h, 0)
+	if rec, err := d.Next(); err != nil || len(rec.Payload) != size {
+		t.Fatalf("Next = %v; want the large record", err)
+	}
+	if _, err := d.Next(); !errors.Is(err, io.EOF) {
+		t.Fatalf("Next = %v, want io.EOF", err)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&ms1)
+	runtime.KeepAlive(d)
+	if kept := int64(ms1.HeapAlloc) - int64(ms0.HeapAlloc); kept > 4<<20 {
+		t.Errorf("a decoder past a frame of %d bytes keeps %d bytes of heap, want at most 4 MiB", size, kept)
+	}
+}
+
+// TestDecoderSmallRecordsAllocateNothing: in steady state, reading a
+// record allocates nothing: small ones between beacons or cut by them, and
+// those up to keepSize (here 512 KiB, cut by the beacons of the default
+// interval), whose memory the decoder keeps; also after a frame larger
+// than that, whose memory it let go.
+func TestDecoderSmallRecordsAllocateNothing(t *testing.T) {
+	var frames []Frame
+	add := func(n, size int) {
+		for i := range n {
+			frames = append(frames, Frame{Key: "k", Payload: largePayload(size+i%37, byte(i))})
+		}
+	}
+	tests := []struct {
+		name     string
+		interval uint32
+		build    func()
+	}{
+		{"small, many cut by beacons", 4096, func() { add(3000, 300) }},
+		{"512KiB, cut by beacons", DefaultBeaconInterval, func() { add(300, 512<<10) }},
+		{"small after a large frame", 4096, func() { add(1, 3<<20); add(3000, 300) }},
+	}
+	for _, tt := range tests {
+		frames = nil
+		tt.build()
+		file := largeFile(t, tt.interval, frames)
+		h, err := ParseHeader(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, readSize := range readSizes {
+			t.Run(fmt.Sprintf("%s/readsize=%d", tt.name, readSize), func(t *testing.T) {
+				d := newTestDecoder(file, h, readSize)
+				next := func() {
+					if _, err := d.Next(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				for range 20 { // the memory grows to what the records need
+					next()
+				}
+				runs := len(frames) - 40
+				if allocs := testing.AllocsPerRun(runs, next); allocs != 0 {
+					t.Errorf("%v allocations per record, want 0", allocs)
+				}
+			})
+		}
+	}
+}
+
+// TestDecoderLargeFrameTornThenWhole: a large frame whose payload the
+// file ends in is torn (ErrTruncated, the position at its start), which
+// costs no more memory than the bytes there (a size field damaged to claim
+// up to 64 MiB would cost that much at every try), and is read whole once
+// the rest is there; one that a writer removed and wrote anew
+// in its place, with other fields and payload, is read as the new one,
+// not with the torn one's fields; a read that fails in its payload is a
+// read error; and a large frame found bad after its payload (a timestamp
+// past year 9999) leaves the decoder at it, reporting it again.
+func TestDecoderLargeFrameTornThenWhole(t *testing.T) {
+	const size = 3 << 20
+	first := largePayload(size, 3)
+	file := largeFile(t, DefaultBeaconInterval, []Frame{{Key: "k", Payload: []byte("before")}, {Key: "k", Payload: first}})
+	h, err := ParseHeader(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := int64(HeaderSize + 1 + 1 + 28 + len("before") + 3)
+
+	t.Run("torn, then whole", func(t *testing.T) {
+		g := &growingReader{data: file, size: start + size/2}
+		d := NewDecoder(g, h, HeaderSize)
+		if rec, err := d.Next(); err != nil || string(rec.Payload) != "before" {
+			t.Fatalf("Next = %v, %v; want the record before", rec, err)
+		}
+		var ms0, ms1 runtime.MemStats
+		runtime.ReadMemStats(&ms0)
+		_, err := d.Next()
+		runtime.ReadMemStats(&ms1)
+		if !errors.Is(err, ErrTruncated) || d.Pos() != start {
+			t.Fatalf("Next = %v at %d; want ErrTruncated at %d", err, d.Pos(), start)
+		}
+		if a := ms1.TotalAlloc - ms0.TotalAlloc; a > size/2+size/8 {
+			t.Errorf("a frame of %d bytes of payload, %d of them in the file, allocated %d bytes; want no more than those there", size, size/2, a)
+		}
+		g.size = int64(len(file))
+		if rec, err := d.Next(); err != nil || !bytes.Equal(rec.Payload, first) {
+			t.Fatalf("Next = %v; want the large record whole", err)
+		}
+	})
+
+	t.Run("torn, then written anew", func(t *testing.T) {
+		// The torn frame ends in the first read, with the record before.
+		torn := file[:start+100]
+		second := largePayload(size+5000, 4)
+		repaired := largeFile(t, DefaultBeaconInterval, []Frame{{Key: "k", Payload: []byte("before")}, {Key: "other", Shard: 9, Payload: second}})
+		d := NewDecoder(&repairedReader{torn: torn, repaired: repaired}, h, HeaderSize)
+		if rec, err := d.Next(); err != nil || string(rec.Payload) != "before" {
+			t.Fatalf("Next = %v, %v; want the record before", rec, err)
+		}
+		rec, err := d.Next()
+		if err != nil || rec.Key != "other" || rec.Shard != 9 || !bytes.Equal(rec.Payload, second) {
+			t.Fatalf("Next = %v; want the frame written anew, whole", err)
+		}
+	})
+
+	t.Run("a read error in the payload", func(t *testing.T) {
+		d := NewDecoder(failingAfter{file, start + size/2}, h, HeaderSize)
+		if rec, err := d.Next(); err != nil || string(rec.Payload) != "before" {
+			t.Fatalf("Next = %v, %v; want the record before", rec, err)
+		}
+		if _, err := d.Next(); !errors.Is(err, syscall.EIO) {
+			t.Fatalf("Next = %v, want the read error", err)
+		}
+	})
+
+	t.Run("bad after its payload", func(t *testing.T) {
+		bad := slices.Clone(file)
+		binary.BigEndian.PutUint64(bad[start+1+1+16:], maxTimestampMs+1)
+		for _, readSize := range readSizes {
+			d := newTestDecoder(bad, h, readSize)
+			if _, err := d.Next(); err != nil {
+				t.Fatal(err)
+			}
+			for range 2 {
+				var fe *FormatError
+				if _, err := d.Next(); !errors.As(err, &fe) || fe.Offset != start || d.Pos() != start {
+					t.Fatalf("read size %d: Next = %v at %d; want the format error at %d", readSize, err, d.Pos(), start)
+				}
+			}
+		}
+	})
+}
+
+// growingReader reads data up to size, as a file being written.
+type growingReader struct {
+	data []byte
+	size int64
+}
+
+func (g *growingReader) Size() int64 { return g.size }
+
+func (g *growingReader) ReadAt(p []byte, off int64) (int, error) {
+	return bytes.NewReader(g.data[:g.size]).ReadAt(p, off)
 }
