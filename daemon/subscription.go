@@ -145,7 +145,9 @@ type job struct {
 // scratch is the memory a worker makes its deliveries in, reused from one
 // record to the next, so that a delivery allocates nothing: the headers and
 // payload a handler gets are valid until the worker's next record, which it
-// takes once the delivery is settled (see handler.Delivery).
+// takes once the delivery is settled (see handler.Delivery). Once the
+// delivery is over it keeps none of the record (release), and at most
+// scratchKeep bytes of each buffer decoded from it.
 type scratch struct {
 	env     envelope.Parser
 	headers envelope.Headers
@@ -154,6 +156,26 @@ type scratch struct {
 	// handler's delivery is made without it; deliver opens it when the
 	// answer makes a copy.
 	record []byte
+}
+
+// scratchKeep bounds what a worker's scratch keeps, between two records,
+// of each buffer it decoded the last one's envelope into; a larger record
+// has its own, let go once its delivery is over.
+const scratchKeep = 64 << 10
+
+// release lets go of the record the scratch opened, once the delivery
+// made of it is over (settled, or left unsettled by a stop), or copied
+// into a batch. The record is a copy made for a worker, or the
+// read-ahead's memory, which the read-ahead lets go of after a record
+// larger than its batches: kept until the worker's next record, it would
+// keep the largest record in flight alive for each worker, for as long as
+// the subscription stays quiet. What the parser decoded of it is kept up
+// to scratchKeep bytes a buffer, for the next record.
+func (sc *scratch) release() {
+	sc.record = nil
+	sc.env.Release(scratchKeep)
+	clear(sc.headers[:cap(sc.headers)]) // their values are slices of the parser's memory
+	sc.headers = sc.headers[:0]
 }
 
 // run reads until ctx ends, the replay finishes, or the subscription fails.
@@ -273,14 +295,19 @@ func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job) error {
 		} else {
 			// A batch holds its deliveries together: each is opened
 			// here, into memory of its own.
-			if !s.open(d, 0, false) {
+			opened := s.open(d, 0, false)
+			if opened {
+				d.Headers, d.Payload = d.Headers.Clone(), bytes.Clone(d.Payload)
+			}
+			s.scratch[0].release()
+			if !opened {
 				s.passOver(ticket)
 				continue
 			}
-			d.Headers, d.Payload = d.Headers.Clone(), bytes.Clone(d.Payload)
 		}
 		select {
 		case jobs <- job{*d, ticket}:
+			d.Headers, d.Payload = nil, nil // the job's now: not to keep them alive here
 		case <-ctx.Done():
 			return nil
 		}
@@ -410,6 +437,10 @@ func (s *subscription) fill(d *handler.Delivery, sc *scratch, h envelope.Headers
 // a copy could be written, the record stays unsettled, and is read again
 // after a restart. Handlers run with hctx.
 func (s *subscription) deliver(ctx, hctx context.Context, d *handler.Delivery, ticket offsets.Ticket, w int) error {
+	defer func() {
+		s.scratch[w].release()
+		d.Headers, d.Payload = nil, nil // the delivery's: the record's, the scratch's
+	}()
 	if !s.open(d, w, s.blind) {
 		s.passOver(ticket)
 		return nil

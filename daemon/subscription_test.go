@@ -1,15 +1,23 @@
 package daemon
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/streamd/streamd/envelope"
 	"github.com/streamd/streamd/handler"
 	"github.com/streamd/streamd/offsets"
 	"github.com/streamd/streamd/streamfile"
@@ -198,5 +206,96 @@ func TestStopSaysCommitted(t *testing.T) {
 	rs := r.logs.with("stopped; positions committed")
 	if len(rs) != 1 || rs[0].attrs["retries_pending"] != "0" {
 		t.Errorf("stop lines %v, want one with retries_pending 0", rs)
+	}
+}
+
+// blindAck acks every record without reading it, as discard does.
+type blindAck struct{}
+
+func (blindAck) Handle(context.Context, *handler.Delivery) handler.Outcome { return ack }
+func (blindAck) Blind() bool                                               { return true }
+
+// TestIdleSubscriptionKeepsNoRecord: once its records are settled, a
+// subscription keeps none of them alive, nor what it decoded of them:
+// neither a worker's copy of the last record it delivered (each of the
+// workers', up to concurrency records), nor the read-ahead's memory that
+// an inline delivery is made in, nor the envelope's payload decoded for a
+// handler that reads it. With four records of 8 MiB, the live heap after
+// they are settled is back within a few MiB of what it was before the
+// daemon started.
+func TestIdleSubscriptionKeepsNoRecord(t *testing.T) {
+	const size, n = 8 << 20, 4
+	reads := handler.HandlerFunc(func(_ context.Context, d *handler.Delivery) handler.Outcome {
+		if len(d.Payload) != size {
+			return handler.Outcome{Kind: handler.OutcomeDrop}
+		}
+		return ack
+	})
+	// An endpoint of batches that acks each record, keeping none.
+	acks := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			t.Error(err)
+		}
+		for range bytes.Count(body, []byte("\n")) {
+			fmt.Fprintln(w, `{"outcome":"ack"}`)
+		}
+	}))
+	defer acks.Close()
+	for _, tc := range []struct {
+		name string
+		sub  string
+		h    handler.Handler // nil: the configured one
+	}{
+		{"inline, reading", runSub("s", "k", "start_at = \"beginning\""), reads},
+		{"workers, reading", runSub("s", "k", "start_at = \"beginning\"\nconcurrency = 4"), reads},
+		{"workers, blind", runSub("s", "k", "start_at = \"beginning\"\nconcurrency = 4"), blindAck{}},
+		{"batches", strings.ReplaceAll(httpSub(acks.URL, "start_at = \"beginning\"\nconcurrency = 2", "batch_max_records = 2"), "billing", "s"), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newRunEnv(t, strings.ReplaceAll(tc.sub, `key = "orders"`, `key = "k"`))
+			w, err := streamfile.OpenWriter(e.stream, streamfile.CreateOptions{Create: true, Header: streamfile.Header{
+				FileName: "orders.ss", CreatedAtMs: uint64(time.Now().UnixMilli()), BeaconInterval: streamfile.DefaultBeaconInterval}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			record := envelope.Encode(envelope.Headers{{Name: "x-n", Value: []byte("1")}}, bytes.Repeat([]byte("p"), size), false)
+			for range n {
+				if err := w.Publish([]streamfile.Frame{{Key: "k", Payload: record}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := w.Close(); err != nil {
+				t.Fatal(err)
+			}
+			recordSize := len(record)
+			var ms runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&ms)
+			before := ms.HeapAlloc
+			handlers := map[string]handler.Handler{}
+			if tc.h != nil {
+				handlers["s"] = tc.h
+			}
+			r := e.start(handlers)
+			end := e.fileSize()
+			storedPositionWhen(t, e, "s", func(p offsets.Position) bool { return p.Offset == end })
+			if got := r.metric("s", "ack"); got != n {
+				t.Fatalf("%v records acked, want %d", got, n)
+			}
+			// The last deliveries end just after their records are
+			// settled: the heap is looked at again until then.
+			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				runtime.GC()
+				runtime.ReadMemStats(&ms)
+				kept := int64(ms.HeapAlloc) - int64(before)
+				if kept < 6<<20 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("settled, %d records of %d bytes leave %d bytes more of live heap than before the start, want less than 6 MiB", n, recordSize, kept)
+				}
+			}
+		})
 	}
 }

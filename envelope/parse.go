@@ -192,6 +192,28 @@ func (p *Parser) Payload() []byte {
 	return p.payload[p.start-first*3 : p.n-first*3]
 }
 
+// Release lets go of the record last peeked, which p keeps for Check and
+// Payload, so that p does not keep it alive until the next one, and of
+// the memory p decoded it into where that grew past limit bytes, as a
+// large record makes it: what p returned for that record is no longer
+// valid. Memory within limit is kept, and the next record is decoded into
+// it without allocating.
+func (p *Parser) Release(limit int) {
+	p.text, p.valid = nil, false
+	if cap(p.head) > limit {
+		p.head = nil
+	}
+	if cap(p.payload) > limit {
+		p.payload = nil
+	}
+	if cap(p.b.lossy) > limit {
+		p.b.lossy = nil
+	}
+	// The header values are slices of that memory.
+	clear(p.b.h[:cap(p.b.h)])
+	p.b.h = p.b.h[:0]
+}
+
 // quantaLen is the length of the base64 text of the n first decoded bytes,
 // whole 4-character quanta.
 func quantaLen(n int) int {

@@ -248,3 +248,35 @@ func TestPrefixesShareFirstByte(t *testing.T) {
 		t.Fatalf("prefixes %q and %q start differently: prefixRS1's first test must look at both", rs1Prefix, rs2Prefix)
 	}
 }
+
+// TestParserRelease: once released, a Parser keeps neither the record it
+// parsed last (a large one would stay alive until the next) nor the memory
+// it decoded a large record into; memory within the limit stays, so that
+// parsing, decoding and releasing a small record allocates nothing.
+func TestParserRelease(t *testing.T) {
+	const limit = 64 << 10
+	large := Encode(hdrs("x-big", strings.Repeat("v", 200<<10)), bytes.Repeat([]byte("payload "), 256<<10), false)
+	var p Parser
+	if _, ok := p.Parse(large); !ok || len(p.Payload()) != 2<<20 {
+		t.Fatal("the large record does not parse")
+	}
+	p.Release(limit)
+	if p.text != nil || cap(p.head) > limit || cap(p.payload) > limit {
+		t.Errorf("released, the parser keeps the record (%v) and buffers of %d and %d bytes; want none, and at most %d bytes each",
+			p.text != nil, cap(p.head), cap(p.payload), limit)
+	}
+	for _, e := range p.b.h[:cap(p.b.h)] {
+		if e.Value != nil {
+			t.Errorf("released, the parser keeps header %q", e.Name)
+		}
+	}
+	small := Encode(hdrs("x-trace-id", "abc"), []byte(`{"id":7}`), false)
+	checkParse(t, &p, small)
+	if allocs := testing.AllocsPerRun(100, func() {
+		p.Parse(small)
+		p.Payload()
+		p.Release(limit)
+	}); allocs != 0 {
+		t.Errorf("Parse, Payload and Release of a small record: %v allocations, want 0", allocs)
+	}
+}
