@@ -354,6 +354,7 @@ func (w *Writer) batch(frames []Frame, assignSeq bool) error {
 		}
 	}
 	return w.locked(func() error {
+		defer w.letGo()
 		for range maxTruncatedBatches {
 			err := w.writeBatch(frames, assignSeq)
 			if !errors.Is(err, errTruncatedUnder) {
@@ -419,6 +420,11 @@ func (w *Writer) writeBatch(frames []Frame, assignSeq bool) error {
 		w.seed(&frames[0])
 	}
 	w.buf, w.ends = w.buf[:0], w.ends[:0]
+	if n := w.batchSize(frames); n > writerKeep && n > cap(w.buf) {
+		// At once: grown a part at a time, a large batch would be
+		// copied again at each doubling.
+		w.buf = make([]byte, 0, n)
+	}
 	for i := range frames {
 		f := &frames[i]
 		if assignSeq {
@@ -452,6 +458,32 @@ func (w *Writer) writeBatch(frames []Frame, assignSeq bool) error {
 		return errTruncatedUnder
 	}
 	return nil
+}
+
+// writerKeep is the most memory a Writer keeps, from one batch to the
+// next, of what it encoded a batch into: a batch of lines of streamd
+// publish (1 MiB of payload at most, but for one larger line) fits.
+const writerKeep = 2 << 20
+
+// batchSize bounds the bytes of frames as encoded, the beacons spliced in
+// included: a beacon takes at most half an interval (markersPerBeacon).
+func (w *Writer) batchSize(frames []Frame) int {
+	var n int64
+	for i := range frames {
+		n += frames[i].Size()
+	}
+	beacon := int64(beaconOverhead + w.perBeacon*maxMarkerSize)
+	return int(n + (n/(w.interval-beacon)+2)*beacon)
+}
+
+// letGo lets go of the memory a batch larger than writerKeep was encoded
+// into, once the batch is done: a Writer kept open, as the daemon keeps
+// the one that appends retry copies, would hold the largest batch it ever
+// wrote for as long as it lives.
+func (w *Writer) letGo() {
+	if cap(w.buf) > writerKeep {
+		w.buf = nil
+	}
 }
 
 // headerHole reports whether the file's first HeaderSize bytes are all

@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -855,5 +856,43 @@ func TestOpenWriterNotRegular(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), path+" is not a regular file") {
 			t.Errorf("OpenWriter(%s): %v, want it refused as not a regular file", path, err)
 		}
+	}
+}
+
+// TestWriterLetsGoOfALargeBatch: a batch larger than writerKeep is encoded
+// into memory sized for it at once (about its size, not twice that grown
+// by doubling), which the writer lets go of once the batch is written, so
+// that a writer kept open does not hold the largest batch it wrote.
+func TestWriterLetsGoOfALargeBatch(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.ss")
+	w, err := OpenWriter(path, CreateOptions{Create: true, Header: Header{FileName: "s.ss", BeaconInterval: DefaultBeaconInterval}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if err := w.Append(Frame{Key: "k", Seq: 1, Payload: []byte("small")}); err != nil {
+		t.Fatal(err)
+	}
+	const size = 6 << 20
+	big := largePayload(size, 5)
+	var ms0, ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
+	err = w.Append(Frame{Key: "k", Seq: 2, Payload: big})
+	runtime.ReadMemStats(&ms1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := ms1.TotalAlloc - ms0.TotalAlloc; a > size+size/4 {
+		t.Errorf("appending a frame of %d bytes allocated %d bytes, want about the frame", size, a)
+	}
+	if cap(w.buf) > writerKeep {
+		t.Errorf("after the batch, the writer keeps %d bytes of it, want at most %d", cap(w.buf), writerKeep)
+	}
+	if err := w.Append(Frame{Key: "k", Seq: 3, Payload: []byte("after")}); err != nil {
+		t.Fatal(err)
+	}
+	frames, _ := readFrames(t, path)
+	if len(frames) != 3 || !bytes.Equal(frames[1].Payload, big) || string(frames[2].Payload) != "after" {
+		t.Errorf("read %d frames back, want the three appended", len(frames))
 	}
 }
