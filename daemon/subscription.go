@@ -174,8 +174,7 @@ const scratchKeep = 64 << 10
 func (sc *scratch) release() {
 	sc.record = nil
 	sc.env.Release(scratchKeep)
-	clear(sc.headers[:cap(sc.headers)]) // their values are slices of the parser's memory
-	sc.headers = sc.headers[:0]
+	sc.headers = envelope.ReleaseHeaders(sc.headers, scratchKeep) // their values are slices of the parser's memory
 }
 
 // run reads until ctx ends, the replay finishes, or the subscription fails.

@@ -224,7 +224,7 @@ func (blindAck) Blind() bool                                               { ret
 // they are settled is back within a few MiB of what it was before the
 // daemon started.
 func TestIdleSubscriptionKeepsNoRecord(t *testing.T) {
-	const size, n = 8 << 20, 4
+	const size, n = 4 << 20, 4
 	reads := handler.HandlerFunc(func(_ context.Context, d *handler.Delivery) handler.Outcome {
 		if len(d.Payload) != size {
 			return handler.Outcome{Kind: handler.OutcomeDrop}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"slices"
+	"unsafe"
 )
 
 // A Parser decodes envelopes into memory it keeps from one record to the
@@ -209,9 +210,23 @@ func (p *Parser) Release(limit int) {
 	if cap(p.b.lossy) > limit {
 		p.b.lossy = nil
 	}
-	// The header values are slices of that memory.
-	clear(p.b.h[:cap(p.b.h)])
-	p.b.h = p.b.h[:0]
+	// The header values are slices of that memory; a block of many
+	// headers lets go of their slice and index too.
+	p.b.h = ReleaseHeaders(p.b.h, limit)
+	if len(p.b.pos) > 0 && cap(p.b.h) == 0 {
+		p.b.pos = nil
+	}
+}
+
+// ReleaseHeaders returns h emptied, its values let go of, and its memory
+// too when it takes more than limit bytes, for a caller that keeps h
+// between records (see [Parser.Release]).
+func ReleaseHeaders(h Headers, limit int) Headers {
+	if cap(h)*int(unsafe.Sizeof(Header{})) > limit {
+		return nil
+	}
+	clear(h[:cap(h)])
+	return h[:0]
 }
 
 // quantaLen is the length of the base64 text of the n first decoded bytes,

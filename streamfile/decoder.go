@@ -528,6 +528,10 @@ func (d *Decoder) room(dst []byte, n int, c int64) []byte {
 	default:
 		if end, ok := d.fileSize(); ok {
 			size = len(dst) + int(max(min(int64(n), end-c), 0))
+		} else {
+			// No size to bound it by: grow as bytes come, lest a damaged
+			// size field cost MaxPayload at once.
+			size = len(dst) + min(n, max(2*cap(dst), d.readSize()))
 		}
 	}
 	if size <= cap(dst) {
