@@ -87,22 +87,7 @@ func TestBeaconFillingTheInterval(t *testing.T) {
 // that are there could begin a frame; a key that is already wrong is
 // damage at once, a format error, whatever the read size.
 func TestTornFrameOrDamage(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "torn.ss")
-	w, err := OpenWriter(path, CreateOptions{Create: true, Header: Header{FileName: "torn.ss", BeaconInterval: 1024}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	frames := []Frame{{Key: "first", Payload: []byte("one")}, {Key: "orders", Payload: []byte("two")}}
-	if err := w.Publish(frames); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	file, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	file := writtenFile(t, 1024, []Frame{{Key: "first", Payload: []byte("one")}, {Key: "orders", Payload: []byte("two")}})
 	second := HeaderSize + 1 + len("first") + 28 + len("one") + 3 // the offset of the second frame
 	tests := []struct {
 		name   string
@@ -248,26 +233,14 @@ func (f failingAfter) ReadAt(p []byte, off int64) (int, error) {
 // frame is an error, not the end of the data: a torn frame, which readers
 // wait at, it is not.
 func TestDecoderReadErrorInAFrame(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "s.ss")
-	w, err := OpenWriter(path, CreateOptions{Create: true, Header: Header{FileName: "s.ss", BeaconInterval: DefaultBeaconInterval}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Publish([]Frame{{Key: "k1", Payload: []byte("before")}, {Key: "k1", Payload: bytes.Repeat([]byte("t"), 100)}}); err != nil {
-		t.Fatal(err)
-	}
-	w.Close()
-	_, offsets := readFrames(t, path)
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := writtenFile(t, DefaultBeaconInterval, []Frame{{Key: "k1", Payload: []byte("before")}, {Key: "k1", Payload: bytes.Repeat([]byte("t"), 100)}})
+	second := int64(HeaderSize + 1 + len("k1") + 28 + len("before") + 3) // the offset of the second frame
 	h, err := ReadHeader(bytes.NewReader(data))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, size := range readSizes {
-		d := NewDecoder(failingAfter{data, offsets[1] + 20}, h, HeaderSize)
+		d := NewDecoder(failingAfter{data, second + 20}, h, HeaderSize)
 		d.ReadSize = size
 		if rec, err := d.Next(); err != nil || string(rec.Payload) != "before" {
 			t.Fatalf("read size %d: Next = %v, %v; want the first frame", size, rec, err)
@@ -278,9 +251,9 @@ func TestDecoderReadErrorInAFrame(t *testing.T) {
 	}
 }
 
-// largeFile returns the bytes of a file of interval whose frames are
+// writtenFile returns the bytes of a file of interval whose frames are
 // frames, written as a writer writes them.
-func largeFile(t *testing.T, interval uint32, frames []Frame) []byte {
+func writtenFile(t *testing.T, interval uint32, frames []Frame) []byte {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "large.ss")
 	w, err := OpenWriter(path, CreateOptions{Create: true, Header: Header{FileName: "large.ss", BeaconInterval: interval}})
@@ -322,7 +295,7 @@ func TestDecoderLetsGoOfALargeFrame(t *testing.T) {
 	const size = 3 << 20 // above keepSize
 	big := largePayload(size, 1)
 	for _, interval := range []uint32{1024, DefaultBeaconInterval, 8 << 20} {
-		file := largeFile(t, interval, []Frame{{Key: "k", Payload: []byte("before")}, {Key: "k", Payload: big}, {Key: "k", Payload: []byte("after")}})
+		file := writtenFile(t, interval, []Frame{{Key: "k", Payload: []byte("before")}, {Key: "k", Payload: big}, {Key: "k", Payload: []byte("after")}})
 		h, err := ParseHeader(file)
 		if err != nil {
 			t.Fatal(err)
@@ -364,7 +337,7 @@ func TestDecoderLetsGoOfALargeFrame(t *testing.T) {
 // kept its buffers would keep the frame's size, or more.
 func TestDecoderLargeFrameHeapAfterwards(t *testing.T) {
 	const size = 24 << 20
-	file := largeFile(t, DefaultBeaconInterval, []Frame{{Key: "k", Payload: largePayload(size, 2)}})
+	file := writtenFile(t, DefaultBeaconInterval, []Frame{{Key: "k", Payload: largePayload(size, 2)}})
 	h, err := ParseHeader(file)
 	if err != nil {
 		t.Fatal(err)
@@ -411,7 +384,7 @@ func TestDecoderSmallRecordsAllocateNothing(t *testing.T) {
 	for _, tt := range tests {
 		frames = nil
 		tt.build()
-		file := largeFile(t, tt.interval, frames)
+		file := writtenFile(t, tt.interval, frames)
 		h, err := ParseHeader(file)
 		if err != nil {
 			t.Fatal(err)
@@ -448,7 +421,7 @@ func TestDecoderSmallRecordsAllocateNothing(t *testing.T) {
 func TestDecoderLargeFrameTornThenWhole(t *testing.T) {
 	const size = 3 << 20
 	first := largePayload(size, 3)
-	file := largeFile(t, DefaultBeaconInterval, []Frame{{Key: "k", Payload: []byte("before")}, {Key: "k", Payload: first}})
+	file := writtenFile(t, DefaultBeaconInterval, []Frame{{Key: "k", Payload: []byte("before")}, {Key: "k", Payload: first}})
 	h, err := ParseHeader(file)
 	if err != nil {
 		t.Fatal(err)
@@ -481,7 +454,7 @@ func TestDecoderLargeFrameTornThenWhole(t *testing.T) {
 		// The torn frame ends in the first read, with the record before.
 		torn := file[:start+100]
 		second := largePayload(size+5000, 4)
-		repaired := largeFile(t, DefaultBeaconInterval, []Frame{{Key: "k", Payload: []byte("before")}, {Key: "other", Shard: 9, Payload: second}})
+		repaired := writtenFile(t, DefaultBeaconInterval, []Frame{{Key: "k", Payload: []byte("before")}, {Key: "other", Shard: 9, Payload: second}})
 		d := NewDecoder(&repairedReader{torn: torn, repaired: repaired}, h, HeaderSize)
 		if rec, err := d.Next(); err != nil || string(rec.Payload) != "before" {
 			t.Fatalf("Next = %v, %v; want the record before", rec, err)

@@ -266,6 +266,13 @@ func (w *Watcher) dispatch(ev fsnotify.Event) {
 	}
 }
 
+// newOwnWatcher returns a Watcher for the follower alone.
+func (fl *Follower) newOwnWatcher() *Watcher {
+	w := NewWatcher(fl.log)
+	w.onEvent = fl.hooks.onEvent
+	return w
+}
+
 // inotifyHint names the limit behind err, an inotify instance or watch
 // that could not be made, when it is one.
 func inotifyHint(err error) error {
@@ -289,8 +296,7 @@ func (fl *Follower) ensureWatch() bool {
 		w := fl.opts.Watcher
 		if w == nil || fl.ownWatcher != nil {
 			if fl.ownWatcher == nil {
-				fl.ownWatcher = NewWatcher(fl.log)
-				fl.ownWatcher.onEvent = fl.hooks.onEvent
+				fl.ownWatcher = fl.newOwnWatcher()
 			}
 			w = fl.ownWatcher
 		}
@@ -314,7 +320,7 @@ func (fl *Follower) ensureWatch() bool {
 		// own watches it by this one.
 		fl.watch.leave()
 		fl.watch = nil
-		fl.ownWatcher = NewWatcher(fl.log)
+		fl.ownWatcher = fl.newOwnWatcher()
 		return fl.ensureWatch()
 	} else if err != nil {
 		if ok, _ := fl.watchLog.Allow(time.Now()); ok {
