@@ -695,6 +695,8 @@ func (fl *Follower) readHeader() (bool, error) {
 		if off, err = fl.startOffset(fi.Size()); err != nil {
 			return false, err
 		}
+	} else if left, ok := fl.replace.takeBack(id); ok {
+		off = fl.backAt(left, fi.Size())
 	}
 	fl.dec = streamfile.NewDecoder(fl.f, h, off)
 	fl.reportPos, fl.damage.goodEnd = off, off
@@ -737,6 +739,21 @@ func (fl *Follower) startOffset(size int64) (int64, error) {
 		fl.log.Warn(msgStartNotReached, "start_at", fl.opts.Start.String(), "key", fl.opts.Key)
 	}
 	return off, nil
+}
+
+// backAt returns where to read a file the follower left at offset left and
+// finds at the path again: there, unless it no longer fits the file, which
+// was truncated or rewritten meanwhile.
+func (fl *Follower) backAt(left, size int64) int64 {
+	if err := checkBoundary(fl.f, fl.hdr, size, left); err != nil {
+		fl.log.Warn("the stream file read before is back at the path, but its position does not fit it any more (truncated or rewritten); reading it from the beginning",
+			"offset", left, "size", size, "err", err)
+		fl.obs.Event(EventTruncated)
+		return streamfile.HeaderSize
+	}
+	fl.log.Info("the stream file read before is back at the path; reading it on from where it was left",
+		"offset", left, "ino", fl.id.Ino, "file_name", fl.id.FileName, "created_at_ms", fl.id.CreatedAtMs)
+	return left
 }
 
 // msgStartNotReached and msgStartReached are logged when no record of the

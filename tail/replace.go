@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"slices"
 	"syscall"
 	"time"
 
@@ -47,6 +48,43 @@ type replaceState struct {
 	// nextTrouble: the directory cannot be looked at for the next
 	// rotated file.
 	nextTrouble ratelog.Trouble
+	// left is the stream files the follower switched away from lately,
+	// the latest last, and where it left each: one back at the path (a
+	// rename undone after another file sat there a while) is read on from
+	// there, not from its beginning again.
+	left []leftFile
+}
+
+// leftFile is a stream file a follower switched away from, and the
+// position it left it at.
+type leftFile struct {
+	id     streamfile.Identity
+	offset int64
+}
+
+// maxLeft bounds replaceState.left.
+const maxLeft = 4
+
+// leave remembers that the follower leaves the file of identity id at
+// offset.
+func (r *replaceState) leave(id streamfile.Identity, offset int64) {
+	r.left = slices.DeleteFunc(r.left, func(l leftFile) bool { return l.id == id })
+	if len(r.left) == maxLeft {
+		r.left = slices.Delete(r.left, 0, 1)
+	}
+	r.left = append(r.left, leftFile{id, offset})
+}
+
+// takeBack returns where the follower left the file of identity id, and
+// forgets it; false if it did not leave that file lately.
+func (r *replaceState) takeBack(id streamfile.Identity) (int64, bool) {
+	i := slices.IndexFunc(r.left, func(l leftFile) bool { return l.id == id })
+	if i < 0 {
+		return 0, false
+	}
+	off := r.left[i].offset
+	r.left = slices.Delete(r.left, i, i+1)
+	return off, true
 }
 
 // resumeRotated opens, in place of the file at the path, the file the
@@ -483,12 +521,15 @@ func (fl *Follower) switchFile(err error) error {
 		r.openTrouble.Passed(fl.log, "the file that replaced the stream file can be opened now")
 		fl.untroubled()
 	}
-	fl.log.Warn("stream file replaced; reading the new file from the beginning",
+	fl.log.Warn("stream file replaced; reading the file now at the path from its beginning (a stream file read before, from where it was left)",
 		"old_ino", fl.id.Ino, "old_file_name", fl.id.FileName, "old_created_at_ms", fl.id.CreatedAtMs, "old_offset", fl.pos(),
 		"old_records_after_switch", r.drained, "rotation_grace", fl.opts.RotationGrace, "file", name)
 	st, _ := nf.Stat()
 	fl.countReplacement(st)
 	r.told, r.unopened = false, nil
+	if fl.dec != nil {
+		r.leave(fl.id, fl.pos())
+	}
 	cerr := fl.f.Close()
 	fl.f = nf
 	fl.startOver()

@@ -703,3 +703,85 @@ func TestPathGoneLogged(t *testing.T) {
 		})
 	}
 }
+
+// TestLeftFileBack: a stream file renamed away from the path, with another
+// file at the path for a while (a file that is not a stream file, or
+// another stream file, which is read), then renamed back, is read on from
+// where the follower left it: the records it read are not read again, and
+// those written to it since are read. A file back at the path that was
+// truncated meanwhile is read from its beginning.
+func TestLeftFileBack(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		between  []streamfile.Frame // nil: a file that is not a stream file
+		truncate bool               // the file is truncated before it is back
+	}{
+		{name: "not a stream file between"},
+		{name: "stream file between", between: frames("b", 1, 3, 1, 20)},
+		{name: "truncated meanwhile", between: frames("b", 1, 3, 1, 20), truncate: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path, away := filepath.Join(dir, "r.ss"), filepath.Join(dir, "r.ss.away")
+			fa := frames("a", 1, 8, 1, 40)
+			writeFile(t, path, oldHeader, fa[:5])
+			obs := newObserver()
+			fl, err := New(Options{Path: path, PollInterval: 20 * time.Millisecond, RotationGrace: 50 * time.Millisecond, Observer: obs, Logger: testLogger(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer fl.Close()
+			items, stop := follow(t, fl)
+			defer stop()
+			got := collect(t, items, 5, 5*time.Second)
+
+			if err := os.Rename(path, away); err != nil {
+				t.Fatal(err)
+			}
+			other := filepath.Join(dir, "other")
+			if tc.between == nil {
+				if err := os.WriteFile(other, bytes.Repeat([]byte("not a stream file\n"), 20), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				writeFile(t, other, newHeader, tc.between)
+			}
+			if err := os.Rename(other, path); err != nil {
+				t.Fatal(err)
+			}
+			if tc.between == nil {
+				for obs.count(EventFormat) == 0 {
+					select {
+					case it := <-items:
+						t.Fatalf("while the path names a file that is not a stream file: %+v", it)
+					case <-time.After(10 * time.Millisecond):
+					}
+				}
+			} else {
+				got = append(got, collect(t, items, len(tc.between), 5*time.Second)...)
+			}
+
+			want := append(fa[:5:5], tc.between...)
+			if tc.truncate { // after its second record: the same header, the same inode
+				if err := os.Truncate(away, got[2].Offset); err != nil {
+					t.Fatal(err)
+				}
+				want = append(want, fa[:2]...)
+			}
+			appendFrames(t, away, fa[5:])
+			want = append(want, fa[5:]...)
+			if err := os.Rename(away, path); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, collect(t, items, len(want)-len(got), 5*time.Second)...)
+			if err := sameFrames(got, want); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case it := <-items:
+				t.Fatalf("read more than the records written: %+v", it)
+			case <-time.After(100 * time.Millisecond):
+			}
+		})
+	}
+}
