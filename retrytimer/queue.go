@@ -146,9 +146,11 @@ type Queue struct {
 	// Owned by the goroutine in Run or Drain.
 	fireLog    ratelog.Limiter // of fire failures
 	durableLog ratelog.Limiter // of Durable failures
-	reclaimLog ratelog.Line    // of failures to write a removed spool again
-	undone     []uint64        // ids fired whose done records wait for Durable (spool mode); changed under mu
-	held       bool            // Durable failed: no copy fires until it passes
+	// doneTrouble: the spool cannot record fired copies as done.
+	doneTrouble ratelog.Trouble
+	reclaimLog  ratelog.Line // of failures to write a removed spool again
+	undone      []uint64     // ids fired whose done records wait for Durable (spool mode); changed under mu
+	held        bool         // Durable failed, or writing done records: no copy fires until they pass
 }
 
 // Open returns a queue. With a spool directory, it loads the copies pending
@@ -583,9 +585,10 @@ func (q *Queue) fireOne(ctx context.Context) (time.Duration, error) {
 
 // recordDone makes the copies fired since its last call durable
 // (Options.Durable), records them as done in the spool, and then compacts
-// the spool if it is due. It reports false if Durable failed: the copies
-// stay pending in the spool, and the next call tries again. A spool that
-// fails here is reported by the loop.
+// the spool if it is due. It reports false if Durable failed, or a done
+// record could not be written (a full disk): the copies stay pending in
+// the spool, and the next call tries again. A spool that fails here (a
+// write it could not undo) is reported by the loop.
 func (q *Queue) recordDone() bool {
 	q.held = false
 	if len(q.undone) == 0 {
@@ -610,16 +613,28 @@ func (q *Queue) recordDone() bool {
 	q.mu.Unlock()
 	q.syncTo(scheduled) // a failure is q.err: the loop below writes nothing then
 	q.mu.Lock()
-	for _, id := range q.undone {
+	for i, id := range q.undone {
 		if q.err != nil {
 			break // nothing is written after a failure: the copy fires again after the restart
 		}
-		if _, err := q.sp.append(encodeDone(id)); err != nil {
+		_, err := q.sp.append(encodeDone(id))
+		if _, partial := errors.AsType[*partialWriteError](err); err != nil && !partial {
+			// Not written, and the spool as it was (a full disk): the
+			// rest stay to be recorded, and nothing fires until they are,
+			// so that a restart meanwhile fires again only these.
+			q.undone = append(q.undone[:0], q.undone[i:]...)
+			q.held = true
+			q.mu.Unlock()
+			q.doneTrouble.Failed(q.log, "the retry spool cannot record the copies fired as done (a full disk?); no copy fires until it can, "+
+				"and a restart before then fires these again", err, "path", q.sp.path, "copies", len(q.undone))
+			return false
+		} else if err != nil {
 			q.fail(err)
 		}
 	}
 	q.undone = q.undone[:0]
 	q.mu.Unlock()
+	q.doneTrouble.Passed(q.log, "the retry spool records the copies fired as done again")
 	q.maybeCompact()
 	return true
 }

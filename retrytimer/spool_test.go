@@ -737,3 +737,85 @@ func TestSpoolRemovedWhileBusy(t *testing.T) {
 		}
 	})
 }
+
+// TestSpoolFullDiskDoneRecords fills the filesystem under the spool while
+// copies are due: the done records of those that fired cannot all be
+// written. The queue does not fail (the daemon would stop, and fire them
+// all again at each restart): nothing more fires until they are written,
+// which happens once space returns, and each copy fires once.
+func TestSpoolFullDiskDoneRecords(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a small tmpfs for a full disk needs root")
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs here (%v: %s)", err, strings.TrimSpace(string(out)))
+	}
+	defer exec.Command("umount", "-l", dir).Run()
+	rec := &recorder{t: t}
+	var logs testutil.SyncBuffer
+	q := mustOpen(t, Options{Dir: dir, Fire: rec.fire, RetryBackoff: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	// More done records than the slack of the spool's last page holds.
+	const n = 2 * doneBatch
+	now := time.Now()
+	for i := range n {
+		mustSchedule(t, q, fmt.Sprint("c", i), now)
+	}
+	filler := filepath.Join(dir, "filler")
+	f, err := os.Create(filler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := f.Write(make([]byte, 512)); err != nil {
+			break // the disk is full
+		}
+	}
+	f.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- q.Run(ctx) }()
+	await := func(what string, cond func() bool) {
+		t.Helper()
+		for !cond() {
+			select {
+			case err := <-done:
+				t.Fatalf("Run ended %s: %v", what, err)
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}
+	await("with the disk full", func() bool { return strings.Contains(logs.String(), "cannot record the copies fired as done") })
+	fires := len(rec.all())
+	// Several backoffs with the disk full: the queue tries again, and
+	// neither fails nor fires more.
+	select {
+	case err := <-done:
+		t.Fatalf("Run ended with the disk full: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if got := len(rec.all()); got != fires || fires == 0 || fires == n {
+		t.Fatalf("%d fires, then %d while the done records of the first could not be written; want some, and no more", fires, got)
+	}
+
+	os.Remove(filler)
+	await("after space returned", func() bool { return len(spoolPending(t, dir)) == 0 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	seen := make(map[string]int)
+	for _, f := range rec.all() {
+		seen[f.key]++
+	}
+	for i := range n {
+		if k := fmt.Sprint("c", i); seen[k] != 1 {
+			t.Errorf("copy %s fired %d times, want once", k, seen[k])
+		}
+	}
+	if l := logs.String(); strings.Count(l, "cannot record the copies fired as done") != 1 || !strings.Contains(l, "records the copies fired as done again") {
+		t.Errorf("log: %s\nwant the trouble once (its lines are limited) and its end", l)
+	}
+}
