@@ -395,9 +395,14 @@ func (s *settler) redeliver(ctx context.Context, d *handler.Delivery, delay time
 	switch {
 	case s.maxAttempts > 0 && attempt >= uint64(s.maxAttempts):
 		if s.deadLetter != "" {
+			// Logged once the copy is written: a write that fails is
+			// tried again, and logged so (rate-limited), until it passes.
+			if err := s.deadLetterCopy(ctx, d); err != nil {
+				return err
+			}
 			s.logger.Warn("retry attempts exhausted; publishing the delivery to the dead-letter destination",
 				"key", d.Key, "seq", d.Seq, "attempt", attempt, "dead_letter", s.deadLetter)
-			return s.deadLetterCopy(ctx, d)
+			return nil
 		}
 		s.logger.Warn("retry attempts exhausted and no dead-letter destination is declared; rejecting the delivery",
 			"key", d.Key, "seq", d.Seq, "attempt", attempt)

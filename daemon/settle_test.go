@@ -490,6 +490,11 @@ func TestSettle(t *testing.T) {
 		outcomes: []handler.Outcome{retry}, copyErr: errRefused, seen: []string{"-"}, errDest: "orders.dead",
 		logs:    []wantLog{l6(map[string]string{"dead_letter": "orders.dead"})},
 		metrics: map[string]float64{"retry": 1, "copy_errors": 1},
+	}, {
+		name: "a dead letter at the cap that cannot be appended logs no L2 until it is", sub: capped,
+		headers: envelope.Headers{count("2")}, outcomes: []handler.Outcome{retry}, copyErr: errRefused, seen: []string{"2"}, errDest: "orders.dead",
+		logs:    []wantLog{l6(map[string]string{"max_attempts": "3", "dead_letter": "orders.dead"})},
+		metrics: map[string]float64{"retry": 1, "copy_errors": 1},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
