@@ -18,7 +18,7 @@ LDFLAGS  := -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Revision=$(RE
 FUZZTIME ?= 10s
 BENCHTIME ?= 1s
 
-.PHONY: all build test test-e2e-race test-short bench torture fuzz style vet tidy-check ci run clean verify-unit install check-config deb deb-tool
+.PHONY: all build test test-e2e-race test-short bench torture fuzz style vet tidy-check ci run clean verify-unit install uninstall check-config deb deb-tool
 
 all: build
 
@@ -180,6 +180,17 @@ install: build
 	else \
 		echo ">> no group streamd on this machine: $$conf stays root:root 0640; after systemd-sysusers, run: chgrp streamd $(CONFDIR)/streamd.toml"; \
 	fi
+
+# uninstall removes what install put in place, with the same DESTDIR and
+# PREFIX, but the configuration (and its .dist) and the state directory,
+# which hold the operator's edits and the positions: it says where they
+# stay. Stop and disable the service first.
+uninstall:
+	@echo ">> removing streamd"
+	rm -f $(DESTDIR)$(PREFIX)/bin/streamd $(DESTDIR)$(PREFIX)/share/man/man1/streamd.1 \
+		$(DESTDIR)$(PREFIX)/share/bash-completion/completions/streamd $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_streamd \
+		$(DESTDIR)$(UNITDIR)/streamd.service $(DESTDIR)/usr/lib/sysusers.d/streamd.conf
+	@echo ">> kept: $(DESTDIR)$(CONFDIR)/ (the configuration) and /var/lib/streamd (the state directory); remove them by hand to drop them, and run systemctl daemon-reload"
 
 # deb builds bin/streamd_$(DEB_VERSION)_amd64.deb with nfpm (fetched and
 # built through the module proxy on first use: a tool, not a dependency of

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make install into a scratch root, twice, with the configuration edited in
 # between: the edit must be kept and the example installed beside it. Then
-# with PREFIX=/usr: the unit must run the streamd installed there.
+# with PREFIX=/usr: the unit must run the streamd installed there, and make
+# uninstall must remove everything but the configuration.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(mktemp -d)
@@ -31,4 +32,8 @@ unit="$usr/etc/systemd/system/streamd.service"
 [ "$(stat -c %a "$unit")" = 644 ] || fail "$unit has mode $(stat -c %a "$unit"), want 644"
 grep -q '^ExecStart=/usr/bin/streamd run ' "$unit" || fail "with PREFIX=/usr, $unit does not run /usr/bin/streamd: $(grep ^Exec "$unit")"
 ! grep -q /usr/local/ "$unit" || fail "with PREFIX=/usr, $unit still names /usr/local: $(grep /usr/local/ "$unit")"
-echo ">> make install keeps an edited configuration, and its unit runs the streamd of PREFIX"
+out=$(make -s uninstall DESTDIR="$usr" PREFIX=/usr)
+left=$(cd "$usr" && find . -type f | sort)
+[ "$left" = "./etc/streamd/streamd.toml" ] || fail "make uninstall left other files than the configuration: $left"
+grep -q "kept: $usr/etc/streamd/" <<<"$out" || fail "make uninstall did not say the configuration stays: $out"
+echo ">> make install keeps an edited configuration, its unit runs the streamd of PREFIX, and make uninstall keeps only the configuration"

@@ -227,6 +227,20 @@ func TestUnitStartStop(t *testing.T) {
 	}
 }
 
+// TestUnitKeepsProcessMetrics: the alert rules name process metrics
+// (StreamdRestarting, process_start_time_seconds), which the Prometheus
+// client computes from /proc/stat (the boot time): ProcSubset=pid hides
+// that file, and the metric then vanishes from every scrape without an
+// error.
+func TestUnitKeepsProcessMetrics(t *testing.T) {
+	if !strings.Contains(readFile(t, rulesFile), "process_start_time_seconds") {
+		t.Fatalf("%s names process_start_time_seconds no more: this test may go", rulesFile)
+	}
+	if got := unitSettings(t, unitFile)["ProcSubset"]; len(got) > 0 && got[len(got)-1] != "all" {
+		t.Errorf("%s: ProcSubset=%s hides /proc/stat, without which process_start_time_seconds is missing (StreamdRestarting never fires)", unitFile, got[len(got)-1])
+	}
+}
+
 // unitSettings returns the values of each key of a systemd unit file, in
 // their order, whatever their section.
 func unitSettings(t *testing.T, file string) map[string][]string {

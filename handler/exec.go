@@ -54,8 +54,9 @@ const (
 // A directive is a stdout line (at most 256 bytes, spaces, tabs and CR
 // around it ignored) of the form retry_after=<duration>, or
 // outcome=<directive> with ack, drop, retry or retry_after=<duration> (see
-// parseOutcomeDirective). It wins over the exit status, and the last one
-// printed counts; other stdout lines are ignored. Failed carries the exit
+// parseOutcomeDirective). It wins over the exit status (not over a signal
+// or the timeout: a command cut short may not have meant it), and the last
+// one printed counts; other stdout lines are ignored. Failed carries the exit
 // status and the last lines of stderr; the delivery is held in place and
 // made again after the next backoff step.
 type execHandler struct {
