@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -16,6 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/exporter-toolkit/web"
+
+	"github.com/streamd/streamd/internal/ratelog"
 )
 
 const (
@@ -90,6 +93,20 @@ func (l errorLog) Println(v ...any) {
 	l.logger.Error("serving metrics failed", "err", fmt.Sprint(v...))
 }
 
+// connLog is the HTTP server's log of the connections it could not serve
+// (a TLS handshake that failed, as a port scan or a scrape of https with
+// http makes): at WARN, at most one line every 10 s with the count of
+// those left out, so that a scanner cannot flood the daemon's log.
+type connLog struct {
+	logger *slog.Logger
+	line   ratelog.Line
+}
+
+func (l *connLog) Write(p []byte) (int, error) {
+	l.line.Warn(l.logger, "serving a metrics connection failed", "err", strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
 // Listen checks the web configuration file and binds the listen address.
 // The error names the file or the address, such as "metrics: listen on
 // 127.0.0.1:9464: address already in use", and matches the system error
@@ -145,7 +162,7 @@ func (s *Server) Run(ctx context.Context) error {
 	srv := &http.Server{
 		Handler:           s.handler,
 		ReadHeaderTimeout: readHeaderTimeout,
-		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
+		ErrorLog:          log.New(&connLog{logger: s.logger}, "", 0),
 	}
 	served := make(chan error, 1)
 	go func() { served <- s.serve(srv) }()

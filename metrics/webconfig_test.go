@@ -1,9 +1,12 @@
 package metrics
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -12,6 +15,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/streamd/streamd/internal/testutil"
 )
 
 // webConfigFile is a web configuration file with TLS (a self-signed
@@ -120,5 +125,40 @@ func TestWebConfigInvalid(t *testing.T) {
 			t.Errorf("Listen with %s bound %s", tt.file, srv.Addr())
 			srv.Close()
 		}
+	}
+}
+
+// TestConnectionErrorsLimited: connections the server cannot serve (plain
+// HTTP to the TLS listener, a connection closed before its handshake, as a
+// port scan makes) are logged at WARN at most once every 10 s, not once
+// each.
+func TestConnectionErrorsLimited(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	New(reg)
+	var logs testutil.SyncBuffer
+	srv := NewServer("127.0.0.1:0", webConfigFile, reg, nil, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err := srv.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	for i := range 6 {
+		c, err := net.Dial("tcp", srv.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 0 {
+			io.WriteString(c, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+			io.Copy(io.Discard, c) // the server's answer, then its close
+		}
+		c.Close()
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if n := strings.Count(logs.String(), "TLS handshake error"); n != 1 {
+		t.Errorf("%d lines for 6 connections the server could not serve, want 1:\n%s", n, logs.String())
 	}
 }
