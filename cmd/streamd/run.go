@@ -15,6 +15,7 @@ import (
 	"github.com/alecthomas/kingpin/v2"
 	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/daemon"
+	"github.com/streamd/streamd/handler"
 	"github.com/streamd/streamd/internal/heapfloor"
 	"github.com/streamd/streamd/pipe"
 	"github.com/streamd/streamd/tail"
@@ -231,6 +232,7 @@ func watchStop(ctx context.Context, again <-chan os.Signal, done <-chan struct{}
 		attrs = append(attrs, w.attrs()...)
 	}
 	logger.Error(w.name+msg+w.left, attrs...)
+	handler.KillCommands()
 	os.Exit(exitError)
 }
 

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -19,11 +22,19 @@ func TestSecondSignal(t *testing.T) {
 	// at the next start.
 	t.Run("run", func(t *testing.T) {
 		t.Parallel()
-		e := newEnv(t, execSub("hangs", "", "sleep 30"))
+		// The command waits for a process it started, which the exit
+		// kills too: the kernel's parent-death signal reaches only the
+		// command.
+		e := newEnv(t, execSub("hangs", "", "sleep 30 & echo $! > LOG.pid; wait"))
 		e.editConfig(`shutdown_timeout = "5s"`, `shutdown_timeout = "30s"`)
 		e.publish("a")
 		p := e.start()
-		eventually(t, 10*time.Second, "the delivery", func() bool { return len(e.deliveries()) == 1 })
+		var started int
+		eventually(t, 10*time.Second, "the delivery", func() bool {
+			b, _ := os.ReadFile(e.log + ".pid")
+			started, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+			return len(e.deliveries()) == 1 && started > 0
+		})
 		p.cmd.Process.Signal(syscall.SIGTERM)
 		eventually(t, 10*time.Second, "the stop's log", func() bool { return strings.Contains(p.stderr.String(), "msg=stopping") })
 		time.Sleep(sameStop + 200*time.Millisecond) // a signal sooner is taken for the same stop
@@ -40,6 +51,9 @@ func TestSecondSignal(t *testing.T) {
 		if !strings.Contains(p.stderr.String(), "level=ERROR msg=\"streamd exits at a second signal without finishing its stop: the records not settled are delivered again at the next start\" signal=interrupt") {
 			t.Errorf("want an ERROR saying why; stderr:\n%s", p.stderr.String())
 		}
+		eventually(t, 5*time.Second, "the end of the process the command started", func() bool {
+			return !running(started)
+		})
 		e.writeConfig(execSub("hangs", "", "echo outcome=drop"))
 		p = e.start()
 		eventually(t, 10*time.Second, "the delivery again", func() bool { return len(e.deliveries()) == 2 })
@@ -97,4 +111,18 @@ func TestSecondSignal(t *testing.T) {
 			t.Errorf("want one ERROR saying why; stderr:\n%s", p.stderr.String())
 		}
 	})
+}
+
+// running reports whether the process pid runs: it exists and is not a
+// zombie, which its new parent (the container's init, which may be slow
+// to) has yet to reap.
+func running(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the command name, in parentheses that the name
+	// itself may hold.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	return len(f) > 0 && f[0] != "Z"
 }
