@@ -103,11 +103,12 @@ const stopGrace = 500 * time.Millisecond
 // stop stops reading at once and gives the deliveries in flight until the
 // deadline; then their contexts end. A handler that still does not return
 // is abandoned after stopGrace, so that a stop stays bounded (Invariant 7):
-// its record is unsettled, so its position was not stored.
-func (rs *runningSub) stop(deadline time.Time, logger *slog.Logger) {
+// its record is unsettled, so its position was not stored. reload: a
+// reload stops it, to start it again.
+func (rs *runningSub) stop(deadline time.Time, logger *slog.Logger, reload bool) {
 	rs.stopReading()
 	t := time.AfterFunc(time.Until(deadline), func() {
-		rs.sub.warnCancelled()
+		rs.sub.warnCancelled(reload)
 		rs.cancelHandlers()
 	})
 	defer t.Stop()
@@ -499,8 +500,15 @@ func (d *Daemon) startSubscription(sc conf.Subscription, h handler.Handler) erro
 // ends (the daemon is told to stop), the stop begins (beginStop), so that
 // it ends within shutdown_timeout of being asked. It returns what each
 // hands to a subscription started in its place (handOver).
-func (d *Daemon) stopSubscriptions(ctx context.Context, names []string) map[string]offsets.Settled {
+func (d *Daemon) stopSubscriptions(ctx context.Context, names []string, reload bool) map[string]offsets.Settled {
 	deadline := time.Now().Add(time.Duration(d.cfg.ShutdownTimeout))
+	// A reload that waits long says why: its answer waits too.
+	var said <-chan time.Time
+	if reload {
+		t := time.NewTimer(reloadWaitSaid)
+		defer t.Stop()
+		said = t.C
+	}
 	if !d.stopBy.IsZero() && d.stopBy.Before(deadline) {
 		deadline = d.stopBy
 	}
@@ -508,7 +516,7 @@ func (d *Daemon) stopSubscriptions(ctx context.Context, names []string) map[stri
 	for _, name := range names {
 		rs := d.subs[name]
 		go func() {
-			rs.stop(deadline, d.logger)
+			rs.stop(deadline, d.logger, reload)
 			stopped <- struct{}{}
 		}()
 	}
@@ -522,6 +530,9 @@ func (d *Daemon) stopSubscriptions(ctx context.Context, names []string) map[stri
 		case <-stopping:
 			d.beginStop()
 			stopping = nil
+		case <-said:
+			d.logger.Info("the reload waits for the deliveries in flight of the subscriptions it stops, at most shutdown_timeout; it answers once they end",
+				"subscriptions_waited_for", left, "shutdown_timeout", time.Duration(d.cfg.ShutdownTimeout))
 		}
 	}
 	handovers := make(map[string]offsets.Settled, len(names))
@@ -532,10 +543,14 @@ func (d *Daemon) stopSubscriptions(ctx context.Context, names []string) map[stri
 	return handovers
 }
 
+// reloadWaitSaid is how long a reload waits for the deliveries in flight of
+// the subscriptions it stops before it says so.
+const reloadWaitSaid = time.Second
+
 // stopAll stops every subscription, and forgets those that wait. It
 // returns what each settled beyond its position (handOver).
 func (d *Daemon) stopAll() map[string]offsets.Settled {
-	settled := d.stopSubscriptions(context.Background(), slices.Collect(maps.Keys(d.subs)))
+	settled := d.stopSubscriptions(context.Background(), slices.Collect(maps.Keys(d.subs)), false)
 	d.dropWaiting()
 	return settled
 }
@@ -696,7 +711,7 @@ func (d *Daemon) applyReload(ctx context.Context, cfg *conf.Config) error {
 	}
 	maps.DeleteFunc(d.handlerFiles, func(name, _ string) bool { _, ok := wanted[name]; return !ok })
 	d.setLogLevel(old.Log.Level, cfg.Log.Level) // before the subscriptions start, which log
-	d.handovers = d.stopSubscriptions(ctx, stop)
+	d.handovers = d.stopSubscriptions(ctx, stop, true)
 	if ctx.Err() != nil {
 		// Told to stop while it waited: nothing starts any more, and
 		// the stop keeps the handovers for the next start.

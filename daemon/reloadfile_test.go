@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -148,6 +149,42 @@ func TestStopDuringReload(t *testing.T) {
 	}
 	if n := calls.Load(); n != 1 {
 		t.Errorf("%d deliveries, want the one in flight alone: the subscription the reload stopped was started again", n)
+	}
+}
+
+// TestReloadWaitSaid: a reload that waits for a delivery in flight of a
+// subscription it starts again says so after a moment (its answer waits
+// too), and, at shutdown_timeout, that it cancels the delivery for the
+// subscription it starts: not the stop's words.
+func TestReloadWaitSaid(t *testing.T) {
+	t.Parallel()
+	e := newRunEnv(t, runSub("s", "orders", ""))
+	e.shutdownTimeout = "2s"
+	var calls atomic.Int32
+	h := handler.HandlerFunc(func(ctx context.Context, _ *handler.Delivery) handler.Outcome {
+		calls.Add(1)
+		<-ctx.Done() // in flight until the handlers' context ends
+		return handler.Failed(handler.FailureCanceled, ctx.Err())
+	})
+	r := e.start(map[string]handler.Handler{"s": h})
+	e.put("orders", nil, "a")
+	waitFor(t, "the delivery in flight", func() bool { return calls.Load() == 1 })
+	changed := e.load()
+	changed.Subscriptions[0].Concurrency = 2 // s is stopped and started again
+	if err := r.d.Reload(context.Background(), func() (*conf.Config, error) { return changed, nil }); err != nil {
+		t.Fatalf("Reload: %v", err)
+	}
+	const waits = "the reload waits for the deliveries in flight of the subscriptions it stops, at most shutdown_timeout; it answers once they end"
+	checkLogs(t, r.logs.with(waits), []wantLog{{slog.LevelInfo, waits, map[string]string{"subscriptions_waited_for": "1", "shutdown_timeout": "2s"}}})
+	const cancels = "the reload waited shutdown_timeout for the deliveries in flight of the subscription it starts again: cancelling them (an exec handler's command is killed); unsettled, they are delivered again by the subscription it starts"
+	checkLogs(t, r.logs.with(cancels), []wantLog{{slog.LevelWarn, cancels, map[string]string{"subscription": "s", "records": "1"}}})
+	if l := r.logs.with("shutdown_timeout passed with records not settled"); len(l) != 0 {
+		t.Errorf("the reload logs the stop's line: %v", l)
+	}
+	waitFor(t, "the delivery again, by the subscription the reload started", func() bool { return calls.Load() == 2 })
+	r.cancel()
+	if err := r.wait(); err != nil {
+		t.Errorf("Run: %v", err)
 	}
 }
 

@@ -169,8 +169,15 @@ func (dl *deliverer) observe() {
 // cancelled (an exec handler's command is killed, an HTTP request broken
 // off, a held record's wait ended), and, unsettled, they are delivered
 // again when the subscription next runs (after a restart, or a reload).
-func (dl *deliverer) warnCancelled() {
-	if n, oldest := dl.handedOut(); n > 0 {
+// reload: a reload stops the subscription, to start it again.
+func (dl *deliverer) warnCancelled(reload bool) {
+	n, oldest := dl.handedOut()
+	switch {
+	case n == 0:
+	case reload:
+		dl.logger.Warn("the reload waited shutdown_timeout for the deliveries in flight of the subscription it starts again: cancelling them (an exec handler's command is killed); unsettled, they are delivered again by the subscription it starts",
+			"records", n, "oldest_handed_out", oldest.Round(time.Millisecond))
+	default:
 		dl.logger.Warn("shutdown_timeout passed with records not settled: cancelling their deliveries (an exec handler's command is killed); unsettled, they are delivered again when the subscription next runs",
 			"records", n, "oldest_handed_out", oldest.Round(time.Millisecond))
 	}
