@@ -680,14 +680,14 @@ func TestSettleUnsupportedSummary(t *testing.T) {
 }
 
 // TestSettleDropReason: a drop that carries its reason (an HTTP status,
-// as a wrong url gives for every record) is logged at warning level, at
+// which a server may give for every record) is logged at warning level, at
 // most once every ratelog.Every with the count left out, even with
 // log_unsupported = "off"; a drop without one is not.
 func TestSettleDropReason(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newSettleEnv(settleSub{off: true}, false)
 		const msg = "the handler dropped the record"
-		refused := handler.Outcome{Kind: handler.OutcomeDrop, Err: errors.New("http: 404 Not Found, check the url")}
+		refused := handler.Outcome{Kind: handler.OutcomeDrop, Err: errors.New("http: 400 Bad Request")}
 		for seq, o := range []handler.Outcome{drop, refused, refused, refused} {
 			if err := e.s.settle(t.Context(), settleDelivery(uint64(seq+1), nil, []byte("x")), o); err != nil {
 				t.Fatal(err)
@@ -698,7 +698,7 @@ func TestSettleDropReason(t *testing.T) {
 			t.Fatal(err)
 		}
 		checkLogs(t, e.logs.all(), []wantLog{
-			{slog.LevelWarn, msg, map[string]string{"seq": "2", "err": "http: 404 Not Found, check the url"}},
+			{slog.LevelWarn, msg, map[string]string{"seq": "2", "err": "http: 400 Bad Request"}},
 			{slog.LevelWarn, msg, map[string]string{"seq": "5", "suppressed": "2"}},
 		})
 		checkMetrics(t, e.m, map[string]float64{"drop": 5, "unsupported/drop": 5})

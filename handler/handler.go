@@ -76,7 +76,7 @@ const (
 	FailureOther       Failure = iota // anything else: a stdout write error, an invalid answer
 	FailureUnreachable                // connection refused or reset, DNS or TLS failure
 	FailureTimeout                    // the handler's timeout passed
-	FailureHTTPStatus                 // HTTP 5xx, 408, 429
+	FailureHTTPStatus                 // HTTP 5xx, 408, 429, a wrong url or credentials (401, 403, 404, 405, 407), a batch's 4xx
 	FailureExecStart                  // the command could not be started
 	FailureExecSignal                 // the command was killed by a signal
 	FailureExecStatus                 // the command exited with another status than 0, 65 and 75

@@ -84,6 +84,8 @@ const (
 //	429 or 503                          failed, held for its Retry-After (delay-seconds or an HTTP-date)
 //	                                    when it has a valid one in the future, else for the next
 //	                                    backoff step
+//	401, 403, 404, 405, 407             failed, with what to check: the url or the credentials
+//	                                    are wrong, not the record (see refusalHint)
 //	408                                 failed
 //	other 4xx                           drop (with the status as Err, which the daemon logs)
 //	1xx, 3xx, 5xx                       failed (redirects are not followed)
@@ -308,21 +310,34 @@ func (h *httpHandler) outcome(resp *http.Response) Outcome {
 			o.Delay = max(d, 0)
 		}
 		return o
-	case code == http.StatusRequestTimeout:
-		return Failed(FailureHTTPStatus, statusError(resp, ""))
 	case dropsByStatus(code):
-		// A wrong url or credentials drop every record: the reason goes
-		// to the log.
-		return Outcome{Kind: OutcomeDrop, Err: statusError(resp, refusalHint(code))}
+		return Outcome{Kind: OutcomeDrop, Err: statusError(resp, "")}
 	default:
-		return Failed(FailureHTTPStatus, statusError(resp, ""))
+		return Failed(FailureHTTPStatus, statusError(resp, refusalHint(code)))
 	}
 }
 
-// dropsByStatus reports whether a status drops the record it answers:
-// a 4xx, but 408 and 429.
+// dropsByStatus reports whether a status drops the record it answers: a
+// 4xx that judges the record. 408 and 429 do not, nor a status that says
+// the url or the credentials are wrong (see refusalHint): it would drop
+// every record, so it fails the delivery instead, and holds the record.
 func dropsByStatus(code int) bool {
-	return code >= 400 && code <= 499 && code != http.StatusRequestTimeout && code != http.StatusTooManyRequests
+	return code >= 400 && code <= 499 && code != http.StatusRequestTimeout && code != http.StatusTooManyRequests &&
+		refusalHint(code) == ""
+}
+
+// refusalHint says what to check for a 4xx status that a wrong url or
+// credentials cause, not the record, "" for others.
+func refusalHint(code int) string {
+	switch code {
+	case http.StatusUnauthorized, http.StatusForbidden:
+		return "the server refuses the credentials: check bearer_token_file and the configured headers"
+	case http.StatusProxyAuthRequired:
+		return "the proxy refuses the credentials: check the user and password in $HTTP_PROXY or $HTTPS_PROXY"
+	case http.StatusNotFound, http.StatusMethodNotAllowed:
+		return "check the url: the server takes no POST there"
+	}
+	return ""
 }
 
 // statusError describes a response that failed: its status, a note, and

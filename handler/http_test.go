@@ -103,12 +103,29 @@ func TestHTTPHandlerOutcomes(t *testing.T) {
 		kind               OutcomeKind
 		minDelay, maxDelay time.Duration
 		err                string
+		failure            Failure // of a failed outcome, unless FailureOther
 	}{
 		{name: "200", server: respond(200), kind: OutcomeAck},
 		{name: "204", server: respond(204), kind: OutcomeAck},
 		{name: "400", server: respond(400), kind: OutcomeDrop, err: "http: 400 Bad Request"},
-		{name: "404", server: respond(404), kind: OutcomeDrop, err: "http: 404 Not Found, check the url"},
-		{name: "403", server: respond(403), kind: OutcomeDrop, err: "http: 403 Forbidden, the server refuses the credentials"},
+		{name: "409", server: respond(409), kind: OutcomeDrop, err: "http: 409 Conflict"},
+		{name: "413", server: respond(413), kind: OutcomeDrop, err: "http: 413 Request Entity Too Large"},
+		{name: "422", server: respond(422), kind: OutcomeDrop, err: "http: 422 Unprocessable Entity"},
+		// A wrong url or credentials would drop every record: the record is
+		// held instead, and the log says what to check.
+		{name: "401", server: respond(401), kind: OutcomeFailed, failure: FailureHTTPStatus,
+			err: "http: 401 Unauthorized, the server refuses the credentials: check bearer_token_file and the configured headers"},
+		{name: "403", server: respond(403), kind: OutcomeFailed, failure: FailureHTTPStatus,
+			err: "http: 403 Forbidden, the server refuses the credentials: check bearer_token_file"},
+		{name: "404", server: respond(404), kind: OutcomeFailed, failure: FailureHTTPStatus,
+			err: "http: 404 Not Found, check the url: the server takes no POST there"},
+		{name: "405", server: respond(405), kind: OutcomeFailed, failure: FailureHTTPStatus, err: "http: 405 Method Not Allowed, check the url"},
+		{name: "407", server: respond(407), kind: OutcomeFailed, failure: FailureHTTPStatus,
+			err: "http: 407 Proxy Authentication Required, the proxy refuses the credentials: check the user and password in $HTTP_PROXY"},
+		{name: "404 Retry-After is not a delay", server: respond(404, "Retry-After", "60"), kind: OutcomeFailed, failure: FailureHTTPStatus,
+			err: "http: 404 Not Found, check the url"}, // the backoff step
+		{name: "Streamd-Outcome ack wins over 404", server: respond(404, "Streamd-Outcome", "ack"), kind: OutcomeAck},
+		{name: "Streamd-Outcome drop wins over 401", server: respond(401, "Streamd-Outcome", "drop"), kind: OutcomeDrop},
 		{name: "429 Retry-After seconds", server: respond(429, "Retry-After", "3"),
 			kind: OutcomeFailed, minDelay: 3 * time.Second, maxDelay: 3 * time.Second, err: "http: 429 Too Many Requests"},
 		{name: "503 Retry-After HTTP-date", server: func(w http.ResponseWriter, r *http.Request) {
@@ -164,6 +181,9 @@ func TestHTTPHandlerOutcomes(t *testing.T) {
 			h := mustNewHandler(t, conf.Handler{Kind: conf.HandlerHTTP, URL: srv.URL, Timeout: conf.Duration(5 * time.Second)})
 			got := h.Handle(t.Context(), testDelivery())
 			checkOutcome(t, got, tt.kind, tt.minDelay, tt.maxDelay, tt.err)
+			if tt.failure != FailureOther && got.Failure != tt.failure {
+				t.Errorf("failure %v, want %v", got.Failure, tt.failure)
+			}
 		})
 	}
 }

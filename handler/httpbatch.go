@@ -62,7 +62,7 @@ func (h *httpHandler) HandleBatch(ctx context.Context, ds []Delivery, outs []Out
 	}
 	defer release(resp)
 	_, named := resp.Header[httpOutcomeHeader]
-	if code := resp.StatusCode; !named && dropsByStatus(code) {
+	if code := resp.StatusCode; !named && dropsByStatus(code) { // the others fail as for a single record
 		fill(outs, Failed(FailureHTTPStatus, statusError(resp, batchRefusal(code, len(body), len(ds)))))
 		return
 	}
@@ -84,11 +84,11 @@ func (h *httpHandler) HandleBatch(ctx context.Context, ds []Delivery, outs []Out
 	}
 }
 
-// batchRefusal explains a 4xx answer to a batch of records in a body of
-// size bytes, which holds it: what to check for the usual causes, and
-// what a server should answer instead.
+// batchRefusal explains a 4xx answer that would drop a single record
+// (dropsByStatus) to a batch of records in a body of size bytes, which
+// holds it: what to check for a 413, and what a server should answer
+// instead.
 func batchRefusal(code, size, records int) string {
-	const drop = "a batch is not dropped by its status: a server that refuses some records answers drop for each"
 	switch {
 	case code == http.StatusRequestEntityTooLarge && records == 1:
 		// A record past batch_max_bytes goes alone: no bound of a batch
@@ -96,22 +96,8 @@ func batchRefusal(code, size, records int) string {
 		return fmt.Sprintf("the server takes no body of %d bytes, a batch of this one record: raise the server's limit, or set max_failed_deliveries to give up on such a record", size)
 	case code == http.StatusRequestEntityTooLarge:
 		return fmt.Sprintf("the server takes no body of %d bytes (a batch of %d records): lower batch_max_bytes or batch_max_records, or raise the server's limit", size, records)
-	case refusalHint(code) != "":
-		return refusalHint(code) + " (" + drop + ")"
 	}
-	return drop
-}
-
-// refusalHint says what to check for a 4xx status that a wrong url or
-// credentials cause, "" for others.
-func refusalHint(code int) string {
-	switch code {
-	case http.StatusUnauthorized, http.StatusForbidden:
-		return "the server refuses the credentials: check bearer_token_file and the configured headers"
-	case http.StatusNotFound, http.StatusMethodNotAllowed:
-		return "check the url: the server takes no POST there"
-	}
-	return ""
+	return "a batch is not dropped by its status: a server that refuses some records answers drop for each"
 }
 
 // batchBody is the request body of the batch ds: one line per record.

@@ -151,6 +151,8 @@ func TestHTTPBatchOutcomes(t *testing.T) {
 		{"404 names the url", answer(404, ""), []want{failed, failed, failed}, "404 Not Found, check the url"},
 		{"404 shows the body", answer(404, "no such route /ingest"), []want{failed, failed, failed}, `: "no such route /ingest"`},
 		{"405 names the url", answer(405, ""), []want{failed, failed, failed}, "405 Method Not Allowed, check the url"},
+		{"407 names the proxy", answer(407, ""), []want{failed, failed, failed}, "407 Proxy Authentication Required, the proxy refuses the credentials"},
+		{"404 with Streamd-Outcome", answer(404, "", "Streamd-Outcome", "ack"), []want{ack, ack, ack}, ""},
 		{"413", answer(413, ""), []want{failed, failed, failed}, "413 Request Entity Too Large, the server takes no body of "},
 		{"413 says lower batch_max_bytes", answer(413, ""), []want{failed, failed, failed}, "bytes (a batch of 3 records): lower batch_max_bytes or batch_max_records"},
 		{"413 with Streamd-Outcome", answer(413, "", "Streamd-Outcome", "drop"), []want{drop, drop, drop}, ""},

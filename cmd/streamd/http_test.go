@@ -63,6 +63,8 @@ func (s *httpTestServer) serve(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusTooManyRequests)
 	case "unavailable":
 		w.WriteHeader(http.StatusServiceUnavailable)
+	case "missing":
+		http.NotFound(w, r)
 	case "slow":
 		select {
 		case <-time.After(2 * time.Second):
@@ -94,9 +96,10 @@ timeout = "1s"
 }
 
 // TestHTTPHandlerEndToEnd runs the daemon with an http handler against a
-// real local server: 2xx is an ack, another 4xx a drop; 429 with
-// Retry-After, 503 without it and a timeout are failed deliveries, held
-// and delivered again in place (the attempt stays 1, nothing is copied);
+// real local server: 2xx is an ack, a 4xx such as 422 a drop; 429 with
+// Retry-After, 503 without it, a 404 (a wrong url) and a timeout are
+// failed deliveries, held and delivered again in place (the attempt stays
+// 1, nothing is copied);
 // a refused connection fails every delivery, and with
 // max_failed_deliveries = 2 the record is settled as a retry after two, so
 // that the cap sends it to the dead letters; its copy carries the attempt
@@ -109,7 +112,7 @@ func TestHTTPHandlerEndToEnd(t *testing.T) {
 	refused.Close() // nothing listens there any more
 	e := newEnv(t, httpSub("web", "orders", srv.URL, "concurrency = 4\nmax_attempts = 3\ndead_letter = \"dead\"")+
 		httpSub("down", "elsewhere", refusedURL, "max_attempts = 2\ndead_letter = \"dead\"\nmax_failed_deliveries = 2"))
-	e.publish("ack 1", "reject 2", "limited 3", "unavailable 4", "slow 5")
+	e.publish("ack 1", "reject 2", "limited 3", "unavailable 4", "slow 5", "missing 7")
 	runBinary(t, []byte("[elsewhere] down 6\n"), "publish", "--file="+e.stream)
 	p := e.start()
 
@@ -124,7 +127,7 @@ func TestHTTPHandlerEndToEnd(t *testing.T) {
 	}
 	eventually(t, 20*time.Second, "every record to reach its final outcome", func() bool {
 		return len(srv.attemptsOf("limited 3")) == 2 && len(srv.attemptsOf("unavailable 4")) == 2 &&
-			len(srv.attemptsOf("slow 5")) == 2 && len(copyAttempts("dead", "down 6")) == 1
+			len(srv.attemptsOf("slow 5")) == 2 && len(srv.attemptsOf("missing 7")) == 2 && len(copyAttempts("dead", "down 6")) == 1
 	})
 	if code := p.stop(t); code != 0 {
 		t.Fatalf("exit code %d", code)
@@ -140,6 +143,7 @@ func TestHTTPHandlerEndToEnd(t *testing.T) {
 		{"limited 3", []string{"1", "1"}, []string{""}},
 		{"unavailable 4", []string{"1", "1"}, []string{""}},
 		{"slow 5", []string{"1", "1"}, []string{""}},
+		{"missing 7", []string{"1", "1"}, []string{""}},
 	}
 	for _, tt := range tests {
 		if got := srv.attemptsOf(tt.payload); !slices.Equal(got, tt.wantAttempts) {
