@@ -134,12 +134,14 @@ type batchAnswerLine struct {
 // outs, one outcome per record. An empty body (or white space on one line)
 // acknowledges every record.
 // Otherwise the body has exactly one line per record, in the batch's order,
-// each ended by a newline (the last one's is optional): a JSON object whose
-// "outcome" member is a string that Streamd-Outcome could hold, "ack",
-// "drop", "retry" or "retry_after=<duration>" (see parseOutcomeDirective),
-// and whose optional "seq" member, when there, is the record's seq (a
-// check that the answer lines up with the batch). Other members are
-// ignored. Anything else is an error, and outs is then left partly set.
+// each ended by a newline (the last one's is optional), and after the last
+// one only blank lines (JSON white space), which some servers add; a blank
+// line between two record lines is an error, as the record it answers is
+// unclear. A record's line is a JSON object whose "outcome" member is a
+// string that Streamd-Outcome could hold, "ack", "drop", "retry" or
+// "retry_after=<duration>" (see parseOutcomeDirective), and whose optional
+// "seq" member, when there, is the record's seq (a check that the answer
+// lines up with the batch). Other members are ignored. Anything else is an error, and outs is then left partly set.
 //
 //	{"outcome":"ack"}
 //	{"seq":8,"outcome":"retry_after=30s"}
@@ -149,8 +151,12 @@ func parseBatchAnswer(body []byte, ds []Delivery, outs []Outcome) error {
 		fill(outs, Outcome{Kind: OutcomeAck})
 		return nil
 	}
-	body = bytes.TrimSuffix(body, []byte("\n"))
-	if lines := bytes.Count(body, []byte("\n")) + 1; lines != len(ds) {
+	body = bytes.TrimRight(body, " \t\r\n") // the blank lines after the last record's
+	lines := 0
+	if len(body) > 0 {
+		lines = bytes.Count(body, []byte("\n")) + 1
+	}
+	if lines != len(ds) {
 		unit := "lines"
 		if lines == 1 {
 			unit = "line"

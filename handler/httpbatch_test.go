@@ -160,6 +160,11 @@ func TestHTTPBatchOutcomes(t *testing.T) {
 		{"short", answer(200, "{\"outcome\":\"ack\"}\n{\"outcome\":\"ack\"}\n"), []want{failed, failed, failed}, "2 lines for 3 records"},
 		{"long", answer(200, "{\"outcome\":\"ack\"}\n{\"outcome\":\"ack\"}\n{\"outcome\":\"ack\"}\n{\"outcome\":\"ack\"}\n"), []want{failed, failed, failed}, "4 lines for 3 records"},
 		{"blank line", answer(200, "{\"outcome\":\"ack\"}\n\n{\"outcome\":\"ack\"}\n"), []want{failed, failed, failed}, "line 2"},
+		{"blank lines after the last", answer(200, "{\"outcome\":\"ack\"}\n{\"outcome\":\"ack\"}\n{\"outcome\":\"drop\"}\n\n\n"), []want{ack, ack, drop}, ""},
+		{"CRLF blank lines after the last", answer(200, "{\"outcome\":\"ack\"}\r\n{\"outcome\":\"retry\"}\r\n{\"outcome\":\"ack\"}\r\n\r\n"), []want{ack, retry, ack}, ""},
+		{"white space lines after the last", answer(200, "{\"outcome\":\"drop\"}\n{\"outcome\":\"ack\"}\n{\"outcome\":\"ack\"}\n \t\n\r\n  "), []want{drop, ack, ack}, ""},
+		{"blank line between, and after the last", answer(200, "{\"outcome\":\"ack\"}\n{\"outcome\":\"ack\"}\n\n{\"outcome\":\"ack\"}\n\n"), []want{failed, failed, failed}, "4 lines for 3 records"},
+		{"short, then blank lines", answer(200, "{\"outcome\":\"ack\"}\n{\"outcome\":\"ack\"}\n\n\n"), []want{failed, failed, failed}, "2 lines for 3 records"},
 		{"seq out of line", answer(200, "{\"seq\":8,\"outcome\":\"ack\"}\n{\"seq\":7,\"outcome\":\"ack\"}\n{\"outcome\":\"ack\"}\n"),
 			[]want{failed, failed, failed}, "line 1 answers seq 8, but record 1 of the batch has seq 7"},
 		{"bad outcome", answer(200, "{\"outcome\":\"ack\"}\n{\"outcome\":\"nack\"}\n{\"outcome\":\"ack\"}\n"), []want{failed, failed, failed}, `line 2: invalid outcome "nack"`},
@@ -169,7 +174,7 @@ func TestHTTPBatchOutcomes(t *testing.T) {
 		{"OK", answer(200, "OK"), []want{failed, failed, failed}, "1 line for 3 records"},
 		{"a newline alone", answer(200, "\n"), []want{ack, ack, ack}, ""},
 		{"white space alone", answer(200, " \r\n"), []want{ack, ack, ack}, ""},
-		{"empty lines", answer(200, "\n\n\n"), []want{failed, failed, failed}, "line 1"},
+		{"blank lines alone", answer(200, "\n\n\n"), []want{failed, failed, failed}, "0 lines for 3 records"},
 		{"too long", answer(200, strings.Repeat(" ", httpDrainLimit+3*httpBatchLineLimit+1)), []want{failed, failed, failed}, "longer than"},
 	}
 	for _, tc := range tests {
@@ -244,13 +249,15 @@ func TestHTTPBatchTransport(t *testing.T) {
 
 // FuzzParseBatchAnswer: whatever the body, the parser returns an error or
 // sets exactly the batch's outcomes from answers it accepts; an empty body
-// acks every record; an accepted answer has one line per record and parses
-// again the same when written back line by line.
+// acks every record; an accepted answer has one line per record, then blank
+// lines only, and parses again the same when written back line by line.
 func FuzzParseBatchAnswer(f *testing.F) {
 	for _, s := range []string{
 		"", "{\"outcome\":\"ack\"}\n", "{\"outcome\":\"ack\"}\n{\"outcome\":\"drop\"}\n",
 		"{\"seq\":1,\"outcome\":\"retry\"}\n{\"seq\":2,\"outcome\":\"retry_after=5s\"}",
 		"{\"outcome\":\"retry_after=-1s\"}", "ack\n", "null\n", "{\"outcome\":1}\n", "{\"outcome\":\"ack\"}\r\n{}\n",
+		"{\"outcome\":\"ack\"}\n{\"outcome\":\"drop\"}\n\n", "{\"outcome\":\"ack\"}\r\n{\"outcome\":\"ack\"}\r\n \r\n",
+		"{\"outcome\":\"ack\"}\n\n{\"outcome\":\"ack\"}\n",
 	} {
 		f.Add([]byte(s), uint8(2))
 	}
@@ -274,9 +281,14 @@ func FuzzParseBatchAnswer(f *testing.F) {
 			}
 			return
 		}
-		lines := strings.Split(strings.TrimSuffix(string(body), "\n"), "\n")
-		if len(lines) != len(ds) {
+		lines := strings.Split(string(body), "\n")
+		if len(lines) < len(ds) {
 			t.Fatalf("accepted %d lines for %d records", len(lines), len(ds))
+		}
+		for i, line := range lines {
+			if blank := strings.Trim(line, " \t\r") == ""; blank != (i >= len(ds)) {
+				t.Fatalf("accepted line %d %q (blank: %v) for %d records", i+1, line, blank, len(ds))
+			}
 		}
 		var again []byte
 		for i, o := range outs {
