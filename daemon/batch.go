@@ -56,6 +56,9 @@ type batch struct {
 	tickets []offsets.Ticket
 	outs    []handler.Outcome
 	bytes   int // of payload and headers
+	// settling is memory for the tickets of the records settled together
+	// (settleAnswered).
+	settling []offsets.Ticket
 }
 
 // recordBytes is what a delivery counts against batch_max_bytes: its
@@ -149,9 +152,9 @@ func (s *subscription) gather(ctx context.Context, jobs <-chan job, batches chan
 
 // deliverBatch hands b to the batch handler on worker w until each of its
 // records has an answer (answerBatch: failed deliveries are held in place),
-// and settles each answer as deliver settles one. When the subscription
-// stops while the batch is held, the records without an answer stay
-// unsettled, and are read again after a restart.
+// and settles the records each delivery answered at once (settleAnswered),
+// while the others are held. When the subscription stops while records
+// are held, they stay unsettled, and are read again after a restart.
 func (s *subscription) deliverBatch(ctx, hctx context.Context, b *batch, w int) error {
 	handed := monoNow()
 	s.workers[w].handed.Store(handed)
@@ -161,28 +164,49 @@ func (s *subscription) deliverBatch(ctx, hctx context.Context, b *batch, w int) 
 		s.workers[w].batched.Store(0)
 	}()
 	b.outs = slices.Grow(b.outs[:0], len(b.ds))[:len(b.ds)]
-	err := s.answerBatch(hctx, ctx.Done(), s.batches.handler, b.ds, b.outs, w, handed)
+	err := s.answerBatch(hctx, ctx.Done(), s.batches.handler, b.ds, b.outs, w, handed, func(answered []int) {
+		s.settleAnswered(hctx, b, answered, w)
+	})
 	if err != nil && !errors.Is(err, errStopped) {
 		return err
-	}
-	// The records whose outcome is final are settled together, their
-	// tickets moved to the front.
-	final := 0
-	for i := range b.ds {
-		if b.outs[i].Kind == handler.OutcomeFailed {
-			continue // the subscription stopped before it was answered
-		}
-		if !s.finish(hctx, &b.ds[i], b.outs[i]) {
-			break
-		}
-		b.tickets[final] = b.tickets[i]
-		final++
-	}
-	if final > 0 {
-		s.settled(b.tickets[:final]...)
 	}
 	clear(b.ds) // not to keep the payloads alive
 	b.ds, b.tickets, b.bytes = b.ds[:0], b.tickets[:0], 0
 	s.batches.free.Put(b)
 	return nil
+}
+
+// settleAnswered settles the records of b at answered (indices in b.ds, in
+// order; nil for all), whose outcomes are in b.outs, as deliver settles
+// one: each is finished, in order, and then their tickets are settled
+// together. When hctx ends before a copy could be written, that record
+// and those after it stay unsettled. Worker w's count of the records it
+// has handed out then leaves those settled out.
+func (s *subscription) settleAnswered(hctx context.Context, b *batch, answered []int, w int) {
+	n := len(b.ds)
+	if answered != nil {
+		n = len(answered)
+	}
+	tickets := b.settling[:0]
+	for j := range n {
+		i := j
+		if answered != nil {
+			i = answered[j]
+		}
+		if !s.finish(hctx, &b.ds[i], b.outs[i]) {
+			break
+		}
+		tickets = append(tickets, b.tickets[i])
+	}
+	if len(tickets) == 0 {
+		return
+	}
+	s.settled(tickets...)
+	b.settling = tickets[:0]
+	ws := &s.workers[w]
+	left := ws.batched.Load() - int32(len(tickets))
+	if left == 0 {
+		ws.handed.Store(0) // first: batched 0 with handed set counts one
+	}
+	ws.batched.Store(left)
 }

@@ -427,9 +427,25 @@ func (s *batchScript) HandleBatch(_ context.Context, ds []handler.Delivery, outs
 	s.script = s.script[1:]
 }
 
+// settleLog returns a settle function for answerBatch that logs, for each
+// call, when it came (since start) and the seqs of the records of ds it
+// was handed, into calls.
+func settleLog(start time.Time, ds []handler.Delivery, calls *[]string) func([]int) {
+	return func(answered []int) {
+		var seqs []uint64
+		for j := range ds {
+			if answered == nil || slices.Contains(answered, j) {
+				seqs = append(seqs, ds[j].Seq)
+			}
+		}
+		*calls = append(*calls, fmt.Sprint(time.Since(start), seqs))
+	}
+}
+
 // TestAnswerBatch: the records of a batch whose delivery failed are held
 // and delivered again together after the backoff step, or the Retry-After;
-// those answered are not delivered again; max_failed_deliveries settles
+// those answered are not delivered again, and are handed to be settled at
+// once, not once the held ones are answered; max_failed_deliveries settles
 // the held ones as retries; a stop ends the hold, keeping the answers.
 func TestAnswerBatch(t *testing.T) {
 	down := failedWith(handler.FailureUnreachable, 0)
@@ -442,6 +458,7 @@ func TestAnswerBatch(t *testing.T) {
 		stopAt   time.Duration
 		script   []map[uint64]handler.Outcome
 		calls    []string
+		settled  []string // the calls of settle
 		outs     []handler.OutcomeKind
 		stopped  bool
 		failures float64
@@ -449,22 +466,27 @@ func TestAnswerBatch(t *testing.T) {
 		{"some fail", 0, 0,
 			[]map[uint64]handler.Outcome{{2: down, 3: down}, {2: drop, 3: down}, {}},
 			[]string{"0s [1 2 3]", "500ms [2 3]", "2.5s [3]"},
+			[]string{"0s [1]", "500ms [2]", "2.5s [3]"},
 			[]handler.OutcomeKind{handler.OutcomeAck, handler.OutcomeDrop, handler.OutcomeAck}, false, 3},
 		{"all fail, Retry-After", 0, 0,
 			[]map[uint64]handler.Outcome{{1: busy, 2: busy, 3: busy}, {}},
 			[]string{"0s [1 2 3]", "3s [1 2 3]"},
+			[]string{"3s [1 2 3]"},
 			[]handler.OutcomeKind{handler.OutcomeAck, handler.OutcomeAck, handler.OutcomeAck}, false, 3},
 		{"one Retry-After among other failures", 0, 0,
 			[]map[uint64]handler.Outcome{{1: failedWith(handler.FailureTimeout, 0), 2: busy}, {}},
 			[]string{"0s [1 2 3]", "3s [1 2]"},
+			[]string{"0s [3]", "3s [1 2]"},
 			[]handler.OutcomeKind{handler.OutcomeAck, handler.OutcomeAck, handler.OutcomeAck}, false, 2},
 		{"limit", 2, 0,
 			[]map[uint64]handler.Outcome{{1: down, 3: down}, {1: down, 3: down}},
 			[]string{"0s [1 2 3]", "500ms [1 3]"},
+			[]string{"0s [2]", "500ms [1 3]"},
 			[]handler.OutcomeKind{handler.OutcomeRetry, handler.OutcomeAck, handler.OutcomeRetry}, false, 4},
 		{"stopped", 0, time.Second,
 			[]map[uint64]handler.Outcome{{1: retry, 2: down}, {2: down}},
 			[]string{"0s [1 2 3]", "500ms [2]"},
+			[]string{"0s [1 3]"},
 			[]handler.OutcomeKind{handler.OutcomeRetry, handler.OutcomeFailed, handler.OutcomeAck}, true, 2},
 	}
 	for _, tc := range tests {
@@ -481,12 +503,16 @@ func TestAnswerBatch(t *testing.T) {
 				}
 				ds := []handler.Delivery{{Key: "orders", Seq: 1}, {Key: "orders", Seq: 2}, {Key: "orders", Seq: 3}}
 				outs := make([]handler.Outcome, len(ds))
-				err := e.dl.answerBatch(t.Context(), stop, bh, ds, outs, 0, monoNow())
+				var settled []string
+				err := e.dl.answerBatch(t.Context(), stop, bh, ds, outs, 0, monoNow(), settleLog(bh.start, ds, &settled))
 				if stopped := errors.Is(err, errStopped); stopped != tc.stopped || err != nil && !stopped {
 					t.Fatalf("answerBatch = %v, want stopped %v", err, tc.stopped)
 				}
 				if !slices.Equal(bh.calls, tc.calls) {
 					t.Errorf("calls %q, want %q", bh.calls, tc.calls)
+				}
+				if !slices.Equal(settled, tc.settled) {
+					t.Errorf("settled %q, want %q", settled, tc.settled)
 				}
 				var kinds []handler.OutcomeKind
 				for _, o := range outs {
@@ -521,7 +547,7 @@ func TestAnswerBatchReconnected(t *testing.T) {
 		e.dl.handler = reconnectingHandler{bh, back}
 		ds := []handler.Delivery{{Key: "orders", Seq: 1}, {Key: "orders", Seq: 2}, {Key: "orders", Seq: 3}}
 		outs := make([]handler.Outcome, len(ds))
-		if err := e.dl.answerBatch(t.Context(), nil, bh, ds, outs, 0, monoNow()); err != nil {
+		if err := e.dl.answerBatch(t.Context(), nil, bh, ds, outs, 0, monoNow(), func([]int) {}); err != nil {
 			t.Fatalf("answerBatch = %v", err)
 		}
 		if want := []string{"0s [1 2 3]", "10s [1 2]"}; !slices.Equal(bh.calls, want) {
@@ -545,7 +571,7 @@ func TestAnswerBatchUnset(t *testing.T) {
 		bh := &batchScript{t: t, start: time.Now(), script: []map[uint64]handler.Outcome{{}, {}}, unset: map[uint64]bool{2: true}}
 		ds := []handler.Delivery{{Key: "orders", Seq: 1}, {Key: "orders", Seq: 2}}
 		outs := make([]handler.Outcome, len(ds))
-		if err := e.dl.answerBatch(t.Context(), nil, bh, ds, outs, 0, monoNow()); err != nil {
+		if err := e.dl.answerBatch(t.Context(), nil, bh, ds, outs, 0, monoNow(), func([]int) {}); err != nil {
 			t.Fatalf("answerBatch = %v", err)
 		}
 		if want := []string{"0s [1 2]", "1s [2]"}; !slices.Equal(bh.calls, want) {
@@ -577,5 +603,134 @@ func TestBatchHeldStop(t *testing.T) {
 	}
 	if p := e.storedOffset("billing"); p > streamfile.HeaderSize {
 		t.Errorf("stored position %d after a stop during the hold, want at most %d", p, streamfile.HeaderSize)
+	}
+}
+
+// batchHolder is a batch handler that fails the records whose payload
+// starts with "BAD" until fixed (a JetStream stream full, say), answers
+// retry to those starting with "RETRY", and acks the others. It keeps the
+// seqs of each call.
+type batchHolder struct {
+	fixed atomic.Bool
+	mu    sync.Mutex
+	calls [][]uint64
+}
+
+func (h *batchHolder) Handle(context.Context, *handler.Delivery) handler.Outcome {
+	panic("a single delivery to a batch handler")
+}
+
+func (h *batchHolder) HandleBatch(_ context.Context, ds []handler.Delivery, outs []handler.Outcome) {
+	var seqs []uint64
+	for i, d := range ds {
+		seqs = append(seqs, d.Seq)
+		switch p := string(d.Payload); {
+		case strings.HasPrefix(p, "BAD") && !h.fixed.Load():
+			outs[i] = handler.Failed(handler.FailureOther, errors.New("stream full"))
+		case strings.HasPrefix(p, "RETRY"):
+			outs[i] = handler.Outcome{Kind: handler.OutcomeRetry}
+		default:
+			outs[i] = ack
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.calls = append(h.calls, seqs)
+}
+
+func (h *batchHolder) got() [][]uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.calls)
+}
+
+// TestBatchAnsweredSettledDuringHold: the records of a batch that were
+// answered while others failed are settled at once, while the others are
+// held: counted, their copies written, the position stored as far as the
+// first held record (what a kill -9 leaves), the in-flight gauge counting
+// the held records alone. A graceful stop, or a reload that starts the
+// subscription again, during the hold hands over those answered after the
+// first held one: the subscription then delivers the held records alone,
+// and settles them once the handler answers.
+func TestBatchAnsweredSettledDuringHold(t *testing.T) {
+	t.Parallel()
+	for _, how := range []string{"stop", "reload"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			sub := func(backoff string) string {
+				return httpSub("http://127.0.0.1:9/unused", "backoff = [\""+backoff+"\"]\nmax_attempts = 5\nout_retry = \"orders.retry\"",
+					"batch_max_records = 10\nbatch_linger = \"1s\"")
+			}
+			e := newRunEnv(t, sub("20ms"))
+			e.put("orders", nil, "a1", "a2", "a3")
+			firstHeld := e.fileSize()
+			e.put("orders", nil, "BAD4", "a5", "RETRY6", "a7", "BAD8", "a9", "a10")
+			h := &batchHolder{}
+			hs := map[string]handler.Handler{"billing": h}
+			r := e.start(hs)
+			sm := r.d.metrics.Subscription("billing", "orders")
+			waitFor(t, "the held records delivered again", func() bool { return len(h.got()) >= 3 })
+			waitFor(t, "the answered records counted", func() bool { return r.metric("billing", "ack") == 7 && r.metric("billing", "retry") == 1 })
+			waitFor(t, "the position stored up to the first held record", func() bool { return e.storedOffset("billing") == firstHeld })
+			waitFor(t, "the held records alone in flight", func() bool { return testutil.ToFloat64(sm.InFlight) == 2 })
+			if g := testutil.ToFloat64(sm.Held); g != 1 {
+				t.Errorf("held gauge %v, want 1", g)
+			}
+			if age := testutil.ToFloat64(sm.OldestUnsettledAge); age <= 0 {
+				t.Errorf("oldest unsettled age %v during the hold, want above 0", age)
+			}
+			if copies := e.records("orders.retry"); len(copies) != 1 || copies[0].payload != "RETRY6" {
+				t.Errorf("retry copies %v during the hold, want the one of RETRY6", copies)
+			}
+			calls := h.got()
+			if want := []uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}; !slices.Equal(calls[0], want) {
+				t.Fatalf("first batch %v, want %v", calls[0], want)
+			}
+			held := []uint64{4, 8}
+			for _, c := range calls[1:] {
+				if !slices.Equal(c, held) {
+					t.Errorf("delivered again %v, want the held records %v alone", c, held)
+				}
+			}
+
+			wantAck := 9.0
+			switch how {
+			case "stop":
+				if err := r.stop(); err != nil {
+					t.Fatal(err)
+				}
+				if p := e.storedOffset("billing"); p != firstHeld {
+					t.Errorf("stored position %d after the stop, want %d, the first held record", p, firstHeld)
+				}
+				r, wantAck = e.start(hs), 2
+			case "reload":
+				e.config = sub("30ms") // starts the subscription again
+				if err := r.d.Reload(context.Background(), func() (*conf.Config, error) { return e.load(), nil }); err != nil {
+					t.Fatal(err)
+				}
+				if l := r.logs.with("the reload starts the subscription again: its configuration changed"); len(l) != 1 {
+					t.Fatalf("the reload did not start the subscription again: %v", l)
+				}
+			}
+			again := len(h.got())
+			waitFor(t, "the held records delivered after the "+how, func() bool { return len(h.got()) > again })
+			h.fixed.Store(true)
+			size := e.fileSize()
+			waitFor(t, "every record settled", func() bool { return e.storedOffset("billing") == size })
+			if err := r.stop(); err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range h.got()[again:] {
+				if !slices.Equal(c, held) {
+					t.Errorf("delivered after the %s %v, want the held records %v alone", how, c, held)
+				}
+			}
+			if got := r.metric("billing", "ack"); got != wantAck {
+				t.Errorf("%v acks counted, want %v", got, wantAck)
+			}
+			if copies := e.records("orders.retry"); len(copies) != 1 {
+				t.Errorf("%d retry copies, want 1", len(copies))
+			}
+		})
 	}
 }

@@ -58,11 +58,18 @@ func (dl *deliverer) answer(ctx context.Context, stop <-chan struct{}, d *handle
 // answerBatch is answer for a batch: ds go to bh until each has an answer,
 // which it sets in outs. Those whose delivery failed are held and
 // delivered again together, in place, as answer holds one delivery; those
-// answered are not delivered again. It ends when every one has an answer,
-// with errStopped (the outs of those not answered then say OutcomeFailed),
-// or with the *panicError of a handler that panicked. The first delivery
-// starts at handed, when the batch was handed out ([monoNow]).
-func (dl *deliverer) answerBatch(ctx context.Context, stop <-chan struct{}, bh handler.BatchHandler, ds []handler.Delivery, outs []handler.Outcome, w int, handed int64) error {
+// answered are not delivered again. After each delivery, before the
+// others are held, it hands settle the records that delivery answered
+// (their indices in ds, in order; nil for every one of ds), to be settled
+// at once: a hold that lasts does not keep them unsettled. It hands settle
+// the held ones too when max_failed_deliveries gives up on them (their
+// outs then say OutcomeRetry). It ends when every one has an answer, with
+// errStopped (the outs of those not answered then say OutcomeFailed, and
+// settle never had them), or with the *panicError of a handler that
+// panicked (the records of that delivery are not handed to settle). The
+// first delivery starts at handed, when the batch was handed out
+// ([monoNow]).
+func (dl *deliverer) answerBatch(ctx context.Context, stop <-chan struct{}, bh handler.BatchHandler, ds []handler.Delivery, outs []handler.Outcome, w int, handed int64, settle func(answered []int)) error {
 	failures := 0
 	pending, pouts := ds, outs // those without an answer yet, and their outcomes
 	var at []int               // where each of pending is in ds; nil while it is ds
@@ -71,20 +78,33 @@ func (dl *deliverer) answerBatch(ctx context.Context, stop <-chan struct{}, bh h
 		if err := dl.handleBatch(ctx, bh, pending, pouts, w, start); err != nil {
 			return err
 		}
+		index := func(j int) int { // in ds, of pending[j]
+			if at == nil {
+				return j
+			}
+			return at[j]
+		}
 		var failed []int // in ds
 		for j := range pending {
-			i := j
-			if at != nil {
-				i = at[j]
-				outs[i] = pouts[j]
-			}
+			outs[index(j)] = pouts[j]
 			if pouts[j].Kind == handler.OutcomeFailed {
-				failed = append(failed, i)
+				failed = append(failed, index(j))
 			}
 		}
 		if len(failed) == 0 {
 			dl.hold.answered(dl.logger, dl.metrics.Held, failures > 0)
+			settle(at)
 			return nil
+		}
+		if len(failed) < len(pending) {
+			// Those answered are settled now, not once the others are.
+			answered := make([]int, 0, len(pending)-len(failed))
+			for j := range pending {
+				if pouts[j].Kind != handler.OutcomeFailed {
+					answered = append(answered, index(j))
+				}
+			}
+			settle(answered)
 		}
 		// The hold follows the failure of highest holdRank, put first,
 		// and the longest delay a handler named (a Retry-After) of any.
@@ -108,6 +128,7 @@ func (dl *deliverer) answerBatch(ctx context.Context, stop <-chan struct{}, bh h
 			for _, i := range failed {
 				outs[i] = handler.Outcome{Kind: handler.OutcomeRetry}
 			}
+			settle(failed)
 			return nil
 		}
 		if len(failed) < len(pending) {

@@ -438,6 +438,70 @@ func TestNATSKill9(t *testing.T) {
 	t.Logf("%d records, %d kills, %v duplicate acknowledgements counted", prod.count, kills, duplicates)
 }
 
+// TestNATSBatchStreamFull: JetStream acknowledges part of a batch and
+// refuses the rest, its stream full (max_msgs, discard new). The records
+// acknowledged are settled at once while the others are held: counted,
+// committed, and the in-flight gauge counts the held ones alone. A kill -9
+// during the hold does not publish them again (nothing is acknowledged
+// twice, none is a duplicate); once the stream has room again, the held
+// ones are published, each once.
+func TestNATSBatchStreamFull(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	st := srv.AddStream(jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}, MaxMsgs: 5, Discard: jetstream.DiscardNew})
+	sub := natsSub(srv.URL(), `backoff = ["100ms"]`) + "batch_max_records = 10\nbatch_linger = \"100ms\"\n"
+	e := newEnv(t, sub)
+	metrics := e.withMetrics()
+	var payloads []string
+	for i := range 10 {
+		payloads = append(payloads, fmt.Sprint("r", i+1))
+	}
+	e.publish(payloads...)
+	series := func(outcome string) string {
+		return fmt.Sprintf(`streamd_handler_records_total{outcome=%q,subscription="billing"}`, outcome)
+	}
+	inFlight := `streamd_subscription_records_in_flight{subscription="billing"}`
+	p := e.start()
+	eventually(t, 30*time.Second, "the records JetStream took acknowledged", gaugeIs(metrics, series("ack"), 5))
+	eventually(t, 10*time.Second, "the refused records held", gaugeIs(metrics, heldSeries("billing"), 1))
+	eventually(t, 10*time.Second, "the acknowledged records committed", committedThrough(e.stateDirPath(), "billing", 5))
+	eventually(t, 10*time.Second, "the held records alone in flight", gaugeIs(metrics, inFlight, 5))
+	p.kill9(t)
+	if problems := p.crashProblems(); len(problems) > 0 {
+		t.Errorf("run killed: %s", strings.Join(problems, "; "))
+	}
+
+	e.writeConfig(sub)
+	metrics = e.withMetrics()
+	p = e.start()
+	eventually(t, 30*time.Second, "the refused records held again", func() bool {
+		v, ok := scrapeGauge(metrics, series("failed"))
+		return ok && v >= 10
+	})
+	for name, want := range map[string]float64{series("ack"): 0, `streamd_handler_duplicate_acks_total{subscription="billing"}`: 0, inFlight: 5} {
+		if got := metricValue(t, metrics, name); got != want {
+			t.Errorf("%s = %v after the restart, want %v", name, got, want)
+		}
+	}
+	if err := st.Purge(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the last record to be committed", committedAtEnd(e, "billing"))
+	if got := metricValue(t, metrics, series("ack")); got != 5 {
+		t.Errorf("%v records acknowledged after the restart, want the 5 held", got)
+	}
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("streamd exited %d", code)
+	}
+	var got []string
+	for _, m := range srv.Messages("ORDERS") {
+		got = append(got, string(m.Data()))
+	}
+	if want := payloads[5:]; !slices.Equal(got, want) {
+		t.Errorf("the stream holds %q after the purge, want %q, each once", got, want)
+	}
+}
+
 // TestReadmeNATS checks the README's nats configuration against a server
 // with the stream it says to create: check-config --handlers passes.
 func TestReadmeNATS(t *testing.T) {
