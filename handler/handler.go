@@ -291,7 +291,8 @@ type BatchHandler interface {
 	// OutcomeFailed when the delivery of ds[i] failed (of every one when
 	// the whole batch failed; an outcome it leaves as it finds it is
 	// such a failure too). Those that failed are delivered again
-	// together, in place; those answered are not. The deliveries'
+	// together, in place; those answered are settled at once, while the
+	// others are held, and are not delivered again. The deliveries'
 	// payloads and headers are valid only until it returns. It may be
 	// called from several goroutines at once, and must return when ctx
 	// ends.
