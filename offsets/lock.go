@@ -254,7 +254,7 @@ func LockHolder(dir string) (int, error) {
 	defer f.Close()
 	pid := readPID(f)
 	if pid == 0 {
-		return 0, fmt.Errorf("no streamd runs on state directory %s: its lock file names no process (a streamd that started on a full disk writes its PID there at its first commit with room on the disk)", dir)
+		return 0, fmt.Errorf("no streamd runs on state directory %s: its lock file names no process: none runs, as a stopped streamd leaves it (or one that started on a full disk runs and writes its PID there at its first commit with room on the disk)", dir)
 	}
 	lock, err := f.Stat()
 	if err != nil {

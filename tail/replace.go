@@ -521,7 +521,9 @@ func (fl *Follower) switchFile(err error) error {
 		r.openTrouble.Passed(fl.log, "the file that replaced the stream file can be opened now")
 		fl.untroubled()
 	}
-	fl.log.Warn("stream file replaced; reading the file now at the path from its beginning (a stream file read before, from where it was left)",
+	// Routine (a rotation): the old file was read to its end, and what
+	// was lost at its end (a torn frame) has its own WARN.
+	fl.log.Info("stream file replaced; reading the file now at the path from its beginning (a stream file read before, from where it was left)",
 		"old_ino", fl.id.Ino, "old_file_name", fl.id.FileName, "old_created_at_ms", fl.id.CreatedAtMs, "old_offset", fl.pos(),
 		"old_records_after_switch", r.drained, "rotation_grace", fl.opts.RotationGrace, "file", name)
 	st, _ := nf.Stat()
