@@ -269,6 +269,7 @@ type settler struct {
 	unsupported   *unsupportedLog
 	cutLog        ratelog.Line // delays cut to max_retry_after
 	dropLog       ratelog.Line // drops with a reason (an HTTP status)
+	loopLog       ratelog.Line // retry copies of a retry loop
 	now           func() time.Time
 }
 
@@ -420,8 +421,24 @@ func (s *settler) redeliver(ctx context.Context, d *handler.Delivery, delay time
 	case s.maxAttempts == 0 && s.deadLetter != "":
 		return s.deadLetterCopy(ctx, d)
 	}
-	return s.retryCopy(ctx, d, delay)
+	if err := s.retryCopy(ctx, d, delay); err != nil {
+		return err
+	}
+	if s.maxAttempts == 0 && attempt >= loopAttempts { // no cap ends the chain
+		s.metrics.LoopCopies.Inc()
+		s.loopLog.Warn(s.logger, msgRetryLoop, "key", d.Key, "seq", d.Seq, "attempt", attempt)
+	}
+	return nil
 }
+
+// loopAttempts is the attempt from which a retry copy under no cap counts
+// as a retry loop's (streamd_retry_loop_copies_total, msgRetryLoop): a
+// handler that retries a record for good, as one that answers retry_after
+// to every copy of its own does, grows the stream with copies while the
+// lag, the spool and /healthz look fine.
+const loopAttempts = 100
+
+const msgRetryLoop = "a record was retried 100 times or more, and no max_attempts ends its copies: a handler that retries it for good makes the stream grow with copies (declare max_attempts, or fix what the handler retries)"
 
 // retryCopy writes the retry copy of d under the retry key, now or after
 // delay: redeliver once the cap let it, and a pipe stage for a record the

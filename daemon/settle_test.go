@@ -209,6 +209,7 @@ func metricValues(sm *metrics.SubscriptionMetrics) map[string]float64 {
 	add("dead_letters", sm.DeadLetters)
 	add("rejects", sm.Rejects)
 	add("copy_errors", sm.CopyErrors)
+	add("loop_copies", sm.LoopCopies)
 	return out
 }
 
@@ -382,6 +383,20 @@ func TestSettle(t *testing.T) {
 	}, {
 		name: "06 count 4 makes a copy with 5", headers: envelope.Headers{count("4")}, outcomes: []handler.Outcome{retryAfter(0)},
 		seen: []string{"4"}, copies: []wantCopy{{"orders", "5", 0, ""}},
+		metrics: map[string]float64{"retry_after": 1, "appended": 1},
+	}, {
+		name: "a copy at attempt 99 under no cap is no loop's", headers: envelope.Headers{count("98")}, outcomes: []handler.Outcome{retryAfter(0)},
+		seen: []string{"98"}, copies: []wantCopy{{"orders", "99", 0, ""}},
+		metrics: map[string]float64{"retry_after": 1, "appended": 1},
+	}, {
+		name: "a copy from attempt 100 under no cap is a loop's: counted and logged", headers: envelope.Headers{count("99")}, outcomes: []handler.Outcome{retryAfter(0)},
+		seen: []string{"99"}, copies: []wantCopy{{"orders", "100", 0, ""}},
+		logs:    []wantLog{{slog.LevelWarn, msgRetryLoop, map[string]string{"subscription": "billing", "key": "orders", "attempt": "100"}}},
+		metrics: map[string]float64{"retry_after": 1, "appended": 1, "loop_copies": 1},
+	}, {
+		name: "a copy at attempt 150 under a cap of 200 is no loop's", sub: settleSub{maxAttempts: 200}, headers: envelope.Headers{count("149")}, outcomes: []handler.Outcome{retryAfter(0)},
+		seen: []string{"149"}, copies: []wantCopy{{"orders", "150", 0, ""}},
+		logs:    []wantLog{l6(map[string]string{"max_attempts": "200"})},
 		metrics: map[string]float64{"retry_after": 1, "appended": 1},
 	}, {
 		name: "08 cap of 3 with a dead letter", sub: capped, headers: envelope.Headers{tenant},

@@ -83,6 +83,7 @@
 //	| streamd_retries_scheduled_total                      | counter   | subscription                 | delayed retry copies put in the retry spool                                |
 //	| streamd_retries_pending                              | gauge     |                              | delayed retry copies of every subscription waiting in the retry queue      |
 //	| streamd_retries_appended_total                       | counter   | subscription                 | retry copies written to their destination                                  |
+//	| streamd_retry_loop_copies_total                      | counter   | subscription                 | retry copies of records past their 100th attempt under no max_attempts     |
 //	| streamd_dead_letters_total                           | counter   | subscription                 | copies written to the dead-letter key                                      |
 //	| streamd_rejects_total                                | counter   | subscription                 | deliveries rejected at the retry cap with no dead-letter key               |
 //	| streamd_copy_errors_total                            | counter   | subscription                 | retry or dead-letter copies that could not be written                      |

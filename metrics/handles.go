@@ -85,6 +85,8 @@ type SubscriptionMetrics struct {
 	RetriesScheduled prometheus.Counter
 	// RetriesAppended is streamd_retries_appended_total.
 	RetriesAppended prometheus.Counter
+	// LoopCopies is streamd_retry_loop_copies_total.
+	LoopCopies prometheus.Counter
 	// DeadLetters is streamd_dead_letters_total.
 	DeadLetters prometheus.Counter
 	// Rejects is streamd_rejects_total.
@@ -151,6 +153,7 @@ func (m *Metrics) Subscription(name, stream string) *SubscriptionMetrics {
 		HandlerDuration:     m.handlerDuration.WithLabelValues(name),
 		RetriesScheduled:    m.retriesScheduled.WithLabelValues(name),
 		RetriesAppended:     m.retriesAppended.WithLabelValues(name),
+		LoopCopies:          m.loopCopies.WithLabelValues(name),
 		DeadLetters:         m.deadLetters.WithLabelValues(name),
 		Rejects:             m.rejects.WithLabelValues(name),
 		CopyErrors:          m.copyErrors.WithLabelValues(name),

@@ -71,6 +71,7 @@ type Metrics struct {
 	retriesPending   prometheus.GaugeFunc
 	pendingFn        atomic.Pointer[func() int] // what retriesPending reads
 	retriesAppended  *prometheus.CounterVec
+	loopCopies       *prometheus.CounterVec
 	deadLetters      *prometheus.CounterVec
 	rejects          *prometheus.CounterVec
 	copyErrors       *prometheus.CounterVec
@@ -170,6 +171,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Namespace: namespace, Name: "retries_appended_total",
 			Help: "Retry copies written to their destination.",
 		}, subLabels),
+		loopCopies: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "retry_loop_copies_total",
+			Help: "Retry copies of records past their 100th attempt under no max_attempts: a handler that retries records for good.",
+		}, subLabels),
 		deadLetters: f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "dead_letters_total",
 			Help: "Copies written to the dead-letter key.",
@@ -247,7 +252,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.recordsRead.MetricVec, m.readBytes.MetricVec, m.readErrors.MetricVec,
 		m.position.MetricVec, m.lag.MetricVec, m.lastRecord.MetricVec,
 		m.handlerRecords.MetricVec, m.unsupported.MetricVec, m.handlerDuration.MetricVec,
-		m.retriesScheduled.MetricVec, m.retriesAppended.MetricVec,
+		m.retriesScheduled.MetricVec, m.retriesAppended.MetricVec, m.loopCopies.MetricVec,
 		m.deadLetters.MetricVec, m.rejects.MetricVec, m.copyErrors.MetricVec, m.failed.MetricVec,
 		m.duplicateAcks.MetricVec,
 		m.held.MetricVec, m.inFlight.MetricVec, m.oldestAge.MetricVec, m.up.MetricVec,
