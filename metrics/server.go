@@ -93,17 +93,23 @@ func (l errorLog) Println(v ...any) {
 	l.logger.Error("serving metrics failed", "err", fmt.Sprint(v...))
 }
 
-// connLog is the HTTP server's log of the connections it could not serve
-// (a TLS handshake that failed, as a port scan or a scrape of https with
-// http makes): at WARN, at most one line every 10 s with the count of
-// those left out, so that a scanner cannot flood the daemon's log.
+// connLog is the HTTP server's error log, at WARN. Its lines of failed TLS
+// handshakes, which a port scan or a scrape of https with http makes, come
+// at most one every 10 s with the count of those left out, so that a
+// scanner cannot flood the daemon's log; the others (a panic, an accept
+// error) all come.
 type connLog struct {
-	logger *slog.Logger
-	line   ratelog.Line
+	logger    *slog.Logger
+	handshake ratelog.Line
 }
 
 func (l *connLog) Write(p []byte) (int, error) {
-	l.line.Warn(l.logger, "serving a metrics connection failed", "err", strings.TrimSpace(string(p)))
+	msg := strings.TrimSpace(string(p))
+	if strings.Contains(msg, "TLS handshake error") {
+		l.handshake.Warn(l.logger, "a metrics connection failed its TLS handshake", "err", msg)
+	} else {
+		l.logger.Warn(msg)
+	}
 	return len(p), nil
 }
 

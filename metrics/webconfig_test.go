@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/streamd/streamd/internal/testutil"
 )
@@ -128,15 +129,16 @@ func TestWebConfigInvalid(t *testing.T) {
 	}
 }
 
-// TestConnectionErrorsLimited: connections the server cannot serve (plain
-// HTTP to the TLS listener, a connection closed before its handshake, as a
-// port scan makes) are logged at WARN at most once every 10 s, not once
-// each.
+// TestConnectionErrorsLimited: failed TLS handshakes (plain HTTP to the
+// TLS listener, a connection closed before its handshake, as a port scan
+// makes) are logged at most once every 10 s, not once each; the server's
+// other errors, such as a panic while serving, all are.
 func TestConnectionErrorsLimited(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	New(reg)
+	gather := prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) { panic("gathering failed") })
 	var logs testutil.SyncBuffer
-	srv := NewServer("127.0.0.1:0", webConfigFile, reg, nil, slog.New(slog.NewTextHandler(&logs, nil)))
+	srv := NewServer("127.0.0.1:0", webConfigFile, gather, nil, slog.New(slog.NewTextHandler(&logs, nil)))
 	if err := srv.Listen(); err != nil {
 		t.Fatal(err)
 	}
@@ -154,11 +156,24 @@ func TestConnectionErrorsLimited(t *testing.T) {
 		}
 		c.Close()
 	}
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: trustTestCert(t)}, DisableKeepAlives: true}
+	defer tr.CloseIdleConnections()
+	for range 2 {
+		req, _ := http.NewRequest("GET", "https://"+srv.Addr()+"/metrics", nil)
+		req.SetBasicAuth("prometheus", "s3cret")
+		if resp, err := tr.RoundTrip(req); err == nil {
+			resp.Body.Close()
+		}
+	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if n := strings.Count(logs.String(), "TLS handshake error"); n != 1 {
-		t.Errorf("%d lines for 6 connections the server could not serve, want 1:\n%s", n, logs.String())
+	l := logs.String()
+	if n := strings.Count(l, "TLS handshake error"); n != 1 {
+		t.Errorf("%d lines for 6 failed handshakes, want 1:\n%s", n, l)
+	}
+	if n := strings.Count(l, "panic serving"); n != 2 {
+		t.Errorf("%d lines for 2 panics while serving, want 2:\n%s", n, l)
 	}
 }
