@@ -30,41 +30,65 @@ func runGroup(cmd *exec.Cmd) error {
 		}
 		return err
 	}
-	if err := cmd.Start(); err != nil {
+	if err := groups.start(cmd); err != nil {
 		return err
 	}
-	groups.add(cmd.Process.Pid)
 	defer groups.remove(cmd.Process.Pid)
 	return cmd.Wait()
 }
 
 // groups is the process groups of the commands running.
-var groups = runningGroups{pgids: make(map[int]struct{})}
+var groups = runningGroups{pgids: make(map[int]int)}
 
+// runningGroups is the process groups of the exec commands running, for
+// KillCommands. Commands start under the read lock, so that KillCommands,
+// under the write lock, finds every command started and none starts
+// after it.
 type runningGroups struct {
-	mu    sync.Mutex
-	pgids map[int]struct{}
+	mu     sync.RWMutex
+	pgids  map[int]int // how many commands run of each group (1, but for a PID used again)
+	killed bool        // KillCommands ran: nothing starts any more
+	mapMu  sync.Mutex  // guards pgids under the read lock
 }
 
-func (g *runningGroups) add(pgid int) {
-	g.mu.Lock()
-	g.pgids[pgid] = struct{}{}
-	g.mu.Unlock()
+// errExiting is the error of a command not started because the daemon
+// exits (KillCommands).
+var errExiting = errors.New("not started: streamd exits")
+
+// start starts cmd and records its process group.
+func (g *runningGroups) start(cmd *exec.Cmd) error {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	if g.killed {
+		return errExiting
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	g.mapMu.Lock()
+	g.pgids[cmd.Process.Pid]++
+	g.mapMu.Unlock()
+	return nil
 }
 
 func (g *runningGroups) remove(pgid int) {
-	g.mu.Lock()
-	delete(g.pgids, pgid)
-	g.mu.Unlock()
+	g.mapMu.Lock()
+	defer g.mapMu.Unlock()
+	if g.pgids[pgid]--; g.pgids[pgid] <= 0 {
+		delete(g.pgids, pgid)
+	}
 }
 
-// KillCommands kills the process group of every exec command running, for
-// a daemon that exits without waiting for them (a second stop signal): the
-// kernel's parent-death signal reaches each command, but not what the
-// command started.
+// KillCommands kills the process group of every exec command running, and
+// keeps any from starting, for a daemon that exits without waiting for
+// them (a second stop signal): the kernel's parent-death signal reaches
+// each command, but not what the command started.
 func KillCommands() {
 	groups.mu.Lock()
 	defer groups.mu.Unlock()
+	groups.killed = true
+	groups.mapMu.Lock()
+	defer groups.mapMu.Unlock()
 	for pgid := range groups.pgids {
 		syscall.Kill(-pgid, syscall.SIGKILL)
 	}
