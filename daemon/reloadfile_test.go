@@ -154,8 +154,8 @@ func TestStopDuringReload(t *testing.T) {
 
 // TestReloadWaitSaid: a reload that waits for a delivery in flight of a
 // subscription it starts again says so after a moment (its answer waits
-// too), and, at shutdown_timeout, that it cancels the delivery for the
-// subscription it starts: not the stop's words.
+// too), and, at shutdown_timeout, that it cancels the delivery: not the
+// stop's words.
 func TestReloadWaitSaid(t *testing.T) {
 	t.Parallel()
 	e := newRunEnv(t, runSub("s", "orders", ""))
@@ -176,7 +176,7 @@ func TestReloadWaitSaid(t *testing.T) {
 	}
 	const waits = "the reload waits for the deliveries in flight of the subscriptions it stops, at most shutdown_timeout; it answers once they end"
 	checkLogs(t, r.logs.with(waits), []wantLog{{slog.LevelInfo, waits, map[string]string{"subscriptions_waited_for": "1", "shutdown_timeout": "2s"}}})
-	const cancels = "the reload waited shutdown_timeout for the deliveries in flight of the subscription it starts again: cancelling them (an exec handler's command is killed); unsettled, they are delivered again by the subscription it starts"
+	const cancels = "the reload waited shutdown_timeout for the deliveries in flight of a subscription it stops: cancelling them (an exec handler's command is killed); unsettled, they are delivered again when the subscription next runs (at once, when the reload starts it again)"
 	checkLogs(t, r.logs.with(cancels), []wantLog{{slog.LevelWarn, cancels, map[string]string{"subscription": "s", "records": "1"}}})
 	if l := r.logs.with("shutdown_timeout passed with records not settled"); len(l) != 0 {
 		t.Errorf("the reload logs the stop's line: %v", l)

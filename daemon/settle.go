@@ -175,7 +175,7 @@ func (dl *deliverer) warnCancelled(reload bool) {
 	switch {
 	case n == 0:
 	case reload:
-		dl.logger.Warn("the reload waited shutdown_timeout for the deliveries in flight of the subscription it starts again: cancelling them (an exec handler's command is killed); unsettled, they are delivered again by the subscription it starts",
+		dl.logger.Warn("the reload waited shutdown_timeout for the deliveries in flight of a subscription it stops: cancelling them (an exec handler's command is killed); unsettled, they are delivered again when the subscription next runs (at once, when the reload starts it again)",
 			"records", n, "oldest_handed_out", oldest.Round(time.Millisecond))
 	default:
 		dl.logger.Warn("shutdown_timeout passed with records not settled: cancelling their deliveries (an exec handler's command is killed); unsettled, they are delivered again when the subscription next runs",
