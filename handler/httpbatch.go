@@ -131,32 +131,29 @@ type batchAnswerLine struct {
 }
 
 // parseBatchAnswer reads the body of a 2xx answer to the batch ds into
-// outs, one outcome per record. An empty body (or white space on one line)
-// acknowledges every record.
+// outs, one outcome per record. A body of JSON white space alone (none, or
+// blank lines, which frameworks add) acknowledges every record.
 // Otherwise the body has exactly one line per record, in the batch's order,
 // each ended by a newline (the last one's is optional), and after the last
-// one only blank lines (JSON white space), which some servers add; a blank
-// line between two record lines is an error, as the record it answers is
-// unclear. A record's line is a JSON object whose "outcome" member is a
-// string that Streamd-Outcome could hold, "ack", "drop", "retry" or
-// "retry_after=<duration>" (see parseOutcomeDirective), and whose optional
-// "seq" member, when there, is the record's seq (a check that the answer
-// lines up with the batch). Other members are ignored. Anything else is an error, and outs is then left partly set.
+// one only blank lines; a blank line before or between record lines is an
+// error, as the record it answers is unclear. A record's line is a JSON
+// object whose "outcome" member is a string that Streamd-Outcome could
+// hold, "ack", "drop", "retry" or "retry_after=<duration>" (see
+// parseOutcomeDirective), and whose optional "seq" member, when there, is
+// the record's seq (a check that the answer lines up with the batch).
+// Other members are ignored. Anything else is an error, and outs is then
+// left partly set.
 //
 //	{"outcome":"ack"}
 //	{"seq":8,"outcome":"retry_after=30s"}
 //	{"outcome":"drop","why":"not an order"}
 func parseBatchAnswer(body []byte, ds []Delivery, outs []Outcome) error {
-	if len(bytes.TrimSpace(body)) == 0 && bytes.Count(body, []byte("\n")) <= 1 { // nothing, or a newline a framework adds
+	body = bytes.TrimRight(body, " \t\r\n") // the blank lines after the last record's
+	if len(body) == 0 {
 		fill(outs, Outcome{Kind: OutcomeAck})
 		return nil
 	}
-	body = bytes.TrimRight(body, " \t\r\n") // the blank lines after the last record's
-	lines := 0
-	if len(body) > 0 {
-		lines = bytes.Count(body, []byte("\n")) + 1
-	}
-	if lines != len(ds) {
+	if lines := bytes.Count(body, []byte("\n")) + 1; lines != len(ds) {
 		unit := "lines"
 		if lines == 1 {
 			unit = "line"
