@@ -184,7 +184,8 @@ install: build
 # uninstall removes what install put in place, with the same DESTDIR and
 # PREFIX, but the configuration (and its .dist) and the state directory,
 # which hold the operator's edits and the positions: it says where they
-# stay. Stop and disable the service first.
+# stay. Stop and disable the service first. The sysusers file is the Debian
+# package's too: not on a machine where the package is installed.
 uninstall:
 	@echo ">> removing streamd"
 	rm -f $(DESTDIR)$(PREFIX)/bin/streamd $(DESTDIR)$(PREFIX)/share/man/man1/streamd.1 \
