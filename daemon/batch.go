@@ -187,7 +187,7 @@ func (s *subscription) settleAnswered(hctx context.Context, b *batch, answered [
 	if answered != nil {
 		n = len(answered)
 	}
-	tickets := b.settling[:0]
+	tickets := slices.Grow(b.settling[:0], n) // one allocation for a new batch
 	for j := range n {
 		i := j
 		if answered != nil {

@@ -60,7 +60,8 @@ func (dl *deliverer) answer(ctx context.Context, stop <-chan struct{}, d *handle
 // delivered again together, in place, as answer holds one delivery; those
 // answered are not delivered again. After each delivery, before the
 // others are held, it hands settle the records that delivery answered
-// (their indices in ds, in order; nil for every one of ds), to be settled
+// (their indices in ds, in order, never empty; nil for every one of ds,
+// not none), to be settled
 // at once: a hold that lasts does not keep them unsettled. It hands settle
 // the held ones too when max_failed_deliveries gives up on them (their
 // outs then say OutcomeRetry). It ends when every one has an answer, with

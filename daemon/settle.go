@@ -148,8 +148,11 @@ type workerState struct {
 func (dl *deliverer) handedOut() (n int, oldest time.Duration) {
 	now := monoNow()
 	for i := range dl.workers {
+		// batched first: a batch settled in part lowers it, and clears
+		// handed before it reaches 0 (settleAnswered).
+		b := dl.workers[i].batched.Load()
 		if t := dl.workers[i].handed.Load(); t != 0 {
-			n += max(1, int(dl.workers[i].batched.Load()))
+			n += max(1, int(b))
 			oldest = max(oldest, time.Duration(now-t))
 		}
 	}
