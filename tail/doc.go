@@ -94,9 +94,10 @@
 //     next within the directory when rotations closer together than the
 //     follower's lag left several ([streamfile.NextRotated]), or else the
 //     one at the path; an incomplete frame at the end of the old file is
-//     lost ([EventTornTail]); a stream file the follower left lately that
-//     comes back to the path (a rename undone after another file sat
-//     there) is read on from where it was left, not read again;
+//     lost ([EventTornTail]); a stream file the follower left lately (one
+//     of the last four) that comes back to the path (a rename undone
+//     after another file sat there) is read on from where it was left, not
+//     read again, if the last record read of it still reads the same;
 //   - a path that is gone: the follower reports it ([EventRemoved], and a
 //     log line every 10 s: the first at INFO when the open file was
 //     renamed, as by a rotation, at WARN when it was removed), keeps

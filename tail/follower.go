@@ -166,6 +166,7 @@ type Follower struct {
 	reportPos int64 // read position at the last report
 
 	damage  damageState  // damaged bytes in the open file (damage.go)
+	last    lastRecord   // of the open file; zero before its first
 	replace replaceState // the path when it does not name the open file (replace.go)
 
 	// Wake-ups (watch.go).
@@ -368,6 +369,7 @@ func (fl *Follower) Next(ctx context.Context) (*Record, error) {
 				fl.report()
 			}
 			fl.rec.Record = rec
+			fl.last = lastRecordOf(rec)
 			return &fl.rec, nil
 		}
 		var ce *streamfile.ChecksumError
@@ -644,7 +646,7 @@ func (fl *Follower) startOver() {
 	if fl.pending != nil {
 		fl.log.Info(msgStartDropped, "start_at", fl.opts.Start.String())
 	}
-	fl.dec, fl.hdr, fl.pending = nil, streamfile.Header{}, nil
+	fl.dec, fl.hdr, fl.pending, fl.last = nil, streamfile.Header{}, nil, lastRecord{}
 	fl.damage.forget()
 }
 
@@ -695,7 +697,7 @@ func (fl *Follower) readHeader() (bool, error) {
 		if off, err = fl.startOffset(fi.Size()); err != nil {
 			return false, err
 		}
-	} else if left, ok := fl.replace.takeBack(id); ok {
+	} else if left, ok := fl.replace.takeBack(id, fi); ok {
 		off = fl.backAt(left, fi.Size())
 	}
 	fl.dec = streamfile.NewDecoder(fl.f, h, off)
@@ -741,19 +743,36 @@ func (fl *Follower) startOffset(size int64) (int64, error) {
 	return off, nil
 }
 
-// backAt returns where to read a file the follower left at offset left and
-// finds at the path again: there, unless it no longer fits the file, which
-// was truncated or rewritten meanwhile.
-func (fl *Follower) backAt(left, size int64) int64 {
-	if err := checkBoundary(fl.f, fl.hdr, size, left); err != nil {
-		fl.log.Warn("the stream file read before is back at the path, but its position does not fit it any more (truncated or rewritten); reading it from the beginning",
-			"offset", left, "size", size, "err", err)
+// backAt returns where to read a file the follower left (left) and finds
+// at the path again, size bytes long: where it left it, or, when it was
+// passing over damaged bytes there, after the last record it read (the
+// damage is met again, and passed over). The file is read from its
+// beginning instead when that last record does not read the same any more,
+// or the position does not fit the file: it was truncated or rewritten
+// meanwhile.
+func (fl *Follower) backAt(left leftFile, size int64) int64 {
+	off := left.offset
+	if left.skipping {
+		off = left.last.end
+	}
+	d := streamfile.NewDecoder(fl.f, fl.hdr, left.last.offset)
+	rec, err := d.Next()
+	switch {
+	case err != nil:
+	case lastRecordOf(rec) != left.last:
+		err = fmt.Errorf("the record at offset %d is not the one read there", left.last.offset)
+	case off != left.last.end:
+		err = checkBoundary(fl.f, fl.hdr, size, off)
+	}
+	if err != nil {
+		fl.log.Warn("the stream file read before is back at the path, but rewritten or truncated since; reading it from the beginning",
+			"offset", off, "size", size, "err", err)
 		fl.obs.Event(EventTruncated)
 		return streamfile.HeaderSize
 	}
 	fl.log.Info("the stream file read before is back at the path; reading it on from where it was left",
-		"offset", left, "ino", fl.id.Ino, "file_name", fl.id.FileName, "created_at_ms", fl.id.CreatedAtMs)
-	return left
+		"offset", off, "ino", fl.id.Ino, "file_name", fl.id.FileName, "created_at_ms", fl.id.CreatedAtMs)
+	return off
 }
 
 // msgStartNotReached and msgStartReached are logged when no record of the

@@ -55,36 +55,54 @@ type replaceState struct {
 	left []leftFile
 }
 
-// leftFile is a stream file a follower switched away from, and the
-// position it left it at.
+// leftFile is a stream file a follower switched away from: which (fi, for
+// the device too), where it left it (offset, or the end of the last record
+// when it was passing over damaged bytes there), and the last record it
+// read of it, which must read the same for the file to be read on there.
 type leftFile struct {
-	id     streamfile.Identity
-	offset int64
+	id       streamfile.Identity
+	fi       os.FileInfo
+	offset   int64
+	skipping bool
+	last     lastRecord
+}
+
+// lastRecord is where the last record read of a file was, and what tells
+// it from another record written there since (its sequence, timestamp
+// and checksum).
+type lastRecord struct {
+	offset, end int64
+	seq         uint64
+	tag         uint64
+}
+
+// lastRecordOf is the lastRecord of rec.
+func lastRecordOf(rec *streamfile.Record) lastRecord {
+	return lastRecord{offset: rec.Offset, end: rec.End, seq: rec.Seq, tag: rec.TimestampMs<<16 | uint64(rec.Checksum)}
 }
 
 // maxLeft bounds replaceState.left.
 const maxLeft = 4
 
-// leave remembers that the follower leaves the file of identity id at
-// offset.
-func (r *replaceState) leave(id streamfile.Identity, offset int64) {
-	r.left = slices.DeleteFunc(r.left, func(l leftFile) bool { return l.id == id })
+// leave remembers the file the follower leaves.
+func (r *replaceState) leave(l leftFile) {
+	r.left = slices.DeleteFunc(r.left, func(o leftFile) bool { return o.id == l.id })
 	if len(r.left) == maxLeft {
 		r.left = slices.Delete(r.left, 0, 1)
 	}
-	r.left = append(r.left, leftFile{id, offset})
+	r.left = append(r.left, l)
 }
 
-// takeBack returns where the follower left the file of identity id, and
-// forgets it; false if it did not leave that file lately.
-func (r *replaceState) takeBack(id streamfile.Identity) (int64, bool) {
-	i := slices.IndexFunc(r.left, func(l leftFile) bool { return l.id == id })
+// takeBack returns the file of identity id and stat information fi, if the
+// follower left it lately, and forgets it.
+func (r *replaceState) takeBack(id streamfile.Identity, fi os.FileInfo) (leftFile, bool) {
+	i := slices.IndexFunc(r.left, func(l leftFile) bool { return l.id == id && os.SameFile(l.fi, fi) })
 	if i < 0 {
-		return 0, false
+		return leftFile{}, false
 	}
-	off := r.left[i].offset
+	l := r.left[i]
 	r.left = slices.Delete(r.left, i, i+1)
-	return off, true
+	return l, true
 }
 
 // resumeRotated opens, in place of the file at the path, the file the
@@ -529,8 +547,8 @@ func (fl *Follower) switchFile(err error) error {
 	st, _ := nf.Stat()
 	fl.countReplacement(st)
 	r.told, r.unopened = false, nil
-	if fl.dec != nil {
-		r.leave(fl.id, fl.pos())
+	if fi, err := fl.f.Stat(); err == nil && fl.hdr.BeaconInterval != 0 && fl.last.end > 0 {
+		r.leave(leftFile{id: fl.id, fi: fi, offset: fl.pos(), skipping: fl.dec == nil, last: fl.last})
 	}
 	cerr := fl.f.Close()
 	fl.f = nf

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -783,5 +784,107 @@ func TestLeftFileBack(t *testing.T) {
 			case <-time.After(100 * time.Millisecond):
 			}
 		})
+	}
+}
+
+// TestLeftFileBackRewritten: a stream file that comes back to the path
+// rewritten in place since the follower left it, under the same header,
+// with records of the same sizes where those it read were (cut, as
+// streamd repair cuts, and appended to again), is read from its
+// beginning: its position fits it, but its last record read is not there
+// any more. Read on from the position, the records written there would be
+// lost.
+func TestLeftFileBackRewritten(t *testing.T) {
+	dir := t.TempDir()
+	path, away := filepath.Join(dir, "r.ss"), filepath.Join(dir, "r.ss.away")
+	fa := frames("a", 1, 8, 1, 40)
+	writeFile(t, path, oldHeader, fa[:5])
+	obs := newObserver()
+	fl, err := New(Options{Path: path, PollInterval: 20 * time.Millisecond, RotationGrace: 50 * time.Millisecond, Observer: obs, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fl.Close()
+	items, stop := follow(t, fl)
+	defer stop()
+	got := collect(t, items, 5, 5*time.Second)
+	if err := os.Rename(path, away); err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(dir, "other")
+	between := frames("b", 1, 3, 1, 20)
+	writeFile(t, other, newHeader, between)
+	if err := os.Rename(other, path); err != nil {
+		t.Fatal(err)
+	}
+	got = append(got, collect(t, items, len(between), 5*time.Second)...)
+
+	// Records of the same sizes as those read, at the same offsets.
+	if err := os.Truncate(away, got[2].Offset); err != nil {
+		t.Fatal(err)
+	}
+	rewritten := make([]streamfile.Frame, 3)
+	for i := range rewritten {
+		rewritten[i] = fa[2+i]
+		rewritten[i].Seq, rewritten[i].TimestampMs = 100+uint64(i), 100+uint64(i)
+		rewritten[i].Payload = bytes.Repeat([]byte{'x'}, len(fa[2+i].Payload))
+	}
+	appendFrames(t, away, rewritten)
+	appendFrames(t, away, fa[5:])
+	if err := os.Rename(away, path); err != nil {
+		t.Fatal(err)
+	}
+	want := slices.Concat(fa[:5], between, fa[:2], rewritten, fa[5:])
+	got = append(got, collect(t, items, len(want)-len(got), 5*time.Second)...)
+	if err := sameFrames(got, want); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLeftFileBackDamaged: a stream file the follower left while it passed
+// over damaged bytes at its end comes back to the path: what it read of it
+// is not read again, and the damage is met (and told) again.
+func TestLeftFileBackDamaged(t *testing.T) {
+	path, fs, _ := damagedFile(t, 11, damageKey)
+	dir := filepath.Dir(path)
+	away := path + ".away"
+	obs := newObserver()
+	fl, err := New(Options{Path: path, PollInterval: 20 * time.Millisecond, RotationGrace: 50 * time.Millisecond, Observer: obs, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fl.Close()
+	items, stop := follow(t, fl)
+	defer stop()
+	got := collect(t, items, 11, 5*time.Second)
+	for obs.count(EventFormat) == 0 {
+		select {
+		case it := <-items:
+			t.Fatalf("past the damage: %+v", it)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if err := os.Rename(path, away); err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(dir, "other")
+	between := frames("b", 1, 3, 1, 20)
+	writeFile(t, other, streamfile.Header{FileName: "d.ss", CreatedAtMs: 2, BeaconInterval: 64 << 10}, between)
+	if err := os.Rename(other, path); err != nil {
+		t.Fatal(err)
+	}
+	got = append(got, collect(t, items, len(between), 5*time.Second)...)
+	if err := os.Rename(away, path); err != nil {
+		t.Fatal(err)
+	}
+	for obs.count(EventFormat) < 2 {
+		select {
+		case it := <-items:
+			t.Fatalf("read again: %+v", it)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if err := sameFrames(got, slices.Concat(fs[:11], between)); err != nil {
+		t.Fatal(err)
 	}
 }
