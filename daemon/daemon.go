@@ -225,7 +225,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	defer func() { err = errors.Join(err, store.Close()) }()
 	// A fired copy is recorded done in the spool only once its stream
 	// file is synced: a power loss keeps the copy or fires it again.
-	queue, err := retrytimer.Open(retrytimer.Options{Dir: cfg.StateDir, Fire: d.fire, Durable: d.syncStreams, Logger: d.logger})
+	queue, err := retrytimer.Open(retrytimer.Options{Dir: cfg.StateDir, Fire: d.fire, Durable: d.syncStreams, Stuck: d.spoolStuck, Logger: d.logger})
 	if err != nil {
 		return err
 	}
@@ -967,6 +967,16 @@ func (d *Daemon) observeFire(c retrytimer.Copy, err error) {
 	if d.metrics.Health().SetProblem(what, "") {
 		d.logger.Info("writing delayed copies works again", "stream", c.Stream)
 	}
+}
+
+// spoolStuck reports on /healthz that no delayed copy fires while the retry
+// spool cannot record the copies fired as done (err), until it can (nil).
+func (d *Daemon) spoolStuck(err error) {
+	reason := ""
+	if err != nil {
+		reason = "it cannot record the copies fired as done, and no delayed copy fires until it can: " + err.Error()
+	}
+	d.metrics.Health().SetProblem("the retry spool", reason)
 }
 
 // notOpen says why a pending copy of stream name cannot be written, and

@@ -110,8 +110,9 @@
 // are fired, [Options.Durable] makes them durable where the FireFunc wrote
 // them (the daemon fsyncs its stream files), once for the copies that
 // fired together (up to 256); only then are their done records appended,
-// without fsync. While Durable fails, no more copies fire, the fired ones
-// stay pending in the spool (and count in [Queue.Pending]), and Durable is
+// without fsync. While Durable fails, or the done records cannot be written
+// for a full disk ([Options.Stuck]), no more copies fire, the fired ones
+// stay pending in the spool (and count in [Queue.Pending]), and both are
 // tried again after [Options.RetryBackoff]. Therefore:
 //
 //   - A copy whose Schedule returned is never lost. A copy whose Schedule
@@ -165,8 +166,9 @@
 // A Schedule whose write fails (a full disk) truncates the part of its
 // record that the write left, so the spool is as it was: Schedule returns
 // the error, the copy is not scheduled, and a later Schedule may succeed
-// once there is space. Any other failure (an fsync, a write whose partial
-// record cannot be removed, a done-record) fails the queue for good:
+// once there is space; a done record that does not fit holds the queue
+// (see above). Any other failure (an fsync, a write whose partial record
+// cannot be removed, another write error) fails the queue for good:
 // Schedule returns the error, Run and Drain return it, and nothing more is
 // written, so that a partial write can only be a torn tail. The process
 // should exit and restart from the spool.

@@ -12,6 +12,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/streamd/streamd/internal/ratelog"
@@ -84,6 +85,10 @@ type Options struct {
 	// pending in the spool (fired again after a restart). Nil means a copy
 	// is durable when Fire returns.
 	Durable func() error
+	// Stuck, if set, is told when no copy fires any more because the
+	// spool cannot record the copies fired as done (a full disk: err),
+	// and when it can again (nil), for a health check.
+	Stuck func(err error)
 }
 
 // doneBatch is the most copies fired before their done records are written.
@@ -116,6 +121,7 @@ var (
 type Queue struct {
 	fire       FireFunc
 	durable    func() error
+	stuck      func(error)
 	log        *slog.Logger
 	backoff    time.Duration
 	maxBackoff time.Duration
@@ -163,6 +169,7 @@ func Open(opts Options) (*Queue, error) {
 	q := &Queue{
 		fire:       opts.Fire,
 		durable:    opts.Durable,
+		stuck:      opts.Stuck,
 		log:        opts.Logger,
 		backoff:    opts.RetryBackoff,
 		maxBackoff: opts.MaxRetryBackoff,
@@ -586,9 +593,10 @@ func (q *Queue) fireOne(ctx context.Context) (time.Duration, error) {
 // recordDone makes the copies fired since its last call durable
 // (Options.Durable), records them as done in the spool, and then compacts
 // the spool if it is due. It reports false if Durable failed, or a done
-// record could not be written (a full disk): the copies stay pending in
-// the spool, and the next call tries again. A spool that fails here (a
-// write it could not undo) is reported by the loop.
+// record could not be written for a full disk (Options.Stuck): the copies
+// stay pending in the spool, and the next call tries again. A spool that
+// fails here (another write error, or one it could not undo) is reported
+// by the loop.
 func (q *Queue) recordDone() bool {
 	q.held = false
 	if len(q.undone) == 0 {
@@ -618,25 +626,40 @@ func (q *Queue) recordDone() bool {
 			break // nothing is written after a failure: the copy fires again after the restart
 		}
 		_, err := q.sp.append(encodeDone(id))
-		if _, partial := errors.AsType[*partialWriteError](err); err != nil && !partial {
-			// Not written, and the spool as it was (a full disk): the
-			// rest stay to be recorded, and nothing fires until they are,
-			// so that a restart meanwhile fires again only these.
+		if _, partial := errors.AsType[*partialWriteError](err); !partial && noSpace(err) {
+			// Not written, and the spool as it was: the rest stay to be
+			// recorded, and nothing fires until they are, so that a
+			// restart meanwhile fires again only these.
 			q.undone = append(q.undone[:0], q.undone[i:]...)
 			q.held = true
 			q.mu.Unlock()
-			q.doneTrouble.Failed(q.log, "the retry spool cannot record the copies fired as done (a full disk?); no copy fires until it can, "+
+			q.doneTrouble.Failed(q.log, "the retry spool cannot record the copies fired as done, its disk full; no copy fires until it can, "+
 				"and a restart before then fires these again", err, "path", q.sp.path, "copies", len(q.undone))
+			if q.stuck != nil {
+				q.stuck(err)
+			}
 			return false
 		} else if err != nil {
 			q.fail(err)
 		}
 	}
 	q.undone = q.undone[:0]
+	failed := q.err != nil
 	q.mu.Unlock()
-	q.doneTrouble.Passed(q.log, "the retry spool records the copies fired as done again")
+	if !failed && q.doneTrouble.Failing() {
+		q.doneTrouble.Passed(q.log, "the retry spool records the copies fired as done again")
+		if q.stuck != nil {
+			q.stuck(nil)
+		}
+	}
 	q.maybeCompact()
 	return true
+}
+
+// noSpace reports whether err is a full disk or quota: a write that may
+// pass once there is room.
+func noSpace(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
 }
 
 // observe takes a reading of the clock, Unix ns. A reading earlier than the

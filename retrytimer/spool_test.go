@@ -754,7 +754,17 @@ func TestSpoolFullDiskDoneRecords(t *testing.T) {
 	defer exec.Command("umount", "-l", dir).Run()
 	rec := &recorder{t: t}
 	var logs testutil.SyncBuffer
-	q := mustOpen(t, Options{Dir: dir, Fire: rec.fire, RetryBackoff: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	var stuckMu sync.Mutex
+	var stuck []string // what Options.Stuck was told, each change
+	tell := func(err error) {
+		stuckMu.Lock()
+		defer stuckMu.Unlock()
+		s := fmt.Sprint(err)
+		if len(stuck) == 0 || stuck[len(stuck)-1] != s {
+			stuck = append(stuck, s)
+		}
+	}
+	q := mustOpen(t, Options{Dir: dir, Fire: rec.fire, RetryBackoff: 10 * time.Millisecond, Stuck: tell, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	// More done records than the slack of the spool's last page holds.
 	const n = 2 * doneBatch
 	now := time.Now()
@@ -817,5 +827,10 @@ func TestSpoolFullDiskDoneRecords(t *testing.T) {
 	}
 	if l := logs.String(); strings.Count(l, "cannot record the copies fired as done") != 1 || !strings.Contains(l, "records the copies fired as done again") {
 		t.Errorf("log: %s\nwant the trouble once (its lines are limited) and its end", l)
+	}
+	stuckMu.Lock()
+	defer stuckMu.Unlock()
+	if len(stuck) != 2 || !strings.Contains(stuck[0], "no space left on device") || stuck[1] != "<nil>" {
+		t.Errorf("Options.Stuck was told %q, want the full disk, then nil", stuck)
 	}
 }
