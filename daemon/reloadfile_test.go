@@ -104,16 +104,14 @@ func TestOverwrite(t *testing.T) {
 	}
 }
 
-// TestStopDuringReload: told to stop while a reload waits for the delivery
-// in flight of a subscription it changed, the daemon starts nothing of the
-// new configuration (the subscription delivers nothing more), stops within
-// shutdown_timeout of being told, and the reload answers that the new
-// configuration was not started.
-func TestStopDuringReload(t *testing.T) {
-	t.Parallel()
+// inFlightForReload starts a daemon (shutdown_timeout 2s) whose
+// subscription s has a delivery in flight until the handlers' context
+// ends, and returns it with a configuration that changes s, which a reload
+// stops and starts again, and the count of deliveries.
+func inFlightForReload(t *testing.T) (*runEnv, *runningDaemon, *conf.Config, *atomic.Int32) {
 	e := newRunEnv(t, runSub("s", "orders", ""))
 	e.shutdownTimeout = "2s"
-	var calls atomic.Int32
+	calls := new(atomic.Int32)
 	h := handler.HandlerFunc(func(ctx context.Context, _ *handler.Delivery) handler.Outcome {
 		calls.Add(1)
 		<-ctx.Done() // in flight until the handlers' context ends
@@ -123,7 +121,18 @@ func TestStopDuringReload(t *testing.T) {
 	e.put("orders", nil, "a")
 	waitFor(t, "the delivery in flight", func() bool { return calls.Load() == 1 })
 	changed := e.load()
-	changed.Subscriptions[0].Concurrency = 2 // s is stopped and started again
+	changed.Subscriptions[0].Concurrency = 2
+	return e, r, changed, calls
+}
+
+// TestStopDuringReload: told to stop while a reload waits for the delivery
+// in flight of a subscription it changed, the daemon starts nothing of the
+// new configuration (the subscription delivers nothing more), stops within
+// shutdown_timeout of being told, and the reload answers that the new
+// configuration was not started.
+func TestStopDuringReload(t *testing.T) {
+	t.Parallel()
+	e, r, changed, calls := inFlightForReload(t)
 	loaded := make(chan struct{})
 	reloaded := make(chan error, 1)
 	go func() {
@@ -158,19 +167,7 @@ func TestStopDuringReload(t *testing.T) {
 // stop's words.
 func TestReloadWaitSaid(t *testing.T) {
 	t.Parallel()
-	e := newRunEnv(t, runSub("s", "orders", ""))
-	e.shutdownTimeout = "2s"
-	var calls atomic.Int32
-	h := handler.HandlerFunc(func(ctx context.Context, _ *handler.Delivery) handler.Outcome {
-		calls.Add(1)
-		<-ctx.Done() // in flight until the handlers' context ends
-		return handler.Failed(handler.FailureCanceled, ctx.Err())
-	})
-	r := e.start(map[string]handler.Handler{"s": h})
-	e.put("orders", nil, "a")
-	waitFor(t, "the delivery in flight", func() bool { return calls.Load() == 1 })
-	changed := e.load()
-	changed.Subscriptions[0].Concurrency = 2 // s is stopped and started again
+	_, r, changed, calls := inFlightForReload(t)
 	if err := r.d.Reload(context.Background(), func() (*conf.Config, error) { return changed, nil }); err != nil {
 		t.Fatalf("Reload: %v", err)
 	}

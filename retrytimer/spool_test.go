@@ -422,10 +422,11 @@ func TestSpoolWriteFailure(t *testing.T) {
 	}
 }
 
-// TestSpoolFullDisk fills the filesystem under the spool: a Schedule that
-// does not fit fails and leaves the spool as it was, and once space returns
-// the queue schedules and fires again.
-func TestSpoolFullDisk(t *testing.T) {
+// smallDisk returns a directory on a filesystem of its own of 64 KiB (a
+// tmpfs, unmounted at the end of the test), to be filled; it skips the
+// test where one cannot be mounted.
+func smallDisk(t *testing.T) string {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("mounting a small tmpfs for a full disk needs root")
 	}
@@ -433,20 +434,35 @@ func TestSpoolFullDisk(t *testing.T) {
 	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", dir).CombinedOutput(); err != nil {
 		t.Skipf("cannot mount a tmpfs here (%v: %s)", err, strings.TrimSpace(string(out)))
 	}
-	defer exec.Command("umount", "-l", dir).Run()
-	rec := &recorder{t: t}
-	q := mustOpen(t, Options{Dir: dir, Fire: rec.fire})
+	t.Cleanup(func() { exec.Command("umount", "-l", dir).Run() })
+	return dir
+}
+
+// fillDisk fills the filesystem of dir with a file, whose path it
+// returns: removing it makes the room again.
+func fillDisk(t *testing.T, dir string) string {
+	t.Helper()
 	filler := filepath.Join(dir, "filler")
 	f, err := os.Create(filler)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer f.Close()
 	for {
-		if _, err := f.Write(make([]byte, 1024)); err != nil {
-			break // the disk is full
+		if _, err := f.Write(make([]byte, 512)); err != nil {
+			return filler // the disk is full
 		}
 	}
-	f.Close()
+}
+
+// TestSpoolFullDisk fills the filesystem under the spool: a Schedule that
+// does not fit fails and leaves the spool as it was, and once space returns
+// the queue schedules and fires again.
+func TestSpoolFullDisk(t *testing.T) {
+	dir := smallDisk(t)
+	rec := &recorder{t: t}
+	q := mustOpen(t, Options{Dir: dir, Fire: rec.fire})
+	filler := fillDisk(t, dir)
 	big := testCopy("full", time.Now(), 0)
 	big.Record = make([]byte, 8<<10)
 	if err := q.Schedule(big, time.Now()); err == nil || !strings.Contains(err.Error(), "no space left on device") {
@@ -744,14 +760,7 @@ func TestSpoolRemovedWhileBusy(t *testing.T) {
 // all again at each restart): nothing more fires until they are written,
 // which happens once space returns, and each copy fires once.
 func TestSpoolFullDiskDoneRecords(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a small tmpfs for a full disk needs root")
-	}
-	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs here (%v: %s)", err, strings.TrimSpace(string(out)))
-	}
-	defer exec.Command("umount", "-l", dir).Run()
+	dir := smallDisk(t)
 	rec := &recorder{t: t}
 	var logs testutil.SyncBuffer
 	var stuckMu sync.Mutex
@@ -771,17 +780,7 @@ func TestSpoolFullDiskDoneRecords(t *testing.T) {
 	for i := range n {
 		mustSchedule(t, q, fmt.Sprint("c", i), now)
 	}
-	filler := filepath.Join(dir, "filler")
-	f, err := os.Create(filler)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := f.Write(make([]byte, 512)); err != nil {
-			break // the disk is full
-		}
-	}
-	f.Close()
+	filler := fillDisk(t, dir)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

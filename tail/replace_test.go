@@ -530,13 +530,7 @@ func TestReplaceByNonStreamFile(t *testing.T) {
 	if err := errors.Join(os.WriteFile(wrong, bytes.Repeat([]byte("not a stream file\n"), 20), 0o644), os.Rename(wrong, path)); err != nil {
 		t.Fatal(err)
 	}
-	for obs.count(EventFormat) == 0 {
-		select {
-		case it := <-items:
-			t.Fatalf("while the path names a file that is not a stream file: %+v", it)
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+	awaitEvent(t, obs, items, EventFormat, 1, "while the path names a file that is not a stream file")
 	if told := obs.told(); len(told) != 1 || !strings.Contains(told[0], path) || !strings.Contains(told[0], "not a stream file") {
 		t.Errorf("troubles told %q, want one naming the path and saying it is not a stream file", told)
 	}
@@ -710,16 +704,22 @@ func TestPathGoneLogged(t *testing.T) {
 // another stream file, which is read), then renamed back, is read on from
 // where the follower left it: the records it read are not read again, and
 // those written to it since are read. A file back at the path that was
-// truncated meanwhile is read from its beginning.
+// truncated meanwhile is read from its beginning, also when it was written
+// again with records of the same sizes where those read were (cut, as
+// streamd repair cuts, and appended to): its position fits it, but its
+// last record read is not there any more, and read on from the position,
+// the records written there would be lost.
 func TestLeftFileBack(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		between  []streamfile.Frame // nil: a file that is not a stream file
 		truncate bool               // the file is truncated before it is back
+		rewrite  bool               // and written again as it was, with other records
 	}{
 		{name: "not a stream file between"},
 		{name: "stream file between", between: frames("b", 1, 3, 1, 20)},
 		{name: "truncated meanwhile", between: frames("b", 1, 3, 1, 20), truncate: true},
+		{name: "rewritten meanwhile", between: frames("b", 1, 3, 1, 20), truncate: true, rewrite: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -751,13 +751,7 @@ func TestLeftFileBack(t *testing.T) {
 				t.Fatal(err)
 			}
 			if tc.between == nil {
-				for obs.count(EventFormat) == 0 {
-					select {
-					case it := <-items:
-						t.Fatalf("while the path names a file that is not a stream file: %+v", it)
-					case <-time.After(10 * time.Millisecond):
-					}
-				}
+				awaitEvent(t, obs, items, EventFormat, 1, "while the path names a file that is not a stream file")
 			} else {
 				got = append(got, collect(t, items, len(tc.between), 5*time.Second)...)
 			}
@@ -768,6 +762,16 @@ func TestLeftFileBack(t *testing.T) {
 					t.Fatal(err)
 				}
 				want = append(want, fa[:2]...)
+			}
+			if tc.rewrite { // records of the sizes of those read there
+				rewritten := make([]streamfile.Frame, 3)
+				for i := range rewritten {
+					rewritten[i] = fa[2+i]
+					rewritten[i].Seq, rewritten[i].TimestampMs = 100+uint64(i), 100+uint64(i)
+					rewritten[i].Payload = bytes.Repeat([]byte{'x'}, len(fa[2+i].Payload))
+				}
+				appendFrames(t, away, rewritten)
+				want = append(want, rewritten...)
 			}
 			appendFrames(t, away, fa[5:])
 			want = append(want, fa[5:]...)
@@ -787,60 +791,6 @@ func TestLeftFileBack(t *testing.T) {
 	}
 }
 
-// TestLeftFileBackRewritten: a stream file that comes back to the path
-// rewritten in place since the follower left it, under the same header,
-// with records of the same sizes where those it read were (cut, as
-// streamd repair cuts, and appended to again), is read from its
-// beginning: its position fits it, but its last record read is not there
-// any more. Read on from the position, the records written there would be
-// lost.
-func TestLeftFileBackRewritten(t *testing.T) {
-	dir := t.TempDir()
-	path, away := filepath.Join(dir, "r.ss"), filepath.Join(dir, "r.ss.away")
-	fa := frames("a", 1, 8, 1, 40)
-	writeFile(t, path, oldHeader, fa[:5])
-	obs := newObserver()
-	fl, err := New(Options{Path: path, PollInterval: 20 * time.Millisecond, RotationGrace: 50 * time.Millisecond, Observer: obs, Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fl.Close()
-	items, stop := follow(t, fl)
-	defer stop()
-	got := collect(t, items, 5, 5*time.Second)
-	if err := os.Rename(path, away); err != nil {
-		t.Fatal(err)
-	}
-	other := filepath.Join(dir, "other")
-	between := frames("b", 1, 3, 1, 20)
-	writeFile(t, other, newHeader, between)
-	if err := os.Rename(other, path); err != nil {
-		t.Fatal(err)
-	}
-	got = append(got, collect(t, items, len(between), 5*time.Second)...)
-
-	// Records of the same sizes as those read, at the same offsets.
-	if err := os.Truncate(away, got[2].Offset); err != nil {
-		t.Fatal(err)
-	}
-	rewritten := make([]streamfile.Frame, 3)
-	for i := range rewritten {
-		rewritten[i] = fa[2+i]
-		rewritten[i].Seq, rewritten[i].TimestampMs = 100+uint64(i), 100+uint64(i)
-		rewritten[i].Payload = bytes.Repeat([]byte{'x'}, len(fa[2+i].Payload))
-	}
-	appendFrames(t, away, rewritten)
-	appendFrames(t, away, fa[5:])
-	if err := os.Rename(away, path); err != nil {
-		t.Fatal(err)
-	}
-	want := slices.Concat(fa[:5], between, fa[:2], rewritten, fa[5:])
-	got = append(got, collect(t, items, len(want)-len(got), 5*time.Second)...)
-	if err := sameFrames(got, want); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // TestLeftFileBackDamaged: a stream file the follower left while it passed
 // over damaged bytes at its end comes back to the path: what it read of it
 // is not read again, and the damage is met (and told) again.
@@ -857,13 +807,7 @@ func TestLeftFileBackDamaged(t *testing.T) {
 	items, stop := follow(t, fl)
 	defer stop()
 	got := collect(t, items, 11, 5*time.Second)
-	for obs.count(EventFormat) == 0 {
-		select {
-		case it := <-items:
-			t.Fatalf("past the damage: %+v", it)
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+	awaitEvent(t, obs, items, EventFormat, 1, "past the damage")
 	if err := os.Rename(path, away); err != nil {
 		t.Fatal(err)
 	}
@@ -877,14 +821,21 @@ func TestLeftFileBackDamaged(t *testing.T) {
 	if err := os.Rename(away, path); err != nil {
 		t.Fatal(err)
 	}
-	for obs.count(EventFormat) < 2 {
-		select {
-		case it := <-items:
-			t.Fatalf("read again: %+v", it)
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+	awaitEvent(t, obs, items, EventFormat, 2, "read again")
 	if err := sameFrames(got, slices.Concat(fs[:11], between)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// awaitEvent waits until obs was told of event e n times, failing the test
+// if a record comes meanwhile (while: what should hold no record back).
+func awaitEvent(t *testing.T, obs *observer, items <-chan item, e Event, n int, while string) {
+	t.Helper()
+	for obs.count(e) < n {
+		select {
+		case it := <-items:
+			t.Fatalf("%s: %+v", while, it)
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
 }
