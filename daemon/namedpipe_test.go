@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-
-	"github.com/streamd/streamd/handler"
 )
 
 // TestRunNamedPipeAtPath: a named pipe put at the stream path while the
@@ -20,11 +18,7 @@ import (
 // finishes, and streamd offsets show says what is at the path.
 func TestRunNamedPipeAtPath(t *testing.T) {
 	t.Parallel()
-	e := newRunEnv(t, "rotation_grace = \"0s\"\n"+runSub("billing", "orders", ""))
-	e.put("orders", nil, "o1")
-	billing := newRecorder(nil)
-	r := e.start(map[string]handler.Handler{"billing": billing})
-	billing.waitN(t, 1)
+	e, r, _ := startDelivered(t)
 	size := func() float64 { return testutil.ToFloat64(r.d.metrics.Stream("orders").Size) }
 	waitFor(t, "the stream's size", func() bool { return size() > 0 })
 

@@ -122,6 +122,19 @@ func TestRunBrokenStream(t *testing.T) {
 	}
 }
 
+// startDelivered starts a daemon with one subscription, billing, of
+// stream orders (rotation_grace 0s), and returns once its first record was
+// delivered to the returned recorder.
+func startDelivered(t *testing.T) (*runEnv, *runningDaemon, *recorder) {
+	t.Helper()
+	e := newRunEnv(t, "rotation_grace = \"0s\"\n"+runSub("billing", "orders", ""))
+	e.put("orders", nil, "o1")
+	billing := newRecorder(nil)
+	r := e.start(map[string]handler.Handler{"billing": billing})
+	billing.waitN(t, 1)
+	return e, r, billing
+}
+
 // TestRunStreamFileSpoiled: a file that is not a stream file renamed over
 // the stream path while the subscription runs makes it unhealthy, with the
 // reason a subscription waiting for its file at start has (the stream, the
@@ -129,11 +142,7 @@ func TestRunBrokenStream(t *testing.T) {
 // in turn is read, and the subscription is healthy again.
 func TestRunStreamFileSpoiled(t *testing.T) {
 	t.Parallel()
-	e := newRunEnv(t, "rotation_grace = \"0s\"\n"+runSub("billing", "orders", ""))
-	e.put("orders", nil, "o1")
-	billing := newRecorder(nil)
-	r := e.start(map[string]handler.Handler{"billing": billing})
-	billing.waitN(t, 1)
+	e, r, billing := startDelivered(t)
 	health := func() string {
 		if err := r.d.metrics.Health().Err(); err != nil {
 			return err.Error()

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/streamd/streamd/internal/testutil"
+	"github.com/streamd/streamd/streamfile"
 )
 
 // noItem fails the test if the follower hands out anything within d.
@@ -194,24 +195,31 @@ func TestReadErrorRetried(t *testing.T) {
 			return flakyFile{f, fail}, nil
 		}}
 	}
+	// followRead follows opts.Path, whose reads fail while the returned
+	// flag is set, and reads its first records, read.
+	followRead := func(t *testing.T, opts Options, read []streamfile.Frame) (<-chan item, *atomic.Bool) {
+		t.Helper()
+		fail := new(atomic.Bool)
+		fl, err := newFollower(opts, open(fail))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { fl.Close() })
+		items, stop := follow(t, fl)
+		t.Cleanup(stop)
+		if err := sameFrames(collect(t, items, len(read), 5*time.Second), read); err != nil {
+			t.Fatal(err)
+		}
+		return items, fail
+	}
 	t.Run("live", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "r.ss")
 		fs := frames("k", 1, 20, 1, 40)
 		writeFile(t, path, oldHeader, fs[:10])
-		var fail atomic.Bool
 		var logs testutil.SyncBuffer
 		obs := newObserver()
-		fl, err := newFollower(Options{Path: path, PollInterval: 50 * time.Millisecond, Observer: obs,
-			Logger: slog.New(slog.NewTextHandler(&logs, nil))}, open(&fail))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer fl.Close()
-		items, stop := follow(t, fl)
-		defer stop()
-		if err := sameFrames(collect(t, items, 10, 5*time.Second), fs[:10]); err != nil {
-			t.Fatal(err)
-		}
+		items, fail := followRead(t, Options{Path: path, PollInterval: 50 * time.Millisecond, Observer: obs,
+			Logger: slog.New(slog.NewTextHandler(&logs, nil))}, fs[:10])
 		fail.Store(true)
 		appendFrames(t, path, fs[10:])
 		noItem(t, items, 500*time.Millisecond, "while reads fail")
@@ -257,18 +265,8 @@ func TestReadErrorRetried(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var fail atomic.Bool
 		obs := newObserver()
-		fl, err := newFollower(Options{Path: path, PollInterval: 50 * time.Millisecond, Observer: obs, Logger: testLogger(t)}, open(&fail))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer fl.Close()
-		items, stop := follow(t, fl)
-		defer stop()
-		if err := sameFrames(collect(t, items, 10, 5*time.Second), fs[:10]); err != nil {
-			t.Fatal(err)
-		}
+		_, fail := followRead(t, Options{Path: path, PollInterval: 50 * time.Millisecond, Observer: obs, Logger: testLogger(t)}, fs[:10])
 		fail.Store(true)
 		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
 		if err != nil {
