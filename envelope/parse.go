@@ -212,8 +212,7 @@ func (p *Parser) Release(limit int) {
 	}
 	// The header values are slices of that memory; a block of many
 	// headers lets go of their slice and index too.
-	p.b.h = ReleaseHeaders(p.b.h, limit)
-	if len(p.b.pos) > 0 && cap(p.b.h) == 0 {
+	if p.b.h = ReleaseHeaders(p.b.h, limit); p.b.h == nil {
 		p.b.pos = nil
 	}
 }

@@ -33,12 +33,12 @@ func runGroup(cmd *exec.Cmd) error {
 	if err := groups.start(cmd); err != nil {
 		return err
 	}
-	defer groups.remove(cmd.Process.Pid)
+	defer groups.remove(cmd)
 	return cmd.Wait()
 }
 
 // groups is the process groups of the commands running.
-var groups = runningGroups{pgids: make(map[int]int)}
+var groups = runningGroups{cmds: make(map[*exec.Cmd]struct{})}
 
 // runningGroups is the process groups of the exec commands running, for
 // KillCommands. Commands start under the read lock, so that KillCommands,
@@ -46,9 +46,9 @@ var groups = runningGroups{pgids: make(map[int]int)}
 // after it.
 type runningGroups struct {
 	mu     sync.RWMutex
-	pgids  map[int]int // how many commands run of each group (1, but for a PID used again)
-	killed bool        // KillCommands ran: nothing starts any more
-	mapMu  sync.Mutex  // guards pgids under the read lock
+	cmds   map[*exec.Cmd]struct{} // each leads a group of its own
+	killed bool                   // KillCommands ran: nothing starts any more
+	mapMu  sync.Mutex             // guards cmds under the read lock
 }
 
 // errExiting is the error of a command not started because the daemon
@@ -66,17 +66,15 @@ func (g *runningGroups) start(cmd *exec.Cmd) error {
 		return err
 	}
 	g.mapMu.Lock()
-	g.pgids[cmd.Process.Pid]++
+	g.cmds[cmd] = struct{}{}
 	g.mapMu.Unlock()
 	return nil
 }
 
-func (g *runningGroups) remove(pgid int) {
+func (g *runningGroups) remove(cmd *exec.Cmd) {
 	g.mapMu.Lock()
-	defer g.mapMu.Unlock()
-	if g.pgids[pgid]--; g.pgids[pgid] <= 0 {
-		delete(g.pgids, pgid)
-	}
+	delete(g.cmds, cmd)
+	g.mapMu.Unlock()
 }
 
 // KillCommands kills the process group of every exec command running, and
@@ -89,7 +87,7 @@ func KillCommands() {
 	groups.killed = true
 	groups.mapMu.Lock()
 	defer groups.mapMu.Unlock()
-	for pgid := range groups.pgids {
-		syscall.Kill(-pgid, syscall.SIGKILL)
+	for cmd := range groups.cmds {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	}
 }
