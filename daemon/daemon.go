@@ -415,7 +415,7 @@ func (d *Daemon) startSubscription(sc conf.Subscription, h handler.Handler) erro
 		Logger:        logger,
 		RotationGrace: time.Duration(st.cfg.RotationGrace),
 		Watcher:       d.watcher,
-		Observer:      tailObserver{sub: sm, stream: d.metrics.Stream(st.cfg.Name), health: health, cfg: st.cfg},
+		Observer:      tailObserver{sub: sm, stream: d.metrics.Stream(st.cfg.Name), health: health, streamName: st.cfg.Name, poll: time.Duration(st.cfg.PollInterval)},
 	}
 	if sc.OnCorrupt == "stop" {
 		opts.OnCorrupt = tail.StopOnCorrupt

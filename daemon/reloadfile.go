@@ -56,7 +56,7 @@ func writeReloadResult(dir, config string, started time.Time, reloadErr error) e
 		_, err := f.Write(line)
 		return err
 	}, nil)
-	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+	if durable.NoSpace(err) {
 		// A full disk: streamd reload waits for this answer, which fits
 		// in the place of the one before (written at the start).
 		if overwrite(path, line) == nil {

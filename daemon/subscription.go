@@ -14,7 +14,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/envelope"
 	"github.com/streamd/streamd/handler"
 	"github.com/streamd/streamd/internal/ratelog"
@@ -521,7 +520,9 @@ type tailObserver struct {
 	sub    *metrics.SubscriptionMetrics
 	stream *metrics.StreamMetrics
 	health *subHealth
-	cfg    conf.Stream
+	// The stream's name and poll interval, for the health's reason.
+	streamName string
+	poll       time.Duration
 }
 
 func (o tailObserver) Read(records, bytes int64) {
@@ -563,5 +564,5 @@ func (o tailObserver) Trouble(err error) {
 		o.health.setFile("")
 		return
 	}
-	o.health.setFile(waitingReason(time.Duration(o.cfg.PollInterval), fmt.Errorf("stream %q: %w", o.cfg.Name, err)))
+	o.health.setFile(waitingReason(o.poll, fmt.Errorf("stream %q: %w", o.streamName, err)))
 }

@@ -137,7 +137,7 @@ func acquireLock(dir string) (*lockFile, error) {
 		// A full state disk must not keep the daemon from starting: it
 		// reads and settles records meanwhile, and commits once there is
 		// room. Only streamd reload, which reads the PID, waits for it.
-		if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		if durable.NoSpace(err) {
 			return &lockFile{f: f, path: path, noPID: true}, nil
 		}
 		return nil, errors.Join(fmt.Errorf("offsets: lock: %w", err), f.Close())

@@ -12,9 +12,9 @@ import (
 	"os"
 	"slices"
 	"sync"
-	"syscall"
 	"time"
 
+	"github.com/streamd/streamd/internal/durable"
 	"github.com/streamd/streamd/internal/ratelog"
 	"github.com/streamd/streamd/internal/wakeup"
 )
@@ -626,7 +626,7 @@ func (q *Queue) recordDone() bool {
 			break // nothing is written after a failure: the copy fires again after the restart
 		}
 		_, err := q.sp.append(encodeDone(id))
-		if _, partial := errors.AsType[*partialWriteError](err); !partial && noSpace(err) {
+		if _, partial := errors.AsType[*partialWriteError](err); !partial && durable.NoSpace(err) {
 			// Not written, and the spool as it was: the rest stay to be
 			// recorded, and nothing fires until they are, so that a
 			// restart meanwhile fires again only these.
@@ -654,12 +654,6 @@ func (q *Queue) recordDone() bool {
 	}
 	q.maybeCompact()
 	return true
-}
-
-// noSpace reports whether err is a full disk or quota: a write that may
-// pass once there is room.
-func noSpace(err error) bool {
-	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
 }
 
 // observe takes a reading of the clock, Unix ns. A reading earlier than the

@@ -316,12 +316,10 @@ func (fl *Follower) Next(ctx context.Context) (*Record, error) {
 				continue
 			}
 			if fl.readTrouble.Failing() {
-				fl.readTrouble.Passed(fl.log, "stream file can be read again", "offset", fl.pos())
-				fl.untroubled()
+				fl.passed(&fl.readTrouble, "stream file can be read again", "offset", fl.pos())
 			}
 			if fl.headerTrouble.Failing() {
-				fl.headerTrouble.Passed(fl.log, "the file at the path is a stream file again")
-				fl.untroubled()
+				fl.passed(&fl.headerTrouble, "the file at the path is a stream file again")
 			}
 			if !ready {
 				if err := fl.idle(ctx, io.EOF); err != nil {
@@ -353,8 +351,7 @@ func (fl *Follower) Next(ctx context.Context) (*Record, error) {
 				d.cutAt, d.cutChecksum = -1, false // writers step over the damage before a good frame
 			}
 			if fl.readTrouble.Failing() {
-				fl.readTrouble.Passed(fl.log, "stream file can be read again", "offset", rec.Offset)
-				fl.untroubled()
+				fl.passed(&fl.readTrouble, "stream file can be read again", "offset", rec.Offset)
 			}
 			if fl.pending != nil || rec.IsEOS() {
 				if !fl.deliver(rec) {
@@ -380,8 +377,7 @@ func (fl *Follower) Next(ctx context.Context) (*Record, error) {
 			// it found no whole frame: a read error before it has
 			// passed, also on a stream gone quiet.
 			if fl.readTrouble.Failing() {
-				fl.readTrouble.Passed(fl.log, "stream file can be read again", "offset", fl.pos())
-				fl.untroubled()
+				fl.passed(&fl.readTrouble, "stream file can be read again", "offset", fl.pos())
 			}
 			if err := fl.idle(ctx, err); err != nil {
 				return nil, err
@@ -545,6 +541,13 @@ func (fl *Follower) untroubled() {
 		fl.told = ""
 		fl.obs.Trouble(nil)
 	}
+}
+
+// passed ends trouble t, which lasts: logged with msg and attrs, and told
+// to the Observer as over.
+func (fl *Follower) passed(t *ratelog.Trouble, msg string, attrs ...any) {
+	t.Passed(fl.log, msg, attrs...)
+	fl.untroubled()
 }
 
 // deliver decides about a record that is the end of stream, or that comes
@@ -744,17 +747,11 @@ func (fl *Follower) startOffset(size int64) (int64, error) {
 }
 
 // backAt returns where to read a file the follower left (left) and finds
-// at the path again, size bytes long: where it left it, or, when it was
-// passing over damaged bytes there, after the last record it read (the
-// damage is met again, and passed over). The file is read from its
-// beginning instead when that last record does not read the same any more,
-// or the position does not fit the file: it was truncated or rewritten
-// meanwhile.
+// at the path again, size bytes long: left.offset, or its beginning when
+// the last record read of it does not read the same any more, or the
+// offset does not fit the file: it was truncated or rewritten meanwhile.
 func (fl *Follower) backAt(left leftFile, size int64) int64 {
 	off := left.offset
-	if left.skipping {
-		off = left.last.end
-	}
 	d := streamfile.NewDecoder(fl.f, fl.hdr, left.last.offset)
 	rec, err := d.Next()
 	switch {

@@ -56,15 +56,15 @@ type replaceState struct {
 }
 
 // leftFile is a stream file a follower switched away from: which (fi, for
-// the device too), where it left it (offset, or the end of the last record
-// when it was passing over damaged bytes there), and the last record it
-// read of it, which must read the same for the file to be read on there.
+// the device too), where to read it on (where it left it, or the end of
+// the last record when it was passing over damaged bytes there), and the
+// last record it read of it, which must read the same for the file to be
+// read on there.
 type leftFile struct {
-	id       streamfile.Identity
-	fi       os.FileInfo
-	offset   int64
-	skipping bool
-	last     lastRecord
+	id     streamfile.Identity
+	fi     os.FileInfo
+	offset int64
+	last   lastRecord
 }
 
 // lastRecord is where the last record read of a file was, and what tells
@@ -235,8 +235,7 @@ func (fl *Follower) check(polled bool) error {
 		}
 		r.draining, r.told, r.unopened = false, false, nil
 		if r.openTrouble.Failing() {
-			r.openTrouble.Passed(fl.log, "the file that could not be opened is gone from the path")
-			fl.untroubled()
+			fl.passed(&r.openTrouble, "the file that could not be opened is gone from the path")
 		}
 		if !r.removed {
 			r.removed = true
@@ -511,9 +510,11 @@ func (fl *Follower) switchFile(err error) error {
 		r.draining = false
 		return nil // check notices the removal at the next wake-up
 	}
+	var st, old os.FileInfo // the new file's and the open one's, nil when unknown
 	if oerr == nil {
-		st, serr := nf.Stat()
-		if fi, ferr := fl.f.Stat(); serr == nil && ferr == nil && os.SameFile(fi, st) {
+		st, _ = nf.Stat()
+		old, _ = fl.f.Stat()
+		if st != nil && old != nil && os.SameFile(old, st) {
 			// The path names the open file again: nothing to switch to.
 			nf.Close()
 			r.draining, r.leftAt = false, time.Time{}
@@ -536,19 +537,21 @@ func (fl *Follower) switchFile(err error) error {
 		fl.obs.Event(EventTornTail)
 	}
 	if r.openTrouble.Failing() {
-		r.openTrouble.Passed(fl.log, "the file that replaced the stream file can be opened now")
-		fl.untroubled()
+		fl.passed(&r.openTrouble, "the file that replaced the stream file can be opened now")
 	}
 	// Routine (a rotation): the old file was read to its end, and what
 	// was lost at its end (a torn frame) has its own WARN.
 	fl.log.Info("stream file replaced; reading the file now at the path from its beginning (a stream file read before, from where it was left)",
 		"old_ino", fl.id.Ino, "old_file_name", fl.id.FileName, "old_created_at_ms", fl.id.CreatedAtMs, "old_offset", fl.pos(),
 		"old_records_after_switch", r.drained, "rotation_grace", fl.opts.RotationGrace, "file", name)
-	st, _ := nf.Stat()
 	fl.countReplacement(st)
 	r.told, r.unopened = false, nil
-	if fi, err := fl.f.Stat(); err == nil && fl.hdr.BeaconInterval != 0 && fl.last.end > 0 {
-		r.leave(leftFile{id: fl.id, fi: fi, offset: fl.pos(), skipping: fl.dec == nil, last: fl.last})
+	if old != nil && fl.last.end > 0 { // a stream file, of which a record was read
+		off := fl.pos()
+		if fl.dec == nil { // passing over damage: on after the last record, to meet it again
+			off = fl.last.end
+		}
+		r.leave(leftFile{id: fl.id, fi: old, offset: off, last: fl.last})
 	}
 	cerr := fl.f.Close()
 	fl.f = nf

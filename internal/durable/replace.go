@@ -5,7 +5,14 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 )
+
+// NoSpace reports whether err is a full file system or an exhausted quota:
+// a write that may pass once there is room.
+func NoSpace(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
+}
 
 // TempPath returns the name of the temporary file through which [Replace]
 // replaces path: path with ".tmp" appended, in the same directory, so that
