@@ -181,8 +181,7 @@ func (l *lockFile) reclaim() (bool, error) {
 		return false, l.taken()
 	}
 	old := l.f
-	l.f = f
-	l.noPID = writePID(f) != nil // written at a later commit
+	l.f, l.noPID = f, true // the PID is written next (writeMissingPID)
 	return true, old.Close()
 }
 

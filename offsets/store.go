@@ -342,12 +342,12 @@ func (s *Store) commitLocked() (time.Duration, bool, error) {
 	}
 	// At every commit, also one with nothing to write: the lock file and
 	// the sidecar stay where they must be.
-	s.lock.writeMissingPID()
 	if remade, err := s.lock.reclaim(); err != nil {
 		return 0, true, err // another streamd may use the directory: commit nothing
 	} else if remade {
 		s.log.Warn(msgLockRemade, "path", s.lock.path)
 	}
+	s.lock.writeMissingPID()
 	_, err := os.Lstat(s.path)
 	gone := s.written && errors.Is(err, fs.ErrNotExist)
 
