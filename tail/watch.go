@@ -39,7 +39,6 @@ type Watcher struct {
 	done    chan struct{}     // closed when the dispatch goroutine returns
 	closed  bool
 	dirs    map[string]*watchedDir     // by path
-	byID    map[dirID]string           // the path of each directory watched
 	targets map[string]map[*watch]bool // the followers of each file's path
 }
 
@@ -64,7 +63,7 @@ func NewWatcher(logger *slog.Logger) *Watcher {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Watcher{log: logger, dirs: map[string]*watchedDir{}, byID: map[dirID]string{}, targets: map[string]map[*watch]bool{}}
+	return &Watcher{log: logger, dirs: map[string]*watchedDir{}, targets: map[string]map[*watch]bool{}}
 }
 
 // Close stops the notifications and releases the inotify instance.
@@ -160,10 +159,7 @@ func (s *watch) add() error {
 		// symlink retargeted), whose followers the watch still serves.
 		return errAliased
 	}
-	w.mu.Lock()
-	other, aliased := w.byID[id]
-	w.mu.Unlock()
-	if aliased && other != s.dir {
+	if w.watched(id, s.dir) {
 		return errAliased
 	}
 	if err := w.fs.Add(s.dir); err != nil {
@@ -173,9 +169,21 @@ func (s *watch) add() error {
 	defer w.mu.Unlock()
 	if d.lost == lost { // else lost while it was put up: put up again
 		d.up, d.id = true, id
-		w.byID[id] = s.dir
 	}
 	return nil
+}
+
+// watched reports whether the directory id is watched under another path
+// than dir.
+func (w *Watcher) watched(id dirID, dir string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for path, d := range w.dirs {
+		if d.up && d.id == id && path != dir {
+			return true
+		}
+	}
+	return false
 }
 
 // leave ends s's share. A directory's watch goes with its last follower.
@@ -193,10 +201,7 @@ func (s *watch) leave() {
 	remove := false
 	if len(d.watch) == 0 {
 		delete(w.dirs, s.dir)
-		if d.up {
-			delete(w.byID, d.id)
-			remove = !w.closed
-		}
+		remove = d.up && !w.closed
 	}
 	w.mu.Unlock()
 	if remove {
@@ -247,9 +252,6 @@ func (w *Watcher) dispatch(ev fsnotify.Event) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if d := w.dirs[ev.Name]; d != nil && ev.Op&(fsnotify.Remove|fsnotify.Rename) != 0 {
-		if d.up {
-			delete(w.byID, d.id)
-		}
 		d.up = false
 		d.lost++
 		for s := range d.watch {

@@ -87,8 +87,8 @@ func TestSharedWatcher(t *testing.T) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if len(w.dirs) != 0 || len(w.targets) != 0 || len(w.byID) != 0 || len(w.fs.WatchList()) != 0 {
-		t.Errorf("watches left after the last follower closed: %v, %v, %v, %v", w.dirs, w.targets, w.byID, w.fs.WatchList())
+	if len(w.dirs) != 0 || len(w.targets) != 0 || len(w.fs.WatchList()) != 0 {
+		t.Errorf("watches left after the last follower closed: %v, %v, %v", w.dirs, w.targets, w.fs.WatchList())
 	}
 }
 
