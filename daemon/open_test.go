@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"slices"
+	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -112,4 +115,62 @@ func TestFinishAllocations(t *testing.T) {
 	if allocs := testing.AllocsPerRun(100, func() { s.finish(t.Context(), d, ack) }); allocs != 0 {
 		t.Errorf("%v allocations per record, want 0", allocs)
 	}
+}
+
+// stuckCopies fails the first fails copies it is given, each with ENOSPC,
+// and records when each was tried.
+type stuckCopies struct {
+	fakeCopies
+	fails int
+	tried []time.Time
+}
+
+func (f *stuckCopies) publish(ctx context.Context, key string, record []byte) error {
+	f.tried = append(f.tried, time.Now())
+	if len(f.tried) <= f.fails {
+		return syscall.ENOSPC
+	}
+	return f.fakeCopies.publish(ctx, key, record)
+}
+
+// TestFinishCopyRetryCadence: a copy that cannot be written is tried again
+// after each backoff step, but at most copyRetryMax apart, however long
+// the steps are; its record is final once it is written, and the
+// subscription is unhealthy until then.
+func TestFinishCopyRetryCadence(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sc := settleSub{maxAttempts: 5, backoff: []time.Duration{time.Second, 30 * time.Second, 2 * time.Minute}}.config()
+		all := metrics.New(prometheus.NewRegistry())
+		m := all.Subscription(sc.Name, "orders")
+		copies := &stuckCopies{fails: 4}
+		s := &subscription{
+			deliverer: newDeliverer(sc, handler.HandlerFunc(func(context.Context, *handler.Delivery) handler.Outcome { return retry }),
+				fileTransport, copies, m, slog.New(slog.DiscardHandler)),
+			health: &subHealth{m: m},
+		}
+		start := time.Now()
+		var final bool
+		go func() { final = s.finish(t.Context(), settleDelivery(1, nil, []byte("a")), retry) }()
+		time.Sleep(time.Second + 3*copyRetryMax - time.Millisecond)
+		synctest.Wait()
+		if all.Health().Err() == nil {
+			t.Error("healthy while the copy cannot be written")
+		}
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		var after []time.Duration
+		for _, at := range copies.tried {
+			after = append(after, at.Sub(start))
+		}
+		want := []time.Duration{0, time.Second, time.Second + copyRetryMax, time.Second + 2*copyRetryMax, time.Second + 3*copyRetryMax}
+		if !slices.Equal(after, want) {
+			t.Fatalf("copy tried after %v, want %v", after, want)
+		}
+		if !final || len(copies.copies) != 1 {
+			t.Fatalf("finish returned %v with %d copies written, want true and 1", final, len(copies.copies))
+		}
+		if err := all.Health().Err(); err != nil {
+			t.Errorf("unhealthy once the copy is written: %v", err)
+		}
+	})
 }

@@ -430,7 +430,7 @@ func (s *subscription) fill(d *handler.Delivery, sc *scratch, h envelope.Headers
 // deliver hands d, with the record as its Payload, to the handler on
 // worker w until it answers (answer: a failed delivery is held in place),
 // and settles the answer; a foreign copy is passed over, settled at once.
-// A copy that cannot be written is retried with the backoff until it is.
+// A copy that cannot be written is tried again until it is (finish).
 // When the subscription stops (ctx) while the delivery is held, or before
 // a copy could be written, the record stays unsettled, and is read again
 // after a restart. Handlers run with hctx.
@@ -464,10 +464,16 @@ func (s *subscription) deliver(ctx, hctx context.Context, d *handler.Delivery, t
 	return nil
 }
 
+// copyRetryMax bounds the wait before a copy that could not be written is
+// tried again. Its file, or the retry spool, is on a local disk: room made
+// or a disk repaired should be used within seconds, not at the last of
+// the backoff steps meant for a handler's endpoint (minutes).
+const copyRetryMax = 5 * time.Second
+
 // finish settles the answer o of d: its copy, if it makes one, is
-// written, tried again with the backoff until it is. It returns true when
-// the record's outcome is final, and false when hctx ends first: the
-// record stays unsettled.
+// written, tried again with the backoff (at most copyRetryMax apart)
+// until it is. It returns true when the record's outcome is final, and
+// false when hctx ends first: the record stays unsettled.
 func (s *subscription) finish(hctx context.Context, d *handler.Delivery, o handler.Outcome) bool {
 	s.settler.count(o)
 	for attempt := uint64(1); ; attempt++ {
@@ -479,7 +485,7 @@ func (s *subscription) finish(hctx context.Context, d *handler.Delivery, o handl
 			}
 			return true
 		}
-		wait := s.settler.backoffFor(attempt)
+		wait := min(s.settler.backoffFor(attempt), copyRetryMax)
 		s.copyLog.Failed(s.logger, "publishing the copy failed; the record stays unsettled and is retried",
 			err, "seq", d.Seq, "retry_in", wait)
 		s.health.setCopies("its copies cannot be written: " + err.Error())
