@@ -62,6 +62,10 @@ type Daemon struct {
 	// beyond their positions, for those started in their place (handOver);
 	// nil once they started. Used by Run's goroutine only.
 	handovers map[string]offsets.Settled
+	// held holds, by name, the file of the position of each subscription
+	// a reload stopped, open, for the one started in its place (heldFile);
+	// empty once they started. Used by Run's goroutine only.
+	held map[string]*os.File
 
 	// watchdog ticks when WATCHDOG=1 is due while the main loop runs, nil
 	// when systemd asks for no pings or once the daemon stops (systemd
@@ -144,6 +148,7 @@ func New(cfg *conf.Config, opts Options) *Daemon {
 		streams:  map[string]*stream{},
 		subs:     map[string]*runningSub{},
 		waiting:  map[string]*waitingSub{},
+		held:     map[string]*os.File{},
 	}
 	return d
 }
@@ -435,6 +440,10 @@ func (d *Daemon) startSubscription(sc conf.Subscription, h handler.Handler) erro
 	default:
 		logger.Info("subscription starts at start_at: it has no stored position", "start_at", sc.StartAt.String(), "path", st.cfg.Path)
 	}
+	if opts.Resume != nil {
+		opts.Held = d.held[sc.Name]
+		delete(d.held, sc.Name) // the follower owns it
+	}
 	ahead, err := followAhead(opts)
 	if err != nil {
 		return fmt.Errorf("stream %q: %w", sc.Stream, err)
@@ -537,10 +546,27 @@ func (d *Daemon) stopSubscriptions(ctx context.Context, names []string, reload b
 	}
 	handovers := make(map[string]offsets.Settled, len(names))
 	for _, name := range names {
-		handovers[name] = d.subs[name].sub.handOver()
+		sub := d.subs[name].sub
+		handovers[name] = sub.handOver()
+		if f := sub.heldFile(); f != nil {
+			if reload {
+				d.held[name] = f
+			} else {
+				f.Close()
+			}
+		}
 		delete(d.subs, name)
 	}
 	return handovers
+}
+
+// closeHeld closes the files d.held holds (those the subscriptions
+// started in place of the stopped ones did not take) and forgets them.
+func (d *Daemon) closeHeld() {
+	for _, f := range d.held {
+		f.Close()
+	}
+	clear(d.held)
 }
 
 // reloadWaitSaid is how long a reload waits for the deliveries in flight of
@@ -712,6 +738,7 @@ func (d *Daemon) applyReload(ctx context.Context, cfg *conf.Config) error {
 	maps.DeleteFunc(d.handlerFiles, func(name, _ string) bool { _, ok := wanted[name]; return !ok })
 	d.setLogLevel(old.Log.Level, cfg.Log.Level) // before the subscriptions start, which log
 	d.handovers = d.stopSubscriptions(ctx, stop, true)
+	defer d.closeHeld()
 	if ctx.Err() != nil {
 		// Told to stop while it waited: nothing starts any more, and
 		// the stop keeps the handovers for the next start.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
 	"slices"
 	"sync"
 
@@ -51,6 +52,17 @@ type readAhead struct {
 	// the end of a replay's data.
 	readOn chan struct{}
 
+	// heldFor is the file the reader last took a descriptor of
+	// (aheadBatch.held). Used by the reader alone.
+	heldFor streamfile.Identity
+	// held is, in file order, descriptors of the files of the records the
+	// subscription took (tail.Follower.Hold), kept until it moves past
+	// them (release): the file its position is in stays open even when
+	// a rotation removed it from the directory, for a subscription
+	// started in its place by a reload to read on (tail.Options.Held).
+	heldMu sync.Mutex
+	held   []heldFile
+
 	// The subscription's side, on cache lines of its own: it changes with
 	// every record taken, and a cache line it shared with what the reader
 	// reads for every record would pass from core to core for each record.
@@ -70,9 +82,16 @@ type aheadBatch struct {
 	_       cpu.CacheLinePad
 	file    streamfile.Identity
 	records []streamfile.Record
-	payload []byte // the records' payloads
+	payload []byte   // the records' payloads
+	held    *os.File // a descriptor of file, in the first batch of it
 	err     error
 	_       cpu.CacheLinePad
+}
+
+// heldFile is a descriptor of a stream file a subscription read records of.
+type heldFile struct {
+	id streamfile.Identity
+	f  *os.File
 }
 
 // followAhead opens a follower with opts, to be read ahead once started.
@@ -137,6 +156,9 @@ func (ra *readAhead) read() {
 			b = ra.filling
 		}
 		b.file = rec.File
+		if rec.File != ra.heldFor {
+			b.held, ra.heldFor = fl.Hold(), rec.File
+		}
 		r := *rec.Record
 		// When the payloads outgrow b.payload, it moves on to a new array:
 		// the payloads already in the batch stay in the old one, which
@@ -208,6 +230,12 @@ func (ra *readAhead) Next(ctx context.Context) (*tail.Record, error) {
 		select {
 		case ra.cur = <-ra.full:
 			ra.next = 0
+			if f := ra.cur.held; f != nil {
+				ra.cur.held = nil
+				ra.heldMu.Lock()
+				ra.held = append(ra.held, heldFile{id: ra.cur.file, f: f})
+				ra.heldMu.Unlock()
+			}
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
@@ -219,13 +247,58 @@ func (ra *readAhead) Next(ctx context.Context) (*tail.Record, error) {
 }
 
 // Close stops the reader, if it was started, waits for it, and closes the
-// follower.
+// follower and the files held, but for the one keep took.
 func (ra *readAhead) Close() {
 	if ra.cancel != nil {
 		ra.cancel()
 		ra.wg.Wait()
 	}
 	ra.follower.Close()
+	if b := ra.filling; b != nil && b.held != nil {
+		b.held.Close()
+	}
+	for len(ra.full) > 0 {
+		if b := <-ra.full; b.held != nil {
+			b.held.Close()
+		}
+	}
+	ra.heldMu.Lock()
+	defer ra.heldMu.Unlock()
+	for _, h := range ra.held {
+		h.f.Close()
+	}
+	ra.held = nil
+}
+
+// release closes the files held but id's: the subscription moved past
+// them.
+func (ra *readAhead) release(id streamfile.Identity) {
+	ra.heldMu.Lock()
+	defer ra.heldMu.Unlock()
+	ra.held = slices.DeleteFunc(ra.held, func(h heldFile) bool {
+		if h.id == id {
+			return false
+		}
+		h.f.Close()
+		return true
+	})
+}
+
+// keep returns the held file id, which the caller then owns, and closes
+// the others; nil when none is held.
+func (ra *readAhead) keep(id streamfile.Identity) *os.File {
+	ra.heldMu.Lock()
+	defer ra.heldMu.Unlock()
+	var kept *os.File
+	for _, h := range ra.held {
+		if h.id == id && kept == nil {
+			kept = h.f
+		} else {
+			h.f.Close()
+		}
+	}
+	ra.held = nil
+	return kept
 }
 
 // grow returns s with room for n more elements: a batch's memory starts

@@ -521,3 +521,57 @@ func TestReloadHandOverFileWrittenAgain(t *testing.T) {
 		}
 	}
 }
+
+// TestReloadReadsOnRemovedRotatedFile: a reload that starts a subscription
+// again while its position is in a file rotated away from the path and
+// removed since (logrotate's compress without delaycompress) reads that
+// file on from the position, through the descriptor the stopped
+// subscription held, then the new file at the path: no record is lost, and
+// none is delivered twice.
+func TestReloadReadsOnRemovedRotatedFile(t *testing.T) {
+	t.Parallel()
+	const quick = "rotation_grace = \"0s\"\n"
+	e := newRunEnv(t, quick+runSub("billing", "orders", `log_unsupported = "first"`))
+	e.shutdownTimeout = "20ms"
+	e.put("orders", nil, numbered(24)...)
+	inFlight := make(chan struct{})
+	var held atomic.Bool
+	h := newRecorder(func(ctx context.Context, d *handler.Delivery) handler.Outcome {
+		if string(d.Payload) == "m7" && !held.Swap(true) {
+			close(inFlight)
+			<-ctx.Done() // held until the reload's stop ends it
+			return handler.Failed(handler.FailureCanceled, ctx.Err())
+		}
+		return ack
+	})
+	r := e.start(map[string]handler.Handler{"billing": h})
+	<-inFlight
+	rotated := e.stream + ".1"
+	if err := os.Rename(e.stream, rotated); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(rotated); err != nil {
+		t.Fatal(err)
+	}
+	e.put("orders", nil, "n1")
+	e.config = quick + runSub("billing", "orders", `log_unsupported = "every"`)
+	if err := r.d.Reload(t.Context(), func() (*conf.Config, error) { return e.load(), nil }); err != nil {
+		t.Fatal(err)
+	}
+	h.waitN(t, 26) // m7 twice
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for i := range 24 {
+		want = append(want, fmt.Sprintf("%d/1/m%d", i+1, i+1))
+	}
+	want = slices.Insert(want, 7, "7/1/m7")
+	want = append(want, "1/1/n1")
+	if got := h.seen(); !slices.Equal(got, want) {
+		t.Fatalf("deliveries %q, want m1..m24 in order (m7 again after the reload), then n1", got)
+	}
+	if !slices.ContainsFunc(r.logs.all(), func(l logRecord) bool { return strings.Contains(l.msg, "held open since it was read") }) {
+		t.Fatal("no line says the file held open is read on")
+	}
+}

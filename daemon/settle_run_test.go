@@ -150,6 +150,15 @@ func (e *runEnv) put(key string, h envelope.Headers, payloads ...string) {
 	e.write(true, frames...)
 }
 
+// numbered returns the payloads m1, m2, ... mn.
+func numbered(n int) []string {
+	lines := make([]string, n)
+	for i := range lines {
+		lines[i] = fmt.Sprintf("m%d", i+1)
+	}
+	return lines
+}
+
 // write appends frames with a writer of the test's own (creating the file
 // with a 1024-byte beacon interval): with their sequences assigned, or as
 // they are.
@@ -724,11 +733,7 @@ func TestRunPanicStopsAtOnce(t *testing.T) {
 func TestRunItem34ConcurrentElementsSettleAlone(t *testing.T) {
 	t.Parallel()
 	e := newRunEnv(t, runSub("billing", "orders", "concurrency = 4\nmax_attempts = 5"))
-	lines := make([]string, 10)
-	for i := range lines {
-		lines[i] = fmt.Sprintf("m%d", i+1)
-	}
-	e.put("orders", nil, lines...)
+	e.put("orders", nil, numbered(10)...)
 	var mu sync.Mutex
 	running, peak := 0, 0
 	four := make(chan struct{})
@@ -877,11 +882,7 @@ func TestRunItem27ReloadDiscardsReadAhead(t *testing.T) {
 	t.Parallel()
 	e := newRunEnv(t, runSub("billing", "orders", `log_unsupported = "first"`))
 	e.shutdownTimeout = "20ms"
-	lines := make([]string, 24)
-	for i := range lines {
-		lines[i] = fmt.Sprintf("m%d", i+1)
-	}
-	e.put("orders", nil, lines...)
+	e.put("orders", nil, numbered(24)...)
 	inFlight := make(chan struct{})
 	h := newRecorder(func(ctx context.Context, d *handler.Delivery) handler.Outcome {
 		if d.Seq == 7 {

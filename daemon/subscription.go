@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -65,6 +66,38 @@ type subscription struct {
 	// alone.
 	settledBefore []offsets.Span
 	settledIn     streamfile.Identity
+
+	// held is the file of the position once the run ended, open, for a
+	// subscription started in its place (heldFile); heldTaken, once
+	// heldFile was called. Under fileMu.
+	held      *os.File
+	heldTaken bool
+}
+
+// keepHeld keeps the file of s's position open once its run ended, and
+// closes the other files it held (readAhead.keep).
+func (s *subscription) keepHeld() {
+	f := s.ahead.keep(s.file)
+	s.fileMu.Lock()
+	defer s.fileMu.Unlock()
+	if s.heldTaken && f != nil {
+		f.Close() // a stop that abandoned the run took none
+		return
+	}
+	s.held = f
+}
+
+// heldFile returns the file of s's position, open, once its run ended: a
+// reload hands it to the subscription it starts in s's place
+// (tail.Options.Held), so that the file is read on from the position even
+// when a rotation removed it from its directory meanwhile. The caller owns
+// it. It is nil when s holds none, or its run has not ended.
+func (s *subscription) heldFile() *os.File {
+	s.fileMu.Lock()
+	defer s.fileMu.Unlock()
+	f := s.held
+	s.held, s.heldTaken = nil, true
+	return f
 }
 
 // handOver returns what s settled beyond its committable position, once
@@ -183,6 +216,7 @@ func (sc *scratch) release() {
 func (s *subscription) run(ctx, hctx context.Context) error {
 	s.ahead.start(ctx)
 	defer s.ahead.Close()
+	defer s.keepHeld()
 	defer s.settler.unsupported.stop()
 	workers := max(s.cfg.Concurrency, 1)
 	jobs := make(chan job)
@@ -247,6 +281,7 @@ func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job) error {
 			s.fileMu.Lock()
 			s.file, s.tracker = rec.File, offsets.NewTracker(offsets.Mark{Offset: rec.Offset}, s.window())
 			s.fileMu.Unlock()
+			s.ahead.release(rec.File)
 			s.idHash, s.settledBefore = "", nil
 		}
 		if rec.IsEOS() {

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/streamd/streamd/internal/ratelog"
 	"github.com/streamd/streamd/streamfile"
 )
@@ -47,6 +49,14 @@ type Options struct {
 	// one than the position was stored for, and it is read from its
 	// beginning (logged, and counted as [EventReplaced]).
 	Resume *Position
+	// Held, if set, is the file of Resume, kept open by whoever read it
+	// before ([Follower.Hold]): a reload that starts a subscription again
+	// hands it over, so that a file rotated away from the path and then
+	// removed or compressed (logrotate without delaycompress) is still read
+	// on from the position. It is used when the file at Path is not
+	// Resume's, before the directory is looked in. The follower owns it
+	// from New on, and closes it when it is not of use.
+	Held *os.File
 	// Replay reads to the end of the data (or the end-of-stream frame) and
 	// finishes there, instead of following the file as it grows.
 	Replay bool
@@ -241,11 +251,17 @@ func newFollower(opts Options, hooks testHooks) (*Follower, error) {
 	if fl.obs == nil {
 		fl.obs = nopObserver{}
 	}
+	held := opts.Held
+	defer func() {
+		if held != nil {
+			held.Close() // not of use
+		}
+	}()
 	fl.f, err = fl.open(abs)
 	if err != nil {
 		return nil, fmt.Errorf("tail: %w", err)
 	}
-	fl.resumeRotated()
+	fl.resumeRotated(&held)
 	if _, err := fl.readHeader(); err != nil {
 		return nil, errors.Join(err, fl.f.Close())
 	}
@@ -713,12 +729,13 @@ func (fl *Follower) readHeader() (bool, error) {
 func (fl *Follower) startOffset(size int64) (int64, error) {
 	if r := fl.opts.Resume; r != nil {
 		if r.File != fl.id {
-			// The file the position names was replaced while nothing
-			// followed it (renamed by a rotation while streamd was
-			// stopped, say): what it held after the position is not read.
-			fl.log.Error("stored position belongs to another file, replaced while nothing followed the path: reading this one from the beginning; "+
-				"the records of the other after the stored offset are not delivered (a live subscription reads them on when the other is still in the directory of the path; "+
-				"find it by its inode, and read them with streamd decode)",
+			// The file the position names was replaced at the path and
+			// is not in the directory any more (compressed after a
+			// rotation while streamd was stopped, say): what it held
+			// after the position is not read.
+			fl.log.Error("the file of the stored position is neither at the path nor in its directory (removed, compressed or moved away since the position was stored): "+
+				"reading the file at the path from the beginning; the records of the other after the stored offset are not delivered "+
+				"(find it by its inode or its header's file name and creation time, and read them with streamd decode)",
 				"stored_offset", r.Offset, "stored_ino", r.File.Ino, "stored_file_name", r.File.FileName, "stored_created_at_ms", r.File.CreatedAtMs,
 				"ino", fl.id.Ino, "file_name", fl.id.FileName, "created_at_ms", fl.id.CreatedAtMs)
 			fl.obs.Event(EventReplaced)
@@ -794,6 +811,30 @@ func (fl *Follower) report() {
 	}
 	fl.obs.Read(fl.records, bytes)
 	fl.records = 0
+}
+
+// Hold returns a descriptor of its own for the file the follower reads, which
+// stays open once the follower left the file or was closed: for
+// [Options.Held]. It is nil when the file cannot be duplicated (out of
+// descriptors), which only loses that hand-over. Call it from the goroutine
+// that calls Next.
+func (fl *Follower) Hold() *os.File {
+	tf, _ := fl.f.(timedFile)
+	f, ok := tf.file.(*os.File)
+	if !ok {
+		return nil
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	nfd := -1
+	if cerr := rc.Control(func(fd uintptr) {
+		nfd, err = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0)
+	}); cerr != nil || err != nil {
+		return nil
+	}
+	return os.NewFile(uintptr(nfd), f.Name())
 }
 
 // Close stops watching and closes the file. It returns nil when called

@@ -106,20 +106,22 @@ func (r *replaceState) takeBack(id streamfile.Identity, fi os.FileInfo) (leftFil
 }
 
 // resumeRotated opens, in place of the file at the path, the file the
-// stored position belongs to when a rotation renamed it within the
-// directory while nothing followed the path, or else a copy of it there
-// when it was truncated in place after the copy was made (logrotate's
-// copytruncate): the follower then reads it on from the position, and
-// check finds that the path names another file, which switchFile goes on
-// with (through the files rotated after it) once this one is read to its
-// end and has stopped growing. A file that cannot be found leaves the file
-// at the path, which startOffset then reads from its beginning.
-func (fl *Follower) resumeRotated() {
+// stored position belongs to when it is not at the path any more: the one
+// held open by the run before (Options.Held, of which it takes ownership),
+// else one a rotation renamed within the directory while nothing followed
+// the path, or else a copy of it there when it was truncated in place after
+// the copy was made (logrotate's copytruncate): the follower then reads it
+// on from the position, and check finds that the path names another file,
+// which switchFile goes on with (through the files rotated after it) once
+// this one is read to its end and has stopped growing. A file that cannot
+// be found leaves the file at the path, which startOffset then reads from
+// its beginning.
+func (fl *Follower) resumeRotated(held **os.File) {
 	r := fl.opts.Resume
 	if r == nil || fl.opts.Replay {
 		return
 	}
-	f, copied, err := fl.locateResume(*r)
+	f, found, err := fl.locateResume(*r, held)
 	if err != nil {
 		fl.log.Warn("cannot look for the file the stored position belongs to in the directory of the path", "err", err)
 		return
@@ -131,30 +133,43 @@ func (fl *Follower) resumeRotated() {
 	if !ok {
 		return
 	}
-	if !copied {
+	switch found {
+	case foundHeld:
+		fl.log.Info("the stored position is in a file rotated away from the path, held open since it was read: reading it on to its end, then the files rotated after it and the file at the path",
+			"offset", r.Offset, "ino", r.File.Ino)
+	case foundRenamed:
 		fl.log.Info("the stored position is in a file rotated away from the path while nothing followed it: reading it on to its end, then the files rotated after it and the file at the path",
 			"rotated_path", f.Name(), "offset", r.Offset, "ino", r.File.Ino)
-		return
+	case foundCopy:
+		// The position holds in the copy: its bytes are the file's.
+		id := r.File
+		id.Ino = streamfile.Inode(fi)
+		fl.opts.Resume = &Position{File: id, Offset: r.Offset}
+		fl.log.Info("the file of the stored position was truncated in place after a copy of it was made (copytruncate) while nothing followed it: reading the copy on to its end, then the file at the path",
+			"copy_path", f.Name(), "offset", r.Offset, "ino", r.File.Ino)
 	}
-	// The position holds in the copy: its bytes are the file's.
-	id := r.File
-	id.Ino = streamfile.Inode(fi)
-	fl.opts.Resume = &Position{File: id, Offset: r.Offset}
-	fl.log.Info("the file of the stored position was truncated in place after a copy of it was made (copytruncate) while nothing followed it: reading the copy on to its end, then the file at the path",
-		"copy_path", f.Name(), "offset", r.Offset, "ino", r.File.Ino)
 }
 
+// How locateResume found the file of a stored position.
+type found int
+
+const (
+	foundHeld    found = iota + 1 // Options.Held
+	foundRenamed                  // in the directory, by its inode
+	foundCopy                     // a copy in the directory (copytruncate)
+)
+
 // locateResume finds the file of the stored position r when the open
-// file, at the path, is not it: by its inode, renamed within the
-// directory, or else a copy of it that holds r's offset (one that holds
-// nothing after it too: read to its end, the follower goes on with the
-// file at the path without a loss to report). It reports whether the
-// file found is a copy; nil when the open file is the position's, or none
+// file, at the path, is not it: the held file (*held, which it takes when
+// it is r's), by its inode, renamed within the directory, or else a copy
+// of it that holds r's offset (one that holds nothing after it too: read to
+// its end, the follower goes on with the file at the path without a loss
+// to report). It returns nil when the open file is the position's, or none
 // is found.
-func (fl *Follower) locateResume(r Position) (*os.File, bool, error) {
+func (fl *Follower) locateResume(r Position, held **os.File) (*os.File, found, error) {
 	fi, err := fl.f.Stat()
 	if err != nil {
-		return nil, false, nil // the first read says why
+		return nil, 0, nil // the first read says why
 	}
 	if streamfile.Inode(fi) == r.File.Ino {
 		var b [streamfile.HeaderSize]byte
@@ -162,20 +177,31 @@ func (fl *Follower) locateResume(r Position) (*os.File, bool, error) {
 		if n == len(b) {
 			if h, err := streamfile.ParseHeader(b[:]); err == nil && fi.Size() >= r.Offset {
 				if id, err := streamfile.IdentityOf(fi, h); err == nil && id == r.File {
-					return nil, false, nil // the position's file
+					return nil, 0, nil // the position's file
 				}
 			}
 		} else if !errors.Is(err, io.EOF) {
-			return nil, false, nil // cannot tell
+			return nil, 0, nil // cannot tell
 		}
 		// Truncated, and maybe written anew, in place: under a new
 		// header, or its own (shorter than the position), or none a
 		// reader takes (an older writer's zeros where it was).
-	} else if f, err := streamfile.Locate(fl.path, r.File); err != nil || f != nil {
-		return f, false, err
+	} else {
+		if f := *held; f != nil {
+			if _, size, id, err := streamfile.Identify(f); err == nil && id == r.File && size >= r.Offset {
+				*held = nil
+				return f, foundHeld, nil
+			}
+		}
+		if f, err := streamfile.Locate(fl.path, r.File); err != nil || f != nil {
+			return f, foundRenamed, err
+		}
 	}
 	f, err := streamfile.LocateCopy(fl.path, r.File, r.Offset)
-	return f, f != nil, err
+	if f == nil {
+		return nil, 0, err
+	}
+	return f, foundCopy, err
 }
 
 // drainInstead closes the open file and reads f, found in the directory

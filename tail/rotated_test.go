@@ -20,8 +20,9 @@ import (
 // path's symlink points): the rest of it is read, then the new file at the
 // path from its beginning. A file rotated out of the directory (or gone)
 // cannot be found: the new file is read from its beginning, and the loss
-// is logged at ERROR. A file rotated after the one resumed in, before the
-// one at the path, is read between them.
+// is logged at ERROR, unless the follower before held it open and handed
+// it over (Options.Held). A file rotated after the one resumed in, before
+// the one at the path, is read between them.
 func TestResumeRotated(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -32,21 +33,19 @@ func TestResumeRotated(t *testing.T) {
 		found   bool
 		symlink bool
 		between bool // a file rotated after the stored position's: data/r.ss.1, frames of between
+		held    bool // the follower before hands over the file it read (Hold)
 	}{
-		{"renamed in the directory", func(t *testing.T, dir string) string { return rename(t, dir, "data/r.ss", "data/r.ss.1") }, true, false, false},
-		{"renamed where the symlink points", func(t *testing.T, dir string) string { return rename(t, dir, "data/r.ss", "data/r.ss.1") }, true, true, false},
-		{"moved to another directory", func(t *testing.T, dir string) string { return rename(t, dir, "data/r.ss", "old/r.ss.1") }, false, false, false},
-		{"removed", func(t *testing.T, dir string) string {
-			if err := os.Remove(filepath.Join(dir, "data/r.ss")); err != nil {
-				t.Fatal(err)
-			}
-			return ""
-		}, false, false, false},
+		{"renamed in the directory", func(t *testing.T, dir string) string { return rename(t, dir, "data/r.ss", "data/r.ss.1") }, true, false, false, false},
+		{"renamed where the symlink points", func(t *testing.T, dir string) string { return rename(t, dir, "data/r.ss", "data/r.ss.1") }, true, true, false, false},
+		{"moved to another directory", func(t *testing.T, dir string) string { return rename(t, dir, "data/r.ss", "old/r.ss.1") }, false, false, false, false},
+		{"removed", remove, false, false, false, false},
+		{"removed, held open", remove, true, false, false, true},
+		{"renamed, held open", func(t *testing.T, dir string) string { return rename(t, dir, "data/r.ss", "data/r.ss.1") }, true, false, false, true},
 		{"rotated twice", func(t *testing.T, dir string) string {
 			rotated := rename(t, dir, "data/r.ss", "data/r.ss.2")
 			writeFile(t, filepath.Join(dir, "data/r.ss.1"), betweenHeader, between)
 			return rotated
-		}, true, false, true},
+		}, true, false, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -73,20 +72,25 @@ func TestResumeRotated(t *testing.T) {
 			}
 			first := nextN(t, fl, 8, new(int))
 			stored := fl.Position()
+			var held *os.File
+			if tc.held {
+				held = fl.Hold()
+			}
 			fl.Close()
 
+			// Rotated files written to last an hour before the grace: they
+			// are left at once once read.
+			if err := os.Chtimes(file, time.Time{}, time.Now().Add(-2*time.Hour)); err != nil {
+				t.Fatal(err)
+			}
 			rotated := tc.rotate(t, dir)
 			writeFile(t, file, lastHeader, repl)
 			var log testutil.SyncBuffer
 			obs := newObserver()
-			// Rotated files written to last an hour before the grace: they
-			// are left at once once read.
-			for _, f := range []string{rotated, filepath.Join(dir, "data/r.ss.1")} {
-				if err := os.Chtimes(f, time.Time{}, time.Now().Add(-2*time.Hour)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-					t.Fatal(err)
-				}
+			if err := os.Chtimes(filepath.Join(dir, "data/r.ss.1"), time.Time{}, time.Now().Add(-2*time.Hour)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				t.Fatal(err)
 			}
-			fl, err = New(Options{Path: path, Resume: &stored, PollInterval: 20 * time.Millisecond, RotationGrace: time.Hour,
+			fl, err = New(Options{Path: path, Resume: &stored, Held: held, PollInterval: 20 * time.Millisecond, RotationGrace: time.Hour,
 				Observer: obs, Logger: slog.New(slog.NewTextHandler(&log, nil))})
 			if err != nil {
 				t.Fatal(err)
@@ -115,7 +119,10 @@ func TestResumeRotated(t *testing.T) {
 				t.Errorf("%d replacements counted, want %d", n, want)
 			}
 			resumed := strings.Contains(log.String(), "rotated_path="+rotated)
-			lost := strings.Contains(log.String(), "level=ERROR msg=\"stored position belongs to another file")
+			if tc.held {
+				resumed = strings.Contains(log.String(), "held open since it was read")
+			}
+			lost := strings.Contains(log.String(), "level=ERROR msg=\"the file of the stored position is neither at the path nor in its directory")
 			if resumed != tc.found || lost == tc.found {
 				t.Errorf("resumed in the rotated file: %v, loss logged: %v; want %v, %v\nlog:\n%s", resumed, lost, tc.found, !tc.found, log.String())
 			}
@@ -124,6 +131,15 @@ func TestResumeRotated(t *testing.T) {
 			}
 		})
 	}
+}
+
+// remove removes the file followed at data/r.ss (rotated away, then
+// compressed or deleted), and returns "".
+func remove(t *testing.T, dir string) string {
+	if err := os.Remove(filepath.Join(dir, "data/r.ss")); err != nil {
+		t.Fatal(err)
+	}
+	return ""
 }
 
 // The headers of the files rotated after the one of oldHeader: the next
