@@ -206,6 +206,12 @@ func (st *setup) closePipeHandlers(subs []*deliverer) {
 // subscription reads.
 const msgUnsubscribedLine = "stdin line of a key no subscription reads dropped; the others are counted in streamd_pipe_unsubscribed_lines_total, and in all when the stage ends"
 
+// msgUnterminatedLine is logged when the last line of stdin has no '\n'.
+// It is handled as written (stdio format), but a stage before that exited
+// in the middle of a write (at a second signal, or a stop not done in time)
+// leaves such a line cut short.
+const msgUnterminatedLine = "the last line of stdin has no newline: it is handled as it is, though a stage before this one that exited while writing it left it cut short"
+
 // msgUnsubscribedTotal is logged when a stage ends that dropped more than
 // one line of a key no subscription reads: how many, which the metric
 // alone says (a stage without a metrics listener says it nowhere else).
@@ -252,8 +258,9 @@ func stageRecordSize(h envelope.Headers, payload []byte) int {
 // stdinLine is a line the stage read: its text, or for a line longer than
 // the limit, which the reader passed over, its error.
 type stdinLine struct {
-	text    []byte
-	tooLong error
+	text         []byte
+	tooLong      error
+	unterminated bool // the last line, without '\n'
 }
 
 // readLines reads stdin to its end (or until ctx ends) and hands each line
@@ -355,7 +362,7 @@ func readLines(ctx, hctx context.Context, in io.Reader, lim stageLimits, subs []
 				readErr <- err
 				return
 			default:
-				next.text = line
+				next.text, next.unterminated = line, r.Unterminated()
 			}
 			select {
 			case lines <- next:
@@ -406,6 +413,9 @@ func readLines(ctx, hctx context.Context, in io.Reader, lim stageLimits, subs []
 			continue
 		}
 		line := next.text
+		if next.unterminated {
+			logger.Warn(msgUnterminatedLine, "line", lineNo)
+		}
 		l, err := pipe.ParseLine(line)
 		if err != nil {
 			if err := invalid(lineNo, err); err != nil {

@@ -547,6 +547,29 @@ func TestStageUnsubscribedKeys(t *testing.T) {
 		}
 		checkLogs(t, r.logs.with(msgUnsubscribedLine), []wantLog{{slog.LevelWarn, msgUnsubscribedLine, map[string]string{"line": "1", "key": "audit"}}})
 		checkLogs(t, r.logs.with(msgUnsubscribedTotal), []wantLog{{slog.LevelWarn, msgUnsubscribedTotal, map[string]string{"count": "3", "last_line": "4", "last_key": "mail"}}})
+		if n := len(r.logs.with(msgUnterminatedLine)); n != 0 {
+			t.Errorf("%d lines logged as unterminated, want none", n)
+		}
+	})
+}
+
+// TestStageUnterminatedLastLine: a last line of stdin without a newline is
+// handled as written (stdio format), and logged at WARN: a stage before
+// that exited while writing it left it cut short.
+func TestStageUnterminatedLastLine(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg, err := loadTestConfig(t, stageSub("jobs", "jobs", `out_retry = "jobs.retry"`), conf.ModePipe)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := runStage(t, cfg, "[jobs] a\n[jobs] rs1:AAAA", 0, stageHandlers{"jobs": func(*handler.Delivery) handler.Outcome { return ack }})
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if got := r.seenLines(); !slices.Equal(got, []string{`jobs 0 1 "a"`, `jobs 1 1 "rs1:AAAA"`}) {
+			t.Errorf("handled %q, want both lines as written", got)
+		}
+		checkLogs(t, r.logs.with(msgUnterminatedLine), []wantLog{{slog.LevelWarn, msgUnterminatedLine, map[string]string{"line": "2"}}})
 	})
 }
 

@@ -51,6 +51,7 @@ type Reader struct {
 	n     int  // lines returned, too long ones included
 	skip  bool // the rest of a too long line is still to be read
 	done  bool
+	cut   bool // the last line returned ended without '\n'
 }
 
 // NewReader returns a Reader of in whose lines are at most [MaxLineBytes]
@@ -119,11 +120,17 @@ func (r *Reader) next() (line []byte, own bool, err error) {
 		}
 		if len(line) > 0 || err == nil {
 			r.n++
+			r.cut = err != nil
 			return line, own, nil
 		}
 	}
 	return nil, false, io.EOF
 }
+
+// Unterminated reports whether the last line returned ended at the end of
+// the input without '\n': a line, but perhaps one its writer was stopped in
+// the middle of.
+func (r *Reader) Unterminated() bool { return r.cut }
 
 // tooLong drops what the Reader holds of the line it counts as too long,
 // and returns its error.

@@ -16,16 +16,18 @@ import (
 func TestReader(t *testing.T) {
 	long := strings.Repeat("x", 100<<10) // longer than the read buffer
 	tests := []struct {
-		name string
-		in   string
-		want []string
+		name         string
+		in           string
+		want         []string
+		unterminated bool // the last line
 	}{
-		{"empty input", "", nil},
-		{"lines", "a\nb\n", []string{"a", "b"}},
-		{"last line without newline", "a\nb", []string{"a", "b"}},
-		{"empty lines", "\n\na\n", []string{"", "", "a"}},
-		{"carriage return kept", "a\r\n", []string{"a\r"}},
-		{"line longer than the buffer", long + "\nz\n", []string{long, "z"}},
+		{"empty input", "", nil, false},
+		{"lines", "a\nb\n", []string{"a", "b"}, false},
+		{"last line without newline", "a\nb", []string{"a", "b"}, true},
+		{"empty lines", "\n\na\n", []string{"", "", "a"}, false},
+		{"carriage return kept", "a\r\n", []string{"a\r"}, false},
+		{"line longer than the buffer", long + "\nz\n", []string{long, "z"}, false},
+		{"longer than the buffer, without newline", "z\n" + long, []string{"z", long}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -38,6 +40,9 @@ func TestReader(t *testing.T) {
 				}
 				if err != nil {
 					t.Fatal(err)
+				}
+				if cut := r.Unterminated(); cut != (tt.unterminated && len(got) == len(tt.want)-1) {
+					t.Errorf("line %d unterminated: %v", len(got)+1, cut)
 				}
 				got = append(got, string(line))
 			}

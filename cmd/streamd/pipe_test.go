@@ -1504,4 +1504,4 @@ func TestPipeStuckStdout(t *testing.T) {
 }
 
 // msgStuck is logged when a stage does not stop in time.
-const msgStuck = "streamd pipe did not stop in time, most likely because a copy's write to stdout waits, which the next stage does not read; exiting: the copies not written are lost, and so are the lines after last_line, which may have been read ahead; feed the input to a stage again from resume_line"
+const msgStuck = "streamd pipe did not stop in time, most likely because a copy's write to stdout waits, which the next stage does not read; exiting: the copies not written are lost (one being written may be left cut short on stdout, which the next stage takes as a record), and so are the lines after last_line, which may have been read ahead; feed the input to a stage again from resume_line"

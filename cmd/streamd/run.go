@@ -166,7 +166,7 @@ func pipeCommand(app *kingpin.Application) action {
 		progress := new(daemon.StageProgress)
 		go watchStop(ctx, again, done, st.opts.Logger, stopWatch{
 			name:  "streamd pipe",
-			left:  "the copies not written are lost, and so are the lines after last_line, which may have been read ahead; feed the input to a stage again from resume_line",
+			left:  "the copies not written are lost (one being written may be left cut short on stdout, which the next stage takes as a record), and so are the lines after last_line, which may have been read ahead; feed the input to a stage again from resume_line",
 			bound: 2*time.Duration(st.cfg.ShutdownTimeout) + stuckGrace,
 			attrs: progress.Attrs,
 		})

@@ -106,7 +106,7 @@ func TestSecondSignal(t *testing.T) {
 		if code, d := p.wait(t, 10*time.Second), time.Since(sent); code != exitError || d > 5*time.Second {
 			t.Errorf("exit status %d %s after the second signal, want 1 at once", code, d.Round(time.Millisecond))
 		}
-		l := logsWithMsg(p.stderr.String(), "streamd pipe exits at a second signal without finishing its stop: the copies not written are lost, and so are the lines after last_line, which may have been read ahead; feed the input to a stage again from resume_line")
+		l := logsWithMsg(p.stderr.String(), "streamd pipe exits at a second signal without finishing its stop: the copies not written are lost (one being written may be left cut short on stdout, which the next stage takes as a record), and so are the lines after last_line, which may have been read ahead; feed the input to a stage again from resume_line")
 		if len(l) != 1 || l[0].str("level") != "ERROR" || l[0].str("signal") != "terminated" || l[0].str("last_line") != "1" {
 			t.Errorf("want one ERROR saying why; stderr:\n%s", p.stderr.String())
 		}
