@@ -855,5 +855,6 @@ func (fl *Follower) Close() error {
 	if fl.timer != nil {
 		fl.timer.Stop()
 	}
+	fl.forgetSeen()
 	return errors.Join(err, fl.f.Close())
 }

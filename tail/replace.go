@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
 	"syscall"
 	"time"
@@ -53,7 +54,25 @@ type replaceState struct {
 	// rename undone after another file sat there a while) is read on from
 	// there, not from its beginning again.
 	left []leftFile
+	// seen is the files seen at the path while the open one was read to
+	// its end, in the order seen, open: a symlink at the path retargeted,
+	// or a file renamed over it, twice within the grace leaves a file in
+	// between that neither the path nor the rotations of the directory
+	// (NextRotated, by the name in the header) lead to. It is read after
+	// the open one, before the file now at the path.
+	seen []seenFile
 }
+
+// seenFile is a file seen at the path (replaceState.seen): open, its stat
+// information when seen, and its name then (a symlink's target).
+type seenFile struct {
+	f    file
+	fi   os.FileInfo
+	name string
+}
+
+// maxSeen bounds replaceState.seen.
+const maxSeen = 4
 
 // leftFile is a stream file a follower switched away from: which (fi, for
 // the device too), where to read it on (where it left it, or the end of
@@ -295,16 +314,57 @@ func (fl *Follower) check(polled bool) error {
 			r.draining, r.drainSize, r.grew, r.drained = true, fi.Size(), r.leftAt, 0
 		}
 		r.removed = false
+		fl.see(st)
 	case r.draining:
 		// The path names the open file again (a symlink turned back, a
 		// rename undone) before the follower left it: it stays.
 		r.draining, r.leftAt = false, time.Time{}
+		fl.forgetSeen()
 		fl.log.Info("the path names the stream file being read again; reading on in it", "offset", fl.pos())
 	case r.removed:
 		r.removed, r.leftAt = false, time.Time{}
 		fl.log.Info("stream file is back")
 	}
 	return nil
+}
+
+// see keeps the file at the path, of stat information st, open for
+// openNext, when it is not the last one seen already (replaceState.seen).
+// One that cannot be opened is not kept: switchFile says why when it comes
+// to it.
+func (fl *Follower) see(st os.FileInfo) {
+	r := &fl.replace
+	if n := len(r.seen); n > 0 && os.SameFile(r.seen[n-1].fi, st) {
+		return
+	}
+	if len(r.seen) == maxSeen {
+		fl.log.Warn("the path named more files than a follower keeps while it reads the one before them to its end; the next ones are not read, only the one at the path once it gets there",
+			"kept", maxSeen, "offset", fl.pos())
+		return
+	}
+	name, err := filepath.EvalSymlinks(fl.path)
+	if err != nil {
+		name = fl.path
+	}
+	f, err := fl.open(fl.path)
+	if err != nil {
+		return
+	}
+	if fi, err := f.Stat(); err != nil || !os.SameFile(fi, st) {
+		f.Close() // replaced again meanwhile: the next check sees it
+		return
+	}
+	r.seen = append(r.seen, seenFile{f: f, fi: st, name: name})
+	fl.log.Debug("another file at the path: it is read after the open one", "file", name, "seen", len(r.seen))
+}
+
+// forgetSeen closes the files seen at the path and forgets them.
+func (fl *Follower) forgetSeen() {
+	r := &fl.replace
+	for _, s := range r.seen {
+		s.f.Close()
+	}
+	r.seen = nil
 }
 
 // linked reports whether the open file, of stat information fi, still has
@@ -531,7 +591,7 @@ func (fl *Follower) underSharedLock(ctx context.Context, fn func()) (ok bool, er
 // or is replaced or removed again.
 func (fl *Follower) switchFile(err error) error {
 	r := &fl.replace
-	nf, name, oerr := fl.openNext()
+	nf, name, rotated, oerr := fl.openNext()
 	if errors.Is(oerr, fs.ErrNotExist) {
 		r.draining = false
 		return nil // check notices the removal at the next wake-up
@@ -583,7 +643,7 @@ func (fl *Follower) switchFile(err error) error {
 	fl.f = nf
 	fl.startOver()
 	r.draining, r.removed, r.leftAt = false, false, time.Time{}
-	if name != fl.path && st != nil {
+	if rotated && st != nil {
 		fl.drainRotated(st)
 	}
 	if cerr != nil {
@@ -604,22 +664,40 @@ func (fl *Follower) countReplacement(st os.FileInfo) {
 	r.told, r.unopened = true, st
 }
 
-// openNext opens the file switchFile goes on with, and returns its path:
-// the next file rotated after the ones read within the directory
-// (rotations closer together than the follower's lag leave several), or
-// else the file at the path.
-func (fl *Follower) openNext() (file, string, error) {
+// openNext opens the file switchFile goes on with, and returns its name,
+// and whether it is rotated away from the path already: the next file
+// rotated after the ones read within the directory (rotations closer
+// together than the follower's lag leave several), else the first file
+// seen at the path since (replaceState.seen), or else the file at the path.
+func (fl *Follower) openNext() (f file, name string, rotated bool, err error) {
 	r := &fl.replace
 	r.readUpTo = max(r.readUpTo, fl.id.CreatedAtMs)
-	f, err := streamfile.NextRotated(fl.path, fl.id.FileName, r.readUpTo)
+	rf, err := streamfile.NextRotated(fl.path, fl.id.FileName, r.readUpTo)
 	if err != nil {
 		r.nextTrouble.Failed(fl.log, "cannot look for the stream file rotated after the one read; the file at the path is read next", err)
 	} else if r.nextTrouble.Failing() {
 		r.nextTrouble.Passed(fl.log, "the files rotated after the one read can be looked for again")
 	}
-	if f != nil {
-		return fl.timed(f), f.Name(), nil
+	if rf != nil {
+		if fi, err := rf.Stat(); err == nil {
+			r.seen = slices.DeleteFunc(r.seen, func(s seenFile) bool {
+				if os.SameFile(s.fi, fi) {
+					s.f.Close()
+					return true
+				}
+				return false
+			})
+		}
+		return fl.timed(rf), rf.Name(), true, nil
+	}
+	if len(r.seen) > 0 {
+		s := r.seen[0]
+		r.seen = slices.Delete(r.seen, 0, 1)
+		if st, err := os.Stat(fl.path); err == nil && os.SameFile(st, s.fi) {
+			return s.f, fl.path, false, nil
+		}
+		return s.f, s.name, true, nil
 	}
 	nf, err := fl.open(fl.path)
-	return nf, fl.path, err
+	return nf, fl.path, false, err
 }

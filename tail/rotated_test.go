@@ -2,10 +2,12 @@ package tail
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -198,4 +200,75 @@ func rename(t *testing.T, dir, from, to string) string {
 		t.Fatal(err)
 	}
 	return to
+}
+
+// TestReplacedTwiceWithinGrace: the path names a second file, then a third,
+// while the follower still reads the first to its end (within the grace):
+// a symlink retargeted twice, or files renamed over the path twice. The
+// file in between, which neither the path nor the rotations of the
+// directory lead to any more (its header names another file, or it was
+// unlinked by the rename over it), is read after the first, before the one
+// now at the path, even when it was removed meanwhile.
+func TestReplacedTwiceWithinGrace(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		symlink bool
+		remove  bool // the second file is removed once the third is at the path
+	}{
+		{"symlink retargeted", true, false},
+		{"symlink retargeted, the file in between removed", true, true},
+		{"renamed over", false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			path := filepath.Join(dir, "r.ss")
+			// put writes the i-th file, then makes the path name it.
+			put := func(i int, fs []streamfile.Frame) string {
+				name := fmt.Sprintf("f%d.ss", i)
+				h := streamfile.Header{FileName: name, CreatedAtMs: uint64(i), BeaconInterval: 1024}
+				if !tc.symlink {
+					h.FileName = "r.ss"
+				}
+				file := filepath.Join(dir, name)
+				writeFile(t, file, h, fs)
+				if tc.symlink {
+					tmp := filepath.Join(dir, "tmp")
+					if err := errors.Join(os.Symlink(name, tmp), os.Rename(tmp, path)); err != nil {
+						t.Fatal(err)
+					}
+				} else if err := os.Rename(file, path); err != nil {
+					t.Fatal(err)
+				}
+				return file
+			}
+			first, second, third := frames("first", 1, 5, 1, 40), frames("second", 1, 4, 1, 40), frames("third", 1, 3, 1, 40)
+			put(1, first)
+			var log testutil.SyncBuffer
+			fl, err := New(Options{Path: path, PollInterval: 20 * time.Millisecond, RotationGrace: 300 * time.Millisecond,
+				Logger: slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer fl.Close()
+			items, stop := follow(t, fl)
+			defer stop()
+			got := collect(t, items, len(first), 5*time.Second)
+			file := put(2, second)
+			waitFor(t, 5*time.Second, "the second file seen at the path", func() bool {
+				return strings.Contains(log.String(), "another file at the path")
+			})
+			put(3, third)
+			if tc.remove {
+				if err := os.Remove(file); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got = append(got, collect(t, items, len(second)+len(third), 5*time.Second)...)
+			if err := sameFrames(got, slices.Concat(first, second, third)); err != nil {
+				t.Fatalf("%v\nlog:\n%s", err, log.String())
+			}
+		})
+	}
 }
