@@ -632,8 +632,12 @@ func (w *Writer) catchUp(size int64, whole *scanEnd) error {
 		if err := w.f.Truncate(end); err != nil {
 			return fmt.Errorf("streamfile: truncate the tail of %s at %d: %w", w.f.Name(), end, err)
 		}
-		if se.zeros {
+		switch {
+		case se.zeros:
 			w.log.Warn("removed the zero bytes a crash left after the last frame (and a torn frame before them, if any)", "file", w.f.Name(), "offset", end, "bytes", size-end)
+		case se.torn > 0:
+			w.log.Warn("removed an incomplete record at the end of the file, which a writer left when it stopped in the middle of an append (a torn tail): that record is lost",
+				"file", w.f.Name(), "offset", size-se.torn, "bytes", se.torn)
 		}
 	}
 	w.end = end
@@ -676,6 +680,7 @@ func (e *DamageError) Error() string {
 type scanEnd struct {
 	next  int64 // where the next frame goes
 	zeros bool  // the bytes from next to the end are zeros (a crash's leftovers)
+	torn  int64 // else, how many bytes of a torn frame end the file
 }
 
 // scan reads the frames from start to size and returns where the next frame
@@ -746,7 +751,7 @@ func (w *Writer) tail(good, eos, size int64, damage error) (scanEnd, error) {
 		next = eos
 	}
 	if damage == nil {
-		return scanEnd{next: next}, nil // nothing after it, or a torn frame
+		return scanEnd{next: next, torn: size - good}, nil // nothing after it, or a torn frame
 	}
 	leftovers, err := CrashLeftovers(w.f, w.interval, good, size)
 	if err != nil {

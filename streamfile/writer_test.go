@@ -896,3 +896,44 @@ func TestWriterLetsGoOfALargeBatch(t *testing.T) {
 		t.Errorf("read %d frames back, want the three appended", len(frames))
 	}
 }
+
+// TestAppendSaysTornTail: an append that removes a torn frame another
+// writer left at the end of the file says so at WARN, with where it was
+// and how long; one that finds the file whole says nothing.
+func TestAppendSaysTornTail(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.ss")
+	var log bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&log, nil))
+	publish := func(payload string) {
+		t.Helper()
+		w, err := OpenWriter(path, CreateOptions{Create: true, Header: Header{FileName: "s.ss", BeaconInterval: 1024}, Log: logger})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := errors.Join(w.Publish([]Frame{{Key: "k", TimestampMs: 1, Payload: []byte(payload)}}), w.Close()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish("a")
+	whole, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish(strings.Repeat("b", 50))
+	if err := os.Truncate(path, whole.Size()+20); err != nil { // b's writer stopped in the middle
+		t.Fatal(err)
+	}
+	publish("c")
+	want := fmt.Sprintf("level=WARN msg=\"removed an incomplete record at the end of the file, which a writer left when it stopped in the middle of an append (a torn tail): that record is lost\" file=%s offset=%d bytes=20\n", path, whole.Size())
+	if _, line, _ := strings.Cut(log.String(), " "); line != want { // after the time
+		t.Fatalf("log %q, want %q", log.String(), want)
+	}
+	log.Reset()
+	publish("d")
+	if log.Len() != 0 {
+		t.Fatalf("an append to a whole file logged %q", log.String())
+	}
+	if got, _ := readFrames(t, path); len(got) != 3 || string(got[1].Payload) != "c" {
+		t.Fatalf("the file holds %d frames, want a, c and d", len(got))
+	}
+}

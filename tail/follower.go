@@ -178,6 +178,7 @@ type Follower struct {
 	damage  damageState  // damaged bytes in the open file (damage.go)
 	last    lastRecord   // of the open file; zero before its first
 	replace replaceState // the path when it does not name the open file (replace.go)
+	torn    tornState    // the data ending inside a frame (torn.go)
 
 	// Wake-ups (watch.go).
 	watch      *watch   // nil until the first wait, and with PollOnly
@@ -361,6 +362,9 @@ func (fl *Follower) Next(ctx context.Context) (*Record, error) {
 			continue
 		}
 		if err == nil {
+			if !fl.torn.since.IsZero() {
+				fl.tornPassed()
+			}
 			d := &fl.damage
 			d.recheckAt, d.replayRecheckAt, d.goodEnd = -1, -1, rec.End
 			if d.cutChecksum {
@@ -612,6 +616,11 @@ func (fl *Follower) idle(ctx context.Context, err error) error {
 		if skipped, err := fl.pastDamagedSize(ctx); err != nil || skipped {
 			return err
 		}
+		if !fl.opts.Replay {
+			fl.tornTail()
+		}
+	} else if !fl.torn.since.IsZero() {
+		fl.tornPassed()
 	}
 	if fl.opts.Replay {
 		if at := fl.pos(); errors.Is(err, streamfile.ErrTruncated) && fl.damage.replayRecheckAt != at {
@@ -667,6 +676,9 @@ func (fl *Follower) startOver() {
 	}
 	fl.dec, fl.hdr, fl.pending, fl.last = nil, streamfile.Header{}, nil, lastRecord{}
 	fl.damage.forget()
+	if !fl.torn.since.IsZero() {
+		fl.tornPassed()
+	}
 }
 
 // prepare gets the decoder ready: it reads the header of a new file and

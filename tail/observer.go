@@ -46,7 +46,9 @@ const (
 	// EventRemoved: the path no longer exists. The follower keeps the old
 	// file open and waits for the path to come back.
 	EventRemoved
-	// EventTornTail: a replaced file ended inside a frame, which is lost.
+	// EventTornTail: a replaced file ended inside a frame, which is lost;
+	// or the open file has ended inside one, unchanged, for 10 s (a writer
+	// stopped in the middle of an append).
 	EventTornTail
 	// EventChecksum: a frame's payload does not match its checksum.
 	EventChecksum
