@@ -728,8 +728,8 @@ func (fl *Follower) readHeader() (bool, error) {
 		if off, err = fl.startOffset(fi.Size()); err != nil {
 			return false, err
 		}
-	} else if left, ok := fl.replace.takeBack(id, fi); ok {
-		off = fl.backAt(left, fi.Size())
+	} else if left, copied, ok := fl.replace.takeBack(id, fi); ok {
+		off = fl.backAt(left, fi.Size(), copied)
 	}
 	fl.dec = streamfile.NewDecoder(fl.f, h, off)
 	fl.reportPos, fl.damage.goodEnd = off, off
@@ -776,10 +776,11 @@ func (fl *Follower) startOffset(size int64) (int64, error) {
 }
 
 // backAt returns where to read a file the follower left (left) and finds
-// at the path again, size bytes long: left.offset, or its beginning when
-// the last record read of it does not read the same any more, or the
-// offset does not fit the file: it was truncated or rewritten meanwhile.
-func (fl *Follower) backAt(left leftFile, size int64) int64 {
+// at the path again, size bytes long, or a copy of it (copied): left.offset,
+// or its beginning when the last record read of it does not read the same
+// any more, or the offset does not fit the file: it was truncated or
+// rewritten meanwhile (for a copy: it is another file, or a shorter copy).
+func (fl *Follower) backAt(left leftFile, size int64, copied bool) int64 {
 	off := left.offset
 	d := streamfile.NewDecoder(fl.f, fl.hdr, left.last.offset)
 	rec, err := d.Next()
@@ -790,14 +791,21 @@ func (fl *Follower) backAt(left leftFile, size int64) int64 {
 	case off != left.last.end:
 		err = checkBoundary(fl.f, fl.hdr, size, off)
 	}
-	if err != nil {
+	switch {
+	case err != nil && copied:
+		return streamfile.HeaderSize // another file with the same header, as a new file is read
+	case err != nil:
 		fl.log.Warn("the stream file read before is back at the path, but rewritten or truncated since; reading it from the beginning",
 			"offset", off, "size", size, "err", err)
 		fl.obs.Event(EventTruncated)
 		return streamfile.HeaderSize
+	case copied:
+		fl.log.Info("the file at the path is a copy of the stream file read before (the same header and records, another inode); reading it on from where the other was left",
+			"offset", off, "ino", fl.id.Ino, "old_ino", left.id.Ino, "file_name", fl.id.FileName, "created_at_ms", fl.id.CreatedAtMs)
+	default:
+		fl.log.Info("the stream file read before is back at the path; reading it on from where it was left",
+			"offset", off, "ino", fl.id.Ino, "file_name", fl.id.FileName, "created_at_ms", fl.id.CreatedAtMs)
 	}
-	fl.log.Info("the stream file read before is back at the path; reading it on from where it was left",
-		"offset", off, "ino", fl.id.Ino, "file_name", fl.id.FileName, "created_at_ms", fl.id.CreatedAtMs)
 	return off
 }
 

@@ -209,6 +209,29 @@ func follow(t testing.TB, fl *Follower) (items <-chan item, stop func()) {
 	return c, func() { cancel(); <-done }
 }
 
+// startFollowing opens a follower with opts and follows it (follow) until
+// the test ends, and returns its items with the first n records.
+func startFollowing(t *testing.T, opts Options, n int) (<-chan item, []got) {
+	t.Helper()
+	fl, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	items, stop := follow(t, fl)
+	t.Cleanup(func() { stop(); fl.Close() })
+	return items, collect(t, items, n, 5*time.Second)
+}
+
+// noMore fails the test when items brings a record within a few polls.
+func noMore(t *testing.T, items <-chan item) {
+	t.Helper()
+	select {
+	case it := <-items:
+		t.Fatalf("read more than the records written: %+v", it)
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
 // nextN calls fl.Next n times, within 10 s in all, and returns copies of
 // the records; *read counts them as they come, for an OnWait hook that
 // acts on the count.

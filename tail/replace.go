@@ -113,15 +113,24 @@ func (r *replaceState) leave(l leftFile) {
 }
 
 // takeBack returns the file of identity id and stat information fi, if the
-// follower left it lately, and forgets it.
-func (r *replaceState) takeBack(id streamfile.Identity, fi os.FileInfo) (leftFile, bool) {
+// follower left it lately, and forgets it; else one it left lately with the
+// same header (name and creation time) under another inode, of which the
+// file is a copy (cp -p then mv over the path, a restore), if the records
+// read of it read the same there too (backAt). It reports which.
+func (r *replaceState) takeBack(id streamfile.Identity, fi os.FileInfo) (l leftFile, copied, ok bool) {
 	i := slices.IndexFunc(r.left, func(l leftFile) bool { return l.id == id && os.SameFile(l.fi, fi) })
 	if i < 0 {
-		return leftFile{}, false
+		copied = true
+		i = slices.IndexFunc(r.left, func(l leftFile) bool {
+			return l.id.FileName == id.FileName && l.id.CreatedAtMs == id.CreatedAtMs && !os.SameFile(l.fi, fi)
+		})
 	}
-	l := r.left[i]
+	if i < 0 {
+		return leftFile{}, false, false
+	}
+	l = r.left[i]
 	r.left = slices.Delete(r.left, i, i+1)
-	return l, true
+	return l, copied, true
 }
 
 // resumeRotated opens, in place of the file at the path, the file the

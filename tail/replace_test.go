@@ -782,11 +782,7 @@ func TestLeftFileBack(t *testing.T) {
 			if err := sameFrames(got, want); err != nil {
 				t.Fatal(err)
 			}
-			select {
-			case it := <-items:
-				t.Fatalf("read more than the records written: %+v", it)
-			case <-time.After(100 * time.Millisecond):
-			}
+			noMore(t, items)
 		})
 	}
 }
@@ -837,5 +833,52 @@ func awaitEvent(t *testing.T, obs *observer, items <-chan item, e Event, n int, 
 			t.Fatalf("%s: %+v", while, it)
 		case <-time.After(10 * time.Millisecond):
 		}
+	}
+}
+
+// TestCopyAtPath: a copy of the stream file being read renamed over the
+// path (cp -p, then mv; a restore) has the same header under another
+// inode: it is read on from where the follower left the file, when the
+// last record read of it is there too; a file with the same header but
+// other records there, or a shorter copy, is read from its beginning.
+func TestCopyAtPath(t *testing.T) {
+	t.Parallel()
+	fa := frames("a", 1, 8, 1, 40)
+	other := make([]streamfile.Frame, 5) // the sizes of fa's, other payloads
+	for i := range other {
+		other[i] = fa[i]
+		other[i].Payload = bytes.Repeat([]byte{'x'}, len(fa[i].Payload))
+	}
+	for _, tc := range []struct {
+		name   string
+		frames []streamfile.Frame // of the file renamed over the path
+		readOn bool
+	}{
+		{"a copy", fa[:5], true},
+		{"other records", other, false},
+		{"a shorter copy", fa[:3], false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			path, tmp := filepath.Join(dir, "r.ss"), filepath.Join(dir, ".r.ss.tmp")
+			writeFile(t, path, oldHeader, fa[:5])
+			items, got := startFollowing(t, Options{Path: path, PollInterval: 20 * time.Millisecond, Logger: testLogger(t)}, 5)
+			writeFile(t, tmp, oldHeader, tc.frames)
+			if err := os.Rename(tmp, path); err != nil {
+				t.Fatal(err)
+			}
+			appendFrames(t, path, fa[5:])
+			want := fa[:5:5]
+			if !tc.readOn {
+				want = append(want, tc.frames...)
+			}
+			want = append(want, fa[5:]...)
+			got = append(got, collect(t, items, len(want)-len(got), 5*time.Second)...)
+			if err := sameFrames(got, want); err != nil {
+				t.Fatal(err)
+			}
+			noMore(t, items)
+		})
 	}
 }
