@@ -258,7 +258,7 @@ func (w *Writer) startOver(size int64) (int64, error) {
 		return w.end, err
 	}
 	if size < HeaderSize {
-		w.log.Warn("stream file is shorter than a header (truncated, as by copytruncate): writing a new header first", "file", w.f.Name(), "size", size)
+		w.log.Warn("stream file is shorter than a header (truncated, as by copytruncate): writing a new header first; "+msgShrank, "file", w.f.Name(), "size", size, "written_up_to", w.end)
 		return newHeader()
 	}
 	h, err := ReadHeader(w.f)
@@ -271,7 +271,7 @@ func (w *Writer) startOver(size int64) (int64, error) {
 	}
 	switch {
 	case size < w.end:
-		w.log.Warn("stream file shrank under its writer (truncated, as by copytruncate): continuing it as it is now", "file", w.f.Name(), "size", size)
+		w.log.Warn("stream file shrank under its writer (truncated, as by copytruncate): continuing it as it is now; "+msgShrank, "file", w.f.Name(), "size", size, "written_up_to", w.end)
 	case h != w.hdr:
 		w.log.Warn("stream file has another header than when it was opened (rewritten in place): continuing it as it is now", "file", w.f.Name(), "size", size)
 	default:
@@ -281,6 +281,11 @@ func (w *Writer) startOver(size int64) (int64, error) {
 	w.setHeader(h)
 	return size, nil
 }
+
+// msgShrank ends the warnings of a file that shrank under its writer: what
+// it wrote between a copy and the truncation is lost (copytruncate's
+// window), and the writer cannot tell whether it wrote anything there.
+const msgShrank = "what this writer appended after a copy of the file was made, if anything, is in neither file (rotate by renaming the file instead)"
 
 func (w *Writer) setHeader(h Header) {
 	w.hdr = h

@@ -219,8 +219,13 @@ func (fl *Follower) nextFrame(err error, off int64) int64 {
 // ratelog.Every passed since the last line: without it, damage met within
 // that time would reach the log only with the next damage, maybe never.
 func (fl *Follower) logLeftOut() {
-	d := &fl.damage
-	if n := d.logLimit.Overdue(time.Now()); n > 0 {
+	fl.sayLeftOut(fl.damage.logLimit.Overdue(time.Now()))
+}
+
+// sayLeftOut logs n corrupt frames the log limit left out, if any: when
+// overdue (logLeftOut), and at Close, whatever the time.
+func (fl *Follower) sayLeftOut(n int) {
+	if d := &fl.damage; n > 0 {
 		fl.log.Warn("corrupt frames skipped since the last line, left out of the log", "count", n,
 			"last_offset", d.leftOutAt, "last_ino", d.leftOutIno, "last_err", d.leftOutErr)
 	}

@@ -48,6 +48,28 @@ func damagedFile(t *testing.T, lost int, damage func(b []byte, off int64)) (stri
 // the end of the file: it reads like a torn frame.
 func damageSize(b []byte, off int64) { binary.BigEndian.PutUint32(b[off+27:], uint32(len(b))) }
 
+// damagePayload makes the checksum of the frame at off (key "k") fail.
+func damagePayload(b []byte, off int64) { b[off+30] ^= 0xFF }
+
+// damageAlso damages the payload of frame i of fs, the frames of the file
+// at path (damagedFile), and returns its offset.
+func damageAlso(t *testing.T, path string, fs []streamfile.Frame, i int) int64 {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	off := int64(streamfile.HeaderSize)
+	for _, f := range fs[:i] {
+		off += int64(len(f.Key)) + 32 + int64(len(f.Payload))
+	}
+	damagePayload(b, off)
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return off
+}
+
 // damageKey makes the frame at off unreadable: its key length byte points
 // into the fields.
 func damageKey(b []byte, off int64) { b[off] = 9 }
@@ -239,20 +261,8 @@ func TestDamageRepairedAfterReadOn(t *testing.T) {
 // damage follows.
 func TestDamageLeftOutLogged(t *testing.T) {
 	t.Parallel()
-	const first, second = 3, 8
-	path, fs, _ := damagedFile(t, first, func(b []byte, off int64) { b[off+30] ^= 0xFF }) // its payload
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	off := int64(streamfile.HeaderSize)
-	for _, f := range fs[:second] {
-		off += int64(len(f.Key)) + 32 + int64(len(f.Payload))
-	}
-	b[off+30] ^= 0xFF
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	path, fs, _ := damagedFile(t, 3, damagePayload)
+	off := damageAlso(t, path, fs, 8)
 	var logs testutil.SyncBuffer
 	fl, err := New(Options{Path: path, PollInterval: 100 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
@@ -267,6 +277,27 @@ func TestDamageLeftOutLogged(t *testing.T) {
 	}
 	want := fmt.Sprintf(`msg="corrupt frames skipped since the last line, left out of the log" component=tail path=%s count=1 last_offset=%d`, path, off)
 	waitFor(t, ratelog.Every+5*time.Second, "the line of the damage left out", func() bool { return strings.Contains(logs.String(), want) })
+}
+
+// TestDamageLeftOutLoggedAtClose: a corrupt frame the log limit left out
+// is logged when the follower closes, before ratelog.Every passed.
+func TestDamageLeftOutLoggedAtClose(t *testing.T) {
+	t.Parallel()
+	path, fs, _ := damagedFile(t, 3, damagePayload)
+	off := damageAlso(t, path, fs, 8)
+	var logs testutil.SyncBuffer
+	fl, err := New(Options{Path: path, PollInterval: 100 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	items, stop := follow(t, fl)
+	collect(t, items, len(fs)-2, 10*time.Second)
+	stop()
+	fl.Close()
+	want := fmt.Sprintf(`msg="corrupt frames skipped since the last line, left out of the log" component=tail path=%s count=1 last_offset=%d`, path, off)
+	if !strings.Contains(logs.String(), want) {
+		t.Fatalf("the damage left out is not logged at Close:\n%s", logs.String())
+	}
 }
 
 // TestResumeAfterDamagedFrame: a stored position shortly after a damaged

@@ -864,6 +864,7 @@ func (fl *Follower) Close() error {
 		return nil
 	}
 	fl.report()
+	fl.sayLeftOut(fl.damage.logLimit.Drain())
 	fl.err = ErrClosed
 	var err error
 	if fl.watch != nil {
