@@ -29,31 +29,12 @@ func damagedFile(t *testing.T, lost int, damage func(b []byte, off int64)) (stri
 	path := filepath.Join(t.TempDir(), "d.ss")
 	fs := frames("k", 1, 12, 1, 40)
 	writeFile(t, path, streamfile.Header{FileName: "d.ss", CreatedAtMs: 1, BeaconInterval: 64 << 10}, fs)
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	off := int64(streamfile.HeaderSize)
-	for _, f := range fs[:lost] {
-		off += int64(len(f.Key)) + 32 + int64(len(f.Payload))
-	}
-	damage(b, off)
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path, fs, off
+	return path, fs, damageFrame(t, path, fs, lost, damage)
 }
 
-// damageSize makes the size field of the frame at off (key "k") run past
-// the end of the file: it reads like a torn frame.
-func damageSize(b []byte, off int64) { binary.BigEndian.PutUint32(b[off+27:], uint32(len(b))) }
-
-// damagePayload makes the checksum of the frame at off (key "k") fail.
-func damagePayload(b []byte, off int64) { b[off+30] ^= 0xFF }
-
-// damageAlso damages the payload of frame i of fs, the frames of the file
-// at path (damagedFile), and returns its offset.
-func damageAlso(t *testing.T, path string, fs []streamfile.Frame, i int) int64 {
+// damageFrame damages frame i of fs, the frames of the file at path
+// (damagedFile), and returns its offset.
+func damageFrame(t *testing.T, path string, fs []streamfile.Frame, i int, damage func(b []byte, off int64)) int64 {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -63,12 +44,19 @@ func damageAlso(t *testing.T, path string, fs []streamfile.Frame, i int) int64 {
 	for _, f := range fs[:i] {
 		off += int64(len(f.Key)) + 32 + int64(len(f.Payload))
 	}
-	damagePayload(b, off)
+	damage(b, off)
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return off
 }
+
+// damageSize makes the size field of the frame at off (key "k") run past
+// the end of the file: it reads like a torn frame.
+func damageSize(b []byte, off int64) { binary.BigEndian.PutUint32(b[off+27:], uint32(len(b))) }
+
+// damagePayload makes the checksum of the frame at off (key "k") fail.
+func damagePayload(b []byte, off int64) { b[off+30] ^= 0xFF }
 
 // damageKey makes the frame at off unreadable: its key length byte points
 // into the fields.
@@ -258,45 +246,40 @@ func TestDamageRepairedAfterReadOn(t *testing.T) {
 // TestDamageLeftOutLogged: two frames with bad checksums met within
 // ratelog.Every: the first is logged at once, and the second, which the
 // limit left out, once Every passed, while the follower waits, though no
-// damage follows.
+// damage follows; or when the follower closes (a stop), if sooner.
 func TestDamageLeftOutLogged(t *testing.T) {
 	t.Parallel()
-	path, fs, _ := damagedFile(t, 3, damagePayload)
-	off := damageAlso(t, path, fs, 8)
-	var logs testutil.SyncBuffer
-	fl, err := New(Options{Path: path, PollInterval: 100 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fl.Close()
-	items, stop := follow(t, fl)
-	defer stop()
-	collect(t, items, len(fs)-2, 10*time.Second)
-	if n := strings.Count(logs.String(), "corrupt frame; skipping it"); n != 1 {
-		t.Fatalf("%d lines about the first damage, want 1:\n%s", n, logs.String())
-	}
-	want := fmt.Sprintf(`msg="corrupt frames skipped since the last line, left out of the log" component=tail path=%s count=1 last_offset=%d`, path, off)
-	waitFor(t, ratelog.Every+5*time.Second, "the line of the damage left out", func() bool { return strings.Contains(logs.String(), want) })
-}
-
-// TestDamageLeftOutLoggedAtClose: a corrupt frame the log limit left out
-// is logged when the follower closes, before ratelog.Every passed.
-func TestDamageLeftOutLoggedAtClose(t *testing.T) {
-	t.Parallel()
-	path, fs, _ := damagedFile(t, 3, damagePayload)
-	off := damageAlso(t, path, fs, 8)
-	var logs testutil.SyncBuffer
-	fl, err := New(Options{Path: path, PollInterval: 100 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	items, stop := follow(t, fl)
-	collect(t, items, len(fs)-2, 10*time.Second)
-	stop()
-	fl.Close()
-	want := fmt.Sprintf(`msg="corrupt frames skipped since the last line, left out of the log" component=tail path=%s count=1 last_offset=%d`, path, off)
-	if !strings.Contains(logs.String(), want) {
-		t.Fatalf("the damage left out is not logged at Close:\n%s", logs.String())
+	for _, tc := range []struct {
+		name  string
+		close bool
+	}{{"once Every passed", false}, {"at close", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			path, fs, _ := damagedFile(t, 3, damagePayload)
+			off := damageFrame(t, path, fs, 8, damagePayload)
+			var logs testutil.SyncBuffer
+			fl, err := New(Options{Path: path, PollInterval: 100 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer fl.Close()
+			items, stop := follow(t, fl)
+			defer stop()
+			collect(t, items, len(fs)-2, 10*time.Second)
+			if n := strings.Count(logs.String(), "corrupt frame; skipping it"); n != 1 {
+				t.Fatalf("%d lines about the first damage, want 1:\n%s", n, logs.String())
+			}
+			want := fmt.Sprintf(`msg="corrupt frames skipped since the last line, left out of the log" component=tail path=%s count=1 last_offset=%d`, path, off)
+			if !tc.close {
+				waitFor(t, ratelog.Every+5*time.Second, "the line of the damage left out", func() bool { return strings.Contains(logs.String(), want) })
+				return
+			}
+			stop()
+			fl.Close()
+			if !strings.Contains(logs.String(), want) {
+				t.Fatalf("the damage left out is not logged at Close:\n%s", logs.String())
+			}
+		})
 	}
 }
 
