@@ -270,13 +270,13 @@ func (ra *readAhead) Close() {
 	ra.held = nil
 }
 
-// release closes the files held but id's: the subscription moved past
-// them.
-func (ra *readAhead) release(id streamfile.Identity) {
+// release closes the files held but those of ids: the subscription moved
+// past them.
+func (ra *readAhead) release(ids ...streamfile.Identity) {
 	ra.heldMu.Lock()
 	defer ra.heldMu.Unlock()
 	ra.held = slices.DeleteFunc(ra.held, func(h heldFile) bool {
-		if h.id == id {
+		if slices.Contains(ids, h.id) {
 			return false
 		}
 		h.f.Close()

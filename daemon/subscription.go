@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/streamd/streamd/envelope"
@@ -52,6 +53,12 @@ type subscription struct {
 	fileMu  sync.RWMutex
 	tracker *offsets.Tracker
 	file    streamfile.Identity
+	// behind is the file read before file and its tracker while records
+	// of it handed out have not all settled: the position stays in it
+	// until they have (settled drops it then), and the records of file
+	// are handed out meanwhile. nil when none is. The reader sets it under
+	// fileMu; settled drops it under fileMu's read lock.
+	behind atomic.Pointer[fileTracker]
 	setMu   sync.Mutex // settled's read of the committable position and its store
 
 	// scratch holds, per worker, the memory its deliveries are made in;
@@ -74,12 +81,29 @@ type subscription struct {
 	heldTaken bool
 }
 
+// fileTracker is a file and the tracker of the records handed out of it.
+type fileTracker struct {
+	file    streamfile.Identity
+	tracker *offsets.Tracker
+}
+
+// position returns the file the position is in and its tracker: the file
+// behind, while records of it are unsettled, else the file read. The
+// caller holds fileMu.
+func (s *subscription) position() (streamfile.Identity, *offsets.Tracker) {
+	if b := s.behind.Load(); b != nil && !b.tracker.Settled() {
+		return b.file, b.tracker
+	}
+	return s.file, s.tracker
+}
+
 // keepHeld keeps the file of s's position open once its run ended, and
 // closes the other files it held (readAhead.keep).
 func (s *subscription) keepHeld() {
-	f := s.ahead.keep(s.file)
 	s.fileMu.Lock()
 	defer s.fileMu.Unlock()
+	file, _ := s.position()
+	f := s.ahead.keep(file)
 	if s.heldTaken && f != nil {
 		f.Close() // a stop that abandoned the run took none
 		return
@@ -110,16 +134,17 @@ func (s *subscription) heldFile() *os.File {
 func (s *subscription) handOver() offsets.Settled {
 	s.fileMu.RLock()
 	defer s.fileMu.RUnlock()
-	records := slices.DeleteFunc(s.tracker.SettledAhead(), func(r offsets.Span) bool { return r.Tag == 0 })
-	if s.settledIn == s.file {
-		end := s.tracker.End()
+	file, t := s.position()
+	records := slices.DeleteFunc(t.SettledAhead(), func(r offsets.Span) bool { return r.Tag == 0 })
+	if s.settledIn == file {
+		end := t.End()
 		for _, r := range s.settledBefore {
 			if r.Start >= end {
 				records = append(records, r)
 			}
 		}
 	}
-	return offsets.Settled{Stream: s.stream.cfg.Path, File: s.file, Offset: s.tracker.Committable().Offset,
+	return offsets.Settled{Stream: s.stream.cfg.Path, File: file, Offset: t.Committable().Offset,
 		Key: s.cfg.Key, RenamedFrom: s.cfg.RenamedFrom, Records: records}
 }
 
@@ -271,18 +296,9 @@ func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job) error {
 			return err // the log and /healthz name the subscription
 		}
 		if rec.File != s.file || rec.Offset < readTo {
-			// Another file, or this one read again from an earlier offset
-			// (truncated in place, and written again under the same
-			// header): offsets start over, so settle everything read
-			// before first.
-			if err := s.tracker.Wait(ctx); err != nil {
+			if err := s.moveOn(ctx, rec); err != nil {
 				return nil
 			}
-			s.fileMu.Lock()
-			s.file, s.tracker = rec.File, offsets.NewTracker(offsets.Mark{Offset: rec.Offset}, s.window())
-			s.fileMu.Unlock()
-			s.ahead.release(rec.File)
-			s.idHash, s.settledBefore = "", nil
 		}
 		if rec.IsEOS() {
 			// The position stays at the end-of-stream frame: a writer that
@@ -376,6 +392,44 @@ func startWorkers[T any](wg *sync.WaitGroup, n int, in <-chan T, fail func(error
 // reads the next: concurrency 1, without batches.
 func (s *subscription) inline() bool {
 	return s.cfg.Concurrency <= 1 && s.batches == nil
+}
+
+// moveOn makes rec, of another file or of this one read again from an
+// earlier offset (truncated in place, and written again under the same
+// header), the first record of a new tracker: offsets start over. Records
+// of the file left that are still unsettled stay behind it (s.behind), its
+// position stored until they settle, while the new file's are handed out:
+// a record in hand, or held while its handler fails, does not hold back
+// the file a rotation put at the path. One file at most stays behind:
+// moving on again, and reading the same file again, first waits for every
+// record of the files it leaves to settle. It returns ctx's error if ctx
+// ends first.
+func (s *subscription) moveOn(ctx context.Context, rec *tail.Record) error {
+	if b := s.behind.Load(); b != nil {
+		if err := b.tracker.Wait(ctx); err != nil {
+			return err
+		}
+	}
+	if rec.File == s.file {
+		if err := s.tracker.Wait(ctx); err != nil {
+			return err
+		}
+	}
+	s.fileMu.Lock()
+	var left *fileTracker
+	if !s.tracker.Settled() {
+		left = &fileTracker{file: s.file, tracker: s.tracker}
+	}
+	s.behind.Store(left)
+	s.file, s.tracker = rec.File, s.tracker.Continued(offsets.Mark{Offset: rec.Offset}, s.window())
+	s.fileMu.Unlock()
+	if left != nil {
+		s.ahead.release(rec.File, left.file)
+	} else {
+		s.ahead.release(rec.File)
+	}
+	s.idHash, s.settledBefore = "", nil
+	return nil
 }
 
 // fileID returns the identity of s.file as deliveries carry it
@@ -536,8 +590,13 @@ func (s *subscription) finish(hctx context.Context, d *handler.Delivery, o handl
 func (s *subscription) settled(tickets ...offsets.Ticket) {
 	s.fileMu.RLock()
 	defer s.fileMu.RUnlock()
+	b := s.behind.Load()
 	for _, ticket := range tickets {
-		if err := s.tracker.Settle(ticket); err != nil {
+		t := s.tracker
+		if b != nil && !t.Owns(ticket) {
+			t = b.tracker
+		}
+		if err := t.Settle(ticket); err != nil {
 			s.logger.Error("settling a record", "err", err)
 			return
 		}
@@ -547,8 +606,12 @@ func (s *subscription) settled(tickets ...offsets.Ticket) {
 	// store it after that one's.
 	s.setMu.Lock()
 	defer s.setMu.Unlock()
-	m := s.tracker.Committable()
-	if err := s.store.Set(s.cfg.Name, offsets.Position{Stream: s.stream.cfg.Path, File: s.file, Offset: m.Offset, LastSeq: m.Seq}); err != nil {
+	file, t := s.position()
+	if b != nil && file == s.file {
+		s.behind.CompareAndSwap(b, nil) // every record of it settled
+	}
+	m := t.Committable()
+	if err := s.store.Set(s.cfg.Name, offsets.Position{Stream: s.stream.cfg.Path, File: file, Offset: m.Offset, LastSeq: m.Seq}); err != nil {
 		s.logger.Error("storing the position", "err", err)
 	}
 	s.metrics.Position.Set(float64(m.Offset))

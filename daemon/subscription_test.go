@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -34,23 +35,7 @@ func TestFileSwitchWithWorkers(t *testing.T) {
 	rec := newRecorder(nil)
 	e.start(map[string]handler.Handler{"s": rec})
 	rec.waitN(t, 3)
-
-	created := uint64(time.Now().UnixMilli()) + 7 // another file
-	next := filepath.Join(e.dir, "next.ss")
-	w, err := streamfile.OpenWriter(next, streamfile.CreateOptions{Create: true, Header: streamfile.Header{
-		FileName: "orders.ss", CreatedAtMs: created, BeaconInterval: 1024}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Publish([]streamfile.Frame{{Key: "k", Payload: []byte("b0"), TimestampMs: 1}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(next, e.stream); err != nil {
-		t.Fatal(err)
-	}
+	created := e.rotate("k", "b0")
 	rec.waitN(t, 4)
 	size := e.fileSize()
 	storedPositionWhen(t, e, "s", func(p offsets.Position) bool { return p.File.CreatedAtMs == created && p.Offset == size })
@@ -59,6 +44,88 @@ func TestFileSwitchWithWorkers(t *testing.T) {
 	slices.Sort(got[:3])
 	if !slices.Equal(got, []string{"1/1/a0", "2/1/a1", "3/1/a2", "1/1/b0"}) {
 		t.Errorf("delivered %q, want a0 a1 a2 (in any order), then b0", got)
+	}
+}
+
+// rotate renames the env's stream file away (orders.ss.1) and a new one to
+// its path, with records of key, and returns its creation time.
+func (e *runEnv) rotate(key string, payloads ...string) uint64 {
+	e.t.Helper()
+	created := uint64(time.Now().UnixMilli()) + 7 // another file
+	next := filepath.Join(e.dir, "next.ss")
+	w, err := streamfile.OpenWriter(next, streamfile.CreateOptions{Create: true, Header: streamfile.Header{
+		FileName: "orders.ss", CreatedAtMs: created, BeaconInterval: 1024}})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, p := range payloads {
+		if err := w.Publish([]streamfile.Frame{{Key: key, Payload: []byte(p), TimestampMs: 1}}); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	if err := errors.Join(w.Close(), os.Rename(e.stream, e.stream+".1"), os.Rename(next, e.stream)); err != nil {
+		e.t.Fatal(err)
+	}
+	return created
+}
+
+// TestFileSwitchPastRecordInHand: with workers, a record of the old file
+// still in its handler when the path names a new file does not hold back
+// the new file's records: they are delivered meanwhile, while the stored
+// position stays before the record in hand, in the old file; once it
+// settles, the position moves to the new file's end. A stop meanwhile
+// delivers the record in hand again at the next start.
+func TestFileSwitchPastRecordInHand(t *testing.T) {
+	for _, stop := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stop %v", stop), func(t *testing.T) {
+			e := newRunEnv(t, "rotation_grace = \"0s\"\n"+runSub("s", "k", "start_at = \"beginning\"\nconcurrency = 2"))
+			e.shutdownTimeout = "50ms"
+			e.put("k", nil, "a0", "a1", "a2")
+			release := make(chan struct{})
+			var once sync.Once
+			rec := newRecorder(func(ctx context.Context, d *handler.Delivery) handler.Outcome {
+				if string(d.Payload) == "a1" {
+					first := false
+					once.Do(func() { first = true })
+					if first {
+						select {
+						case <-release:
+						case <-ctx.Done():
+							return handler.Failed(handler.FailureCanceled, ctx.Err())
+						}
+					}
+				}
+				return ack
+			})
+			r := e.start(map[string]handler.Handler{"s": rec})
+			rec.waitN(t, 3) // a1 in hand
+			inHand := storedPositionWhen(t, e, "s", func(p offsets.Position) bool { return p.Offset > streamfile.HeaderSize })
+			created := e.rotate("k", "b0", "b1")
+			rec.waitN(t, 5)
+			time.Sleep(200 * time.Millisecond) // commits of a position that must not be stored
+			if p := storedPosition(t, e, "s"); p.File != inHand.File || p.Offset != inHand.Offset {
+				t.Fatalf("stored %+v while a1 is in hand, want %+v, before it in the old file", p, inHand)
+			}
+			if stop {
+				if err := r.stop(); err != nil {
+					t.Fatal(err)
+				}
+				again := newRecorder(nil)
+				e.start(map[string]handler.Handler{"s": again})
+				again.waitN(t, 3)
+				// a2 settled after a1: the stop kept it. The new file's
+				// records settled before a1 are delivered again.
+				got := again.seen()
+				slices.Sort(got) // two workers, and the new file's records need not wait for a1
+				if !slices.Equal(got, []string{"1/1/b0", "2/1/a1", "2/1/b1"}) {
+					t.Fatalf("after the restart, delivered %q, want a1, and b0 and b1 again", got)
+				}
+				return
+			}
+			close(release)
+			size := e.fileSize()
+			storedPositionWhen(t, e, "s", func(p offsets.Position) bool { return p.File.CreatedAtMs == created && p.Offset == size })
+		})
 	}
 }
 

@@ -37,6 +37,7 @@ type Tracker struct {
 	mu      sync.Mutex
 	ring    []slot // ring[head] is the record with ticket first
 	head    int
+	base    Ticket        // ticket of the first record, fixed (Owns)
 	first   Ticket        // ticket of the oldest record in the window
 	next    Ticket        // ticket the next Begin returns
 	lastEnd int64         // end of the newest record handed out
@@ -71,6 +72,29 @@ func NewTracker(from Mark, window int) *Tracker {
 		lastEnd: from.Offset,
 		mark:    from,
 	}
+}
+
+// Continued returns a Tracker, as NewTracker does, for the records of the
+// file read after t's, while records of t may still settle: its tickets
+// follow t's, so that [Tracker.Owns] tells whose a ticket is.
+func (t *Tracker) Continued(from Mark, window int) *Tracker {
+	t.mu.Lock()
+	next := t.next
+	t.mu.Unlock()
+	c := NewTracker(from, window)
+	c.base, c.first, c.next = next, next, next
+	return c
+}
+
+// Owns reports whether ticket was handed out by t rather than by a Tracker
+// that t continues (Continued).
+func (t *Tracker) Owns(ticket Ticket) bool { return ticket >= t.base }
+
+// Settled reports whether every record handed out has settled.
+func (t *Tracker) Settled() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.first == t.next
 }
 
 // Begin hands out the record that spans the bytes [start, end) of the file

@@ -242,3 +242,34 @@ func TestTrackerWait(t *testing.T) {
 		}
 	})
 }
+
+// TestTrackerContinued: a Tracker continued for the next file hands out
+// tickets after the first one's, each tells its own tickets (Owns), and
+// records of both settle in any order, each Tracker's position its own.
+func TestTrackerContinued(t *testing.T) {
+	first := NewTracker(Mark{Offset: 10}, 4)
+	a, err := first.Begin(t.Context(), 10, 20, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := first.Continued(Mark{Offset: 128}, 4)
+	b, err := next.Begin(t.Context(), 128, 140, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b <= a || !next.Owns(b) || next.Owns(a) || !first.Owns(a) {
+		t.Fatalf("tickets %d then %d: the continued Tracker owns the second only", a, b)
+	}
+	if err := next.Settle(b); err != nil {
+		t.Fatal(err)
+	}
+	if first.Settled() || !next.Settled() || next.Committable() != (Mark{Offset: 140, Seq: 1}) {
+		t.Fatalf("after the second record settled: first settled %v, next settled %v at %+v", first.Settled(), next.Settled(), next.Committable())
+	}
+	if err := first.Settle(a); err != nil {
+		t.Fatal(err)
+	}
+	if !first.Settled() || first.Committable() != (Mark{Offset: 20, Seq: 1}) {
+		t.Fatalf("after the first record settled: settled %v at %+v", first.Settled(), first.Committable())
+	}
+}
