@@ -59,7 +59,7 @@ type subscription struct {
 	// are handed out meanwhile. nil when none is. The reader sets it under
 	// fileMu; settled drops it under fileMu's read lock.
 	behind atomic.Pointer[fileTracker]
-	setMu   sync.Mutex // settled's read of the committable position and its store
+	setMu  sync.Mutex // settled's read of the committable position and its store
 
 	// scratch holds, per worker, the memory its deliveries are made in;
 	// with batches, the reader's is the first.
