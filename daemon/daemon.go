@@ -277,9 +277,15 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	}
 
 	d.handlerFiles = handlerDigests(cfg.Subscriptions)
-	hs, err := d.newHandlers(cfg, cfg.Subscriptions)
+	hs, err := d.newHandlers(ctx, cfg, cfg.Subscriptions)
 	if err != nil {
 		d.stopAll()
+		if ctx.Err() != nil {
+			// Told to stop while a handler was still connecting: a stop
+			// before anything started, not a failure.
+			d.logger.Info("told to stop while building the handlers; stopping before any subscription started", "err", err)
+			return nil
+		}
 		return err
 	}
 	kept, terr := store.TakeSettled()
@@ -726,7 +732,7 @@ func (d *Daemon) applyReload(ctx context.Context, cfg *conf.Config) error {
 			starting = append(starting, sc)
 		}
 	}
-	hs, err := d.newHandlers(cfg, starting) // closes what it built when one fails
+	hs, err := d.newHandlers(ctx, cfg, starting) // closes what it built when one fails
 	if err != nil {
 		return undo(err)
 	}

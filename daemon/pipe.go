@@ -79,8 +79,14 @@ func RunPipe(ctx context.Context, cfg *conf.Config, opts PipeOptions) (err error
 	}
 	defer func() { err = errors.Join(err, queue.Close()) }()
 	st.metrics.CountRetriesPending(queue.Pending)
-	subs, err := st.pipeSubscriptions(cfg, pipeCopies{out: out, queue: queue, reading: readCtx, progress: progress})
+	subs, err := st.pipeSubscriptions(ctx, cfg, pipeCopies{out: out, queue: queue, reading: readCtx, progress: progress})
 	if err != nil {
+		if ctx.Err() != nil {
+			// Told to stop while a handler was still connecting: a stop
+			// before any line was read, not a failure.
+			logger.Info("told to stop while building the handlers; stopping before reading any line", "err", err)
+			return nil
+		}
 		return err
 	}
 	st.metrics.ObserveReload(time.Now(), nil) // the configuration loaded, as a run's start says
@@ -178,9 +184,10 @@ func observeEach(ctx context.Context, dls []*deliverer) {
 	}
 }
 
-// pipeSubscriptions builds the deliverers of a pipe stage's subscriptions.
-func (st *setup) pipeSubscriptions(cfg *conf.Config, copies pipeCopies) ([]*deliverer, error) {
-	hs, err := st.newHandlers(cfg, cfg.Subscriptions)
+// pipeSubscriptions builds the deliverers of a pipe stage's subscriptions;
+// ctx's end (a stop) ends the build of their handlers.
+func (st *setup) pipeSubscriptions(ctx context.Context, cfg *conf.Config, copies pipeCopies) ([]*deliverer, error) {
+	hs, err := st.newHandlers(ctx, cfg, cfg.Subscriptions)
 	if err != nil {
 		return nil, err
 	}

@@ -119,12 +119,13 @@ func (s *setup) ownsHandler(name string) bool {
 }
 
 // newHandler returns the subscription sc of cfg's handler: the one
-// Options.Handlers gives, or a new one built from its configuration.
-func (s *setup) newHandler(cfg *conf.Config, sc conf.Subscription) (handler.Handler, error) {
+// Options.Handlers gives, or a new one built from its configuration, a
+// build that ctx's end (a stop) ends.
+func (s *setup) newHandler(ctx context.Context, cfg *conf.Config, sc conf.Subscription) (handler.Handler, error) {
 	if h, ok := s.opts.Handlers[sc.Name]; ok {
 		return h, nil
 	}
-	h, err := handler.New(sc.Handler, s.opts.Stdout, s.logger.With("subscription", sc.Name))
+	h, err := handler.New(ctx, sc.Handler, s.opts.Stdout, s.logger.With("subscription", sc.Name))
 	if err != nil {
 		return nil, handler.Placed(cfg, sc.Name, err)
 	}
@@ -138,12 +139,12 @@ func (s *setup) newHandler(cfg *conf.Config, sc conf.Subscription) (handler.Hand
 // and a start (READY=1 for systemd) or a reload waits for the slowest
 // handler rather than for all in turn. When any fails, it closes those it
 // built and returns every failure.
-func (s *setup) newHandlers(cfg *conf.Config, subs []conf.Subscription) ([]handler.Handler, error) {
+func (s *setup) newHandlers(ctx context.Context, cfg *conf.Config, subs []conf.Subscription) ([]handler.Handler, error) {
 	hs := make([]handler.Handler, len(subs))
 	errs := make([]error, len(subs))
 	var wg sync.WaitGroup
 	for i, sc := range subs {
-		wg.Go(func() { hs[i], errs[i] = s.newHandler(cfg, sc) })
+		wg.Go(func() { hs[i], errs[i] = s.newHandler(ctx, cfg, sc) })
 	}
 	wg.Wait()
 	err := errors.Join(errs...)

@@ -17,7 +17,7 @@ func TestNewHandlersAtOnce(t *testing.T) {
 	cfg := conf.Handler{Kind: conf.HandlerNATS, URL: silent.URL(), Subject: "orders.eu", Timeout: conf.Duration(time.Second)}
 	s := newSetup(Options{})
 	subs := []conf.Subscription{{Name: "a", Handler: cfg}, {Name: "b", Handler: cfg}}
-	hs, err := s.newHandlers(&conf.Config{Subscriptions: subs}, subs)
+	hs, err := s.newHandlers(t.Context(), &conf.Config{Subscriptions: subs}, subs)
 	if err != nil {
 		t.Fatalf("newHandlers: %v (handlers whose servers do not answer start waiting for them)", err)
 	}

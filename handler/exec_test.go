@@ -212,7 +212,7 @@ func TestExecHandlerLingeringOutput(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	var logs bytes.Buffer
-	h, err := New(conf.Handler{
+	h, err := New(t.Context(), conf.Handler{
 		Kind: conf.HandlerExec,
 		// The command exits at once, leaving a process that holds stdout.
 		Command: sh(`sleep 30 & echo $! > "$OUT/pid"; echo outcome=drop`),
@@ -261,7 +261,7 @@ func TestExecHandlerStartFailure(t *testing.T) {
 // records are not at fault.
 func TestExecHandlerEnvironmentTooLarge(t *testing.T) {
 	var logs bytes.Buffer
-	h, err := New(conf.Handler{Kind: conf.HandlerExec, Command: sh("cat > /dev/null"), Timeout: conf.Duration(10 * time.Second)},
+	h, err := New(t.Context(), conf.Handler{Kind: conf.HandlerExec, Command: sh("cat > /dev/null"), Timeout: conf.Duration(10 * time.Second)},
 		io.Discard, slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -299,7 +299,7 @@ func TestExecHandlerConfigErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := New(conf.Handler{Kind: conf.HandlerExec, Command: tt.command}, io.Discard, nil)
+			_, err := New(t.Context(), conf.Handler{Kind: conf.HandlerExec, Command: tt.command}, io.Discard, nil)
 			if err == nil || err.Error() != tt.err {
 				t.Errorf("New: %v, want %q", err, tt.err)
 			}

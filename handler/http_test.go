@@ -47,7 +47,7 @@ func testDelivery() *Delivery {
 // test ends, if it is an io.Closer.
 func mustNewHandler(t *testing.T, cfg conf.Handler) Handler {
 	t.Helper()
-	h, err := New(cfg, io.Discard, nil)
+	h, err := New(t.Context(), cfg, io.Discard, nil)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -473,7 +473,7 @@ func TestHTTPHandlerConfigErrors(t *testing.T) {
 			if cfg.URL == "" {
 				cfg.URL = "https://example.com/"
 			}
-			h, err := New(cfg, io.Discard, nil)
+			h, err := New(t.Context(), cfg, io.Discard, nil)
 			if err == nil || !strings.Contains(err.Error(), tt.err) {
 				t.Errorf("New: %v (%T), want an error containing %q", err, h, tt.err)
 			}

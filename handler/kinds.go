@@ -1,6 +1,7 @@
 package handler
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -22,13 +23,14 @@ import (
 // defaults; what can only fail now (reading bearer_token_file or ca_file,
 // finding the exec program, connecting to NATS and finding the stream that
 // captures the subject) is an error that names the kind and the option.
-// A nil logger discards.
+// A nil logger discards. ctx bounds the build: once it ends (the daemon
+// told to stop), a nats handler still connecting gives up, with an error.
 //
 // Construction starts no goroutines, except the nats handler's connection. A handler that holds resources (the
 // http handler's idle connections, the nats handler's connection) implements [io.Closer]; the caller
 // closes it, once no Handle call is running, when it implements it.
-func New(cfg conf.Handler, stdout io.Writer, logger *slog.Logger) (Handler, error) {
-	return build(cfg, stdout, logger, false)
+func New(ctx context.Context, cfg conf.Handler, stdout io.Writer, logger *slog.Logger) (Handler, error) {
+	return build(ctx, cfg, stdout, logger, false)
 }
 
 // FilesReadOnce returns the files a handler of cfg reads once, when it is
@@ -81,7 +83,7 @@ func Placed(cfg *conf.Config, subscription string, err error) error {
 // build builds the handler cfg configures. With checking (check-config),
 // a nats handler whose servers do not answer is an error rather than a
 // handler that waits for them.
-func build(cfg conf.Handler, stdout io.Writer, logger *slog.Logger, checking bool) (Handler, error) {
+func build(ctx context.Context, cfg conf.Handler, stdout io.Writer, logger *slog.Logger, checking bool) (Handler, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -100,7 +102,7 @@ func build(cfg conf.Handler, stdout io.Writer, logger *slog.Logger, checking boo
 	case conf.HandlerDiscard:
 		h = discardHandler{}
 	case conf.HandlerNATS:
-		h, err = newNATSHandler(cfg, logger, checking)
+		h, err = newNATSHandler(ctx, cfg, logger, checking)
 	default:
 		return nil, fmt.Errorf("unknown handler kind %q: use %s, %s, %s, %s or %s", cfg.Kind, conf.HandlerHTTP, conf.HandlerExec, conf.HandlerStdout, conf.HandlerDiscard, conf.HandlerNATS)
 	}
@@ -123,7 +125,7 @@ func Check(cfg *conf.Config) error {
 	var wg sync.WaitGroup
 	for i, sc := range cfg.Subscriptions {
 		wg.Go(func() {
-			h, err := build(sc.Handler, io.Discard, nil, true)
+			h, err := build(context.Background(), sc.Handler, io.Discard, nil, true)
 			if err != nil {
 				errs[i] = Placed(cfg, sc.Name, err)
 				return

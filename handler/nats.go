@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -71,19 +73,24 @@ const natsMaxPending = math.MaxInt
 // handler connects anew. A handler built while no server answers
 // starts so, waiting like one that lost its servers (its deliveries fail
 // and are held), and looks for the stream that captures its subject once
-// it connects. Close drains nothing: it closes the connection.
+// it connects. Close drains nothing: it closes the connection, and ends
+// a try to connect under way at once (natsDialer).
 type natsHandler struct {
 	conn    atomic.Pointer[natsConn] // the connection in use
 	url     string
-	opts    []nats.Option // how it connects, and connects anew
+	opts    []nats.Option // how it connects, and connects anew, but its dialer (connect)
 	subject string
 	timeout time.Duration
 	logger  *slog.Logger
 	late    sync.WaitGroup // the stream check of a connection made after the start, and connecting anew
-	closed  chan struct{}  // closed by Close
-	batches sync.Pool      // of *natsBatch, for HandleBatch
-	errLog  ratelog.Line   // the server's errors, at most one line per ratelog.Every
-	dialLog ratelog.Line   // the failed tries to (re)connect, likewise
+	// ctx is the handler's lifetime: Close cancels it, and so does the
+	// build's context while New runs. Its end closes the connections
+	// being made or in use.
+	ctx     context.Context
+	cancel  context.CancelFunc
+	batches sync.Pool    // of *natsBatch, for HandleBatch
+	errLog  ratelog.Line // the server's errors, at most one line per ratelog.Every
+	dialLog ratelog.Line // the failed tries to (re)connect, likewise
 	// dialErr is why the last try to (re)connect failed, nil once one
 	// succeeded: the client's LastError says so only after a while.
 	dialErr atomic.Pointer[error]
@@ -114,8 +121,9 @@ func newNATSConn(nc *nats.Conn, timeout time.Duration) (*natsConn, error) {
 // stream captures the subject. With mustReach (check-config), servers
 // that do not answer, or no such stream, are an error; otherwise the
 // handler starts without them (its deliveries fail and are held), connects
-// when a server answers, and logs a stream missing at ERROR.
-func newNATSHandler(cfg conf.Handler, logger *slog.Logger, mustReach bool) (*natsHandler, error) {
+// when a server answers, and logs a stream missing at ERROR. ctx's end
+// (the daemon told to stop) ends the build at once, with an error.
+func newNATSHandler(ctx context.Context, cfg conf.Handler, logger *slog.Logger, mustReach bool) (*natsHandler, error) {
 	if strings.Contains(cfg.Subject, "{key}") {
 		return nil, fmt.Errorf("subject %q: replace {key} by the subscription's stream key, as loading a configuration file does", cfg.Subject)
 	}
@@ -124,7 +132,6 @@ func newNATSHandler(cfg conf.Handler, logger *slog.Logger, mustReach bool) (*nat
 		subject: cfg.Subject,
 		timeout: time.Duration(cmp.Or(cfg.Timeout, conf.DefaultNATSTimeout)),
 		logger:  logger,
-		closed:  make(chan struct{}),
 	}
 	opts := []nats.Option{
 		nats.Name("streamd"),
@@ -142,7 +149,7 @@ func newNATSHandler(cfg conf.Handler, logger *slog.Logger, mustReach bool) (*nat
 		// held) rather than waiting in a buffer for the timeout.
 		nats.ReconnectBufSize(-1),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if err != nil {
+			if err != nil && h.ctx.Err() == nil { // not the end of the handler closing the connection
 				logger.Warn("disconnected from NATS; reconnecting", "err", err)
 			}
 		}),
@@ -155,6 +162,9 @@ func newNATSHandler(cfg conf.Handler, logger *slog.Logger, mustReach bool) (*nat
 		// refused), from the first try of a handler that starts without
 		// them on.
 		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
+			if h.ctx.Err() != nil { // the handler's end, not the servers
+				return
+			}
 			h.dialErr.Store(&err)
 			h.dialLog.Warn(logger, "connecting to NATS failed; trying again", "url", cfg.URL, "err", err)
 		}),
@@ -207,8 +217,12 @@ func newNATSHandler(cfg conf.Handler, logger *slog.Logger, mustReach bool) (*nat
 		opts = append(opts, nats.RetryOnFailedConnect(true), nats.ConnectHandler(h.connected), nats.ClosedHandler(h.closedForGood))
 	}
 	h.opts = opts
-	nc, err := nats.Connect(cfg.URL, opts...)
+	h.ctx, h.cancel = context.WithCancel(context.Background())
+	stopBuild := context.AfterFunc(ctx, h.cancel)
+	nc, err := h.connect()
 	if err != nil {
+		stopBuild()
+		h.cancel()
 		return nil, &OptionError{Option: "url", Err: fmt.Errorf("connecting to %s: %w", cfg.URL, err)}
 	}
 	connected := h.Reconnected() // taken before IsConnected: a connection made after it closes it
@@ -219,8 +233,13 @@ func newNATSHandler(cfg conf.Handler, logger *slog.Logger, mustReach bool) (*nat
 			err = &OptionError{Option: "url", Err: fmt.Errorf("connecting to %s: %w", cfg.URL, cmp.Or(nc.LastError(), nats.ErrConnectionClosed))}
 		}
 	}
+	stopped := func() error {
+		return &OptionError{Option: "url", Err: fmt.Errorf("connecting to %s: given up, told to stop: %w", cfg.URL, context.Cause(ctx))}
+	}
 	switch {
 	case err != nil:
+	case h.ctx.Err() != nil:
+		err = stopped()
 	case nc.IsConnected() && mustReach:
 		err = h.checkStream(nc)
 	case nc.IsConnected():
@@ -235,12 +254,66 @@ func newNATSHandler(cfg conf.Handler, logger *slog.Logger, mustReach bool) (*nat
 		logger.Warn("not connected to NATS yet: deliveries fail and are held until it is", "url", cfg.URL)
 		h.late.Go(func() { h.checkWhenConnected(connected) })
 	}
+	if !stopBuild() && err == nil { // told to stop meanwhile: the handler's tries ended
+		err = stopped()
+	}
 	if err != nil {
 		h.conn.CompareAndSwap(nil, &natsConn{nc: nc}) // for Close
 		h.Close()
 		return nil, err
 	}
 	return h, nil
+}
+
+// connect makes a connection to the servers with h's options and a
+// dialer of its own (natsDialer), which h's end interrupts.
+func (h *natsHandler) connect() (*nats.Conn, error) {
+	return nats.Connect(h.url, append(slices.Clip(h.opts), nats.SetCustomDialer(&natsDialer{ctx: h.ctx, timeout: h.timeout}))...)
+}
+
+// natsDialer dials the servers of one client connection, each try
+// bounded by timeout, and closes each connection it made once ctx ends.
+// The client's handshake (waiting for the server's INFO, under the
+// connection's lock, which its Close takes) is bounded only by the
+// timeout for each server: a server that accepts and never answers would
+// hold a stop that long. It closes, at each dial, the connection it made
+// before, which the client is done with then but leaves open when its
+// handshake failed while reconnecting: nothing accumulates over
+// reconnections.
+type natsDialer struct {
+	ctx     context.Context
+	timeout time.Duration
+	mu      sync.Mutex
+	last    net.Conn // the connection made before; nil once closed
+}
+
+// Dial implements [nats.CustomDialer].
+func (d *natsDialer) Dial(network, address string) (net.Conn, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.last != nil {
+		d.last.Close()
+		d.last = nil
+	}
+	c, err := (&net.Dialer{Timeout: d.timeout}).DialContext(d.ctx, network, address)
+	if err != nil {
+		return nil, err
+	}
+	d.last = &ctxConn{Conn: c, stop: context.AfterFunc(d.ctx, func() { c.Close() })}
+	return d.last, nil
+}
+
+// ctxConn is a connection that the end of a context closes (stop undoes
+// that).
+type ctxConn struct {
+	net.Conn
+	stop func() bool
+}
+
+// Close closes the connection and forgets the context.
+func (c *ctxConn) Close() error {
+	c.stop()
+	return c.Conn.Close()
 }
 
 // namedOption makes the error of o, an option that reads files, an
@@ -312,7 +385,7 @@ func (h *natsHandler) closedForGood(nc *nats.Conn) {
 func (h *natsHandler) connectAnew(old *nats.Conn) {
 	var failed ratelog.Line
 	for {
-		nc, err := nats.Connect(h.url, h.opts...)
+		nc, err := h.connect()
 		var c *natsConn
 		if err == nil {
 			c, err = newNATSConn(nc, h.timeout)
@@ -333,7 +406,7 @@ func (h *natsHandler) connectAnew(old *nats.Conn) {
 		}
 		failed.Warn(h.logger, "connecting to NATS anew failed; deliveries fail and are held until it succeeds; trying again", "err", err)
 		select {
-		case <-h.closed:
+		case <-h.ctx.Done():
 			return
 		case <-time.After(h.timeout):
 		}
@@ -346,7 +419,7 @@ func (h *natsHandler) connectAnew(old *nats.Conn) {
 func (h *natsHandler) checkWhenConnected(connected <-chan struct{}) {
 	select {
 	case <-connected:
-	case <-h.closed:
+	case <-h.ctx.Done():
 		return
 	}
 	nc := h.conn.Load().nc
@@ -363,7 +436,7 @@ func (h *natsHandler) checkStream(nc *nats.Conn) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), h.timeout)
+	ctx, cancel := context.WithTimeout(h.ctx, h.timeout)
 	defer cancel()
 	name, err := js.StreamNameBySubject(ctx, subject)
 	switch {
@@ -391,9 +464,9 @@ func (h *natsHandler) wakeHeld() {
 	h.back.Wake()
 }
 
-// Close closes the connection. It waits for a connection being made anew
-// (up to timeout for each server that does not answer). A second call does
-// nothing.
+// Close closes the connection, and ends at once a try to connect under
+// way (to a server that accepts and never answers, the client would wait
+// for its timeout). A second call does nothing.
 func (h *natsHandler) Close() error {
 	h.mu.Lock()
 	again := h.closing
@@ -402,8 +475,8 @@ func (h *natsHandler) Close() error {
 	if again {
 		return nil
 	}
+	h.cancel() // first: the client's Close waits for a handshake under way
 	h.conn.Load().nc.Close()
-	close(h.closed)
 	h.late.Wait()
 	return nil
 }

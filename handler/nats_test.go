@@ -3,6 +3,7 @@ package handler
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
 	"net"
@@ -37,7 +38,7 @@ func TestNATSHandlerNoStream(t *testing.T) {
 	srv := natstest.Start(t)
 	srv.AddStream(jetstream.StreamConfig{Name: "OTHER", Subjects: []string{"other.>"}})
 	// A start holds the deliveries instead, as without servers.
-	h, err := New(natsConfig(srv), nil, nil)
+	h, err := New(t.Context(), natsConfig(srv), nil, nil)
 	if err != nil {
 		t.Fatalf("New: %v, want a handler whose deliveries fail", err)
 	}
@@ -49,7 +50,7 @@ func TestNATSHandlerNoStream(t *testing.T) {
 	}
 	cfgKey := natsConfig(srv)
 	cfgKey.Subject = "orders.{key}"
-	if _, err := New(cfgKey, nil, nil); err == nil || !strings.Contains(err.Error(), "{key}") {
+	if _, err := New(t.Context(), cfgKey, nil, nil); err == nil || !strings.Contains(err.Error(), "{key}") {
 		t.Fatalf("New with {key}: %v, want it refused", err)
 	}
 }
@@ -91,7 +92,7 @@ func TestNATSHandlerPublish(t *testing.T) {
 	big := testDelivery()
 	big.File, big.Offset, big.Payload = "abc", 8192, make([]byte, 2048)
 	var logs testutil.SyncBuffer
-	logged, err := New(natsConfig(srv), nil, slog.New(slog.NewTextHandler(&logs, nil)))
+	logged, err := New(t.Context(), natsConfig(srv), nil, slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -451,7 +452,7 @@ func TestNATSHandlerStartsWithoutServers(t *testing.T) {
 		t.Fatalf("Check while no server answers: %v, want the servers named", err)
 	}
 	var logs testutil.SyncBuffer
-	h, err := New(cfg, nil, slog.New(slog.NewTextHandler(&logs, nil)))
+	h, err := New(t.Context(), cfg, nil, slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatalf("New while no server answers: %v", err)
 	}
@@ -488,7 +489,7 @@ func TestNATSHandlerStartTriesOnce(t *testing.T) {
 	silent := natstest.StartSilent(t)
 	var logs testutil.SyncBuffer
 	cfg := conf.Handler{Kind: conf.HandlerNATS, URL: silent.URL(), Subject: "orders.eu", Timeout: conf.Duration(300 * time.Millisecond)}
-	h, err := New(cfg, nil, slog.New(slog.NewTextHandler(&logs, nil)))
+	h, err := New(t.Context(), cfg, nil, slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -535,7 +536,7 @@ func TestNATSHandlerClosedForGood(t *testing.T) {
 	cfg := natsConfig(srv)
 	cfg.URL = proxy.URL()
 	var logs testutil.SyncBuffer
-	h, err := New(cfg, nil, slog.New(slog.NewTextHandler(&logs, nil)))
+	h, err := New(t.Context(), cfg, nil, slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -658,7 +659,7 @@ func TestNATSHandlerFiles(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := natsConfig(srv)
 			tc.set(&cfg)
-			if _, err := New(cfg, nil, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
+			if _, err := New(t.Context(), cfg, nil, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("New: %v, want an error with %q", err, tc.want)
 			}
 		})
@@ -755,4 +756,77 @@ func newNATSMessage(d *Delivery) *nats.Msg {
 	var b natsBatch
 	b.start(1)
 	return b.message(0, "orders.orders", d)
+}
+
+// TestNATSHandlerStopBounded: a stop does not wait for the timeout of a
+// server that accepts the connection and never answers: Close ends a
+// reconnection under way, and the end of New's context a first
+// connection.
+func TestNATSHandlerStopBounded(t *testing.T) {
+	const timeout = time.Minute // what the stop would wait
+	tests := []struct {
+		name string
+		stop func(t *testing.T) (stop func(), stopped func() error)
+	}{
+		{"Close while reconnecting", func(t *testing.T) (func(), func() error) {
+			srv := natstest.Start(t)
+			srv.AddStream(jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}})
+			proxy := natstest.StartProxy(t, srv.URL())
+			h, err := New(t.Context(), conf.Handler{Kind: conf.HandlerNATS, URL: proxy.URL(), Subject: "orders.eu", Timeout: conf.Duration(timeout)}, nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			proxy.Hang()
+			awaitAccepts(t, proxy.Accepts, 2) // the reconnection, in its handshake
+			return func() { Close(h) }, func() error { return nil }
+		}},
+		{"New's context ended", func(t *testing.T) (func(), func() error) {
+			silent := natstest.StartSilent(t)
+			ctx, cancel := context.WithCancel(t.Context())
+			built := make(chan error, 1)
+			go func() {
+				h, err := New(ctx, conf.Handler{Kind: conf.HandlerNATS, URL: silent.URL(), Subject: "orders.eu", Timeout: conf.Duration(timeout)}, nil, nil)
+				if err == nil {
+					Close(h)
+				}
+				built <- err
+			}()
+			awaitAccepts(t, silent.Accepts, 1)
+			return cancel, func() error {
+				if err := <-built; err == nil || !strings.Contains(err.Error(), "told to stop") {
+					return fmt.Errorf("New: %v, want an error saying it was told to stop", err)
+				}
+				return nil
+			}
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			stop, stopped := tc.stop(t)
+			done := make(chan error, 1)
+			start := time.Now()
+			go func() {
+				stop()
+				done <- stopped()
+			}()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Error(err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("not stopped after %s: the stop waits for the timeout (%s) of a server that never answers", time.Since(start), timeout)
+			}
+		})
+	}
+}
+
+// awaitAccepts waits until accepts (a fake server's) counts n connections.
+func awaitAccepts(t *testing.T, accepts func() []time.Time, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); len(accepts()) < n; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections after 20s, want %d", len(accepts()), n)
+		}
+	}
 }

@@ -56,7 +56,7 @@ func TestStdoutHandlerGolden(t *testing.T) {
 	for _, tt := range tests {
 		t.Run("format="+tt.format, func(t *testing.T) {
 			var out bytes.Buffer
-			h, err := New(conf.Handler{Kind: conf.HandlerStdout, Format: tt.format}, &out, nil)
+			h, err := New(t.Context(), conf.Handler{Kind: conf.HandlerStdout, Format: tt.format}, &out, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -82,12 +82,12 @@ func TestStdoutHandlerConcurrent(t *testing.T) {
 	for _, format := range []string{"log", "ndjson"} {
 		t.Run(format, func(t *testing.T) {
 			var out bytes.Buffer // not safe for concurrent use: the handler serialises writes
-			h, err := New(conf.Handler{Kind: conf.HandlerStdout, Format: format}, &out, nil)
+			h, err := New(t.Context(), conf.Handler{Kind: conf.HandlerStdout, Format: format}, &out, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			var one bytes.Buffer
-			single, err := New(conf.Handler{Kind: conf.HandlerStdout, Format: format}, &one, nil)
+			single, err := New(t.Context(), conf.Handler{Kind: conf.HandlerStdout, Format: format}, &one, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -113,7 +113,7 @@ type failingWriter struct{}
 func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("disk full") }
 
 func TestStdoutHandlerWriteError(t *testing.T) {
-	h, err := New(conf.Handler{Kind: conf.HandlerStdout}, failingWriter{}, nil)
+	h, err := New(t.Context(), conf.Handler{Kind: conf.HandlerStdout}, failingWriter{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func TestStdoutHandlerWriteError(t *testing.T) {
 }
 
 func TestDiscardHandler(t *testing.T) {
-	h, err := New(conf.Handler{Kind: conf.HandlerDiscard}, nil, nil)
+	h, err := New(t.Context(), conf.Handler{Kind: conf.HandlerDiscard}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +148,7 @@ func TestNewHandlerErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := New(tt.cfg, tt.stdout, nil)
+			_, err := New(t.Context(), tt.cfg, tt.stdout, nil)
 			if err == nil || err.Error() != tt.err {
 				t.Errorf("New: %v, want %q", err, tt.err)
 			}

@@ -141,6 +141,7 @@ type listener struct {
 	conns   map[net.Conn]bool // open now; written to under mu
 	accepts []time.Time
 	stopped bool
+	hanging bool // a Proxy's: it answers no connection any more
 }
 
 // listen starts a listener that serves each connection with serve, which
@@ -228,6 +229,13 @@ type Proxy struct{ *listener }
 func StartProxy(t testing.TB, url string) *Proxy {
 	t.Helper()
 	return &Proxy{listen(t, func(l *listener, c net.Conn) {
+		l.mu.Lock()
+		hanging := l.hanging
+		l.mu.Unlock()
+		if hanging {
+			io.Copy(io.Discard, c)
+			return
+		}
 		s, err := net.Dial("tcp", strings.TrimPrefix(url, "nats://"))
 		if err != nil {
 			return
@@ -250,6 +258,17 @@ func StartProxy(t testing.TB, url string) *Proxy {
 		c.Close()
 		toServer.Wait()
 	})}
+}
+
+// Hang makes the proxy a server that hangs: it closes the connections
+// open, and accepts the next ones but never answers them, as Silent.
+func (p *Proxy) Hang() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.hanging = true
+	for c := range p.conns {
+		c.Close()
+	}
 }
 
 // Say writes line, a protocol line such as "-ERR 'Something'\r\n", to
