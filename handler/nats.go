@@ -98,7 +98,16 @@ type natsHandler struct {
 	mu      sync.Mutex
 	back    wakeup.Signal // woken at each (re)connection, under mu
 	closing bool          // Close was called, under mu
+	// When the client last closed a connection for good, and how long
+	// connecting anew waited then (anewWait); under mu.
+	anewAt   time.Time
+	anewLast time.Duration
 }
+
+// natsAnewMaxWait is the longest wait before a connection closed for good
+// is made anew (or the handler's timeout, if longer); a connection made
+// anew that lasted longer than it is made anew at once again.
+const natsAnewMaxWait = time.Minute
 
 // natsConn is a connection of a natsHandler and the JetStream context
 // that publishes on it.
@@ -375,16 +384,40 @@ func (h *natsHandler) closedForGood(nc *nats.Conn) {
 	if h.closing {
 		return
 	}
-	h.logger.Error("the NATS client closed its connection for good; connecting anew", "err", nc.LastError())
-	h.late.Go(func() { h.connectAnew(nc) })
+	wait := h.anewWait(time.Now())
+	h.logger.Error("the NATS client closed its connection for good; connecting anew", "err", nc.LastError(), "in", wait)
+	h.late.Go(func() { h.connectAnew(nc, wait) })
+}
+
+// anewWait returns how long to wait, from now, before connecting anew in
+// place of a connection closed for good, under mu: at once the first
+// time, but a server that closes each connection for good soon after it
+// is made (an error right after the handshake) is connected to again
+// after a wait that doubles from the timeout up to natsAnewMaxWait, not in
+// a loop.
+func (h *natsHandler) anewWait(now time.Time) time.Duration {
+	longest := max(natsAnewMaxWait, h.timeout)
+	wait := time.Duration(0)
+	if !h.anewAt.IsZero() && now.Sub(h.anewAt) < h.anewLast+longest {
+		wait = min(max(2*h.anewLast, h.timeout), longest)
+	}
+	h.anewAt, h.anewLast = now, wait
+	return wait
 }
 
 // connectAnew makes a connection in place of old, which the client closed
-// for good, trying again every timeout until it can (an option that reads
-// a file, such as ca_file, fails while the file cannot be read) or Close.
-func (h *natsHandler) connectAnew(old *nats.Conn) {
+// for good, after wait, then trying again every timeout until it can (an
+// option that reads a file, such as ca_file, fails while the file cannot
+// be read) or Close.
+func (h *natsHandler) connectAnew(old *nats.Conn, wait time.Duration) {
 	var failed ratelog.Line
 	for {
+		select {
+		case <-h.ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait = h.timeout
 		nc, err := h.connect()
 		var c *natsConn
 		if err == nil {
@@ -405,11 +438,6 @@ func (h *natsHandler) connectAnew(old *nats.Conn) {
 			return
 		}
 		failed.Warn(h.logger, "connecting to NATS anew failed; deliveries fail and are held until it succeeds; trying again", "err", err)
-		select {
-		case <-h.ctx.Done():
-			return
-		case <-time.After(h.timeout):
-		}
 	}
 }
 

@@ -830,3 +830,31 @@ func awaitAccepts(t *testing.T, accepts func() []time.Time, n int) {
 		}
 	}
 }
+
+// TestNATSHandlerClosedForGoodAgain: a server that closes each connection
+// for good right after the handshake (an error the client does not know)
+// is connected to anew at once the first time, then after a wait that
+// grows from the timeout: a few connections and log lines, not one each
+// few milliseconds.
+func TestNATSHandlerClosedForGoodAgain(t *testing.T) {
+	t.Parallel()
+	erring := natstest.StartErring(t, "-ERR 'Something Unheard Of'\r\n")
+	var logs testutil.SyncBuffer
+	cfg := conf.Handler{Kind: conf.HandlerNATS, URL: erring.URL(), Subject: "orders.eu", Timeout: conf.Duration(300 * time.Millisecond)}
+	h, err := New(t.Context(), cfg, nil, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer Close(h)
+	// Waits of 0, 300 ms, 600 ms, 1.2 s: 5 connections in 2.1 s, the
+	// first at New.
+	time.Sleep(2 * time.Second)
+	n := len(erring.Accepts())
+	if n < 3 || n > 6 {
+		t.Errorf("%d connections in 2 s, want 3 to 6 (made anew after a growing wait)", n)
+	}
+	if lines := strings.Count(logs.String(), "closed its connection for good"); lines > 6 {
+		t.Errorf("%d log lines of connections closed for good in 2 s, want at most 6", lines)
+	}
+	t.Logf("%d connections", n)
+}

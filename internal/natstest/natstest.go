@@ -4,6 +4,7 @@
 package natstest
 
 import (
+	"bufio"
 	"context"
 	"io"
 	"net"
@@ -217,6 +218,33 @@ func StartSilent(t testing.TB) *Silent {
 	t.Helper()
 	return &Silent{listen(t, func(_ *listener, c net.Conn) {
 		io.Copy(io.Discard, c) // until the client gives up and closes it
+	})}
+}
+
+// Erring is a fake server that lets each client connect (INFO, then PONG
+// to the client's CONNECT and PING) and then says an error line and
+// closes the connection, as a server that refuses the client right after
+// its handshake does.
+type Erring struct{ *listener }
+
+// StartErring listens on a free port of 127.0.0.1 and says line, such as
+// "-ERR 'Something Unheard Of'\r\n", to each client once connected; the
+// test's cleanup stops it.
+func StartErring(t testing.TB, line string) *Erring {
+	t.Helper()
+	return &Erring{listen(t, func(l *listener, c net.Conn) {
+		l.write(c, []byte(`INFO {"server_id":"erring","version":"2.12.0","proto":1,"headers":true,"max_payload":1048576}`+"\r\n"))
+		r := bufio.NewReader(c)
+		for {
+			in, err := r.ReadString('\n')
+			if err != nil {
+				return
+			}
+			if strings.HasPrefix(in, "PING") {
+				break
+			}
+		}
+		l.write(c, []byte("PONG\r\n"+line))
 	})}
 }
 
