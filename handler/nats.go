@@ -88,9 +88,10 @@ type natsHandler struct {
 	// being made or in use.
 	ctx     context.Context
 	cancel  context.CancelFunc
-	batches sync.Pool    // of *natsBatch, for HandleBatch
-	errLog  ratelog.Line // the server's errors, at most one line per ratelog.Every
-	dialLog ratelog.Line // the failed tries to (re)connect, likewise
+	batches sync.Pool     // of *natsBatch, for HandleBatch
+	nkey    nkeys.KeyPair // the seed of nkey_file, read at the build; nil without
+	errLog  ratelog.Line  // the server's errors, at most one line per ratelog.Every
+	dialLog ratelog.Line  // the failed tries to (re)connect, likewise
 	// dialErr is why the last try to (re)connect failed, nil once one
 	// succeeded: the client's LastError says so only after a while.
 	dialErr atomic.Pointer[error]
@@ -184,27 +185,6 @@ func newNATSHandler(ctx context.Context, cfg conf.Handler, logger *slog.Logger, 
 		}),
 	}
 
-	switch {
-	case cfg.CredsFile != "":
-		// The client reads the file at each connection (it may be
-		// rotated); a start checks it can.
-		if err := checkCreds(cfg.CredsFile); err != nil {
-			return nil, optionErrorf("creds_file", "%w", err)
-		}
-		opts = append(opts, nats.UserCredentials(cfg.CredsFile))
-	case cfg.NkeyFile != "":
-		o, err := nats.NkeyOptionFromSeed(cfg.NkeyFile)
-		if err != nil {
-			return nil, optionErrorf("nkey_file", "%w", err)
-		}
-		opts = append(opts, o)
-	case cfg.User != "":
-		password, err := os.ReadFile(cfg.PasswordFile)
-		if err != nil {
-			return nil, optionErrorf("password_file", "%w", err)
-		}
-		opts = append(opts, nats.UserInfo(cfg.User, strings.TrimRight(string(password), "\r\n")))
-	}
 	// The client reads these files at each connection (they may be
 	// rotated); a start checks it can, naming the keys.
 	var tlsOpts []nats.Option
@@ -220,6 +200,33 @@ func newNATSHandler(ctx context.Context, cfg conf.Handler, logger *slog.Logger, 
 		}
 	}
 	opts = append(opts, tlsOpts...)
+	// Last of the files read: the nkey seed, which the handler then holds
+	// (wiped by Close).
+	switch {
+	case cfg.CredsFile != "":
+		// The client reads the file at each connection (it may be
+		// rotated); a start checks it can.
+		if err := checkCreds(cfg.CredsFile); err != nil {
+			return nil, optionErrorf("creds_file", "%w", err)
+		}
+		opts = append(opts, nats.UserCredentials(cfg.CredsFile))
+	case cfg.NkeyFile != "":
+		// Read once, unlike the client's own option, which reads the
+		// file again at each connection: a rotated file would then fail
+		// them until a reload built the handler again, as it does.
+		kp, pub, err := readNkey(cfg.NkeyFile)
+		if err != nil {
+			return nil, optionErrorf("nkey_file", "%w", err)
+		}
+		h.nkey = kp
+		opts = append(opts, nats.Nkey(pub, kp.Sign))
+	case cfg.User != "":
+		password, err := os.ReadFile(cfg.PasswordFile)
+		if err != nil {
+			return nil, optionErrorf("password_file", "%w", err)
+		}
+		opts = append(opts, nats.UserInfo(cfg.User, strings.TrimRight(string(password), "\r\n")))
+	}
 	if !mustReach {
 		// With no server answering, Connect returns a connection that
 		// keeps trying, after one try of each server.
@@ -232,6 +239,7 @@ func newNATSHandler(ctx context.Context, cfg conf.Handler, logger *slog.Logger, 
 	if err != nil {
 		stopBuild()
 		h.cancel()
+		h.wipe()
 		return nil, &OptionError{Option: "url", Err: fmt.Errorf("connecting to %s: %w", cfg.URL, err)}
 	}
 	connected := h.Reconnected() // taken before IsConnected: a connection made after it closes it
@@ -323,6 +331,33 @@ type ctxConn struct {
 func (c *ctxConn) Close() error {
 	c.stop()
 	return c.Conn.Close()
+}
+
+// readNkey reads the user nkey seed in the file at path, and returns it
+// and its public key.
+func readNkey(path string) (nkeys.KeyPair, string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, "", err
+	}
+	defer clear(b) // the seed is a secret
+	kp, err := nkeys.ParseDecoratedNKey(b)
+	if err != nil {
+		return nil, "", fmt.Errorf("%s holds no nkey seed: %w", path, err)
+	}
+	pub, err := kp.PublicKey()
+	if err != nil || !nkeys.IsValidPublicUserKey(pub) {
+		kp.Wipe()
+		return nil, "", fmt.Errorf("%s holds no user nkey seed (its public key starts with U); make one with nsc or nk -gen user", path)
+	}
+	return kp, pub, nil
+}
+
+// wipe forgets the nkey seed the handler holds, if any.
+func (h *natsHandler) wipe() {
+	if h.nkey != nil {
+		h.nkey.Wipe()
+	}
 }
 
 // namedOption makes the error of o, an option that reads files, an
@@ -506,6 +541,7 @@ func (h *natsHandler) Close() error {
 	h.cancel() // first: the client's Close waits for a handshake under way
 	h.conn.Load().nc.Close()
 	h.late.Wait()
+	h.wipe() // no connection signs any more
 	return nil
 }
 

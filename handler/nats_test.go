@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"net"
+	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -595,15 +596,7 @@ func TestNATSHandlerOutlivesRefusedCredentials(t *testing.T) {
 		CustomClientAuthentication: auth}
 	srv := startServer(t, opts)
 	opts.Port = srv.Addr().(*net.TCPAddr).Port
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	js, _ := jetstream.New(nc)
-	if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}, Storage: jetstream.FileStorage}); err != nil {
-		t.Fatal(err)
-	}
-	nc.Close()
+	addOrders(t, srv)
 	h := mustNewHandler(t, conf.Handler{Kind: conf.HandlerNATS, URL: srv.ClientURL(), Subject: "orders.eu", Timeout: conf.Duration(time.Second)})
 	d := testDelivery()
 	d.File, d.Offset = "abc", 1
@@ -651,6 +644,9 @@ func TestNATSHandlerFiles(t *testing.T) {
 		{"creds_file without a JWT", func(c *conf.Handler) { c.CredsFile = notPEM }, "creds_file: " + notPEM + " holds no user JWT"},
 		{"creds_file without a seed", func(c *conf.Handler) { c.CredsFile = writeTestFile(t, "jwt.creds", userCreds(t)[0]) }, "holds no user seed"},
 		{"creds_file with another user's seed", func(c *conf.Handler) { c.CredsFile = writeTestFile(t, "mixed.creds", userCreds(t)[0]+userCreds(t)[1]) }, "its seed is not that of the user of its JWT"},
+		{"nkey_file missing", func(c *conf.Handler) { c.NkeyFile = missing }, "nkey_file: open " + missing},
+		{"nkey_file without a seed", func(c *conf.Handler) { c.NkeyFile = notPEM }, "nkey_file: " + notPEM + " holds no nkey seed"},
+		{"nkey_file with an account seed", func(c *conf.Handler) { c.NkeyFile = writeTestFile(t, "account.nk", accountSeed(t)) }, "holds no user nkey seed"},
 		{"ca_file missing", func(c *conf.Handler) { c.CAFile = missing }, "ca_file: nats: error loading or parsing rootCA file"},
 		{"ca_file not PEM", func(c *conf.Handler) { c.CAFile = notPEM }, "ca_file: nats: failed to parse root certificate"},
 		{"cert_file missing", func(c *conf.Handler) { c.CertFile, c.KeyFile = missing, notPEM }, "cert_file and key_file: nats: error loading client certificate"},
@@ -702,6 +698,17 @@ func userCreds(t *testing.T) [2]string {
 	return [2]string{string(decoratedJWT), string(decoratedSeed)}
 }
 
+// accountSeed returns the seed of a new account nkey.
+func accountSeed(t *testing.T) string {
+	t.Helper()
+	account, err := nkeys.CreateAccount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed, _ := account.Seed()
+	return string(seed)
+}
+
 // switchAuth accepts or refuses every client, as accept says, and counts
 // the refusals.
 type switchAuth struct {
@@ -715,6 +722,21 @@ func (a *switchAuth) Check(server.ClientAuthentication) bool {
 	}
 	a.refused.Add(1)
 	return false
+}
+
+// addOrders creates the stream ORDERS, capturing orders.>, on srv,
+// connecting with opts.
+func addOrders(t *testing.T, srv *server.Server, opts ...nats.Option) {
+	t.Helper()
+	nc, err := nats.Connect(srv.ClientURL(), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}, Storage: jetstream.FileStorage}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // startServer starts a NATS server with opts; the test's cleanup stops it.
@@ -857,4 +879,63 @@ func TestNATSHandlerClosedForGoodAgain(t *testing.T) {
 		t.Errorf("%d log lines of connections closed for good in 2 s, want at most 6", lines)
 	}
 	t.Logf("%d connections", n)
+}
+
+// TestNATSHandlerNkeyReadOnce: the handler signs with the seed nkey_file
+// held when it was built: the file rotated (another seed) or removed
+// meanwhile does not keep a connection made anew from authenticating,
+// as it would if the file were read again at each connection (a reload
+// builds the handler again with the new file).
+func TestNATSHandlerNkeyReadOnce(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(t *testing.T, path string)
+	}{
+		{"rotated", func(t *testing.T, path string) {
+			other, err := nkeys.CreateUser()
+			if err != nil {
+				t.Fatal(err)
+			}
+			seed, _ := other.Seed()
+			if err := os.WriteFile(path, append(seed, '\n'), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"removed", func(t *testing.T, path string) {
+			if err := os.Remove(path); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			user, err := nkeys.CreateUser()
+			if err != nil {
+				t.Fatal(err)
+			}
+			pub, _ := user.PublicKey()
+			seed, _ := user.Seed()
+			srv := startServer(t, &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
+				Nkeys: []*server.NkeyUser{{Nkey: pub}}})
+			addOrders(t, srv, nats.Nkey(pub, user.Sign))
+			proxy := natstest.StartProxy(t, srv.ClientURL())
+			cfg := conf.Handler{Kind: conf.HandlerNATS, URL: proxy.URL(), Subject: "orders.eu", Timeout: conf.Duration(time.Second),
+				NkeyFile: writeTestFile(t, "user.nk", string(seed)+"\n")}
+			h := mustNewHandler(t, cfg)
+			d := testDelivery()
+			d.File, d.Offset = "abc", 1
+			checkOutcome(t, h.Handle(t.Context(), d), OutcomeAck, 0, 0, "")
+
+			tc.change(t, cfg.NkeyFile)
+			back := h.(Reconnecting).Reconnected()
+			proxy.Say("-ERR 'Something Unheard Of'\r\n") // closed for good: connected anew
+			select {
+			case <-back:
+			case <-time.After(15 * time.Second):
+				t.Fatal("no connection made anew after nkey_file changed")
+			}
+			d.Offset++
+			checkOutcome(t, h.Handle(t.Context(), d), OutcomeAck, 0, 0, "")
+		})
+	}
 }
