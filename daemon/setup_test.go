@@ -1,8 +1,13 @@
 package daemon
 
 import (
+	"context"
+	"fmt"
+	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/handler"
@@ -27,5 +32,34 @@ func TestNewHandlersAtOnce(t *testing.T) {
 	// One after the other, the second would come after the first's timeout.
 	if at := silent.Accepts(); len(at) != 2 || at[1].Sub(at[0]) > 500*time.Millisecond {
 		t.Errorf("connections at %v, want 2 at once", at)
+	}
+}
+
+// TestStopWhileHandlersConnect: a daemon told to stop while a nats handler
+// waits for a server that accepts and never answers stops at once, with
+// no error, rather than after the handler's timeout.
+func TestStopWhileHandlersConnect(t *testing.T) {
+	silent := natstest.StartSilent(t)
+	dir := t.TempDir()
+	orders := filepath.Join(dir, "orders.ss")
+	cfg, err := loadTestConfig(t, fmt.Sprintf("state_dir = %q\n[metrics]\nlisten = \"\"\n[[stream]]\nname = \"orders\"\npath = %q\n"+
+		"[[subscription]]\nname = \"billing\"\nstream = \"orders\"\nkey = \"orders\"\n[subscription.handler]\nkind = \"nats\"\nurl = %q\nsubject = \"orders.eu\"\ntimeout = \"1m\"\n",
+		filepath.Join(dir, "state"), orders, silent.URL()), conf.ModeRun)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := New(cfg, Options{Registry: prometheus.NewRegistry()})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	waitFor(t, "the handler connecting", func() bool { return len(silent.Accepts()) > 0 })
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run: %v, want a stop without error", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return 10s after its context ended: it waits for the handler's timeout (1m)")
 	}
 }
