@@ -468,6 +468,12 @@ func (h *natsHandler) connectAnew(old *nats.Conn, wait time.Duration) {
 				return
 			}
 			h.conn.Store(c)
+			if !nc.IsConnected() {
+				// No server answered yet: the client keeps trying, and
+				// its first connection wakes the deliveries (connected).
+				h.logger.Warn("connecting to NATS anew: no server answers yet; deliveries fail and are held until one does", "url", h.url)
+				return
+			}
 			h.logger.Info("connected to NATS anew", "url", h.url)
 			h.back.Wake()
 			return

@@ -563,6 +563,49 @@ func TestNATSHandlerClosedForGood(t *testing.T) {
 	}
 }
 
+// TestNATSHandlerClosedForGoodNoServer: a connection closed for good while
+// no server answers is made anew without one: the handler says so, and
+// does not say it connected, nor wake the held deliveries, until a server
+// answers.
+func TestNATSHandlerClosedForGoodNoServer(t *testing.T) {
+	srv := natstest.Start(t)
+	srv.AddStream(jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}})
+	proxy := natstest.StartProxy(t, srv.URL())
+	cfg := natsConfig(srv)
+	cfg.URL, cfg.Timeout = proxy.URL(), conf.Duration(500*time.Millisecond)
+	var logs testutil.SyncBuffer
+	h, err := New(t.Context(), cfg, nil, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer Close(h)
+	back := h.(Reconnecting).Reconnected()
+	proxy.Silence(true)
+	proxy.Say("-ERR 'Something Unheard Of'\r\n")
+	for deadline := time.Now().Add(15 * time.Second); !strings.Contains(logs.String(), "connecting to NATS anew: no server answers yet"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("connecting anew without a server is not said:\n%s", logs.String())
+		}
+	}
+	select {
+	case <-back:
+		t.Fatalf("the held deliveries were woken while no server answers:\n%s", logs.String())
+	default:
+	}
+	if strings.Contains(logs.String(), "connected to NATS anew") {
+		t.Fatalf("the handler says it connected while no server answers:\n%s", logs.String())
+	}
+	proxy.Silence(false)
+	select {
+	case <-back:
+	case <-time.After(15 * time.Second):
+		t.Fatalf("the held deliveries were not woken once a server answered:\n%s", logs.String())
+	}
+	d := testDelivery()
+	d.File, d.Offset = "abc", 1
+	checkOutcome(t, h.Handle(t.Context(), d), OutcomeAck, 0, 0, "")
+}
+
 // TestNATSHandlerRefusedFromTheStart: a handler whose credentials the
 // server refuses from its first try says so in the first failed delivery,
 // before the client's own last error knows it.

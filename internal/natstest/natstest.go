@@ -299,6 +299,15 @@ func (p *Proxy) Hang() {
 	}
 }
 
+// Silence makes the proxy accept the next connections without ever
+// answering them (on), as Silent, or pass them on again (off); the
+// connections open are left as they are.
+func (p *Proxy) Silence(on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.hanging = on
+}
+
 // Say writes line, a protocol line such as "-ERR 'Something'\r\n", to
 // every client, as if the server had said it: on an idle connection, for
 // it goes between two reads of what the server sends, not two lines.
