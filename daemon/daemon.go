@@ -605,6 +605,9 @@ func (d *Daemon) reload(ctx context.Context, load func() (*conf.Config, error)) 
 	case errors.Is(err, errStoppedDuringReload):
 		d.logger.Warn("reload abandoned: the daemon was told to stop while it waited for the subscriptions it changed to stop", "err", err)
 		return err
+	case err != nil && ctx.Err() != nil:
+		d.logger.Warn("reload abandoned: the daemon was told to stop while it built the handlers of the new configuration; it stops with the previous one", "err", err)
+		return err
 	case err != nil:
 		d.notify.Send("READY=1\nSTATUS=reload failed, the previous configuration keeps running: " + strings.ReplaceAll(err.Error(), "\n", "; "))
 		d.logger.Error("reload failed; the previous configuration keeps running", "err", err)

@@ -63,3 +63,34 @@ func TestStopWhileHandlersConnect(t *testing.T) {
 		t.Fatal("Run did not return 10s after its context ended: it waits for the handler's timeout (1m)")
 	}
 }
+
+// TestStopWhileReloadBuildsHandlers: a daemon told to stop while a reload
+// builds a nats handler whose server accepts and never answers stops at
+// once, and says the reload was abandoned, not that it failed with the
+// previous configuration running on.
+func TestStopWhileReloadBuildsHandlers(t *testing.T) {
+	silent := natstest.StartSilent(t)
+	e := newRunEnv(t, runSub("s", "orders", ""))
+	r := e.start(nil)
+	waitFor(t, "the daemon running", func() bool { return len(r.logs.with("streamd running")) == 1 })
+	e.config += fmt.Sprintf("\n[[subscription]]\nname = \"n\"\nstream = \"orders\"\nkey = \"orders\"\n[subscription.handler]\nkind = \"nats\"\nurl = %q\nsubject = \"orders.eu\"\ntimeout = \"1m\"\n", silent.URL())
+	reloaded := make(chan error, 1)
+	go func() { reloaded <- r.d.Reload(t.Context(), func() (*conf.Config, error) { return e.load(), nil }) }()
+	waitFor(t, "the handler connecting", func() bool { return len(silent.Accepts()) > 0 })
+	r.cancel()
+	select {
+	case err := <-reloaded:
+		if err == nil {
+			t.Error("the reload answered success")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the reload did not answer 10s after the stop: it waits for the handler's timeout (1m)")
+	}
+	if err := r.wait(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if len(r.logs.with("reload abandoned: the daemon was told to stop while it built the handlers of the new configuration; it stops with the previous one")) != 1 ||
+		len(r.logs.with("reload failed; the previous configuration keeps running")) != 0 {
+		t.Fatalf("the log does not say the reload was abandoned:\n%s", logLines(r.logs.all()))
+	}
+}
