@@ -674,6 +674,12 @@ func (h *natsHandler) failure(ctx context.Context, d *Delivery, m *nats.Msg, err
 		h.logger.Error("dropping a record too large for NATS (its payload and headers): raise the server's max_payload or the stream's max_msg_size to forward such records",
 			"subject", h.subject, "seq", d.Seq, "bytes", size, "payload_bytes", len(d.Payload), "err", err)
 		return Outcome{Kind: OutcomeDrop}
+	case (errors.Is(err, jetstream.ErrAsyncPublishTimeout) || errors.Is(err, nats.ErrTimeout)) && errors.Is(nc.LastError(), nats.ErrPermissionViolation):
+		// The server drops a message the user may not publish (or whose
+		// acknowledgement it may not receive) and says so only to the
+		// connection, as its last error.
+		return Failed(FailureOther, fmt.Errorf("nats: no acknowledgement from JetStream within %s, after the server said %w: "+
+			"grant the user publish permission on %q and subscribe permission on its reply subjects (_INBOX.>)", h.timeout, nc.LastError(), h.subject))
 	case errors.Is(err, jetstream.ErrAsyncPublishTimeout) || errors.Is(err, nats.ErrTimeout):
 		return Failed(FailureTimeout, fmt.Errorf("nats: no acknowledgement from JetStream within %s", h.timeout))
 	case isAPI:

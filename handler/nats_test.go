@@ -982,3 +982,28 @@ func TestNATSHandlerNkeyReadOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestNATSHandlerPublishDenied: a user the server does not let publish to
+// the subject gets no acknowledgement: the failed delivery says the
+// server's permissions violation and how to mend it, not only that the
+// acknowledgement timed out.
+func TestNATSHandlerPublishDenied(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t, &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
+		Users: []*server.User{
+			{Username: "admin", Password: "a"},
+			{Username: "forwarder", Password: "f", Permissions: &server.Permissions{
+				Publish: &server.SubjectPermission{Allow: []string{"$JS.API.>"}}}},
+		}})
+	addOrders(t, srv, nats.UserInfo("admin", "a"))
+	cfg := conf.Handler{Kind: conf.HandlerNATS, URL: srv.ClientURL(), Subject: "orders.eu", Timeout: conf.Duration(500 * time.Millisecond),
+		User: "forwarder", PasswordFile: writeTestFile(t, "password", "f\n")}
+	h := mustNewHandler(t, cfg)
+	d := testDelivery()
+	d.File, d.Offset = "abc", 1
+	out := h.Handle(t.Context(), d)
+	checkOutcome(t, out, OutcomeFailed, 0, 0, `Permissions Violation for Publish to "orders.eu"`)
+	if out.Failure != FailureOther || !strings.Contains(out.Err.Error(), "grant the user") {
+		t.Errorf("failure %v, err %v; want another failure than a timeout, saying how to mend it", out.Failure, out.Err)
+	}
+}
