@@ -240,6 +240,9 @@ func newNATSHandler(ctx context.Context, cfg conf.Handler, logger *slog.Logger, 
 		stopBuild()
 		h.cancel()
 		h.wipe()
+		if key := credentialKey(cfg); key != "" && errors.Is(err, nats.ErrAuthorization) {
+			return nil, &OptionError{Option: key, Err: fmt.Errorf("connecting to %s: %w: the server refuses the credentials of %s", cfg.URL, err, key)}
+		}
 		return nil, &OptionError{Option: "url", Err: fmt.Errorf("connecting to %s: %w", cfg.URL, err)}
 	}
 	connected := h.Reconnected() // taken before IsConnected: a connection made after it closes it
@@ -280,6 +283,20 @@ func newNATSHandler(ctx context.Context, cfg conf.Handler, logger *slog.Logger, 
 		return nil, err
 	}
 	return h, nil
+}
+
+// credentialKey returns the configuration key of cfg's credentials, ""
+// without any.
+func credentialKey(cfg conf.Handler) string {
+	switch {
+	case cfg.CredsFile != "":
+		return "creds_file"
+	case cfg.NkeyFile != "":
+		return "nkey_file"
+	case cfg.User != "":
+		return "password_file"
+	}
+	return ""
 }
 
 // connect makes a connection to the servers with h's options and a
@@ -510,7 +527,9 @@ func (h *natsHandler) checkStream(nc *nats.Conn) error {
 	name, err := js.StreamNameBySubject(ctx, subject)
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
-		return &OptionError{Option: "subject", Err: fmt.Errorf("subject %q: no JetStream stream captures it; create one whose subjects match it (nats stream add NAME --subjects %q --storage file --defaults), or change subject", subject, subject)}
+		return &OptionError{Option: "subject", Err: fmt.Errorf("subject %q: no JetStream stream captures it; create one whose subjects match it (nats stream add NAME --subjects %q --storage file --dupe-window 5m --defaults), or change subject", subject, subject)}
+	case errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrJetStreamNotEnabled):
+		return &OptionError{Option: "url", Err: fmt.Errorf("%s: JetStream is not enabled on the server, or for the account of the user (nothing answers its API): enable it (jetstream {} in the server's configuration, or nats-server --jetstream)", nc.ConnectedUrlRedacted())}
 	case err != nil:
 		return &OptionError{Option: "subject", Err: fmt.Errorf("subject %q: looking up the JetStream stream that captures it: %w", subject, err)}
 	}

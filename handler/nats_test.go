@@ -1007,3 +1007,37 @@ func TestNATSHandlerPublishDenied(t *testing.T) {
 		t.Errorf("failure %v, err %v; want another failure than a timeout, saying how to mend it", out.Failure, out.Err)
 	}
 }
+
+// TestNATSHandlerCheckHints: what the check of a start finds wrong says
+// how to mend it: a server without JetStream, refused credentials (placed
+// at the credential's key, not the url's), no stream for the subject (the
+// stream the README's example makes).
+func TestNATSHandlerCheckHints(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		opts   server.Options
+		cfg    func(*conf.Handler)
+		option string
+		want   string
+	}{
+		{"no JetStream", server.Options{}, func(*conf.Handler) {}, "url", "JetStream is not enabled"},
+		{"refused password", server.Options{JetStream: true, Users: []*server.User{{Username: "u", Password: "right"}}},
+			func(c *conf.Handler) { c.User, c.PasswordFile = "u", writeTestFile(t, "password", "wrong\n") }, "password_file", "Authorization Violation: the server refuses the credentials of password_file"},
+		{"no stream", server.Options{JetStream: true}, func(*conf.Handler) {}, "subject", "--dupe-window 5m"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			opts := tc.opts
+			opts.Host, opts.Port, opts.StoreDir, opts.NoLog, opts.NoSigs = "127.0.0.1", -1, t.TempDir(), true, true
+			srv := startServer(t, &opts)
+			cfg := conf.Handler{Kind: conf.HandlerNATS, URL: srv.ClientURL(), Subject: "orders.eu", Timeout: conf.Duration(time.Second)}
+			tc.cfg(&cfg)
+			_, err := build(t.Context(), cfg, nil, nil, true)
+			oe, ok := errors.AsType[*OptionError](err)
+			if !ok || oe.Option != tc.option || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v (option %v), want one of option %s containing %q", err, oe, tc.option, tc.want)
+			}
+		})
+	}
+}
