@@ -900,7 +900,8 @@ func (d *Daemon) fail(err error) {
 }
 
 // updateSizes sets streamd_stream_size_bytes of every stream, and
-// streamd_stream_lag_bytes of every subscription of it, each interval. It
+// streamd_stream_lag_bytes of every subscription of it, each interval, and
+// moves each stream's appender to a file that took its path. It
 // reads the files (and, for a subscription behind a rotation, the
 // directory) without holding d.mu, which commits take.
 func (d *Daemon) updateSizes(ctx context.Context, interval time.Duration) {
@@ -909,6 +910,7 @@ func (d *Daemon) updateSizes(ctx context.Context, interval time.Duration) {
 		metrics *metrics.SubscriptionMetrics
 	}
 	type streamSize struct {
+		st      *stream
 		path    string
 		metrics *metrics.StreamMetrics
 		subs    []subscriptionLag
@@ -919,7 +921,7 @@ func (d *Daemon) updateSizes(ctx context.Context, interval time.Duration) {
 		var streams []streamSize
 		d.mu.Lock()
 		for name, st := range d.streams {
-			s := streamSize{path: st.cfg.Path, metrics: d.metrics.Stream(name)}
+			s := streamSize{st: st, path: st.cfg.Path, metrics: d.metrics.Stream(name)}
 			for _, sc := range d.cfg.Subscriptions {
 				if m := d.metrics.Lookup(sc.Name); sc.Stream == name && m != nil {
 					s.subs = append(s.subs, subscriptionLag{sc, m})
@@ -929,6 +931,7 @@ func (d *Daemon) updateSizes(ctx context.Context, interval time.Duration) {
 		}
 		d.mu.Unlock()
 		for _, s := range streams {
+			s.st.followPath()
 			size, id, err := fileState(s.path)
 			if err != nil {
 				// No header to identify the file by (yet): its size alone.

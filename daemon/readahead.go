@@ -284,6 +284,19 @@ func (ra *readAhead) release(ids ...streamfile.Identity) {
 	})
 }
 
+// drop closes the files held of id: the subscription is done with it.
+func (ra *readAhead) drop(id streamfile.Identity) {
+	ra.heldMu.Lock()
+	defer ra.heldMu.Unlock()
+	ra.held = slices.DeleteFunc(ra.held, func(h heldFile) bool {
+		if h.id != id {
+			return false
+		}
+		h.f.Close()
+		return true
+	})
+}
+
 // keep returns the held file id, which the caller then owns, and closes
 // the others; nil when none is held.
 func (ra *readAhead) keep(id streamfile.Identity) *os.File {

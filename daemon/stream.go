@@ -97,6 +97,18 @@ func (s *stream) append(key string, record []byte) error {
 	return nil
 }
 
+// followPath moves the appender to the file now at the path when another
+// file took it (streamfile.Appender.FollowPath), so that the rotated file
+// is closed without waiting for the next copy. Failing, it stays: the next
+// copy tries again, and says why.
+func (s *stream) followPath() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closed {
+		s.a.FollowPath()
+	}
+}
+
 // sync makes the copies appended before it was called durable; a commit
 // that moves a position past a copy, and the retry queue before it marks
 // a copy written, call it first (Invariant 2). Once an fsync failed, it

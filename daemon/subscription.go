@@ -607,8 +607,8 @@ func (s *subscription) settled(tickets ...offsets.Ticket) {
 	s.setMu.Lock()
 	defer s.setMu.Unlock()
 	file, t := s.position()
-	if b != nil && file == s.file {
-		s.behind.CompareAndSwap(b, nil) // every record of it settled
+	if b != nil && file == s.file && s.behind.CompareAndSwap(b, nil) { // every record of it settled
+		s.ahead.drop(b.file)
 	}
 	m := t.Committable()
 	if err := s.store.Set(s.cfg.Name, offsets.Position{Stream: s.stream.cfg.Path, File: file, Offset: m.Offset, LastSeq: m.Seq}); err != nil {

@@ -129,6 +129,64 @@ func TestFileSwitchPastRecordInHand(t *testing.T) {
 	}
 }
 
+// TestRotatedFileClosed: once every record of a file rotated away has
+// settled, and the subscription reads the next, no descriptor of streamd's
+// is left on it: a rotated file removed (compressed) gives its disk space
+// back, with or without a record in hand at the switch (the file behind
+// then), and though no copy was appended since (the stream's appender
+// follows the path at each commit interval).
+func TestRotatedFileClosed(t *testing.T) {
+	for _, inHand := range []bool{false, true} {
+		t.Run(fmt.Sprintf("record in hand %v", inHand), func(t *testing.T) {
+			e := newRunEnv(t, "rotation_grace = \"0s\"\n"+runSub("s", "k", "start_at = \"beginning\"\nconcurrency = 2"))
+			e.put("k", nil, "a0", "a1", "a2")
+			release := make(chan struct{})
+			rec := newRecorder(func(ctx context.Context, d *handler.Delivery) handler.Outcome {
+				if inHand && string(d.Payload) == "a1" && d.Attempt == 1 {
+					select {
+					case <-release:
+					case <-ctx.Done():
+						return handler.Failed(handler.FailureCanceled, ctx.Err())
+					}
+				}
+				return ack
+			})
+			e.start(map[string]handler.Handler{"s": rec})
+			rec.waitN(t, 3)
+			if !inHand {
+				storedPositionWhen(t, e, "s", func(p offsets.Position) bool { return p.Offset == e.fileSize() })
+			}
+			created := e.rotate("k", "b0", "b1")
+			rec.waitN(t, 5)
+			if err := os.Remove(e.stream + ".1"); err != nil { // compressed, say
+				t.Fatal(err)
+			}
+			close(release)
+			size := e.fileSize()
+			storedPositionWhen(t, e, "s", func(p offsets.Position) bool { return p.File.CreatedAtMs == created && p.Offset == size })
+			removed := e.stream + ".1 (deleted)"
+			waitFor(t, "the rotated file closed", func() bool { return descriptorsOf(t, removed) == 0 })
+		})
+	}
+}
+
+// descriptorsOf counts this process's descriptors of the file named so in
+// /proc/self/fd.
+func descriptorsOf(t *testing.T, name string) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range ents {
+		if l, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name())); err == nil && l == name {
+			n++
+		}
+	}
+	return n
+}
+
 // TestTruncatedInPlace: a file truncated to its header and written again
 // under the same header (so the same identity) is read again from its
 // beginning, and the subscription goes on: its new records are delivered

@@ -6,6 +6,7 @@ import (
 	"hash/crc32"
 	"io/fs"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"time"
 	"unicode/utf8"
@@ -164,6 +165,23 @@ func (a *Appender) follow() error {
 	a.w.Close() // what was written to it is durable: a failed close loses nothing
 	a.w = w
 	return nil
+}
+
+// FollowPath moves to the file now at the path when another file took it,
+// as the next batch would: the file left (a rotation's, compressed or
+// removed soon after) is not kept open, nor its disk space taken, until a
+// batch comes. With no file at the path, or one that cannot be opened for
+// appending yet (its header not written), it stays, and the next batch
+// decides.
+func (a *Appender) FollowPath() error {
+	st, err := os.Stat(a.path)
+	if err != nil {
+		return nil
+	}
+	if cur, err := a.w.Stat(); err != nil || os.SameFile(st, cur) {
+		return nil
+	}
+	return a.follow()
 }
 
 // Writer returns the writer of the file open now. It changes when a batch

@@ -309,3 +309,43 @@ func TestPublishFileFullDisk(t *testing.T) {
 		os.Remove(path)
 	}
 }
+
+// TestAppenderFollowPath: FollowPath moves the Appender to the file that
+// took the path, before any batch, and syncs and closes the one it left;
+// with the same file at the path, or none, it stays.
+func TestAppenderFollowPath(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "s.ss")
+	a, err := OpenAppender(path, AppendOptions{Create: true, BeaconInterval: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	first := a.Writer()
+	if err := a.FollowPath(); err != nil || a.Writer() != first {
+		t.Fatalf("the same file at the path: %v, moved %v", err, a.Writer() != first)
+	}
+	if err := os.Rename(path, path+".1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.FollowPath(); err != nil || a.Writer() != first {
+		t.Fatalf("no file at the path: %v, moved %v", err, a.Writer() != first)
+	}
+	w, err := OpenWriter(path, CreateOptions{Create: true, Header: Header{FileName: "s.ss", CreatedAtMs: 2, BeaconInterval: 1024}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	if err := a.FollowPath(); err != nil || a.Writer() == first {
+		t.Fatalf("another file at the path: %v, moved %v", err, a.Writer() != first)
+	}
+	if _, err := first.Stat(); err == nil {
+		t.Error("the file left is still open")
+	}
+	if err := a.Publish([]Frame{{Key: "k", TimestampMs: 1, Payload: []byte("x")}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := readFrames(t, path); len(got) != 1 {
+		t.Fatalf("the file at the path holds %d frames, want the one published", len(got))
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -31,7 +32,8 @@ var ErrClosed = errors.New("tail: follower is closed")
 // Options configure a [Follower].
 type Options struct {
 	// Path is the stream file to follow. It must exist when [New] is
-	// called. Its directory is watched, so that a file replaced at the path
+	// called, unless Held is given (the follower then reads Held on and
+	// waits for a file at the path). Its directory is watched, so that a file replaced at the path
 	// is noticed.
 	Path string
 	// Key is the stream key that seq: and time: starts look for.
@@ -207,6 +209,12 @@ func New(opts Options) (*Follower, error) {
 }
 
 func newFollower(opts Options, hooks testHooks) (*Follower, error) {
+	held := opts.Held
+	defer func() {
+		if held != nil {
+			held.Close() // not of use
+		}
+	}()
 	if opts.Path == "" {
 		return nil, errors.New("tail: no path to follow")
 	}
@@ -252,17 +260,14 @@ func newFollower(opts Options, hooks testHooks) (*Follower, error) {
 	if fl.obs == nil {
 		fl.obs = nopObserver{}
 	}
-	held := opts.Held
-	defer func() {
-		if held != nil {
-			held.Close() // not of use
-		}
-	}()
 	fl.f, err = fl.open(abs)
-	if err != nil {
+	switch {
+	case errors.Is(err, fs.ErrNotExist) && fl.followHeld(&held):
+	case err != nil:
 		return nil, fmt.Errorf("tail: %w", err)
+	default:
+		fl.resumeRotated(&held)
 	}
-	fl.resumeRotated(&held)
 	if _, err := fl.readHeader(); err != nil {
 		return nil, errors.Join(err, fl.f.Close())
 	}
@@ -599,9 +604,9 @@ func (fl *Follower) fail(err error) error {
 // It returns nil when Next should read again.
 func (fl *Follower) idle(ctx context.Context, err error) error {
 	if r := &fl.replace; r.draining {
-		grew, err := fl.grewUnderLock(ctx)
-		if err != nil {
-			return err
+		grew, lerr := fl.grewUnderLock(ctx)
+		if lerr != nil {
+			return lerr
 		}
 		if grew {
 			r.grew = time.Now()
@@ -676,9 +681,7 @@ func (fl *Follower) startOver() {
 	}
 	fl.dec, fl.hdr, fl.pending, fl.last = nil, streamfile.Header{}, nil, lastRecord{}
 	fl.damage.forget()
-	if !fl.torn.since.IsZero() {
-		fl.tornPassed()
-	}
+	fl.torn = tornState{} // left with the file: a replacement or truncation says what became of it
 }
 
 // prepare gets the decoder ready: it reads the header of a new file and

@@ -60,7 +60,8 @@ type replaceState struct {
 	// between that neither the path nor the rotations of the directory
 	// (NextRotated, by the name in the header) lead to. It is read after
 	// the open one, before the file now at the path.
-	seen []seenFile
+	seen     []seenFile
+	seenFull bool // seen is full, which was said
 }
 
 // seenFile is a file seen at the path (replaceState.seen): open, its stat
@@ -131,6 +132,26 @@ func (r *replaceState) takeBack(id streamfile.Identity, fi os.FileInfo) (l leftF
 	l = r.left[i]
 	r.left = slices.Delete(r.left, i, i+1)
 	return l, copied, true
+}
+
+// followHeld makes the held file (*held, which it takes) the open one when
+// no file is at the path (a file rotated away and removed before the next
+// was made, logrotate's nocreate): it is Options.Resume's, and read on from
+// the position while the follower waits for a file at the path. It
+// reports false when the held file is not of use.
+func (fl *Follower) followHeld(held **os.File) bool {
+	f, r := *held, fl.opts.Resume
+	if f == nil || r == nil || fl.opts.Replay {
+		return false
+	}
+	if _, size, id, err := streamfile.Identify(f); err != nil || id != r.File || size < r.Offset {
+		return false
+	}
+	*held = nil
+	fl.f = fl.timed(f)
+	fl.log.Info("no file is at the path: reading the file of the stored position, held open since it was read, on from the position, and waiting for a file at the path",
+		"offset", r.Offset, "ino", r.File.Ino)
+	return true
 }
 
 // resumeRotated opens, in place of the file at the path, the file the
@@ -215,8 +236,10 @@ func (fl *Follower) locateResume(r Position, held **os.File) (*os.File, found, e
 		// header, or its own (shorter than the position), or none a
 		// reader takes (an older writer's zeros where it was).
 	} else {
+		// The held file, but for one with nothing after the position:
+		// a copy of it at the path (LocateCopy) is read on from there.
 		if f := *held; f != nil {
-			if _, size, id, err := streamfile.Identify(f); err == nil && id == r.File && size >= r.Offset {
+			if _, size, id, err := streamfile.Identify(f); err == nil && id == r.File && size > r.Offset {
 				*held = nil
 				return f, foundHeld, nil
 			}
@@ -347,6 +370,10 @@ func (fl *Follower) see(st os.FileInfo) {
 		return
 	}
 	if len(r.seen) == maxSeen {
+		if r.seenFull {
+			return
+		}
+		r.seenFull = true
 		fl.log.Warn("the path named more files than a follower keeps while it reads the one before them to its end; the next ones are not read, only the one at the path once it gets there",
 			"kept", maxSeen, "offset", fl.pos())
 		return
@@ -373,7 +400,7 @@ func (fl *Follower) forgetSeen() {
 	for _, s := range r.seen {
 		s.f.Close()
 	}
-	r.seen = nil
+	r.seen, r.seenFull = nil, false
 }
 
 // linked reports whether the open file, of stat information fi, still has
@@ -629,7 +656,9 @@ func (fl *Follower) switchFile(err error) error {
 	fl.report()
 	if errors.Is(err, streamfile.ErrTruncated) {
 		fl.log.Warn("replaced file ends inside a frame; that frame is lost", "offset", fl.pos(), "size", fl.size())
-		fl.obs.Event(EventTornTail)
+		if !fl.torn.told { // else counted when it was said
+			fl.obs.Event(EventTornTail)
+		}
 	}
 	if r.openTrouble.Failing() {
 		fl.passed(&r.openTrouble, "the file that replaced the stream file can be opened now")
@@ -701,7 +730,7 @@ func (fl *Follower) openNext() (f file, name string, rotated bool, err error) {
 	}
 	if len(r.seen) > 0 {
 		s := r.seen[0]
-		r.seen = slices.Delete(r.seen, 0, 1)
+		r.seen, r.seenFull = slices.Delete(r.seen, 0, 1), false
 		if st, err := os.Stat(fl.path); err == nil && os.SameFile(st, s.fi) {
 			return s.f, fl.path, false, nil
 		}

@@ -272,3 +272,96 @@ func TestReplacedTwiceWithinGrace(t *testing.T) {
 		})
 	}
 }
+
+// TestResumeHeldWithoutPath: a follower started again (a reload) while no
+// file is at the path, its stored position in a file rotated away and
+// removed, reads that file on through the descriptor handed over (Held),
+// then the file a producer creates at the path.
+func TestResumeHeldWithoutPath(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "r.ss")
+	old := frames("old", 1, 20, 1, 60)
+	writeFile(t, path, oldHeader, old)
+	fl, err := New(Options{Path: path, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := nextN(t, fl, 8, new(int))
+	stored := fl.Position()
+	held := fl.Hold()
+	fl.Close()
+	if err := os.Remove(path); err != nil { // rotated away and removed; no file at the path yet
+		t.Fatal(err)
+	}
+	items, rest := startFollowing(t, Options{Path: path, Resume: &stored, Held: held, PollInterval: 20 * time.Millisecond, Logger: testLogger(t)}, 12)
+	repl := frames("new", 1, 2, 1, 20)
+	writeFile(t, path, lastHeader, repl)
+	got = append(append(got, rest...), collect(t, items, len(repl), 5*time.Second)...)
+	if err := sameFrames(got, append(old, repl...)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestResumeHeldAtItsEnd: a follower started again (a reload) with its
+// position at the end of the file it held, which a copy of it replaced at
+// the path (cp -p, then mv), reads the copy on from the position: nothing
+// again. The held file, with nothing after the position, gives way to the
+// copy.
+func TestResumeHeldAtItsEnd(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "r.ss")
+	old := frames("old", 1, 10, 1, 60)
+	writeFile(t, path, oldHeader, old)
+	fl, err := New(Options{Path: path, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nextN(t, fl, len(old), new(int))
+	stored := fl.Position()
+	held := fl.Hold()
+	fl.Close()
+	tmp := filepath.Join(dir, ".r.ss.tmp")
+	writeFile(t, tmp, oldHeader, old)
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+	items, _ := startFollowing(t, Options{Path: path, Resume: &stored, Held: held, PollInterval: 20 * time.Millisecond, RotationGrace: 50 * time.Millisecond, Logger: testLogger(t)}, 0)
+	more := frames("old", 11, 2, 11, 60)
+	appendFrames(t, path, more)
+	if err := sameFrames(collect(t, items, len(more), 5*time.Second), more); err != nil {
+		t.Fatal(err)
+	}
+	noMore(t, items)
+}
+
+// TestSeenFullSaidOnce: more files at the path than a follower keeps while
+// it drains the open one are said once, not at every look.
+func TestSeenFullSaidOnce(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "r.ss")
+	writeFile(t, filepath.Join(dir, "f0.ss"), oldHeader, frames("k", 1, 3, 1, 40))
+	if err := os.Symlink("f0.ss", path); err != nil {
+		t.Fatal(err)
+	}
+	var log testutil.SyncBuffer
+	startFollowing(t, Options{Path: path, PollOnly: true, PollInterval: 20 * time.Millisecond, RotationGrace: time.Hour,
+		Logger: slog.New(slog.NewTextHandler(&log, nil))}, 3)
+	const msg = "the path named more files than a follower keeps"
+	for i := 1; i <= maxSeen+2; i++ {
+		name := fmt.Sprintf("f%d.ss", i)
+		writeFile(t, filepath.Join(dir, name), lastHeader, frames("k", 1, 1, 1, 10))
+		tmp := path + ".tmp"
+		if err := errors.Join(os.Symlink(name, tmp), os.Rename(tmp, path)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(60 * time.Millisecond) // a few looks at each
+	}
+	waitFor(t, 5*time.Second, "the full list said", func() bool { return strings.Contains(log.String(), msg) })
+	time.Sleep(200 * time.Millisecond) // ten looks more
+	if n := strings.Count(log.String(), msg); n != 1 {
+		t.Errorf("said %d times, want once:\n%s", n, log.String())
+	}
+}
