@@ -1,12 +1,14 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"io"
 	"os"
 	"slices"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/cpu"
 
@@ -51,6 +53,10 @@ type readAhead struct {
 	// readOn is how the subscription asks the reader to read on after
 	// the end of a replay's data.
 	readOn chan struct{}
+	// lookEvery is how often the reader looks at the path
+	// (tail.Follower.Look) while it waits for a batch to fill: the
+	// follower's poll interval.
+	lookEvery time.Duration
 
 	// heldFor is the file the reader last took a descriptor of
 	// (aheadBatch.held). Used by the reader alone.
@@ -105,6 +111,7 @@ func followAhead(opts tail.Options) (*readAhead, error) {
 		ra.free <- &aheadBatch{}
 	}
 	opts.OnWait = ra.flush
+	ra.lookEvery = cmp.Or(opts.PollInterval, tail.DefaultPollInterval)
 	var err error
 	ra.follower, err = tail.New(opts)
 	return ra, err
@@ -179,15 +186,29 @@ func (ra *readAhead) flush() {
 }
 
 // handOn hands on the batch being filled and takes an empty one; false
-// when the reader was stopped first.
+// when the reader was stopped first. While it waits for the subscription
+// to free a batch, it looks at the path every lookEvery
+// (tail.Follower.Look): a subscription that lags keeps its follower from
+// looking at the path as it does when it waits for the file to grow.
 func (ra *readAhead) handOn() bool {
 	ra.full <- ra.filling // room: every batch not on ra.free fits
 	select {
 	case ra.filling = <-ra.free:
 		return true
-	case <-ra.readCtx.Done():
-		ra.filling = nil
-		return false
+	default:
+	}
+	ticker := time.NewTicker(ra.lookEvery)
+	defer ticker.Stop()
+	for {
+		select {
+		case ra.filling = <-ra.free:
+			return true
+		case <-ticker.C:
+			ra.follower.Look()
+		case <-ra.readCtx.Done():
+			ra.filling = nil
+			return false
+		}
 	}
 }
 

@@ -88,11 +88,7 @@ func TestFileSwitchPastRecordInHand(t *testing.T) {
 					first := false
 					once.Do(func() { first = true })
 					if first {
-						select {
-						case <-release:
-						case <-ctx.Done():
-							return handler.Failed(handler.FailureCanceled, ctx.Err())
-						}
+						return heldUntil(ctx, release)
 					}
 				}
 				return ack
@@ -143,11 +139,7 @@ func TestRotatedFileClosed(t *testing.T) {
 			release := make(chan struct{})
 			rec := newRecorder(func(ctx context.Context, d *handler.Delivery) handler.Outcome {
 				if inHand && string(d.Payload) == "a1" && d.Attempt == 1 {
-					select {
-					case <-release:
-					case <-ctx.Done():
-						return handler.Failed(handler.FailureCanceled, ctx.Err())
-					}
+					return heldUntil(ctx, release)
 				}
 				return ack
 			})
@@ -167,6 +159,17 @@ func TestRotatedFileClosed(t *testing.T) {
 			removed := e.stream + ".1 (deleted)"
 			waitFor(t, "the rotated file closed", func() bool { return descriptorsOf(t, removed) == 0 })
 		})
+	}
+}
+
+// heldUntil answers ack once release is closed: a delivery in hand until
+// then; or a cancelled failure when ctx ends first (a stop).
+func heldUntil(ctx context.Context, release <-chan struct{}) handler.Outcome {
+	select {
+	case <-release:
+		return ack
+	case <-ctx.Done():
+		return handler.Failed(handler.FailureCanceled, ctx.Err())
 	}
 }
 
@@ -422,5 +425,64 @@ func TestIdleSubscriptionKeepsNoRecord(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSymlinkRetargetedWhileLagging: a symlink at the path retargeted twice
+// while the subscription lags behind its read-ahead (its handler slow, the
+// follower not waiting at the end of the file) reads every file, in
+// order: the follower's reader looks at the path while it waits to hand
+// records on.
+func TestSymlinkRetargetedWhileLagging(t *testing.T) {
+	e := newRunEnv(t, "rotation_grace = \"0s\"\n"+runSub("s", "k", "start_at = \"beginning\""))
+	dir := e.dir
+	// write makes name, a stream file of its own name, with n records of
+	// 100 KiB (two fill a read-ahead batch).
+	write := func(name string, created uint64, n int) {
+		w, err := streamfile.OpenWriter(filepath.Join(dir, name), streamfile.CreateOptions{Create: true, Header: streamfile.Header{
+			FileName: name, CreatedAtMs: created, BeaconInterval: 1024}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range n {
+			p := append([]byte(fmt.Sprintf("%s/%d/", name, i)), bytes.Repeat([]byte{'x'}, 100<<10)...)
+			if err := w.Publish([]streamfile.Frame{{Key: "k", Payload: p, TimestampMs: 1}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	retarget := func(name string) {
+		tmp := filepath.Join(dir, "tmp")
+		if err := errors.Join(os.Symlink(name, tmp), os.Rename(tmp, e.stream)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("a.ss", 1, 20)
+	retarget("a.ss")
+	release := make(chan struct{})
+	rec := newRecorder(func(ctx context.Context, _ *handler.Delivery) handler.Outcome { return heldUntil(ctx, release) })
+	r := e.start(map[string]handler.Handler{"s": rec})
+	rec.waitN(t, 1) // the first record in hand, the read-ahead filling up
+	write("b.ss", 2, 3)
+	retarget("b.ss")
+	waitFor(t, "the follower to see b.ss", func() bool {
+		return slices.ContainsFunc(r.logs.all(), func(l logRecord) bool { return strings.HasPrefix(l.msg, "another file at the path") })
+	})
+	write("c.ss", 3, 2)
+	retarget("c.ss")
+	close(release)
+	rec.waitN(t, 25)
+	var got []string
+	for _, d := range rec.deliveries() {
+		name, _, _ := strings.Cut(string(d.Payload), "/")
+		if len(got) == 0 || got[len(got)-1] != name {
+			got = append(got, name)
+		}
+	}
+	if !slices.Equal(got, []string{"a.ss", "b.ss", "c.ss"}) || len(rec.deliveries()) != 25 {
+		t.Fatalf("delivered the files %q (%d records), want a.ss, b.ss and c.ss, in order (25 records)", got, len(rec.deliveries()))
 	}
 }

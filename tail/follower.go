@@ -81,8 +81,8 @@ type Options struct {
 	// waits for the file to change (or, after a failed read or on a file
 	// that is not a stream file, before it tries again): a caller that
 	// gathers the records it reads hands them on there, so that none waits
-	// for the next write. It must not call the Follower; while it runs,
-	// Next's ctx is not watched.
+	// for the next write. It must not call the Follower, but for
+	// [Follower.Look]; while it runs, Next's ctx is not watched.
 	OnWait func()
 	// Watcher, if set, delivers the file notifications, shared with other
 	// followers; nil gives the follower a Watcher of its own.

@@ -360,6 +360,25 @@ func (fl *Follower) check(polled bool) error {
 	return nil
 }
 
+// Look looks at the path while the follower is busy (its caller holds the
+// records read, waiting for them to be taken): a file that took the path
+// is kept open for openNext (see), as check does when the follower waits,
+// so that a path retargeted more than once while a subscription lags does
+// not skip a file. Call it from the goroutine that calls Next, between
+// calls.
+func (fl *Follower) Look() {
+	if fl.err != nil {
+		return
+	}
+	st, err := os.Stat(fl.path)
+	if err != nil {
+		return
+	}
+	if cur, err := fl.f.Stat(); err == nil && !os.SameFile(cur, st) {
+		fl.see(st)
+	}
+}
+
 // see keeps the file at the path, of stat information st, open for
 // openNext, when it is not the last one seen already (replaceState.seen).
 // One that cannot be opened is not kept: switchFile says why when it comes
