@@ -187,9 +187,10 @@ func (ra *readAhead) flush() {
 
 // handOn hands on the batch being filled and takes an empty one; false
 // when the reader was stopped first. While it waits for the subscription
-// to free a batch, it looks at the path every lookEvery
-// (tail.Follower.Look): a subscription that lags keeps its follower from
-// looking at the path as it does when it waits for the file to grow.
+// to free a batch, it looks at the path (tail.Follower.Look) at each
+// notification and every lookEvery: a subscription that lags keeps its
+// follower from looking at the path as it does when it waits for the file
+// to grow.
 func (ra *readAhead) handOn() bool {
 	ra.full <- ra.filling // room: every batch not on ra.free fits
 	select {
@@ -199,10 +200,20 @@ func (ra *readAhead) handOn() bool {
 	}
 	ticker := time.NewTicker(ra.lookEvery)
 	defer ticker.Stop()
+	woke := false
+	defer func() {
+		if woke {
+			ra.follower.Rewake()
+		}
+	}()
+	wakeups := ra.follower.Wakeups()
 	for {
 		select {
 		case ra.filling = <-ra.free:
 			return true
+		case <-wakeups:
+			woke = true
+			ra.follower.Look()
 		case <-ticker.C:
 			ra.follower.Look()
 		case <-ra.readCtx.Done():

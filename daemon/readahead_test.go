@@ -6,10 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/streamd/streamd/internal/testutil"
 	"github.com/streamd/streamd/streamfile"
 	"github.com/streamd/streamd/tail"
 )
@@ -159,5 +163,65 @@ func TestReadAheadStops(t *testing.T) {
 	cancel()
 	if _, err := ra.Next(ctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("after the end of its context: %v, want context.Canceled", err)
+	}
+}
+
+// TestReadAheadLooksWhileBusy: while the reader waits to hand records on
+// (the subscription lags), it looks at the path at each notification: a
+// symlink retargeted twice meanwhile, much faster than the poll interval,
+// does not skip the file in between.
+func TestReadAheadLooksWhileBusy(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "r.ss")
+	// put writes name, n frames of 100 KiB (two fill a batch), and makes
+	// the path name it.
+	put := func(name string, created uint64, n int) []streamfile.Frame {
+		fs := aheadFrames(n, 100<<10)
+		for i := range fs {
+			fs[i].Payload = append([]byte(name+"/"), fs[i].Payload...)
+		}
+		w, err := streamfile.OpenWriter(filepath.Join(dir, name), streamfile.CreateOptions{Create: true, Header: streamfile.Header{
+			FileName: name, CreatedAtMs: created, BeaconInterval: streamfile.DefaultBeaconInterval}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := errors.Join(w.Append(fs...), w.Close()); err != nil {
+			t.Fatal(err)
+		}
+		tmp := filepath.Join(dir, "tmp")
+		if err := errors.Join(os.Symlink(name, tmp), os.Rename(tmp, path)); err != nil {
+			t.Fatal(err)
+		}
+		return fs
+	}
+	want := put("a.ss", 1, 5) // three batches, the last at the end of the file: every batch handed on
+	var log testutil.SyncBuffer
+	ra := startAhead(t, t.Context(), tail.Options{Path: path, Key: "k", PollInterval: time.Hour,
+		Logger: slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	waitForLog := func(n int) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); strings.Count(log.String(), "another file at the path") < n; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the reader did not look at the path:\n%s", log.String())
+			}
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); len(ra.full) < aheadBatches; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the read-ahead did not fill up")
+		}
+	}
+	want = append(want, put("b.ss", 2, 2)...)
+	waitForLog(1)
+	want = append(want, put("c.ss", 3, 1)...)
+	waitForLog(2)
+	for i, f := range want {
+		rec, err := ra.Next(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(rec.Payload, f.Payload) {
+			t.Fatalf("record %d: %.8q, want %.8q", i, rec.Payload, f.Payload)
+		}
 	}
 }

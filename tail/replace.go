@@ -379,6 +379,26 @@ func (fl *Follower) Look() {
 	}
 }
 
+// Wakeups returns the channel of the notifications for the path (nil
+// before the follower first waited, or while it polls only), for a caller
+// that looks (Look) at each one while the follower is busy; it then gives
+// the follower the last it took back (Rewake), so that Next does not wait
+// for the next poll to see what it told. Call both from the goroutine that
+// calls Next, between calls.
+func (fl *Follower) Wakeups() <-chan struct{} {
+	if fl.watch == nil {
+		return nil
+	}
+	return fl.watch.wake
+}
+
+// Rewake gives back a notification taken from Wakeups.
+func (fl *Follower) Rewake() {
+	if fl.watch != nil {
+		fl.watch.notify()
+	}
+}
+
 // see keeps the file at the path, of stat information st, open for
 // openNext, when it is not the last one seen already (replaceState.seen).
 // One that cannot be opened is not kept: switchFile says why when it comes

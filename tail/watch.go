@@ -339,10 +339,11 @@ func (fl *Follower) ensureWatch() bool {
 func (fl *Follower) wait(ctx context.Context) error {
 	fl.report()
 	fl.logLeftOut()
+	fresh := fl.ensureWatch() // before OnWait, which may watch the notifications (Wakeups)
 	if fl.opts.OnWait != nil {
 		fl.opts.OnWait()
 	}
-	if fl.ensureWatch() {
+	if fresh {
 		return fl.check(false)
 	}
 	if fl.timer == nil {
