@@ -194,6 +194,11 @@ func (fl *Follower) resumeRotated(held **os.File) {
 		id := r.File
 		id.Ino = streamfile.Inode(fi)
 		fl.opts.Resume = &Position{File: id, Offset: r.Offset}
+		if st, err := os.Stat(fl.path); err == nil && os.SameFile(st, fi) {
+			fl.log.Info("the file at the path is a copy of the file of the stored position (the same header and bytes, another inode: cp -p then mv, a restore): reading it on from the position",
+				"offset", r.Offset, "ino", id.Ino, "old_ino", r.File.Ino)
+			return
+		}
 		fl.log.Info("the file of the stored position was truncated in place after a copy of it was made (copytruncate) while nothing followed it: reading the copy on to its end, then the file at the path",
 			"copy_path", f.Name(), "offset", r.Offset, "ino", r.File.Ino)
 	}

@@ -279,15 +279,7 @@ func TestReplacedTwiceWithinGrace(t *testing.T) {
 // then the file a producer creates at the path.
 func TestResumeHeldWithoutPath(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	path := filepath.Join(dir, "r.ss")
-	old := frames("old", 1, 20, 1, 60)
-	writeFile(t, path, oldHeader, old)
-	fl, err := New(Options{Path: path, Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := nextN(t, fl, 8, new(int))
+	path, old, got, fl := readSome(t, 20, 8)
 	stored := fl.Position()
 	held := fl.Hold()
 	fl.Close()
@@ -310,19 +302,11 @@ func TestResumeHeldWithoutPath(t *testing.T) {
 // copy.
 func TestResumeHeldAtItsEnd(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	path := filepath.Join(dir, "r.ss")
-	old := frames("old", 1, 10, 1, 60)
-	writeFile(t, path, oldHeader, old)
-	fl, err := New(Options{Path: path, Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	nextN(t, fl, len(old), new(int))
+	path, old, _, fl := readSome(t, 10, 10)
 	stored := fl.Position()
 	held := fl.Hold()
 	fl.Close()
-	tmp := filepath.Join(dir, ".r.ss.tmp")
+	tmp := filepath.Join(filepath.Dir(path), ".r.ss.tmp")
 	writeFile(t, tmp, oldHeader, old)
 	if err := os.Rename(tmp, path); err != nil {
 		t.Fatal(err)
@@ -364,4 +348,45 @@ func TestSeenFullSaidOnce(t *testing.T) {
 	if n := strings.Count(log.String(), msg); n != 1 {
 		t.Errorf("said %d times, want once:\n%s", n, log.String())
 	}
+}
+
+// TestResumeInCopyAtPath: a copy of the file of the stored position
+// renamed over the path while nothing followed it (cp -p then mv, a
+// restore) is read on from the position, and said to be such a copy, not
+// a copytruncate's.
+func TestResumeInCopyAtPath(t *testing.T) {
+	t.Parallel()
+	path, old, _, fl := readSome(t, 10, 4)
+	stored := fl.Position()
+	fl.Close()
+	tmp := filepath.Join(filepath.Dir(path), ".r.ss.tmp")
+	writeFile(t, tmp, oldHeader, old)
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+	var log testutil.SyncBuffer
+	items, rest := startFollowing(t, Options{Path: path, Resume: &stored, PollInterval: 20 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&log, nil))}, 6)
+	if err := sameFrames(rest, old[4:]); err != nil {
+		t.Fatal(err)
+	}
+	noMore(t, items)
+	if l := log.String(); !strings.Contains(l, "the file at the path is a copy of the file of the stored position") || strings.Contains(l, "copytruncate") {
+		t.Errorf("the copy is not said as such:\n%s", l)
+	}
+}
+
+// readSome writes n frames to r.ss in a new directory, and reads k of them
+// with a follower, which it returns open, with the path, the frames and
+// those read.
+func readSome(t *testing.T, n, k int) (string, []streamfile.Frame, []got, *Follower) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "r.ss")
+	fs := frames("old", 1, n, 1, 60)
+	writeFile(t, path, oldHeader, fs)
+	fl, err := New(Options{Path: path, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path, fs, nextN(t, fl, k, new(int)), fl
 }
