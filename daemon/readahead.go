@@ -294,34 +294,16 @@ func (ra *readAhead) Close() {
 			b.held.Close()
 		}
 	}
-	ra.heldMu.Lock()
-	defer ra.heldMu.Unlock()
-	for _, h := range ra.held {
-		h.f.Close()
-	}
-	ra.held = nil
+	ra.release(func(streamfile.Identity) bool { return false })
 }
 
-// release closes the files held but those of ids: the subscription moved
-// past them.
-func (ra *readAhead) release(ids ...streamfile.Identity) {
+// release closes the files held that keep does not keep: the subscription
+// moved past them, or is done with them.
+func (ra *readAhead) release(keep func(streamfile.Identity) bool) {
 	ra.heldMu.Lock()
 	defer ra.heldMu.Unlock()
 	ra.held = slices.DeleteFunc(ra.held, func(h heldFile) bool {
-		if slices.Contains(ids, h.id) {
-			return false
-		}
-		h.f.Close()
-		return true
-	})
-}
-
-// drop closes the files held of id: the subscription is done with it.
-func (ra *readAhead) drop(id streamfile.Identity) {
-	ra.heldMu.Lock()
-	defer ra.heldMu.Unlock()
-	ra.held = slices.DeleteFunc(ra.held, func(h heldFile) bool {
-		if h.id != id {
+		if keep(h.id) {
 			return false
 		}
 		h.f.Close()

@@ -423,11 +423,7 @@ func (s *subscription) moveOn(ctx context.Context, rec *tail.Record) error {
 	s.behind.Store(left)
 	s.file, s.tracker = rec.File, s.tracker.Continued(offsets.Mark{Offset: rec.Offset}, s.window())
 	s.fileMu.Unlock()
-	if left != nil {
-		s.ahead.release(rec.File, left.file)
-	} else {
-		s.ahead.release(rec.File)
-	}
+	s.ahead.release(func(id streamfile.Identity) bool { return id == rec.File || left != nil && id == left.file })
 	s.idHash, s.settledBefore = "", nil
 	return nil
 }
@@ -608,7 +604,7 @@ func (s *subscription) settled(tickets ...offsets.Ticket) {
 	defer s.setMu.Unlock()
 	file, t := s.position()
 	if b != nil && file == s.file && s.behind.CompareAndSwap(b, nil) { // every record of it settled
-		s.ahead.drop(b.file)
+		s.ahead.release(func(id streamfile.Identity) bool { return id != b.file })
 	}
 	m := t.Committable()
 	if err := s.store.Set(s.cfg.Name, offsets.Position{Stream: s.stream.cfg.Path, File: file, Offset: m.Offset, LastSeq: m.Seq}); err != nil {

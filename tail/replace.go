@@ -144,7 +144,7 @@ func (fl *Follower) followHeld(held **os.File) bool {
 	if f == nil || r == nil || fl.opts.Replay {
 		return false
 	}
-	if _, size, id, err := streamfile.Identify(f); err != nil || id != r.File || size < r.Offset {
+	if heldSize(f, *r) < r.Offset {
 		return false
 	}
 	*held = nil
@@ -152,6 +152,15 @@ func (fl *Follower) followHeld(held **os.File) bool {
 	fl.log.Info("no file is at the path: reading the file of the stored position, held open since it was read, on from the position, and waiting for a file at the path",
 		"offset", r.Offset, "ino", r.File.Ino)
 	return true
+}
+
+// heldSize returns the size of the held file f when it is the file of the
+// stored position r, else -1.
+func heldSize(f *os.File, r Position) int64 {
+	if _, size, id, err := streamfile.Identify(f); err == nil && id == r.File {
+		return size
+	}
+	return -1
 }
 
 // resumeRotated opens, in place of the file at the path, the file the
@@ -243,11 +252,9 @@ func (fl *Follower) locateResume(r Position, held **os.File) (*os.File, found, e
 	} else {
 		// The held file, but for one with nothing after the position:
 		// a copy of it at the path (LocateCopy) is read on from there.
-		if f := *held; f != nil {
-			if _, size, id, err := streamfile.Identify(f); err == nil && id == r.File && size > r.Offset {
-				*held = nil
-				return f, foundHeld, nil
-			}
+		if f := *held; f != nil && heldSize(f, r) > r.Offset {
+			*held = nil
+			return f, foundHeld, nil
 		}
 		if f, err := streamfile.Locate(fl.path, r.File); err != nil || f != nil {
 			return f, foundRenamed, err

@@ -246,15 +246,8 @@ func TestReplacedTwiceWithinGrace(t *testing.T) {
 			first, second, third := frames("first", 1, 5, 1, 40), frames("second", 1, 4, 1, 40), frames("third", 1, 3, 1, 40)
 			put(1, first)
 			var log testutil.SyncBuffer
-			fl, err := New(Options{Path: path, PollInterval: 20 * time.Millisecond, RotationGrace: 300 * time.Millisecond,
-				Logger: slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug}))})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer fl.Close()
-			items, stop := follow(t, fl)
-			defer stop()
-			got := collect(t, items, len(first), 5*time.Second)
+			items, got := startFollowing(t, Options{Path: path, PollInterval: 20 * time.Millisecond, RotationGrace: 300 * time.Millisecond,
+				Logger: slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug}))}, len(first))
 			file := put(2, second)
 			waitFor(t, 5*time.Second, "the second file seen at the path", func() bool {
 				return strings.Contains(log.String(), "another file at the path")
@@ -279,10 +272,7 @@ func TestReplacedTwiceWithinGrace(t *testing.T) {
 // then the file a producer creates at the path.
 func TestResumeHeldWithoutPath(t *testing.T) {
 	t.Parallel()
-	path, old, got, fl := readSome(t, 20, 8)
-	stored := fl.Position()
-	held := fl.Hold()
-	fl.Close()
+	path, old, got, stored, held := readSome(t, 20, 8)
 	if err := os.Remove(path); err != nil { // rotated away and removed; no file at the path yet
 		t.Fatal(err)
 	}
@@ -302,10 +292,7 @@ func TestResumeHeldWithoutPath(t *testing.T) {
 // copy.
 func TestResumeHeldAtItsEnd(t *testing.T) {
 	t.Parallel()
-	path, old, _, fl := readSome(t, 10, 10)
-	stored := fl.Position()
-	held := fl.Hold()
-	fl.Close()
+	path, old, _, stored, held := readSome(t, 10, 10)
 	tmp := filepath.Join(filepath.Dir(path), ".r.ss.tmp")
 	writeFile(t, tmp, oldHeader, old)
 	if err := os.Rename(tmp, path); err != nil {
@@ -356,9 +343,8 @@ func TestSeenFullSaidOnce(t *testing.T) {
 // a copytruncate's.
 func TestResumeInCopyAtPath(t *testing.T) {
 	t.Parallel()
-	path, old, _, fl := readSome(t, 10, 4)
-	stored := fl.Position()
-	fl.Close()
+	path, old, _, stored, held := readSome(t, 10, 4)
+	held.Close() // as after a restart: nothing held
 	tmp := filepath.Join(filepath.Dir(path), ".r.ss.tmp")
 	writeFile(t, tmp, oldHeader, old)
 	if err := os.Rename(tmp, path); err != nil {
@@ -376,10 +362,10 @@ func TestResumeInCopyAtPath(t *testing.T) {
 	}
 }
 
-// readSome writes n frames to r.ss in a new directory, and reads k of them
-// with a follower, which it returns open, with the path, the frames and
-// those read.
-func readSome(t *testing.T, n, k int) (string, []streamfile.Frame, []got, *Follower) {
+// readSome writes n frames to r.ss in a new directory, reads k of them with
+// a follower, and closes it; it returns the path, the frames, those read,
+// and the follower's position and descriptor of the file (Hold).
+func readSome(t *testing.T, n, k int) (string, []streamfile.Frame, []got, Position, *os.File) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "r.ss")
 	fs := frames("old", 1, n, 1, 60)
@@ -388,5 +374,6 @@ func readSome(t *testing.T, n, k int) (string, []streamfile.Frame, []got, *Follo
 	if err != nil {
 		t.Fatal(err)
 	}
-	return path, fs, nextN(t, fl, k, new(int)), fl
+	defer fl.Close()
+	return path, fs, nextN(t, fl, k, new(int)), fl.Position(), fl.Hold()
 }
