@@ -99,7 +99,10 @@ func RunPipe(ctx context.Context, cfg *conf.Config, opts PipeOptions) (err error
 		return err
 	}
 
-	qctx, stopQueue := context.WithCancel(context.WithoutCancel(ctx))
+	// The queue runs on drainCtx too: a copy that finds stdout closed or
+	// failing stops it, and stays pending, counted among the lost, without
+	// a "will retry" it would never get.
+	qctx, stopQueue := context.WithCancel(drainCtx)
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		if err := queue.Run(qctx); err != nil {

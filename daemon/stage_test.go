@@ -706,6 +706,32 @@ func TestStageStdoutClosedAndPanic(t *testing.T) {
 	checkLogs(t, logs.with(msgStdoutClosed), []wantLog{{slog.LevelWarn, msgStdoutClosed, map[string]string{"lost_copies": "1"}}})
 }
 
+// TestStageDelayedCopyFindsStdoutClosed: a delayed copy that fires while
+// the stage reads and finds stdout closed stops the stage, counted among
+// the lost copies, and is not said to be tried again: it never is.
+func TestStageDelayedCopyFindsStdoutClosed(t *testing.T) {
+	cfg, err := loadTestConfig(t, stageSub("a", "k", "out_retry = \"k.retry\""), conf.ModePipe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := map[string]handler.Handler{
+		"a": handler.HandlerFunc(func(context.Context, *handler.Delivery) handler.Outcome {
+			return retryAfter(time.Millisecond)
+		}),
+	}
+	in, feed := io.Pipe()
+	defer feed.Close()
+	go func() { _, _ = io.WriteString(feed, "[k] soon\n") }() // stdin stays open: the stage reads on
+	logs := &logCapture{}
+	out := &closingOutput{closed: make(chan struct{})}
+	err = RunPipe(t.Context(), cfg, PipeOptions{Options: Options{Logger: logs.logger(), Handlers: hs}, In: in, Out: out})
+	if !errors.Is(err, pipe.ErrClosed) {
+		t.Errorf("RunPipe: %v, want pipe.ErrClosed", err)
+	}
+	checkLogs(t, logs.with(msgStdoutClosed), []wantLog{{slog.LevelWarn, msgStdoutClosed, map[string]string{"lost_copies": "1"}}})
+	checkLogs(t, logs.with("fire failed, will retry"), nil)
+}
+
 // closingOutput is a stdout the next stage closes before the first write,
 // which closes closed.
 type closingOutput struct {
