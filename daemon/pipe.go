@@ -79,7 +79,8 @@ func RunPipe(ctx context.Context, cfg *conf.Config, opts PipeOptions) (err error
 	}
 	defer func() { err = errors.Join(err, queue.Close()) }()
 	st.metrics.CountRetriesPending(queue.Pending)
-	subs, err := st.pipeSubscriptions(ctx, cfg, pipeCopies{out: out, queue: queue, reading: readCtx, progress: progress})
+	subs, err := st.pipeSubscriptions(ctx, cfg, pipeCopies{out: out, queue: queue, reading: readCtx, progress: progress,
+		logger: logger, maxDelayedMiB: cfg.MaxDelayedMiB, full: new(ratelog.Line)})
 	if err != nil {
 		if ctx.Err() != nil {
 			// Told to stop while a handler was still connecting: a stop
@@ -533,6 +534,11 @@ type pipeCopies struct {
 	reading      context.Context // ends when the stage stops reading stdin
 	subscription string          // whose copies they are
 	progress     *StageProgress  // which lines' copies wait
+	// The stage's logger, its max_delayed_mib, and the warning that the
+	// delayed copies fill it.
+	logger        *slog.Logger
+	maxDelayedMiB int
+	full          *ratelog.Line
 }
 
 func (c pipeCopies) publish(_ context.Context, key string, record []byte) error {
@@ -545,12 +551,19 @@ func (c pipeCopies) publish(_ context.Context, key string, record []byte) error 
 // waits no more: no more input comes, and the copy is drained with the
 // others, or counted among the abandoned.
 func (c pipeCopies) schedule(key string, record []byte, due time.Time) error {
+	if c.queue.Full() {
+		c.full.Warn(c.logger, msgDelayedFull, "max_delayed_mib", c.maxDelayedMiB, "delayed_copies", c.queue.Pending())
+	}
 	if err := c.queue.WaitRoom(c.reading); err != nil && c.reading.Err() == nil {
 		return err
 	}
 	line := c.progress.delay() // not done if it fails: the copy is lost
 	return c.queue.Schedule(retrytimer.Copy{Key: key, Record: record, Subscription: c.subscription, Line: line}, due)
 }
+
+// msgDelayedFull is logged (at most every 10 s) when a copy to delay waits
+// for room: the stage reads no more of stdin meanwhile.
+const msgDelayedFull = "the copies delayed by retry_after fill max_delayed_mib: the stage reads no more of stdin until some leave (raise max_delayed_mib, or shorten the delays)"
 
 // warnDevNull warns when out, the stage's stdout, is the null device:
 // the copies written there are lost. A stage started with its stdout

@@ -306,7 +306,7 @@ func (q *Queue) WaitRoom(ctx context.Context) error {
 			err := q.err
 			q.mu.Unlock()
 			return err
-		case q.maxMemory <= 0 || q.sp != nil || q.memBytes < q.maxMemory:
+		case !q.fullLocked():
 			q.mu.Unlock()
 			return nil
 		}
@@ -318,6 +318,19 @@ func (q *Queue) WaitRoom(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// Full reports whether [Queue.WaitRoom] would wait now: a memory-only
+// queue holds [Options.MaxMemory] bytes of pending copies or more.
+func (q *Queue) Full() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.fullLocked()
+}
+
+// fullLocked is Full, called with mu held.
+func (q *Queue) fullLocked() bool {
+	return q.maxMemory > 0 && q.sp == nil && q.memBytes >= q.maxMemory
 }
 
 // Pending returns the number of copies not yet fired, including one that is

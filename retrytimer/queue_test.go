@@ -383,10 +383,16 @@ func TestWaitRoom(t *testing.T) {
 		// Three copies fill the bound; each is due a second after the
 		// one before.
 		for i := range 3 {
+			if q.Full() {
+				t.Errorf("Full with %d pending of 3", i)
+			}
 			if err := q.WaitRoom(ctx); err != nil {
 				t.Fatalf("WaitRoom with %d pending: %v", i, err)
 			}
 			mustSchedule(t, q, fmt.Sprintf("k%d", i), start.Add(time.Duration(i+1)*time.Second))
+		}
+		if !q.Full() {
+			t.Error("not Full with 3 pending of 3")
 		}
 		runQueue(t, q)
 		waited := make(chan time.Time)
@@ -430,6 +436,9 @@ func TestWaitRoomUnbounded(t *testing.T) {
 			cancel()
 			if err := q.WaitRoom(ctx); err != nil {
 				t.Errorf("WaitRoom: %v, want nil", err)
+			}
+			if q.Full() {
+				t.Error("Full, want never")
 			}
 		})
 	}

@@ -329,6 +329,7 @@ const (
 	msgInvalidLine    = "invalid stdin line skipped"
 	msgInvalidLeftOut = "invalid stdin lines skipped since the last line, left out of the log"
 	msgStdoutClosed   = "stdout was closed by the next stage; stopping: the copies not yet written are lost"
+	msgDelayedFull    = "the copies delayed by retry_after fill max_delayed_mib: the stage reads no more of stdin until some leave (raise max_delayed_mib, or shorten the delays)"
 	msgStoppedReading = "the stage stopped before the end of stdin: the lines after last_line are not handled, though it may have read some of them ahead; feed the input to a stage again from resume_line"
 	msgStopped        = "streamd pipe stopped"
 	msgFailedAtLimit  = "delivery failed max_failed_deliveries times in a row; settling the record as a retry"
@@ -1434,9 +1435,16 @@ func TestPipeStopAtTheBound(t *testing.T) {
 		v, ok := scrapeGauge(addr, "streamd_retries_pending")
 		return ok && len(stageFileLines(dir, "handled")) > int(v)
 	})
+	// The wait is said, once: the stage reads no more of stdin.
+	eventually(t, 10*time.Second, "the wait for room logged", func() bool {
+		return len(logsWithMsg(p.stderr.String(), msgDelayedFull)) > 0
+	})
 	p.cmd.Process.Signal(syscall.SIGTERM)
 	sent := time.Now()
 	code := p.wait(t, 20*time.Second)
+	if full := logsWithMsg(p.stderr.String(), msgDelayedFull); len(full) != 1 || full[0].str("level") != "WARN" || full[0].str("max_delayed_mib") != "1" {
+		t.Errorf("want one WARN %q with max_delayed_mib=1, got %v", msgDelayedFull, full)
+	}
 	if d := time.Since(sent); d > 3500*time.Millisecond {
 		t.Errorf("the stage took %s to stop, want about shutdown_timeout (2s) for the drain alone", d)
 	}
