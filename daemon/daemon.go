@@ -63,9 +63,10 @@ type Daemon struct {
 	// nil once they started. Used by Run's goroutine only.
 	handovers map[string]offsets.Settled
 	// held holds, by name, the file of the position of each subscription
-	// a reload stopped, open, for the one started in its place (heldFile);
-	// empty once they started. Used by Run's goroutine only.
-	held map[string]*os.File
+	// a reload stopped, and the files read after it, open, for the one
+	// started in its place (heldFiles); empty once they started. Used by
+	// Run's goroutine only.
+	held map[string]heldFiles
 
 	// watchdog ticks when WATCHDOG=1 is due while the main loop runs, nil
 	// when systemd asks for no pings or once the daemon stops (systemd
@@ -148,7 +149,7 @@ func New(cfg *conf.Config, opts Options) *Daemon {
 		streams:  map[string]*stream{},
 		subs:     map[string]*runningSub{},
 		waiting:  map[string]*waitingSub{},
-		held:     map[string]*os.File{},
+		held:     map[string]heldFiles{},
 	}
 	return d
 }
@@ -447,8 +448,9 @@ func (d *Daemon) startSubscription(sc conf.Subscription, h handler.Handler) erro
 		logger.Info("subscription starts at start_at: it has no stored position", "start_at", sc.StartAt.String(), "path", st.cfg.Path)
 	}
 	if opts.Resume != nil {
-		opts.Held = d.held[sc.Name]
-		delete(d.held, sc.Name) // the follower owns it
+		h := d.held[sc.Name]
+		opts.Held, opts.HeldAfter = h.pos, h.after
+		delete(d.held, sc.Name) // the follower owns them
 	}
 	ahead, err := followAhead(opts)
 	if err != nil {
@@ -554,12 +556,10 @@ func (d *Daemon) stopSubscriptions(ctx context.Context, names []string, reload b
 	for _, name := range names {
 		sub := d.subs[name].sub
 		handovers[name] = sub.handOver()
-		if f := sub.heldFile(); f != nil {
-			if reload {
-				d.held[name] = f
-			} else {
-				f.Close()
-			}
+		if h := sub.heldFiles(); reload {
+			d.held[name] = h
+		} else {
+			h.Close()
 		}
 		delete(d.subs, name)
 	}
@@ -569,8 +569,8 @@ func (d *Daemon) stopSubscriptions(ctx context.Context, names []string, reload b
 // closeHeld closes the files d.held holds (those the subscriptions
 // started in place of the stopped ones did not take) and forgets them.
 func (d *Daemon) closeHeld() {
-	for _, f := range d.held {
-		f.Close()
+	for _, h := range d.held {
+		h.Close()
 	}
 	clear(d.held)
 }

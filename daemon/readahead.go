@@ -124,6 +124,14 @@ func (ra *readAhead) start(ctx context.Context) {
 	ra.wg.Go(ra.read)
 }
 
+// stop stops the reader, if it was started, and waits for it.
+func (ra *readAhead) stop() {
+	if ra.cancel != nil {
+		ra.cancel()
+		ra.wg.Wait()
+	}
+}
+
 // read is the reader's loop.
 func (ra *readAhead) read() {
 	ctx, fl := ra.readCtx, ra.follower
@@ -279,12 +287,9 @@ func (ra *readAhead) Next(ctx context.Context) (*tail.Record, error) {
 }
 
 // Close stops the reader, if it was started, waits for it, and closes the
-// follower and the files held, but for the one keep took.
+// follower and the files held, but for those keep took.
 func (ra *readAhead) Close() {
-	if ra.cancel != nil {
-		ra.cancel()
-		ra.wg.Wait()
-	}
+	ra.stop()
 	ra.follower.Close()
 	if b := ra.filling; b != nil && b.held != nil {
 		b.held.Close()
@@ -311,21 +316,62 @@ func (ra *readAhead) release(keep func(streamfile.Identity) bool) {
 	})
 }
 
-// keep returns the held file id, which the caller then owns, and closes
-// the others; nil when none is held.
-func (ra *readAhead) keep(id streamfile.Identity) *os.File {
+// keep stops the reader and returns the held files a subscription started
+// in its place by a reload reads (tail.Options.Held and HeldAfter), which
+// the caller then owns: the held file id, and the files read after it, in
+// the order read: those of the records taken since, of the batches read
+// ahead, and those the follower reads and keeps (tail.Follower.HoldAhead).
+// A file given twice is taken once by the follower. It closes the other
+// held files; without file id held, it returns none.
+func (ra *readAhead) keep(id streamfile.Identity) heldFiles {
+	ra.stop()
 	ra.heldMu.Lock()
 	defer ra.heldMu.Unlock()
-	var kept *os.File
-	for _, h := range ra.held {
-		if h.id == id && kept == nil {
-			kept = h.f
-		} else {
-			h.f.Close()
+	var h heldFiles
+	for _, hf := range ra.held {
+		switch {
+		case h.pos == nil && hf.id == id:
+			h.pos = hf.f
+		case h.pos != nil:
+			h.after = append(h.after, hf.f)
+		default:
+			hf.f.Close()
 		}
 	}
 	ra.held = nil
-	return kept
+	if h.pos == nil {
+		return h
+	}
+	for len(ra.full) > 0 {
+		if b := <-ra.full; b.held != nil {
+			h.after = append(h.after, b.held)
+			b.held = nil
+		}
+	}
+	if b := ra.filling; b != nil && b.held != nil {
+		h.after = append(h.after, b.held)
+		b.held = nil
+	}
+	h.after = append(h.after, ra.follower.HoldAhead()...)
+	return h
+}
+
+// heldFiles is the file of a subscription's position, kept open after its
+// run, and the files it had read after it, for the subscription a reload
+// starts in its place (tail.Options.Held and HeldAfter).
+type heldFiles struct {
+	pos   *os.File
+	after []*os.File
+}
+
+// Close closes the files.
+func (h heldFiles) Close() {
+	if h.pos != nil {
+		h.pos.Close()
+	}
+	for _, f := range h.after {
+		f.Close()
+	}
 }
 
 // grow returns s with room for n more elements: a batch's memory starts

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/envelope"
 	"github.com/streamd/streamd/handler"
@@ -573,5 +575,65 @@ func TestReloadReadsOnRemovedRotatedFile(t *testing.T) {
 	}
 	if !slices.ContainsFunc(r.logs.all(), func(l logRecord) bool { return strings.Contains(l.msg, "held open since it was read") }) {
 		t.Fatal("no line says the file held open is read on")
+	}
+}
+
+// TestReloadReadsOnFilesReadAhead: a reload while a subscription's
+// position is in a file rotated away and removed, and its reader had gone
+// on to the next file, rotated away and removed since too, reads both on:
+// the file of the position from it, then the next one from its beginning,
+// through the descriptors the stopped subscription held, then the file at
+// the path. Nothing is lost, nothing delivered twice but the record in
+// flight.
+func TestReloadReadsOnFilesReadAhead(t *testing.T) {
+	t.Parallel()
+	const quick = "rotation_grace = \"0s\"\n"
+	e := newRunEnv(t, quick+runSub("billing", "orders", `log_unsupported = "first"`))
+	e.shutdownTimeout = "20ms"
+	e.put("orders", nil, numbered(24)...)
+	inFlight := make(chan struct{})
+	var held atomic.Bool
+	h := newRecorder(func(ctx context.Context, d *handler.Delivery) handler.Outcome {
+		if string(d.Payload) == "m7" && !held.Swap(true) {
+			close(inFlight)
+			<-ctx.Done() // held until the reload's stop ends it
+			return handler.Failed(handler.FailureCanceled, ctx.Err())
+		}
+		return ack
+	})
+	r := e.start(map[string]handler.Handler{"billing": h})
+	<-inFlight
+	rotateAway := func() {
+		t.Helper()
+		rotated := e.stream + ".1"
+		if err := os.Rename(e.stream, rotated); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Remove(rotated); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rotateAway()
+	e.put("orders", nil, "n1", "n2", "n3")
+	read := r.d.metrics.Subscription("billing", "orders").RecordsRead
+	waitFor(t, "the next file read ahead", func() bool { return testutil.ToFloat64(read) >= 27 })
+	rotateAway()
+	e.put("orders", nil, "p1")
+	e.config = quick + runSub("billing", "orders", `log_unsupported = "every"`)
+	if err := r.d.Reload(t.Context(), func() (*conf.Config, error) { return e.load(), nil }); err != nil {
+		t.Fatal(err)
+	}
+	h.waitN(t, 29) // m7 twice
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for i := range 24 {
+		want = append(want, fmt.Sprintf("%d/1/m%d", i+1, i+1))
+	}
+	want = slices.Insert(want, 7, "7/1/m7")
+	want = append(want, "1/1/n1", "2/1/n2", "3/1/n3", "1/1/p1")
+	if got := h.seen(); !slices.Equal(got, want) {
+		t.Fatalf("deliveries %q, want m1..m24 in order (m7 again after the reload), then n1..n3, then p1", got)
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -74,10 +73,10 @@ type subscription struct {
 	settledBefore []offsets.Span
 	settledIn     streamfile.Identity
 
-	// held is the file of the position once the run ended, open, for a
-	// subscription started in its place (heldFile); heldTaken, once
-	// heldFile was called. Under fileMu.
-	held      *os.File
+	// held is the file of the position once the run ended, open, and the
+	// files read after it, for a subscription started in its place
+	// (heldFiles); heldTaken, once heldFiles was called. Under fileMu.
+	held      heldFiles
 	heldTaken bool
 }
 
@@ -97,31 +96,32 @@ func (s *subscription) position() (streamfile.Identity, *offsets.Tracker) {
 	return s.file, s.tracker
 }
 
-// keepHeld keeps the file of s's position open once its run ended, and
-// closes the other files it held (readAhead.keep).
+// keepHeld keeps the file of s's position, and those read after it, open
+// once its run ended, and closes the other files it held (readAhead.keep).
 func (s *subscription) keepHeld() {
 	s.fileMu.Lock()
 	defer s.fileMu.Unlock()
 	file, _ := s.position()
-	f := s.ahead.keep(file)
-	if s.heldTaken && f != nil {
-		f.Close() // a stop that abandoned the run took none
+	h := s.ahead.keep(file)
+	if s.heldTaken {
+		h.Close() // a stop that abandoned the run took none
 		return
 	}
-	s.held = f
+	s.held = h
 }
 
-// heldFile returns the file of s's position, open, once its run ended: a
-// reload hands it to the subscription it starts in s's place
-// (tail.Options.Held), so that the file is read on from the position even
-// when a rotation removed it from its directory meanwhile. The caller owns
-// it. It is nil when s holds none, or its run has not ended.
-func (s *subscription) heldFile() *os.File {
+// heldFiles returns the file of s's position, open, and the files read
+// after it, once its run ended: a reload hands them to the subscription it
+// starts in s's place (tail.Options.Held and HeldAfter), so that they are
+// read on from the position even when a rotation removed them from their
+// directory meanwhile. The caller owns them. They are none when s holds
+// none, or its run has not ended.
+func (s *subscription) heldFiles() heldFiles {
 	s.fileMu.Lock()
 	defer s.fileMu.Unlock()
-	f := s.held
-	s.held, s.heldTaken = nil, true
-	return f
+	h := s.held
+	s.held, s.heldTaken = heldFiles{}, true
+	return h
 }
 
 // handOver returns what s settled beyond its committable position, once

@@ -59,6 +59,14 @@ type Options struct {
 	// Resume's, before the directory is looked in. The follower owns it
 	// from New on, and closes it when it is not of use.
 	Held *os.File
+	// HeldAfter is the files the follower before had gone on to after
+	// Held's ([Follower.HoldAhead]), in the order it read them: they are
+	// read after it, each from its beginning, before the file at the path,
+	// as files seen at the path while Held's was read to its end, even
+	// when a rotation removed them meanwhile. Used only with Held's file
+	// read in place of the file at the path. The follower owns them from
+	// New on, and closes those not of use.
+	HeldAfter []*os.File
 	// Replay reads to the end of the data (or the end-of-stream frame) and
 	// finishes there, instead of following the file as it grows.
 	Replay bool
@@ -209,10 +217,13 @@ func New(opts Options) (*Follower, error) {
 }
 
 func newFollower(opts Options, hooks testHooks) (*Follower, error) {
-	held := opts.Held
+	held, after := opts.Held, opts.HeldAfter
 	defer func() {
 		if held != nil {
 			held.Close() // not of use
+		}
+		for _, f := range after {
+			f.Close()
 		}
 	}()
 	if opts.Path == "" {
@@ -263,10 +274,11 @@ func newFollower(opts Options, hooks testHooks) (*Follower, error) {
 	fl.f, err = fl.open(abs)
 	switch {
 	case errors.Is(err, fs.ErrNotExist) && fl.followHeld(&held):
+		fl.seeHeldAfter(&after)
 	case err != nil:
 		return nil, fmt.Errorf("tail: %w", err)
-	default:
-		fl.resumeRotated(&held)
+	case fl.resumeRotated(&held) == foundHeld:
+		fl.seeHeldAfter(&after)
 	}
 	if _, err := fl.readHeader(); err != nil {
 		return nil, errors.Join(err, fl.f.Close())
@@ -841,9 +853,15 @@ func (fl *Follower) report() {
 // [Options.Held]. It is nil when the file cannot be duplicated (out of
 // descriptors), which only loses that hand-over. Call it from the goroutine
 // that calls Next.
-func (fl *Follower) Hold() *os.File {
-	tf, _ := fl.f.(timedFile)
-	f, ok := tf.file.(*os.File)
+func (fl *Follower) Hold() *os.File { return dupFile(fl.f) }
+
+// dupFile returns a descriptor of its own for the file f reads; nil when f
+// is not an *os.File or cannot be duplicated.
+func dupFile(ff file) *os.File {
+	if tf, ok := ff.(timedFile); ok {
+		ff = tf.file
+	}
+	f, ok := ff.(*os.File)
 	if !ok {
 		return nil
 	}
@@ -858,6 +876,26 @@ func (fl *Follower) Hold() *os.File {
 		return nil
 	}
 	return os.NewFile(uintptr(nfd), f.Name())
+}
+
+// HoldAhead returns descriptors of their own, in the order they would be
+// read, for the file the follower reads and the files it keeps open to
+// read after it (seen at the path while it reads the open one to its
+// end): for [Options.HeldAfter], beside the file of the position held
+// (Hold). Those that cannot be duplicated (out of descriptors) are left
+// out, which only loses their hand-over. Call it from the goroutine that
+// calls Next.
+func (fl *Follower) HoldAhead() []*os.File {
+	var fs []*os.File
+	if f := fl.Hold(); f != nil {
+		fs = append(fs, f)
+	}
+	for _, s := range fl.replace.seen {
+		if f := dupFile(s.f); f != nil {
+			fs = append(fs, f)
+		}
+	}
+	return fs
 }
 
 // Close stops watching and closes the file. It returns nil when called

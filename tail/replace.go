@@ -173,23 +173,23 @@ func heldSize(f *os.File, r Position) int64 {
 // which switchFile goes on with (through the files rotated after it) once
 // this one is read to its end and has stopped growing. A file that cannot
 // be found leaves the file at the path, which startOffset then reads from
-// its beginning.
-func (fl *Follower) resumeRotated(held **os.File) {
+// its beginning. It returns how the file was found, 0 for none.
+func (fl *Follower) resumeRotated(held **os.File) found {
 	r := fl.opts.Resume
 	if r == nil || fl.opts.Replay {
-		return
+		return 0
 	}
 	f, found, err := fl.locateResume(*r, held)
 	if err != nil {
 		fl.log.Warn("cannot look for the file the stored position belongs to in the directory of the path", "err", err)
-		return
+		return 0
 	}
 	if f == nil {
-		return
+		return 0
 	}
 	fi, ok := fl.drainInstead(f)
 	if !ok {
-		return
+		return 0
 	}
 	switch found {
 	case foundHeld:
@@ -206,11 +206,32 @@ func (fl *Follower) resumeRotated(held **os.File) {
 		if st, err := os.Stat(fl.path); err == nil && os.SameFile(st, fi) {
 			fl.log.Info("the file at the path is a copy of the file of the stored position (the same header and bytes, another inode: cp -p then mv, a restore): reading it on from the position",
 				"offset", r.Offset, "ino", id.Ino, "old_ino", r.File.Ino)
-			return
+			return found
 		}
 		fl.log.Info("the file of the stored position was truncated in place after a copy of it was made (copytruncate) while nothing followed it: reading the copy on to its end, then the file at the path",
 			"copy_path", f.Name(), "offset", r.Offset, "ino", r.File.Ino)
 	}
+	return found
+}
+
+// seeHeldAfter takes the files *after (Options.HeldAfter), read after the
+// held file the follower reads in place of the file at the path, as files
+// seen at the path (replaceState.seen): openNext goes on with them, in
+// order, before the file at the path. The open file, and a file given
+// twice, are not seen again.
+func (fl *Follower) seeHeldAfter(after *[]*os.File) {
+	r := &fl.replace
+	open, _ := fl.f.Stat()
+	for _, f := range *after {
+		fi, err := f.Stat()
+		if err != nil || open != nil && os.SameFile(open, fi) || slices.ContainsFunc(r.seen, func(s seenFile) bool { return os.SameFile(s.fi, fi) }) {
+			f.Close()
+			continue
+		}
+		r.seen = append(r.seen, seenFile{f: fl.timed(f), fi: fi, name: f.Name()})
+		fl.log.Info("a file read after the one of the stored position, held open since it was read, is read after it", "file", f.Name(), "ino", streamfile.Inode(fi))
+	}
+	*after = nil
 }
 
 // How locateResume found the file of a stored position.
@@ -420,7 +441,7 @@ func (fl *Follower) see(st os.FileInfo) {
 	if n := len(r.seen); n > 0 && os.SameFile(r.seen[n-1].fi, st) {
 		return
 	}
-	if len(r.seen) == maxSeen {
+	if len(r.seen) >= maxSeen { // HeldAfter may have given more
 		if r.seenFull {
 			return
 		}

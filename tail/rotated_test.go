@@ -285,6 +285,53 @@ func TestResumeHeldWithoutPath(t *testing.T) {
 	}
 }
 
+// TestResumeHeldAfter: a follower started again (a reload) with its
+// position in a file rotated away, whose follower had gone on to the next
+// file, since rotated away and removed too (compressed), reads the file of
+// the position on, then the next one through the descriptor handed over
+// (HeldAfter), then the file at the path. Without it, the file in between
+// would be skipped: it is in no directory.
+func TestResumeHeldAfter(t *testing.T) {
+	t.Parallel()
+	for _, atPath := range []bool{false, true} {
+		t.Run(fmt.Sprintf("the last held at the path: %v", atPath), func(t *testing.T) {
+			t.Parallel()
+			path, old, got, stored, held := readSome(t, 20, 8)
+			dir := filepath.Dir(path)
+			rename(t, dir, "r.ss", "r.ss.1")
+			if err := os.Remove(filepath.Join(dir, "r.ss.1")); err != nil { // rotated, then compressed
+				t.Fatal(err)
+			}
+			mid := frames("mid", 1, 6, 1, 30)
+			writeFile(t, path, newHeader, mid)
+			next, err := os.Open(path) // the follower before read on into it
+			if err != nil {
+				t.Fatal(err)
+			}
+			after := []*os.File{next}
+			rename(t, dir, "r.ss", "r.ss.1")
+			if err := os.Remove(filepath.Join(dir, "r.ss.1")); err != nil {
+				t.Fatal(err)
+			}
+			last := frames("new", 1, 3, 1, 20)
+			writeFile(t, path, lastHeader, last)
+			if atPath {
+				f, err := os.Open(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				after = append(after, f) // the follower before saw it at the path
+			}
+			items, rest := startFollowing(t, Options{Path: path, Resume: &stored, Held: held, HeldAfter: after,
+				PollInterval: 20 * time.Millisecond, RotationGrace: 50 * time.Millisecond, Logger: testLogger(t)}, 12+len(mid)+len(last))
+			if err := sameFrames(append(got, rest...), slices.Concat(old, mid, last)); err != nil {
+				t.Fatal(err)
+			}
+			noMore(t, items)
+		})
+	}
+}
+
 // TestResumeHeldAtItsEnd: a follower started again (a reload) with its
 // position at the end of the file it held, which a copy of it replaced at
 // the path (cp -p, then mv), reads the copy on from the position: nothing
