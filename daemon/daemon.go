@@ -669,7 +669,7 @@ func (d *Daemon) applyReload(ctx context.Context, cfg *conf.Config) error {
 		// A stream whose file is not open has nothing running on it: it
 		// may change (a path corrected, create turned on).
 		if o, ok := oldStreams[s.Name]; ok && !reflect.DeepEqual(o, s) && d.streams[s.Name] != nil {
-			return fmt.Errorf("stream %q changed (%s): restart required to apply it", s.Name, strings.Join(changedKeys(o, s), ", "))
+			return fmt.Errorf("stream %q changed (%s): restart required to apply it", s.Name, strings.Join(changedKeys(o, s, true), ", "))
 		}
 	}
 	wanted := map[string]conf.Subscription{}
@@ -679,7 +679,10 @@ func (d *Daemon) applyReload(ctx context.Context, cfg *conf.Config) error {
 	digests := handlerDigests(cfg.Subscriptions)
 	var stop []string
 	var gone []*metrics.SubscriptionMetrics
-	type change struct{ msg, subscription string }
+	type change struct {
+		msg, subscription string
+		attrs             []any
+	}
 	var changes []change // logged once the reload is sure to be applied
 	for name, rs := range d.subs {
 		sc, ok := wanted[name]
@@ -688,14 +691,18 @@ func (d *Daemon) applyReload(ctx context.Context, cfg *conf.Config) error {
 		// a handler that reads it again.
 		switch {
 		case !ok:
-			changes = append(changes, change{"the reload removes the subscription", name})
+			changes = append(changes, change{"the reload removes the subscription", name, nil})
 			gone = append(gone, rs.sub.metrics)
 		case !reflect.DeepEqual(sc, rs.sub.cfg):
-			changes = append(changes, change{"the reload starts the subscription again: its configuration changed", name})
+			changes = append(changes, change{"the reload starts the subscription again: its configuration changed", name,
+				[]any{"changed", strings.Join(changedKeys(rs.sub.cfg, sc, false), ", ")}})
+			if rs.sub.cfg.Key != sc.Key {
+				changes = append(changes, change{msgKeyChanged, name, []any{"from", rs.sub.cfg.Key, "to", sc.Key}})
+			}
 		case rs.failed():
-			changes = append(changes, change{"the reload starts the subscription again: it had stopped on an error", name})
+			changes = append(changes, change{"the reload starts the subscription again: it had stopped on an error", name, nil})
 		case digests[name] != d.handlerFiles[name]:
-			changes = append(changes, change{"the reload starts the subscription again: a file its handler read at its start changed", name})
+			changes = append(changes, change{"the reload starts the subscription again: a file its handler read at its start changed", name, nil})
 		default:
 			continue
 		}
@@ -703,13 +710,13 @@ func (d *Daemon) applyReload(ctx context.Context, cfg *conf.Config) error {
 	}
 	for name, w := range d.waiting { // started again, or gone
 		if _, ok := wanted[name]; !ok {
-			changes = append(changes, change{"the reload removes the subscription", name})
+			changes = append(changes, change{"the reload removes the subscription", name, nil})
 			gone = append(gone, d.metrics.Subscription(name, w.cfg.Stream))
 		}
 	}
 	for _, sc := range cfg.Subscriptions {
 		if d.subs[sc.Name] == nil && d.waiting[sc.Name] == nil {
-			changes = append(changes, change{"the reload adds the subscription", sc.Name})
+			changes = append(changes, change{"the reload adds the subscription", sc.Name, nil})
 		}
 	}
 	// Open new streams and build the handlers of the subscriptions to
@@ -759,7 +766,11 @@ func (d *Daemon) applyReload(ctx context.Context, cfg *conf.Config) error {
 		return errStoppedDuringReload
 	}
 	for _, c := range changes {
-		d.logger.Info(c.msg, "subscription", c.subscription)
+		level := slog.LevelInfo
+		if c.msg == msgKeyChanged {
+			level = slog.LevelWarn
+		}
+		d.logger.Log(ctx, level, c.msg, append([]any{"subscription", c.subscription}, c.attrs...)...)
 	}
 	d.dropWaiting()
 	d.mu.Lock() // fire reads it
@@ -797,14 +808,25 @@ func (d *Daemon) applyReload(ctx context.Context, cfg *conf.Config) error {
 	return nil
 }
 
+// msgKeyChanged is logged when a reload changes a subscription's stream
+// key: its retry copies carry the key of their record, and its origin.
+const msgKeyChanged = "the reload changes the subscription's stream key: the retry copies it made of records of the old key (pending in the retry spool, or in the file already) are not read any more, by it or by another subscription"
+
 // changedKeys returns the TOML keys whose values differ between two
-// tables of the same type, from and to, with their values.
-func changedKeys[T any](from, to T) []string {
+// values of one struct type, each with its values ("key from X to Y")
+// when withValues is set; without, for values that may hold secrets (a
+// handler's headers).
+func changedKeys[T any](from, to T, withValues bool) []string {
 	var keys []string
 	a, b := reflect.ValueOf(from), reflect.ValueOf(to)
 	for i := range a.NumField() {
-		if x, y := a.Field(i).Interface(), b.Field(i).Interface(); !reflect.DeepEqual(x, y) {
-			keys = append(keys, fmt.Sprintf("%s from %v to %v", a.Type().Field(i).Tag.Get("toml"), x, y))
+		x, y := a.Field(i).Interface(), b.Field(i).Interface()
+		switch key := a.Type().Field(i).Tag.Get("toml"); {
+		case reflect.DeepEqual(x, y):
+		case withValues:
+			keys = append(keys, fmt.Sprintf("%s from %v to %v", key, x, y))
+		default:
+			keys = append(keys, key)
 		}
 	}
 	return keys

@@ -192,15 +192,16 @@ func TestReloadWaitSaid(t *testing.T) {
 // says where it starts.
 func TestReloadLogsChanges(t *testing.T) {
 	t.Parallel()
-	e := newRunEnv(t, runSub("kept", "orders", "")+runSub("changed", "orders", "")+runSub("removed", "orders", ""))
+	e := newRunEnv(t, runSub("kept", "orders", "")+runSub("changed", "orders", "")+runSub("removed", "orders", "")+runSub("rekeyed", "orders", ""))
 	e.put("orders", nil, "a")
 	hs := map[string]handler.Handler{}
-	for _, name := range []string{"kept", "changed", "removed", "added"} {
+	for _, name := range []string{"kept", "changed", "removed", "added", "rekeyed"} {
 		hs[name] = newRecorder(nil)
 	}
 	r := e.start(hs)
 	waitFor(t, "the first record settled", func() bool { return r.metric("kept", "ack") == 1 && r.metric("changed", "ack") == 1 })
-	e.config = runSub("kept", "orders", "") + runSub("changed", "orders", "concurrency = 2") + runSub("added", "orders", `start_at = "end"`)
+	e.config = runSub("kept", "orders", "") + runSub("changed", "orders", "concurrency = 2") + runSub("added", "orders", `start_at = "end"`) +
+		runSub("rekeyed", "invoices", "")
 	if err := r.d.Reload(context.Background(), func() (*conf.Config, error) { return e.load(), nil }); err != nil {
 		t.Fatal(err)
 	}
@@ -215,10 +216,25 @@ func TestReloadLogsChanges(t *testing.T) {
 		"changed": {"subscription starts at start_at: it has no stored position", "the reload starts the subscription again: its configuration changed", "subscription starts at its stored position"},
 		"removed": {"subscription starts at start_at: it has no stored position", "the reload removes the subscription"},
 		"added":   {"the reload adds the subscription", "subscription starts at start_at: it has no stored position"},
+		"rekeyed": {"subscription starts at start_at: it has no stored position", "the reload starts the subscription again: its configuration changed", msgKeyChanged, "subscription starts at its stored position"},
 		"":        {"configuration reloaded"},
 	}
 	if !reflect.DeepEqual(said, want) {
 		t.Errorf("the log says\n%q\nwant\n%q", said, want)
+	}
+	// What changed is named, without the values, which may be secrets;
+	// a key changed is a warning: the copies of the old key are left.
+	for _, l := range r.logs.all() {
+		switch {
+		case l.msg == "the reload starts the subscription again: its configuration changed" && l.attrs["subscription"] == "changed":
+			if l.attrs["changed"] != "concurrency" {
+				t.Errorf("changed=%q for a change of concurrency alone", l.attrs["changed"])
+			}
+		case l.msg == msgKeyChanged:
+			if l.level != slog.LevelWarn || l.attrs["from"] != "orders" || l.attrs["to"] != "invoices" {
+				t.Errorf("%v %q from=%q to=%q, want WARN from orders to invoices", l.level, l.msg, l.attrs["from"], l.attrs["to"])
+			}
+		}
 	}
 }
 
