@@ -442,7 +442,7 @@ func (d *Daemon) startSubscription(sc conf.Subscription, h handler.Handler) erro
 		sm.Position.Set(float64(p.Offset)) // lag is true from the start, not from the first commit
 		logger.Info("subscription starts at its stored position", "offset", p.Offset, "path", st.cfg.Path)
 	case ok:
-		logger.Warn("subscription starts at start_at: its stored position is of another stream file path (its stream's path changed)",
+		logger.Warn("subscription starts at start_at: its stored position is of another stream file path (it reads another stream now, or its stream's path changed)",
 			"start_at", sc.StartAt.String(), "path", st.cfg.Path, "stored_path", p.Stream, "stored_offset", p.Offset)
 	default:
 		logger.Info("subscription starts at start_at: it has no stored position", "start_at", sc.StartAt.String(), "path", st.cfg.Path)
