@@ -649,28 +649,8 @@ func handlerFilesDigest(h conf.Handler) string {
 
 func (d *Daemon) applyReload(ctx context.Context, cfg *conf.Config) error {
 	old := d.cfg
-	switch {
-	case cfg.StateDir != old.StateDir:
-		return fmt.Errorf("state_dir changed from %q to %q: restart required", old.StateDir, cfg.StateDir)
-	case cfg.Metrics.Listen != old.Metrics.Listen:
-		return fmt.Errorf("metrics listen changed from %q to %q: restart required", old.Metrics.Listen, cfg.Metrics.Listen)
-	case cfg.Metrics.WebConfigFile != old.Metrics.WebConfigFile:
-		return fmt.Errorf("metrics web_config_file changed from %q to %q: restart required (a change of the file's content needs none)", old.Metrics.WebConfigFile, cfg.Metrics.WebConfigFile)
-	case cfg.CommitInterval != old.CommitInterval:
-		return fmt.Errorf("commit_interval changed from %s to %s: restart required", old.CommitInterval, cfg.CommitInterval)
-	case cfg.Log.Format != old.Log.Format:
-		return fmt.Errorf("log format changed from %q to %q: restart required", old.Log.Format, cfg.Log.Format)
-	}
-	oldStreams := map[string]conf.Stream{}
-	for _, s := range old.Streams {
-		oldStreams[s.Name] = s
-	}
-	for _, s := range cfg.Streams {
-		// A stream whose file is not open has nothing running on it: it
-		// may change (a path corrected, create turned on).
-		if o, ok := oldStreams[s.Name]; ok && !reflect.DeepEqual(o, s) && d.streams[s.Name] != nil {
-			return fmt.Errorf("stream %q changed (%s): restart required to apply it", s.Name, strings.Join(changedKeys(o, s, true), ", "))
-		}
+	if err := d.restartRequired(cfg); err != nil {
+		return err
 	}
 	wanted := map[string]conf.Subscription{}
 	for _, sc := range cfg.Subscriptions {
@@ -806,6 +786,44 @@ func (d *Daemon) applyReload(ctx context.Context, cfg *conf.Config) error {
 		m.Remove()
 	}
 	return nil
+}
+
+// restartRequired returns what cfg changes that a reload cannot apply,
+// every such change at once (so that one edit fixes them all), or nil.
+func (d *Daemon) restartRequired(cfg *conf.Config) error {
+	old := d.cfg
+	var changes []string
+	add := func(format string, args ...any) { changes = append(changes, fmt.Sprintf(format, args...)) }
+	if cfg.StateDir != old.StateDir {
+		add("state_dir changed from %q to %q", old.StateDir, cfg.StateDir)
+	}
+	if cfg.Metrics.Listen != old.Metrics.Listen {
+		add("metrics listen changed from %q to %q", old.Metrics.Listen, cfg.Metrics.Listen)
+	}
+	if cfg.Metrics.WebConfigFile != old.Metrics.WebConfigFile {
+		add("metrics web_config_file changed from %q to %q (a change of the file's content needs none)", old.Metrics.WebConfigFile, cfg.Metrics.WebConfigFile)
+	}
+	if cfg.CommitInterval != old.CommitInterval {
+		add("commit_interval changed from %s to %s", old.CommitInterval, cfg.CommitInterval)
+	}
+	if cfg.Log.Format != old.Log.Format {
+		add("log format changed from %q to %q", old.Log.Format, cfg.Log.Format)
+	}
+	oldStreams := map[string]conf.Stream{}
+	for _, s := range old.Streams {
+		oldStreams[s.Name] = s
+	}
+	for _, s := range cfg.Streams {
+		// A stream whose file is not open has nothing running on it: it
+		// may change (a path corrected, create turned on).
+		if o, ok := oldStreams[s.Name]; ok && !reflect.DeepEqual(o, s) && d.streams[s.Name] != nil {
+			add("stream %q changed (%s)", s.Name, strings.Join(changedKeys(o, s, true), ", "))
+		}
+	}
+	if len(changes) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s: restart required", strings.Join(changes, "; "))
 }
 
 // msgKeyChanged is logged when a reload changes a subscription's stream

@@ -250,7 +250,14 @@ func TestReloadRefusesStreamChange(t *testing.T) {
 	changed.Streams[0].PollInterval = conf.Duration(time.Second)
 	changed.Streams[0].Create = false
 	err := r.d.Reload(context.Background(), func() (*conf.Config, error) { return changed, nil })
-	if want := `stream "orders" changed (create from true to false, poll_interval from 50ms to 1s): restart required to apply it`; err == nil || err.Error() != want {
+	if want := `stream "orders" changed (create from true to false, poll_interval from 50ms to 1s): restart required`; err == nil || err.Error() != want {
+		t.Errorf("Reload: %v, want %q", err, want)
+	}
+	// Every change a reload cannot apply is said at once.
+	changed.CommitInterval = conf.Duration(time.Minute)
+	changed.Log.Format = "json"
+	err = r.d.Reload(context.Background(), func() (*conf.Config, error) { return changed, nil })
+	if want := `commit_interval changed from 50ms to 1m0s; log format changed from "auto" to "json"; stream "orders" changed (create from true to false, poll_interval from 50ms to 1s): restart required`; err == nil || err.Error() != want {
 		t.Errorf("Reload: %v, want %q", err, want)
 	}
 }
