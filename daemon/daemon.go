@@ -244,6 +244,12 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	defer d.closeStreams()
 	d.openStreams(cfg)
 	d.metrics.ObserveReload(time.Now(), nil)
+	// The subscriptions' series exist before the retry queue runs: the
+	// copies due already fire before the handlers are built, and are
+	// counted under their subscription (countFired).
+	for _, sc := range cfg.Subscriptions {
+		d.metrics.Subscription(sc.Name, sc.Stream)
+	}
 
 	bg, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/handler"
@@ -92,5 +93,35 @@ func TestStopWhileReloadBuildsHandlers(t *testing.T) {
 	if len(r.logs.with("reload abandoned: the daemon was told to stop while it built the handlers of the new configuration; it stops with the previous one")) != 1 ||
 		len(r.logs.with("reload failed; the previous configuration keeps running")) != 0 {
 		t.Fatalf("the log does not say the reload was abandoned:\n%s", logLines(r.logs.all()))
+	}
+}
+
+// TestCopiesDueAtStartCounted: the delayed copies due when the daemon
+// starts, which the retry queue writes while the handlers are still being
+// built (a nats handler whose server does not answer), are counted under
+// the subscription that made them.
+func TestCopiesDueAtStartCounted(t *testing.T) {
+	silent := natstest.StartSilent(t)
+	e := newRunEnv(t, runSub("billing", "orders", ""))
+	e.put("orders", nil, "a")
+	first := e.start(map[string]handler.Handler{"billing": newRecorder(func(context.Context, *handler.Delivery) handler.Outcome {
+		return retryAfter(time.Second)
+	})})
+	waitFor(t, "the copy delayed", func() bool { return first.metric("billing", "scheduled") == 1 })
+	if err := first.stop(); err != nil {
+		t.Fatal(err)
+	}
+	e.config += fmt.Sprintf("\n[[subscription]]\nname = \"n\"\nstream = \"orders\"\nkey = \"other\"\n"+
+		"[subscription.handler]\nkind = \"nats\"\nurl = %q\nsubject = \"orders.eu\"\ntimeout = \"1m\"\n", silent.URL())
+	r := e.start(map[string]handler.Handler{"billing": newRecorder(nil)})
+	waitFor(t, "the due copy written", func() bool {
+		recs, err := readRecords(e.stream, "orders")
+		return err == nil && len(recs) == 2
+	})
+	if len(r.logs.with("streamd running")) != 0 {
+		t.Fatal("the handlers were built before the copy was written: the test shows nothing")
+	}
+	if sm := r.d.metrics.Lookup("billing"); sm == nil || testutil.ToFloat64(sm.RetriesAppended) != 1 {
+		t.Errorf("the copy written at the start is not counted under billing (handle %v)", sm)
 	}
 }
