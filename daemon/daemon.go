@@ -728,7 +728,9 @@ func (d *Daemon) applyReload(ctx context.Context, cfg *conf.Config) error {
 			starting = append(starting, sc)
 		}
 	}
-	hs, err := d.newHandlers(ctx, cfg, starting) // closes what it built when one fails
+	var hs []handler.Handler
+	var err error
+	d.whilePinging(func() { hs, err = d.newHandlers(ctx, cfg, starting) }) // closes what it built when one fails; ctx's end ends it
 	if err != nil {
 		return undo(err)
 	}
@@ -1098,6 +1100,26 @@ func (d *Daemon) pingWatchdog() {
 		return
 	}
 	d.notify.Send("WATCHDOG=1")
+}
+
+// whilePinging runs work on a goroutine of its own and pings the watchdog
+// as the main loop does until it returns: a reload waits for the handlers
+// it builds up to their timeouts (a nats handler, for each server that does
+// not answer), longer than systemd's watchdog timeout may be.
+func (d *Daemon) whilePinging(work func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		work()
+	}()
+	for {
+		select {
+		case <-done:
+			return
+		case <-d.watchdog:
+			d.pingWatchdog()
+		}
+	}
 }
 
 // wedged says why the daemon should not ping the watchdog, whose timeout
