@@ -224,7 +224,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	// Which file a reload reads, for streamd reload; the main loop, which
 	// takes reloads, writes their answers over it later.
 	if d.opts.ConfigFile != "" {
-		if err := writeReloadResult(cfg.StateDir, d.opts.ConfigFile, started, nil); err != nil {
+		if err := writeReloadResult(cfg.StateDir, d.opts.ConfigFile, started, []string{}, nil); err != nil {
 			d.logger.Warn("cannot record the configuration file for streamd reload, which then cannot tell whether it names another file", "err", err)
 		}
 	}
@@ -598,13 +598,17 @@ func (d *Daemon) stopAll() map[string]offsets.Settled {
 // is recorded in the state directory (ReloadName) for streamd reload.
 func (d *Daemon) reload(ctx context.Context, load func() (*conf.Config, error)) error {
 	started := time.Now()
+	requests, rerr := reloadRequests(d.cfg.StateDir) // before the file is read: their clients changed it first
+	if rerr != nil {
+		d.logger.Warn("cannot tell which streamd reload this reload answers", "err", rerr)
+	}
 	d.notify.Reloading()
 	cfg, err := load()
 	if err == nil {
 		err = d.applyReload(ctx, cfg)
 	}
 	d.metrics.ObserveReload(time.Now(), err)
-	if werr := writeReloadResult(d.cfg.StateDir, d.opts.ConfigFile, started, err); werr != nil {
+	if werr := writeReloadResult(d.cfg.StateDir, d.opts.ConfigFile, started, requests, err); werr != nil {
 		d.logger.Error("cannot record the outcome of the reload for streamd reload", "err", werr)
 	}
 	switch {

@@ -2,12 +2,15 @@ package daemon
 
 import (
 	"bytes"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -37,29 +40,77 @@ type ReloadResult struct {
 	// Config is the configuration file the daemon reloads
 	// ([Options.ConfigFile]), "" when unknown.
 	Config string `json:"config,omitempty"`
+	// Requests are the ids of the `streamd reload` requests the reload
+	// answers: those waiting in the state directory when it started, so
+	// before it read the file (a reload answers all it finds). Never nil
+	// in a daemon's answers (empty when none waited); nil in those of a
+	// streamd that takes no requests, which RequestReload matches by
+	// Started.
+	Requests []string `json:"requests"`
+	// Earlier are the daemon's last answers before this one that answered
+	// requests, newest first, at most keepAnswers: for the clients of
+	// reloads at once that read the file only after the next answer.
+	Earlier []ReloadResult `json:"earlier,omitempty"`
+}
+
+// reloadRequestPrefix begins the name of the file, in the state directory,
+// of a `streamd reload` request waiting for its answer; its id follows.
+const reloadRequestPrefix = "reload.request."
+
+// keepAnswers is how many earlier answers to requests reload.json keeps.
+const keepAnswers = 16
+
+// reloadRequests returns the ids of the `streamd reload` requests waiting
+// in the state directory dir, never nil: the reload that starts answers
+// them.
+func reloadRequests(dir string) ([]string, error) {
+	ids := []string{}
+	entries, err := os.ReadDir(dir)
+	for _, e := range entries {
+		if id, ok := strings.CutPrefix(e.Name(), reloadRequestPrefix); ok {
+			ids = append(ids, id)
+		}
+	}
+	if err != nil {
+		err = fmt.Errorf("reading the streamd reload requests in %s, which wait for this reload's answer until their timeout: %w", dir, err)
+	}
+	return ids, err
 }
 
 // writeReloadResult records the answer to the reload that started at
-// started in the state directory; at the daemon's start, with a nil
-// reloadErr, it names the daemon's configuration file before any reload.
-func writeReloadResult(dir, config string, started time.Time, reloadErr error) error {
-	r := ReloadResult{PID: os.Getpid(), Started: started, Config: config, Stopping: errors.Is(reloadErr, errStoppedDuringReload)}
+// started, and to the requests it found then, in the state directory,
+// keeping the earlier answers to requests; then it removes the requests'
+// files, which tells their clients the answer is written. At the daemon's
+// start, with no requests and a nil reloadErr, it names the daemon's
+// configuration file before any reload.
+func writeReloadResult(dir, config string, started time.Time, requests []string, reloadErr error) error {
+	r := ReloadResult{PID: os.Getpid(), Started: started, Config: config, Stopping: errors.Is(reloadErr, errStoppedDuringReload), Requests: requests}
 	if reloadErr != nil {
 		r.Error = reloadErr.Error()
 	}
-	b, err := json.Marshal(r)
-	if err != nil {
-		return err
+	if prev, err := ReadReloadResult(dir); err == nil && prev.PID == r.PID {
+		for _, a := range append([]ReloadResult{prev}, prev.Earlier...) {
+			if len(a.Requests) > 0 && len(r.Earlier) < keepAnswers {
+				a.Earlier = nil
+				r.Earlier = append(r.Earlier, a)
+			}
+		}
 	}
-	path, line := filepath.Join(dir, ReloadName), append(b, '\n')
-	_, err = durable.Replace(path, 0o640, func(f *os.File) error {
-		_, err := f.Write(line)
-		return err
+	defer func() {
+		for _, id := range requests {
+			os.Remove(filepath.Join(dir, reloadRequestPrefix+id))
+		}
+	}()
+	path := filepath.Join(dir, ReloadName)
+	_, err := durable.Replace(path, 0o640, func(f *os.File) error {
+		return json.NewEncoder(f).Encode(r)
 	}, nil)
 	if durable.NoSpace(err) {
 		// A full disk: streamd reload waits for this answer, which fits
-		// in the place of the one before (written at the start).
-		if overwrite(path, line) == nil {
+		// in the place of the one before (written at the start), without
+		// the earlier ones.
+		r.Earlier = nil
+		if b, merr := json.Marshal(r); merr == nil && overwrite(path, append(b, '\n')) == nil {
 			return nil
 		}
 	}
@@ -149,9 +200,33 @@ func (r ReloadResult) Print(out, errw io.Writer) bool {
 	return true
 }
 
-// signalReload sends SIGHUP to the daemon pid and returns its answer: the
-// first reload it records in dir that started after the signal.
+// answerTo returns the answer, r or one of r.Earlier, of the daemon pid to
+// the request id, which a `streamd reload` made at sent; or, from a
+// streamd that takes no requests, the first answer that started after
+// sent.
+func (r ReloadResult) answerTo(pid int, id string, sent time.Time) (ReloadResult, bool) {
+	for _, a := range append([]ReloadResult{r}, r.Earlier...) {
+		if a.PID == pid && (slices.Contains(a.Requests, id) || a.Requests == nil && !a.Started.Before(sent)) {
+			a.Earlier = nil
+			return a, true
+		}
+	}
+	return ReloadResult{}, false
+}
+
+// signalReload leaves a request in dir and sends SIGHUP to the daemon pid,
+// and returns its answer to the request: the one naming it, written by the
+// first reload that started after the request was left (a reload that
+// started before gets the next signal).
 func signalReload(dir string, pid int, timeout time.Duration) (ReloadResult, error) {
+	id := rand.Text()
+	request := filepath.Join(dir, reloadRequestPrefix+id)
+	f, err := os.OpenFile(request, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o640)
+	if err != nil {
+		return ReloadResult{}, fmt.Errorf("streamd (pid %d) was not asked to reload: leaving the request in its state directory: %w (run streamd reload as the daemon's user or root)", pid, err)
+	}
+	f.Close()
+	defer os.Remove(request) // when not answered
 	sent := time.Now()
 	if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
 		return ReloadResult{}, fmt.Errorf("signal streamd (pid %d): %w", pid, err)
@@ -161,14 +236,23 @@ func signalReload(dir string, pid int, timeout time.Duration) (ReloadResult, err
 	defer tick.Stop()
 	var unreadable error // the last answer that did not parse
 	for {
+		// The daemon removes the request once it wrote the answer: one
+		// gone before the answers are read is among them.
+		_, serr := os.Stat(request)
+		taken := errors.Is(serr, os.ErrNotExist)
 		r, err := ReadReloadResult(dir)
 		_, halfWritten := errors.AsType[*json.SyntaxError](err) // written in place (overwrite): read again
 		if halfWritten {
 			unreadable = err
 		}
+		if err == nil {
+			if a, ok := r.answerTo(pid, id, sent); ok {
+				return a, nil
+			}
+		}
 		switch {
-		case err == nil && r.PID == pid && !r.Started.Before(sent):
-			return r, nil
+		case err == nil && taken:
+			return r, fmt.Errorf("streamd (pid %d) took the reload request, but its answer is not in %s: it could not write it, or more than %d reloads answered other requests since; see its log", pid, filepath.Join(dir, ReloadName), keepAnswers)
 		case err != nil && !errors.Is(err, os.ErrNotExist) && !halfWritten:
 			return r, err
 		case errors.Is(syscall.Kill(pid, 0), syscall.ESRCH):

@@ -101,8 +101,38 @@ func TestOverwrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := ReadReloadResult(dir)
-	if fi, _ := os.Stat(path); err != nil || got != short || fi.Size() < 200 {
+	if fi, _ := os.Stat(path); err != nil || !reflect.DeepEqual(got, short) || fi.Size() < 200 {
 		t.Errorf("read %+v, %v from %d bytes; want %+v, the file as long as before", got, err, fi.Size(), short)
+	}
+}
+
+// TestAnswerTo: a client finds the answer naming its request, the latest
+// or an earlier one, and no other answer of a daemon that takes requests;
+// from a streamd that takes none (no requests in its answers), the first
+// answer that started after its signal, as before requests were taken.
+func TestAnswerTo(t *testing.T) {
+	sent := time.Now()
+	before, after := sent.Add(-time.Second), sent.Add(time.Millisecond)
+	mine := ReloadResult{PID: 7, Started: after, Requests: []string{"other", "mine"}}
+	for _, tc := range []struct {
+		name   string
+		file   ReloadResult
+		want   ReloadResult
+		answer bool
+	}{
+		{name: "latest", file: mine, want: mine, answer: true},
+		{name: "earlier", file: ReloadResult{PID: 7, Started: after, Error: "bogus_key", Requests: []string{"next"}, Earlier: []ReloadResult{mine}}, want: mine, answer: true},
+		{name: "not yet", file: ReloadResult{PID: 7, Started: after, Error: "bogus_key", Requests: []string{}}},
+		{name: "another daemon", file: ReloadResult{PID: 8, Started: after, Requests: []string{"mine"}}},
+		{name: "older streamd", file: ReloadResult{PID: 7, Started: after, Error: "bogus_key"}, want: ReloadResult{PID: 7, Started: after, Error: "bogus_key"}, answer: true},
+		{name: "older streamd, before the signal", file: ReloadResult{PID: 7, Started: before}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := tc.file.answerTo(7, "mine", sent)
+			if ok != tc.answer || !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("answerTo = %+v, %v; want %+v, %v", got, ok, tc.want, tc.answer)
+			}
+		})
 	}
 }
 

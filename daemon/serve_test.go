@@ -3,8 +3,12 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -95,4 +99,91 @@ func countLogs(c *logCapture, want []string) bool {
 		}
 	}
 	return true
+}
+
+// TestReloadAnswersEachRequest: two `streamd reload` at once, the second
+// asked while the daemon's reload of the first waits for a delivery in
+// flight: the daemon reloads twice, the second time at once after the
+// first (a file that does not load), and each client gets the answer to
+// its own request, not the last one written. Several rounds, since the
+// first client reads its answer at its next poll, which may come before
+// the second is written.
+func TestReloadAnswersEachRequest(t *testing.T) {
+	const rounds = 5
+	e := newRunEnv(t, runSub("s", "orders", ""))
+	e.shutdownTimeout = "30s"
+	e.put("orders", nil, numbered(rounds+1)...)
+	var calls atomic.Int32
+	release := make(chan struct{})
+	h := handler.HandlerFunc(func(ctx context.Context, _ *handler.Delivery) handler.Outcome {
+		calls.Add(1)
+		select { // in flight until the test releases it
+		case <-release:
+			return ack
+		case <-ctx.Done():
+			return handler.Failed(handler.FailureCanceled, ctx.Err())
+		}
+	})
+	var mu sync.Mutex
+	var next *conf.Config
+	var nextErr error
+	loaded := make(chan struct{}, 2) // the second reload loads at once
+	load := func() (*conf.Config, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		loaded <- struct{}{}
+		return next, nextErr
+	}
+	setNext := func(cfg *conf.Config, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		next, nextErr = cfg, err
+	}
+
+	hup := make(chan os.Signal, 1) // as streamd run's
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup) // once every client returned
+	logs := &logCapture{}
+	d := New(e.load(), Options{Logger: logs.logger(), Handlers: map[string]handler.Handler{"s": h}, Registry: prometheus.NewRegistry()})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	served := make(chan error, 1)
+	go func() { served <- d.Serve(ctx, hup, load) }()
+	dir := filepath.Join(e.dir, "state")
+	type answer struct {
+		r   ReloadResult
+		err error
+	}
+	request := func() <-chan answer {
+		c := make(chan answer, 1)
+		go func() {
+			r, err := RequestReload("", dir, 20*time.Second)
+			c <- answer{r, err}
+		}()
+		return c
+	}
+
+	for i := 1; i <= rounds; i++ {
+		waitFor(t, fmt.Sprintf("delivery %d in flight", i), func() bool { return calls.Load() == int32(i) })
+		e.config = runSub("s", "orders", fmt.Sprintf("max_attempts = %d", i+1)) // changed: the reload waits for the delivery
+		setNext(e.load(), nil)
+		first := request()
+		<-loaded
+		setNext(nil, errors.New("bogus_key"))
+		second := request()
+		waitFor(t, "the second client's signal to wait for the first reload", func() bool { return len(hup) == 1 })
+		release <- struct{}{}
+		if a := <-first; a.err != nil || a.r.Error != "" {
+			t.Fatalf("round %d: the first client got %+v, %v; want the answer to its reload, applied", i, a.r, a.err)
+		}
+		if a := <-second; a.err != nil || a.r.Error != "bogus_key" {
+			t.Fatalf("round %d: the second client got %+v, %v; want the answer to its reload, refused with bogus_key", i, a.r, a.err)
+		}
+		<-loaded
+	}
+	close(release) // the last record's delivery ends, for a quick stop
+	cancel()
+	if err := <-served; err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
 }
