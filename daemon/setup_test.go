@@ -70,14 +70,35 @@ func TestStopWhileHandlersConnect(t *testing.T) {
 // once, and says the reload was abandoned, not that it failed with the
 // previous configuration running on.
 func TestStopWhileReloadBuildsHandlers(t *testing.T) {
-	silent := natstest.StartSilent(t)
 	e := newRunEnv(t, runSub("s", "orders", ""))
 	r := e.start(nil)
 	waitFor(t, "the daemon running", func() bool { return len(r.logs.with("streamd running")) == 1 })
-	e.config += fmt.Sprintf("\n[[subscription]]\nname = \"n\"\nstream = \"orders\"\nkey = \"orders\"\n[subscription.handler]\nkind = \"nats\"\nurl = %q\nsubject = \"orders.eu\"\ntimeout = \"1m\"\n", silent.URL())
-	reloaded := make(chan error, 1)
-	go func() { reloaded <- r.d.Reload(t.Context(), func() (*conf.Config, error) { return e.load(), nil }) }()
+	silent, reloaded := reloadToSilentNATS(t, e, r)
 	waitFor(t, "the handler connecting", func() bool { return len(silent.Accepts()) > 0 })
+	stopDuringBuild(t, r, reloaded)
+	if len(r.logs.with("reload abandoned: the daemon was told to stop while it built the handlers of the new configuration; it stops with the previous one")) != 1 ||
+		len(r.logs.with("reload failed; the previous configuration keeps running")) != 0 {
+		t.Fatalf("the log does not say the reload was abandoned:\n%s", logLines(r.logs.all()))
+	}
+}
+
+// reloadToSilentNATS starts a reload of r, the daemon of e, that adds a
+// subscription whose nats handler's server accepts and never answers
+// (timeout 1m), and returns the server and where the reload answers.
+func reloadToSilentNATS(t *testing.T, e *runEnv, r *runningDaemon) (*natstest.Silent, <-chan error) {
+	silent := natstest.StartSilent(t)
+	e.config += fmt.Sprintf("\n[[subscription]]\nname = \"n\"\nstream = \"orders\"\nkey = \"orders\"\n[subscription.handler]\nkind = \"nats\"\nurl = %q\nsubject = \"orders.eu\"\ntimeout = \"1m\"\n", silent.URL())
+	cfg := e.load()
+	reloaded := make(chan error, 1)
+	go func() { reloaded <- r.d.Reload(t.Context(), func() (*conf.Config, error) { return cfg, nil }) }()
+	return silent, reloaded
+}
+
+// stopDuringBuild stops r while its reload, which answers on reloaded,
+// builds a handler that waits 1m, and checks that the reload answers at
+// once, not success, and that Run returns no error.
+func stopDuringBuild(t *testing.T, r *runningDaemon, reloaded <-chan error) {
+	t.Helper()
 	r.cancel()
 	select {
 	case err := <-reloaded:
@@ -89,10 +110,6 @@ func TestStopWhileReloadBuildsHandlers(t *testing.T) {
 	}
 	if err := r.wait(); err != nil {
 		t.Fatalf("Run: %v", err)
-	}
-	if len(r.logs.with("reload abandoned: the daemon was told to stop while it built the handlers of the new configuration; it stops with the previous one")) != 1 ||
-		len(r.logs.with("reload failed; the previous configuration keeps running")) != 0 {
-		t.Fatalf("the log does not say the reload was abandoned:\n%s", logLines(r.logs.all()))
 	}
 }
 

@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/handler"
-	"github.com/streamd/streamd/internal/natstest"
 	"github.com/streamd/streamd/internal/testutil"
 )
 
@@ -118,15 +116,11 @@ func TestWatchdogWhileReloadBuildsHandlers(t *testing.T) {
 	ns := listenNotify(t)
 	t.Setenv("WATCHDOG_USEC", "1000000") // a ping every 500ms, as in TestWatchdogDuringReload
 	t.Setenv("WATCHDOG_PID", "")
-	silent := natstest.StartSilent(t)
 	e := newRunEnv(t, runSub("s", "orders", ""))
 	r := e.start(nil)
 	ns.skipTo(t, "READY=1")
 
-	e.config += fmt.Sprintf("\n[[subscription]]\nname = \"n\"\nstream = \"orders\"\nkey = \"orders\"\n[subscription.handler]\nkind = \"nats\"\nurl = %q\nsubject = \"orders.eu\"\ntimeout = \"1m\"\n", silent.URL())
-	cfg := e.load()
-	reloaded := make(chan error, 1)
-	go func() { reloaded <- r.d.Reload(context.Background(), func() (*conf.Config, error) { return cfg, nil }) }()
+	silent, reloaded := reloadToSilentNATS(t, e, r)
 	ns.skipTo(t, "RELOADING=1")
 	for ping := 1; ping <= 3; ping++ {
 		if m := ns.next(t, 3*time.Second, "WATCHDOG=1 while the reload builds the nats handler"); m != "WATCHDOG=1" {
@@ -141,17 +135,5 @@ func TestWatchdogWhileReloadBuildsHandlers(t *testing.T) {
 		t.Fatalf("the reload returned (%v) before the handler's timeout (1m); the pings proved nothing", err)
 	default:
 	}
-
-	r.cancel()
-	select {
-	case err := <-reloaded:
-		if err == nil {
-			t.Error("the reload stopped during its build answered success")
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the reload did not answer 10s after the stop: it waits for the handler's timeout (1m)")
-	}
-	if err := r.wait(); err != nil {
-		t.Fatalf("Run: %v", err)
-	}
+	stopDuringBuild(t, r, reloaded)
 }
