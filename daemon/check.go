@@ -237,7 +237,27 @@ func checkStateDir(dir string, a Account) error {
 	if err := a.searchable(filepath.Dir(d)); err != nil {
 		return fmt.Errorf("state directory: %w", err)
 	}
-	return nil
+	return writableStateDir(dir, d, unix.Statfs)
+}
+
+// writableStateDir checks that the state directory dir, or existing, the
+// directory above it that run makes it in, is on a file system mounted
+// read-write, as statfs (unix.Statfs; a fake in tests) reports it: the
+// permission bits allow what a read-only mount refuses, and run would stop
+// at its lock file.
+func writableStateDir(dir, existing string, statfs func(string, *unix.Statfs_t) error) error {
+	ro, err := readOnly(existing, statfs)
+	if err != nil {
+		return fmt.Errorf("state directory: %w", err)
+	}
+	if !ro {
+		return nil
+	}
+	what := dir + " is"
+	if existing != dir {
+		what = fmt.Sprintf("%s is missing, and %s, which streamd would make it in, is", dir, existing)
+	}
+	return fmt.Errorf("state directory: %s on a read-only file system: streamd keeps its positions and retry spool there; set state_dir to a directory on a writable file system, or, under systemd (ProtectSystem=strict makes all but the unit's state directory and ReadWritePaths= read-only), leave state_dir out to use the unit's StateDirectory=", what)
 }
 
 // checkState checks the sidecar and the retry spool in the state
@@ -334,11 +354,11 @@ func writableMount(s conf.Stream, create bool, statfs func(string, *unix.Statfs_
 	if create {
 		path = dir
 	}
-	var st unix.Statfs_t
-	if err := statfs(path, &st); err != nil {
-		return fmt.Errorf("stream %q: statfs %s: %w", s.Name, path, err)
+	ro, err := readOnly(path, statfs)
+	if err != nil {
+		return fmt.Errorf("stream %q: %w", s.Name, err)
 	}
-	if st.Flags&unix.ST_RDONLY == 0 {
+	if !ro {
 		return nil
 	}
 	what := fmt.Sprintf("%s is on a read-only file system: streamd appends retry copies to it", s.Path)
@@ -346,4 +366,14 @@ func writableMount(s conf.Stream, create bool, statfs func(string, *unix.Statfs_
 		what = fmt.Sprintf("create %s: directory %s is on a read-only file system", s.Path, dir)
 	}
 	return fmt.Errorf("stream %q: %s; mount it read-write, or, under systemd (ProtectSystem=strict makes all but the unit's ReadWritePaths= read-only), add the directory with a drop-in: systemctl edit streamd, then [Service] ReadWritePaths=%s", s.Name, what, dir)
+}
+
+// readOnly reports whether the file system of path is mounted read-only,
+// as statfs reports it.
+func readOnly(path string, statfs func(string, *unix.Statfs_t) error) (bool, error) {
+	var st unix.Statfs_t
+	if err := statfs(path, &st); err != nil {
+		return false, fmt.Errorf("statfs %s: %w", path, err)
+	}
+	return st.Flags&unix.ST_RDONLY != 0, nil
 }

@@ -92,6 +92,47 @@ func TestCheckStateDir(t *testing.T) {
 	}
 }
 
+// TestWritableStateDir: a state directory on a read-only mount, or the
+// directory run would make a missing one in, is refused whatever its
+// permission bits allow, saying how to choose one that is writable; the
+// mount flags come from a fake statfs.
+func TestWritableStateDir(t *testing.T) {
+	const fix = " on a read-only file system: streamd keeps its positions and retry spool there; set state_dir to a directory on a writable file system, or, under systemd (ProtectSystem=strict makes all but the unit's state directory and ReadWritePaths= read-only), leave state_dir out to use the unit's StateDirectory="
+	for _, tc := range []struct {
+		name, dir, existing string
+		flags               int64
+		err                 error
+		want                string // "" passes
+	}{
+		{"read-write", "/srv/state", "/srv/state", unix.ST_NOSUID, nil, ""},
+		{"read-write, missing", "/srv/state", "/srv", 0, nil, ""},
+		{"read-only", "/srv/state", "/srv/state", unix.ST_RDONLY, nil, "state directory: /srv/state is" + fix},
+		{"read-only, missing", "/srv/state/a", "/srv", unix.ST_RDONLY | unix.ST_NODEV, nil, "state directory: /srv/state/a is missing, and /srv, which streamd would make it in, is" + fix},
+		{"statfs fails", "/srv/state", "/srv/state", 0, syscall.EIO, "state directory: statfs /srv/state: input/output error"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var asked string
+			statfs := func(p string, st *unix.Statfs_t) error {
+				asked = p
+				st.Flags = tc.flags
+				return tc.err
+			}
+			err := writableStateDir(tc.dir, tc.existing, statfs)
+			if asked != tc.existing {
+				t.Errorf("statfs of %s, want of %s", asked, tc.existing)
+			}
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("refused: %v", err)
+			case tc.want != "" && (err == nil || err.Error() != tc.want):
+				t.Errorf("error:\n%v\nwant:\n%s", err, tc.want)
+			case tc.err != nil && !errors.Is(err, tc.err):
+				t.Errorf("error %v does not wrap %v", err, tc.err)
+			}
+		})
+	}
+}
+
 // TestWritableMount: a stream file on a read-only mount, or the directory
 // one is to be created in, is refused whatever its permission bits allow,
 // naming the path and the drop-in that makes it writable under systemd;
@@ -145,7 +186,8 @@ const readOnlyDirEnv = "STREAMD_TEST_READ_ONLY_DIR"
 // TestCheckStreamReadOnlyMount: a stream file that its permission bits let
 // streamd write, and a directory they let it create one in, are refused
 // once the directory is bind-mounted read-only, as ProtectSystem=strict
-// mounts it. The test runs itself again in a user and mount namespace of
+// mounts it; so are the directory as the state directory, and a state
+// directory to be made in it. The test runs itself again in a user and mount namespace of
 // its own, where it may mount without privileges, and skips where the
 // kernel allows no such namespace.
 func TestCheckStreamReadOnlyMount(t *testing.T) {
@@ -195,6 +237,9 @@ func checkReadOnlyMount(t *testing.T, dir string) {
 			t.Fatalf("before the read-only mount: %v", err)
 		}
 	}
+	if err := checkStateDir(filepath.Join(dir, "state"), root); err != nil {
+		t.Fatalf("before the read-only mount: %v", err)
+	}
 	if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
 		t.Fatalf("bind mount %s: %v", dir, err)
 	}
@@ -204,6 +249,14 @@ func checkReadOnlyMount(t *testing.T, dir string) {
 	for _, s := range streams {
 		if err := checkStream(s.stream, root); err == nil || !strings.Contains(err.Error(), s.want) {
 			t.Errorf("stream %q on a read-only mount: error %v, want it to say %q", s.stream.Name, err, s.want)
+		}
+	}
+	for state, want := range map[string]string{
+		dir:                         "state directory: " + dir + " is on a read-only file system",
+		filepath.Join(dir, "state"): "state directory: " + filepath.Join(dir, "state") + " is missing, and " + dir + ", which streamd would make it in, is on a read-only file system",
+	} {
+		if err := checkStateDir(state, root); err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("state directory %s on a read-only mount: error %v, want it to begin %q", state, err, want)
 		}
 	}
 }
