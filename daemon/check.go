@@ -281,6 +281,9 @@ func checkState(dir string) error {
 func checkStream(s conf.Stream, a Account) error {
 	info, err := os.Stat(s.Path)
 	if errors.Is(err, fs.ErrNotExist) {
+		if target, ok := linkTarget(s.Path); ok {
+			return danglingLink(s, target)
+		}
 		if !s.Create {
 			return fmt.Errorf("stream %q: %w (create = false: the file must exist)", s.Name, err)
 		}
@@ -321,6 +324,41 @@ func checkStream(s conf.Stream, a Account) error {
 		return fmt.Errorf("stream %q: %s is not a stream file: %w", s.Name, s.Path, err)
 	}
 	return nil
+}
+
+// linkTarget returns the path that the symlink at path names, following
+// the symlinks it names in turn, and whether path is a symlink.
+func linkTarget(path string) (string, bool) {
+	target := path
+	for range 40 { // the kernel's limit of symlinks in a lookup
+		info, err := os.Lstat(target)
+		if err != nil || info.Mode().Type() != fs.ModeSymlink {
+			break
+		}
+		next, err := os.Readlink(target)
+		if err != nil {
+			break
+		}
+		if !filepath.IsAbs(next) {
+			next = filepath.Join(filepath.Dir(target), next)
+		}
+		target = next
+	}
+	return target, target != path
+}
+
+// danglingLink says why the stream file of s is refused: its path is a
+// symlink to target, which does not exist. streamd creates no file
+// through a symlink (it creates one exclusively, which a symlink at the
+// path fails), whatever create says: run waits for the file to appear, as
+// for a missing file with create = false.
+func danglingLink(s conf.Stream, target string) error {
+	dir := filepath.Dir(target)
+	what, fix := "which does not exist", "create it (streamd publish --file="+target+" does)"
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		what, fix = "whose directory "+dir+" does not exist", "create the directory and the stream file in it"
+	}
+	return fmt.Errorf("stream %q: %s is a symlink to %s, %s: streamd does not create a stream file through a symlink, and waits for one there; %s, or point the symlink at the stream file", s.Name, s.Path, target, what, fix)
 }
 
 // checkCreate checks that a may create the missing stream file of s.

@@ -35,8 +35,17 @@ func TestCheckStream(t *testing.T) {
 	os.WriteFile(notSS, []byte(strings.Repeat("root:x:0:0:root:/root:/bin/bash\n", 4)), 0o644)
 	empty := filepath.Join(dir, "empty.ss")
 	os.WriteFile(empty, nil, 0o644)
+	// Symlinks to a file that is not there, which streamd does not create
+	// through them: to a missing directory, to a missing file, and to
+	// such a symlink; and a relative one to the stream file.
+	noDir, noFile, chain, good := filepath.Join(dir, "nodir.ss"), filepath.Join(dir, "nofile.ss"), filepath.Join(dir, "chain.ss"), filepath.Join(dir, "good.ss")
+	os.Symlink(filepath.Join(dir, "none", "x.ss"), noDir)
+	os.Symlink("x.ss", noFile)
+	os.Symlink("nofile.ss", chain)
+	os.Symlink("orders.ss", good)
 	root := Account{Name: "root"}
 	nobody := Account{Name: "nobody", UID: 65534, GIDs: []int{65534}}
+	const noLink = ": streamd does not create a stream file through a symlink, and waits for one there; "
 	for _, tc := range []struct {
 		name   string
 		path   string
@@ -44,6 +53,11 @@ func TestCheckStream(t *testing.T) {
 		who    Account
 		want   string // "" passes
 	}{
+		{"symlink to the stream file", good, false, root, ""},
+		{"symlink, missing directory", noDir, true, root, `stream "s": ` + noDir + " is a symlink to " + filepath.Join(dir, "none", "x.ss") + ", whose directory " + filepath.Join(dir, "none") + " does not exist" + noLink + "create the directory and the stream file in it, or point the symlink at the stream file"},
+		{"symlink, missing file", noFile, true, root, `stream "s": ` + noFile + " is a symlink to " + filepath.Join(dir, "x.ss") + ", which does not exist" + noLink + "create it (streamd publish --file=" + filepath.Join(dir, "x.ss") + " does), or point the symlink at the stream file"},
+		{"symlink, create = false", noFile, false, root, `stream "s": ` + noFile + " is a symlink to " + filepath.Join(dir, "x.ss") + ", which does not exist"},
+		{"symlink to a symlink", chain, true, root, `stream "s": ` + chain + " is a symlink to " + filepath.Join(dir, "x.ss") + ", which does not exist"},
 		{"stream file", stream, false, root, ""},
 		{"missing, created", filepath.Join(dir, "new.ss"), true, root, ""},
 		{"empty, created", empty, true, root, ""},
