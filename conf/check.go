@@ -61,9 +61,8 @@ func (l *loader) validate(cfg *Config) {
 		l.unused(root.k("stream"), "a pipe stage reads stdin and writes stdout, not stream files")
 	}
 	l.positive(root.k("shutdown_timeout"), cfg.ShutdownTimeout)
-	cfg.Log.Level = strings.ToLower(cfg.Log.Level) // as --log.level: WARN is warn
-	l.oneOf(root.k("log").k("level"), cfg.Log.Level, "debug", "info", "warn", "error")
-	l.oneOf(root.k("log").k("format"), cfg.Log.Format, "auto", "text", "json")
+	l.oneOf(root.k("log").k("level"), &cfg.Log.Level, "debug", "info", "warn", "error")
+	l.oneOf(root.k("log").k("format"), &cfg.Log.Format, "auto", "text", "json")
 	if p := root.k("metrics").k("listen"); cfg.Metrics.Listen != "" {
 		l.hostPort(p, cfg.Metrics.Listen)
 	}
@@ -177,7 +176,7 @@ func (l *loader) checkSubscription(p keyPath, s *Subscription, streams, names ma
 			l.errorf(p.k("replay"), "start_at = %q leaves nothing to replay", s.StartAt)
 		}
 		l.unused(p.k("on_invalid"), "it is for invalid stdin lines of a pipe stage (is this streamd pipe's file? check-config --mode=pipe checks it as one)")
-		l.oneOf(p.k("on_corrupt"), s.OnCorrupt, "skip", "stop")
+		l.oneOf(p.k("on_corrupt"), &s.OnCorrupt, "skip", "stop")
 	case ModePipe:
 		l.unused(p.k("stream"), "a pipe stage reads stdin")
 		l.unused(p.k("start_at"), "a pipe stage cannot seek")
@@ -185,7 +184,7 @@ func (l *loader) checkSubscription(p keyPath, s *Subscription, streams, names ma
 		l.unused(p.k("on_corrupt"), "stdin has no checksums; see on_invalid")
 		l.unused(p.k("renamed_from"), "a stage's copies leave on stdout under out_retry, which names no subscription")
 		l.unused(p.k("concurrency"), "a stage hands its handler one stdin line at a time")
-		l.oneOf(p.k("on_invalid"), s.OnInvalid, "skip", "fail")
+		l.oneOf(p.k("on_invalid"), &s.OnInvalid, "skip", "fail")
 		if !l.has(p.k("out_retry")) {
 			dest := "<key>"
 			if keyOK && streamfile.ValidKey(s.Key+".retry") == nil {
@@ -225,7 +224,7 @@ func (l *loader) checkSubscription(p keyPath, s *Subscription, streams, names ma
 	if p := p.k("max_retry_after"); time.Duration(s.MaxRetryAfter) > maxRetryAfterLimit {
 		l.errorf(p, "must be at most %s (ten years), not %s: a delayed copy is kept for that long at most", maxRetryAfterLimit, time.Duration(s.MaxRetryAfter))
 	}
-	l.oneOf(p.k("log_unsupported"), s.LogUnsupported, "first", "every", "off")
+	l.oneOf(p.k("log_unsupported"), &s.LogUnsupported, "first", "every", "off")
 	l.checkHandler(p.k("handler"), &s.Handler, s.Key)
 }
 
@@ -241,8 +240,8 @@ func (l *loader) checkHandler(p keyPath, h *Handler, key string) {
 	known := false
 	for _, k := range handlerKinds {
 		kinds = append(kinds, k.kind)
-		if k.kind == h.Kind {
-			options, known = k.options, true
+		if strings.EqualFold(k.kind, h.Kind) { // a value, matched as oneOf matches
+			h.Kind, options, known = k.kind, k.options, true
 		}
 	}
 	switch kp := p.k("kind"); {
@@ -271,7 +270,7 @@ func (l *loader) checkHandler(p keyPath, h *Handler, key string) {
 	case HandlerExec:
 		l.checkExec(p, h)
 	case HandlerStdout:
-		l.oneOf(p.k("format"), h.Format, "log", "ndjson")
+		l.oneOf(p.k("format"), &h.Format, "log", "ndjson")
 	case HandlerNATS:
 		l.checkNATS(p, h, key)
 	}
@@ -562,11 +561,18 @@ func (l *loader) atLeast(p keyPath, d Duration, least time.Duration, why string)
 	}
 }
 
-// oneOf checks that a string the file sets is one of values.
-func (l *loader) oneOf(p keyPath, v string, values ...string) {
-	if l.has(p) && !slices.Contains(values, v) {
-		l.errorf(p, "unknown value %q: use %s", v, orList(values))
+// oneOf checks that a string the file sets is one of values, which are
+// lower case, and makes it lower case: values are matched whatever their
+// case, as --log.level matches WARN, and only keys are case-sensitive.
+func (l *loader) oneOf(p keyPath, v *string, values ...string) {
+	if !l.has(p) {
+		return
 	}
+	if lower := strings.ToLower(*v); slices.Contains(values, lower) {
+		*v = lower
+		return
+	}
+	l.errorf(p, "unknown value %q: use %s", *v, orList(values))
 }
 
 // unused reports a key the file sets that the mode does not use.

@@ -839,3 +839,47 @@ func TestStreamHint(t *testing.T) {
 		}
 	}
 }
+
+// TestEnumValuesAnyCase: every key that takes one of a list of words takes
+// it in any case, as [log] level and --log.level do, and is given it in
+// lower case; a word not in the list is refused naming the list.
+func TestEnumValuesAnyCase(t *testing.T) {
+	const stream = "state_dir = \"/var/lib/streamd\"\n[[stream]]\nname = \"s\"\npath = \"/srv/s.ss\"\n"
+	const sub = "[[subscription]]\nname = \"a\"\nkey = \"k\"\n"
+	for _, tc := range []struct {
+		name string
+		mode Mode
+		src  string
+		got  func(*Config) string
+		want string // the value loaded, or the error
+	}{
+		{"log.level", ModeRun, "log.level = \"WARN\"\n" + stream + sub + "stream = \"s\"\nhandler.kind = \"discard\"\n",
+			func(c *Config) string { return c.Log.Level }, "warn"},
+		{"log.format", ModeRun, "log.format = \"JSON\"\n" + stream + sub + "stream = \"s\"\nhandler.kind = \"discard\"\n",
+			func(c *Config) string { return c.Log.Format }, "json"},
+		{"log_unsupported", ModeRun, stream + sub + "stream = \"s\"\nlog_unsupported = \"OFF\"\nhandler.kind = \"discard\"\n",
+			func(c *Config) string { return c.Subscriptions[0].LogUnsupported }, "off"},
+		{"on_corrupt", ModeRun, stream + sub + "stream = \"s\"\non_corrupt = \"Stop\"\nhandler.kind = \"discard\"\n",
+			func(c *Config) string { return c.Subscriptions[0].OnCorrupt }, "stop"},
+		{"on_invalid", ModePipe, sub + "out_retry = \"k.retry\"\non_invalid = \"FAIL\"\nhandler.kind = \"discard\"\n",
+			func(c *Config) string { return c.Subscriptions[0].OnInvalid }, "fail"},
+		{"handler.format", ModeRun, stream + sub + "stream = \"s\"\nhandler.kind = \"stdout\"\nhandler.format = \"NDJSON\"\n",
+			func(c *Config) string { return c.Subscriptions[0].Handler.Format }, "ndjson"},
+		{"handler.kind", ModeRun, stream + sub + "stream = \"s\"\nhandler.kind = \"Exec\"\nhandler.command = [\"x\"]\n",
+			func(c *Config) string { return c.Subscriptions[0].Handler.Kind }, "exec"},
+		{"unknown", ModeRun, stream + sub + "stream = \"s\"\nlog_unsupported = \"Never\"\nhandler.kind = \"discard\"\n",
+			nil, `test.toml:9: subscription[0].log_unsupported: unknown value "Never": use first, every or off`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := parse("test.toml", "/etc/streamd", tc.src, tc.mode)
+			switch {
+			case tc.got == nil && (err == nil || err.Error() != tc.want):
+				t.Errorf("error %v, want %q", err, tc.want)
+			case tc.got != nil && err != nil:
+				t.Errorf("refused: %v", err)
+			case tc.got != nil && tc.got(cfg) != tc.want:
+				t.Errorf("loaded %q, want %q", tc.got(cfg), tc.want)
+			}
+		})
+	}
+}
