@@ -74,10 +74,15 @@ func (l *loader) validate(cfg *Config) {
 	}
 
 	streams := map[string]keyPath{}
+	var unnamed []keyPath // [[stream]] tables without a name, which streams cannot list
 	if l.mode == ModeRun {
 		files := map[string]keyPath{}
 		for i := range cfg.Streams {
-			l.checkStream(root.k("stream").i(i), &cfg.Streams[i], streams, files)
+			p := root.k("stream").i(i)
+			l.checkStream(p, &cfg.Streams[i], streams, files)
+			if !l.has(p.k("name")) {
+				unnamed = append(unnamed, p)
+			}
 		}
 	}
 	if len(cfg.Subscriptions) == 0 {
@@ -85,7 +90,7 @@ func (l *loader) validate(cfg *Config) {
 	}
 	names := map[string]keyPath{}
 	for i := range cfg.Subscriptions {
-		l.checkSubscription(root.k("subscription").i(i), &cfg.Subscriptions[i], streams, names)
+		l.checkSubscription(root.k("subscription").i(i), &cfg.Subscriptions[i], streams, unnamed, names)
 	}
 	if l.mode == ModePipe {
 		l.sameOnInvalid(root.k("subscription"), cfg.Subscriptions)
@@ -111,22 +116,38 @@ func (l *loader) sameOnInvalid(p keyPath, subs []Subscription) {
 }
 
 // streamHint names the stream that an unknown stream name was probably
-// meant to be, or else the streams there are.
-func streamHint(name string, streams map[string]keyPath) string {
+// meant to be, or else the streams there are, and where the [[stream]]
+// tables of unnamed are, which have no name (reported at their own line):
+// the stream meant may be one of them.
+func (l *loader) streamHint(name string, streams map[string]keyPath, unnamed []keyPath) string {
 	known := slices.Sorted(maps.Keys(streams))
 	for _, s := range known {
 		if limit := max(1, len(name)/4); abs(len(s)-len(name)) <= limit && editDistance(s, name) <= limit {
 			return fmt.Sprintf("; did you mean %q?", s)
 		}
 	}
-	if len(known) == 0 {
+	var hint string
+	switch {
+	case len(known) > 0:
+		quoted := make([]string, len(known))
+		for i, s := range known {
+			quoted[i] = strconv.Quote(s)
+		}
+		hint = "; the streams are " + strings.Join(quoted, ", ")
+	case len(unnamed) == 0:
 		return "; there is no [[stream]] table"
 	}
-	quoted := make([]string, len(known))
-	for i, s := range known {
-		quoted[i] = strconv.Quote(s)
+	if len(unnamed) == 0 {
+		return hint
 	}
-	return "; the streams are " + strings.Join(quoted, ", ")
+	places := make([]string, len(unnamed))
+	for i, p := range unnamed {
+		places[i] = fmt.Sprintf("%s:%d", l.file, l.lines.line(p))
+	}
+	if len(places) == 1 {
+		return hint + "; the [[stream]] table at " + places[0] + " has no name: set its name"
+	}
+	return hint + "; the [[stream]] tables at " + andList(places) + " have no name: set their names"
 }
 
 func (l *loader) checkStream(p keyPath, s *Stream, streams, files map[string]keyPath) {
@@ -153,7 +174,7 @@ func (l *loader) checkStream(p keyPath, s *Stream, streams, files map[string]key
 	}
 }
 
-func (l *loader) checkSubscription(p keyPath, s *Subscription, streams, names map[string]keyPath) {
+func (l *loader) checkSubscription(p keyPath, s *Subscription, streams map[string]keyPath, unnamed []keyPath, names map[string]keyPath) {
 	l.name(p.k("name"), s.Name, "subscription", names)
 	for i, old := range s.RenamedFrom {
 		l.name(p.k("renamed_from").i(i), old, "former subscription", names)
@@ -170,7 +191,7 @@ func (l *loader) checkSubscription(p keyPath, s *Subscription, streams, names ma
 		case !l.has(q):
 			l.errorf(q, "required: the name of the [[stream]] to read")
 		case streams[s.Stream] == nil:
-			l.errorf(q, "no [[stream]] is named %q%s", s.Stream, streamHint(s.Stream, streams))
+			l.errorf(q, "no [[stream]] is named %q%s", s.Stream, l.streamHint(s.Stream, streams, unnamed))
 		}
 		if s.Replay && s.StartAt.IsEnd() {
 			l.errorf(p.k("replay"), "start_at = %q leaves nothing to replay", s.StartAt)

@@ -141,7 +141,7 @@ F:32: subscription[2].handler.command: not an option of the discard handler, whi
 		{"names", ModeRun, `F:3: stream[0].name: required: the stream's name
 F:7: stream[1].name: stream name "new orders": use 1 to 64 characters of A-Z a-z 0-9 . _ -
 F:10: subscription[0].name: required: the subscription's name
-F:11: subscription[0].stream: no [[stream]] is named "orders"; the streams are "new orders"
+F:11: subscription[0].stream: no [[stream]] is named "orders"; the streams are "new orders"; the [[stream]] table at testdata/config/names.bad.toml:3 has no name: set its name
 F:15: subscription[1].key: required: the stream key to read
 F:16: subscription[1].name: subscription name "billing/eu": use 1 to 64 characters of A-Z a-z 0-9 . _ -
 F:20: subscription[2].handler.kind: required: use http, exec, stdout, discard or nats
@@ -820,22 +820,32 @@ func TestStateDir(t *testing.T) {
 	}
 }
 
+// TestStreamHint: an unknown stream name is answered with the name meant,
+// or the names there are, and the place of each [[stream]] table without
+// a name, rather than "there is no [[stream]] table" when one is there.
 func TestStreamHint(t *testing.T) {
+	l := &loader{file: "f.toml", lines: lineMap{"stream[0]": 3, "stream[2]": 9}}
+	unnamed := []keyPath{keyPath{}.k("stream").i(0)}
+	both := append(unnamed, keyPath{}.k("stream").i(2))
 	for _, tc := range []struct {
 		name    string
 		streams []string
+		unnamed []keyPath
 		want    string
 	}{
-		{"order", []string{"payments", "orders"}, `; did you mean "orders"?`},
-		{"billing", []string{"payments", "orders"}, `; the streams are "orders", "payments"`},
-		{"orders", nil, "; there is no [[stream]] table"},
+		{"order", []string{"payments", "orders"}, unnamed, `; did you mean "orders"?`},
+		{"billing", []string{"payments", "orders"}, nil, `; the streams are "orders", "payments"`},
+		{"orders", nil, nil, "; there is no [[stream]] table"},
+		{"orders", nil, unnamed, "; the [[stream]] table at f.toml:3 has no name: set its name"},
+		{"orders", nil, both, "; the [[stream]] tables at f.toml:3 and f.toml:9 have no name: set their names"},
+		{"billing", []string{"orders"}, unnamed, `; the streams are "orders"; the [[stream]] table at f.toml:3 has no name: set its name`},
 	} {
 		streams := map[string]keyPath{}
 		for _, s := range tc.streams {
 			streams[s] = keyPath{}
 		}
-		if got := streamHint(tc.name, streams); got != tc.want {
-			t.Errorf("streamHint(%q, %q) = %q, want %q", tc.name, tc.streams, got, tc.want)
+		if got := l.streamHint(tc.name, streams, tc.unnamed); got != tc.want {
+			t.Errorf("streamHint(%q, %q, %v) = %q, want %q", tc.name, tc.streams, tc.unnamed, got, tc.want)
 		}
 	}
 }
