@@ -548,9 +548,11 @@ func (l *loader) filePath(p keyPath, path string) string {
 	return filepath.Clean(path)
 }
 
-// hostPort checks a listen address.
+// hostPort checks a listen address: its host must be empty (every
+// address), an IP address or a host name. Whether a name resolves is left
+// to check-config --handlers (daemon's checkListen): Load reads no network.
 func (l *loader) hostPort(p keyPath, addr string) {
-	_, port, err := net.SplitHostPort(addr)
+	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		l.errorf(p, "%q is not host:port, as in 127.0.0.1:9464", addr)
 		return
@@ -558,6 +560,28 @@ func (l *loader) hostPort(p keyPath, addr string) {
 	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
 		l.errorf(p, "port %q is not a number from 1 to 65535", port)
 	}
+	if ip, _, _ := strings.Cut(host, "%"); host != "" && net.ParseIP(ip) == nil && !hostName(host) {
+		l.errorf(p, "host %q is neither an IP address nor a host name: streamd could not listen there; write an address of this machine, as in 127.0.0.1:9464 or [::1]:9464, or its name", host)
+	}
+}
+
+// hostName reports whether s is a DNS host name: dot-separated labels of
+// 1 to 63 letters, digits, hyphens (not first or last) and underscores, at
+// most 253 bytes without a trailing dot, the last label not all digits
+// (999.1.1.1 is a mistyped IP address, which a lookup cannot find).
+func hostName(s string) bool {
+	s = strings.TrimSuffix(s, ".")
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	labels := strings.Split(s, ".")
+	for _, label := range labels {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' ||
+			strings.ContainsFunc(label, func(r rune) bool { return !nameRune(r) || r == '.' }) {
+			return false
+		}
+	}
+	return strings.ContainsFunc(labels[len(labels)-1], func(r rune) bool { return r < '0' || r > '9' })
 }
 
 // positive checks that a duration the file sets is more than zero.

@@ -112,6 +112,27 @@ func (c *Config) HandlerPlace(subscription, option string) string {
 	return c.keys.file
 }
 
+// Place returns where the configuration file writes the key at the path
+// keys ("state_dir"; "metrics", "listen"), as "path:line", like [Load]'s
+// messages, for a message about its value that is found wrong only on
+// this machine (a host name that does not resolve): the line of the table holding
+// the key when the file does not write it, "" when it writes neither (the
+// value came from the environment or is a default) or for a Config not
+// loaded from a file.
+func (c *Config) Place(keys ...string) string {
+	if c.keys == nil {
+		return ""
+	}
+	p := keyPath{}
+	for _, k := range keys {
+		p = p.k(k)
+	}
+	if line := c.keys.lines.line(p); line > 0 {
+		return fmt.Sprintf("%s:%d", c.keys.file, line)
+	}
+	return ""
+}
+
 // Log is the [log] table.
 type Log struct {
 	// Level is debug, info (default), warn or error.

@@ -893,3 +893,39 @@ func TestEnumValuesAnyCase(t *testing.T) {
 		})
 	}
 }
+
+// TestListenHost: the metrics listen host must be empty, an IP address or
+// a host name; a mistyped address, which no lookup finds and on which run
+// would stop, is refused at the key.
+func TestListenHost(t *testing.T) {
+	const rest = "state_dir = \"/var/lib/streamd\"\n[[stream]]\nname = \"s\"\npath = \"/srv/s.ss\"\n[[subscription]]\nname = \"a\"\nstream = \"s\"\nkey = \"k\"\nhandler.kind = \"discard\"\n"
+	const refused = ": streamd could not listen there; write an address of this machine, as in 127.0.0.1:9464 or [::1]:9464, or its name"
+	for _, tc := range []struct {
+		listen string
+		want   string // "" loads
+	}{
+		{":9464", ""},
+		{"127.0.0.1:9464", ""},
+		{"[::1]:9464", ""},
+		{"[fe80::1%eth0]:9464", ""},
+		{"localhost:9464", ""},
+		{"metrics.example.org.:9464", ""},
+		{"host_1:9464", ""},
+		{"999.1.1.1:9464", `host "999.1.1.1" is neither an IP address nor a host name` + refused},
+		{"10.0.0:9464", `host "10.0.0" is neither an IP address nor a host name` + refused},
+		{"bad host:9464", `host "bad host" is neither an IP address nor a host name` + refused},
+		{"-x.example:9464", `host "-x.example" is neither an IP address nor a host name` + refused},
+		{"a..b:9464", `host "a..b" is neither an IP address nor a host name` + refused},
+		{strings.Repeat("a", 64) + ".example:9464", `host "` + strings.Repeat("a", 64) + `.example" is neither an IP address nor a host name` + refused},
+	} {
+		t.Run(tc.listen, func(t *testing.T) {
+			_, err := parse("test.toml", "/etc/streamd", rest+fmt.Sprintf("[metrics]\nlisten = %q\n", tc.listen), ModeRun)
+			switch want := "test.toml:11: metrics.listen: " + tc.want; {
+			case tc.want == "" && err != nil:
+				t.Errorf("refused: %v", err)
+			case tc.want != "" && (err == nil || err.Error() != want):
+				t.Errorf("error:\n%v\nwant:\n%s", err, want)
+			}
+		})
+	}
+}

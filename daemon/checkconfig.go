@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 
 	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/handler"
@@ -75,7 +76,7 @@ func (c ConfigCheck) Run() (ConfigReport, error) {
 		r.Files = errors.Join(r.Files, checkUserFiles(cfg, c.Path, c.Handlers, r.Account))
 	}
 	if c.Handlers {
-		r.Handlers = errors.Join(handler.Check(cfg), metrics.CheckWebConfig(cfg.Metrics.WebConfigFile))
+		r.Handlers = errors.Join(handler.Check(cfg), checkListen(cfg, net.ResolveTCPAddr), metrics.CheckWebConfig(cfg.Metrics.WebConfigFile))
 	}
 	return r, nil
 }
@@ -99,4 +100,23 @@ func (r ConfigReport) Print(out, errw io.Writer, path string) bool {
 	}
 	fmt.Fprintf(out, "streamd: configuration file %s is valid\n", path)
 	return true
+}
+
+// checkListen resolves the host of the metrics listen address of cfg with
+// resolve (net.ResolveTCPAddr; a fake in tests), as run does before it
+// listens there, without opening the port: a name that does not resolve
+// stops run at its start. [conf.Load] checks only that the host is an IP
+// address or a name, reading no network.
+func checkListen(cfg *conf.Config, resolve func(network, addr string) (*net.TCPAddr, error)) error {
+	if cfg.Metrics.Listen == "" {
+		return nil
+	}
+	if _, err := resolve("tcp", cfg.Metrics.Listen); err != nil {
+		err = fmt.Errorf("metrics.listen: %w: streamd run could not listen there; use an address of this machine, as in 127.0.0.1:9464, or a name that resolves to one", err)
+		if place := cfg.Place("metrics", "listen"); place != "" {
+			return fmt.Errorf("%s: %w", place, err)
+		}
+		return err
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package daemon
 import (
 	"errors"
 	"io/fs"
+	"net"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -75,6 +76,54 @@ handler = { kind = "exec", command = ["/nonexistent/run-job"] }
 			}
 			if _, ok := errors.AsType[*fs.PathError](r.Load); ok != tc.unreadable {
 				t.Errorf("Load %v is a *fs.PathError: %v, want %v", r.Load, ok, tc.unreadable)
+			}
+		})
+	}
+}
+
+// TestCheckListen: check-config --handlers resolves the host of the
+// metrics listen address as run does before it listens, and says at the
+// key why run could not listen there; the resolver is a fake.
+func TestCheckListen(t *testing.T) {
+	dir := t.TempDir()
+	rest := "state_dir = \"state\"\n[[stream]]\nname = \"orders\"\npath = \"orders.ss\"\n[[subscription]]\nname = \"jobs\"\nstream = \"orders\"\nkey = \"jobs\"\nhandler.kind = \"discard\"\n"
+	notFound := &net.DNSError{Err: "no such host", Name: "metrics.invalid", IsNotFound: true}
+	const fix = ": streamd run could not listen there; use an address of this machine, as in 127.0.0.1:9464, or a name that resolves to one"
+	for _, tc := range []struct {
+		name    string
+		metrics string // the [metrics] table, "" for none
+		err     error  // what the fake resolver answers
+		asked   string // the address resolved, "" for none
+		want    string // the error, after the file's path; "" for nil
+	}{
+		{"resolves", "[metrics]\nlisten = \"metrics.example:9464\"\n", nil, "metrics.example:9464", ""},
+		{"no listener", "[metrics]\nlisten = \"\"\n", notFound, "", ""},
+		{"not found", "[metrics]\nlisten = \"metrics.invalid:9464\"\n", notFound, "metrics.invalid:9464", ":11: metrics.listen: lookup metrics.invalid: no such host" + fix},
+		{"the default", "", notFound, "127.0.0.1:9464", "metrics.listen: lookup metrics.invalid: no such host" + fix},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := writeFile(t, dir, "streamd.toml", rest+tc.metrics)
+			cfg, err := conf.Load(path, conf.ModeRun)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var asked string
+			err = checkListen(cfg, func(network, addr string) (*net.TCPAddr, error) {
+				asked = addr
+				return nil, tc.err
+			})
+			if asked != tc.asked {
+				t.Errorf("resolved %q, want %q", asked, tc.asked)
+			}
+			want := tc.want
+			if strings.HasPrefix(want, ":") {
+				want = path + want
+			}
+			if !hasPrefix(err, want) || err != nil && err.Error() != want {
+				t.Errorf("error:\n%v\nwant:\n%s", err, want)
+			}
+			if tc.err != nil && err != nil && !errors.Is(err, tc.err) {
+				t.Errorf("error %v does not wrap %v", err, tc.err)
 			}
 		})
 	}
