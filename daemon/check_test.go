@@ -125,25 +125,37 @@ func TestWritableStateDir(t *testing.T) {
 		{"statfs fails", "/srv/state", "/srv/state", 0, syscall.EIO, "state directory: statfs /srv/state: input/output error"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var asked string
-			statfs := func(p string, st *unix.Statfs_t) error {
-				asked = p
-				st.Flags = tc.flags
-				return tc.err
-			}
-			err := writableStateDir(tc.dir, tc.existing, statfs)
-			if asked != tc.existing {
-				t.Errorf("statfs of %s, want of %s", asked, tc.existing)
-			}
-			switch {
-			case tc.want == "" && err != nil:
-				t.Errorf("refused: %v", err)
-			case tc.want != "" && (err == nil || err.Error() != tc.want):
-				t.Errorf("error:\n%v\nwant:\n%s", err, tc.want)
-			case tc.err != nil && !errors.Is(err, tc.err):
-				t.Errorf("error %v does not wrap %v", err, tc.err)
-			}
+			checkStatfs(t, tc.flags, tc.err, tc.existing, tc.want, func(statfs statfsFunc) error {
+				return writableStateDir(tc.dir, tc.existing, statfs)
+			})
 		})
+	}
+}
+
+// statfsFunc is unix.Statfs, or a fake of it.
+type statfsFunc = func(string, *unix.Statfs_t) error
+
+// checkStatfs runs check with a fake statfs that reports the mount flags,
+// or fails with fail, and checks that check asked it of path and returned
+// want ("" for nil), wrapping fail.
+func checkStatfs(t *testing.T, flags int64, fail error, path, want string, check func(statfsFunc) error) {
+	t.Helper()
+	var asked string
+	err := check(func(p string, st *unix.Statfs_t) error {
+		asked = p
+		st.Flags = flags
+		return fail
+	})
+	if asked != path {
+		t.Errorf("statfs of %s, want of %s", asked, path)
+	}
+	switch {
+	case want == "" && err != nil:
+		t.Errorf("refused: %v", err)
+	case want != "" && (err == nil || err.Error() != want):
+		t.Errorf("error:\n%v\nwant:\n%s", err, want)
+	case fail != nil && !errors.Is(err, fail):
+		t.Errorf("error %v does not wrap %v", err, fail)
 	}
 }
 
@@ -171,24 +183,9 @@ func TestWritableMount(t *testing.T) {
 		{"statfs fails", false, 0, syscall.EIO, `stream "s": statfs ` + path + ": input/output error"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var asked string
-			statfs := func(p string, st *unix.Statfs_t) error {
-				asked = p
-				st.Flags = tc.flags
-				return tc.err
-			}
-			err := writableMount(conf.Stream{Name: "s", Path: path, Create: tc.create}, tc.create, statfs)
-			if want := map[bool]string{false: path, true: dir}[tc.create]; asked != want {
-				t.Errorf("statfs of %s, want of %s", asked, want)
-			}
-			switch {
-			case tc.want == "" && err != nil:
-				t.Errorf("refused: %v", err)
-			case tc.want != "" && (err == nil || err.Error() != tc.want):
-				t.Errorf("error:\n%v\nwant:\n%s", err, tc.want)
-			case tc.err != nil && !errors.Is(err, tc.err):
-				t.Errorf("error %v does not wrap %v", err, tc.err)
-			}
+			checkStatfs(t, tc.flags, tc.err, map[bool]string{false: path, true: dir}[tc.create], tc.want, func(statfs statfsFunc) error {
+				return writableMount(conf.Stream{Name: "s", Path: path, Create: tc.create}, tc.create, statfs)
+			})
 		})
 	}
 }
