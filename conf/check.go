@@ -94,6 +94,59 @@ func (l *loader) validate(cfg *Config) {
 	}
 	if l.mode == ModePipe {
 		l.sameOnInvalid(root.k("subscription"), cfg.Subscriptions)
+	} else {
+		l.deadLetterCycles(root.k("subscription"), cfg.Subscriptions)
+	}
+}
+
+// deadLetterCycles refuses subscriptions of one stream whose dead letters
+// come back to them through others: each reads the key the one before it
+// dead-letters to. A record their handlers keep failing would go round
+// for ever, dead-lettered at once at each hop, its retry count past every
+// cap. It is said once, at the dead_letter of the first subscription of
+// the round; one that dead-letters to its own key is refused where it is
+// checked.
+func (l *loader) deadLetterCycles(p keyPath, subs []Subscription) {
+	type streamKey struct{ stream, key string }
+	readers := map[streamKey][]int{}
+	for i, s := range subs {
+		k := streamKey{s.Stream, s.Key}
+		readers[k] = append(readers[k], i)
+	}
+	said := map[int]bool{}
+	for i, s := range subs {
+		if s.DeadLetter == "" || s.DeadLetter == s.Key || said[i] {
+			continue
+		}
+		// The keys the dead letters of subscription i reach, each with
+		// the subscription whose dead letters reach it first.
+		from := map[string]int{s.DeadLetter: i}
+		queue := []string{s.DeadLetter}
+		for len(queue) > 0 {
+			k := queue[0]
+			queue = queue[1:]
+			for _, j := range readers[streamKey{s.Stream, k}] {
+				d := subs[j].DeadLetter
+				if _, seen := from[d]; d != "" && d != k && !seen {
+					from[d] = j
+					queue = append(queue, d)
+				}
+			}
+			if _, back := from[s.Key]; back {
+				break
+			}
+		}
+		j, back := from[s.Key]
+		if !back {
+			continue
+		}
+		round := []string{s.Name}
+		for ; j != i; j = from[subs[j].Key] {
+			said[j] = true
+			round = slices.Insert(round, 1, subs[j].Name)
+		}
+		l.errorf(p.i(i).k("dead_letter"), "%q is read by subscription %q, and the dead letters go round (subscriptions %s, then %q again) on stream %q: a record their handlers keep failing would be dead-lettered at each of them at once, for ever; end the chain at a key no subscription of the stream reads",
+			s.DeadLetter, round[1], strings.Join(round, ", "), s.Name, s.Stream)
 	}
 }
 

@@ -110,6 +110,7 @@ F:35: subscription[2].handler.batch_max_records: not an option of the exec handl
 F:45: subscription[3].handler.batch_max_records: must be from 1 to 10000, not 0; leave it out to hand the handler one record at a time`},
 		{"pipe-batch", ModePipe, `F:8: subscription[0].handler.batch_max_records: not used by streamd pipe: a stage hands each record to its handler on its own`},
 		{"pipe-stdout", ModePipe, `F:6: subscription[0].handler.kind: streamd pipe cannot use the stdout handler: stdout carries the stage's output`},
+		{"dead-letter-round", ModeRun, `F:16: subscription[0].dead_letter: "orders.dead" is read by subscription "redrive", and the dead letters go round (subscriptions main, redrive, back, then "main" again) on stream "orders": a record their handlers keep failing would be dead-lettered at each of them at once, for ever; end the chain at a key no subscription of the stream reads`},
 		{"replay-end", ModeRun, `F:11: subscription[0].replay: start_at = "end" leaves nothing to replay`},
 		{"run-keys", ModeRun, `F:2: max_delayed_mib: not used by streamd run: delayed copies wait in the retry spool on disk (a pipe stage's key: is this streamd pipe's file? check-config --mode=pipe checks it as one)
 F:12: subscription[0].dead_letter: "orders" is the key the subscription reads: its dead letters would come back to it
