@@ -413,6 +413,7 @@ func (s *settler) redeliver(ctx context.Context, d *handler.Delivery, delay time
 			}
 			s.logger.Warn("retry attempts exhausted; publishing the delivery to the dead-letter destination",
 				"key", d.Key, "seq", d.Seq, "attempt", attempt, "dead_letter", s.deadLetter)
+			s.deadLetterRound(d)
 			return nil
 		}
 		s.logger.Warn("retry attempts exhausted and no dead-letter destination is declared; rejecting the delivery",
@@ -422,7 +423,11 @@ func (s *settler) redeliver(ctx context.Context, d *handler.Delivery, delay time
 		s.metrics.Rejects.Inc()
 		return nil
 	case s.maxAttempts == 0 && s.deadLetter != "":
-		return s.deadLetterCopy(ctx, d)
+		if err := s.deadLetterCopy(ctx, d); err != nil {
+			return err
+		}
+		s.deadLetterRound(d)
+		return nil
 	}
 	if err := s.retryCopy(ctx, d, delay); err != nil {
 		return err
@@ -440,6 +445,21 @@ func (s *settler) redeliver(ctx context.Context, d *handler.Delivery, delay time
 // to every copy of its own does, grows the stream with copies while the
 // lag, the spool and /healthz look fine.
 const loopAttempts = 100
+
+// deadLetterRound counts the dead letter just written of d as a retry
+// loop's (streamd_retry_loop_copies_total, msgDeadLetterRound) when d came
+// past its 100th attempt and past the cap: a dead letter that comes round
+// to a subscription again through others (their dead_letter keys, across
+// daemons: one configuration refuses a round), as a record their handlers
+// keep failing does, for ever, dead-lettered at each hop at once.
+func (s *settler) deadLetterRound(d *handler.Delivery) {
+	if d.Attempt >= loopAttempts && d.Attempt > uint64(s.maxAttempts) {
+		s.metrics.LoopCopies.Inc()
+		s.loopLog.Warn(s.logger, msgDeadLetterRound, "key", d.Key, "seq", d.Seq, "attempt", d.Attempt, "dead_letter", s.deadLetter)
+	}
+}
+
+const msgDeadLetterRound = "a record past its 100th attempt and past max_attempts was dead-lettered: its dead letters come round through other subscriptions (dead_letter keys that lead back to this one's), dead-lettered at each at once; end the chain at a key no subscription reads"
 
 const msgRetryLoop = "a record was retried 100 times or more, and no max_attempts ends its copies: a handler that retries it for good makes the stream grow with copies (declare max_attempts, or fix what the handler retries)"
 

@@ -399,6 +399,23 @@ func TestSettle(t *testing.T) {
 		logs:    []wantLog{l6(map[string]string{"max_attempts": "200"})},
 		metrics: map[string]float64{"retry_after": 1, "appended": 1},
 	}, {
+		name: "a dead letter at attempt 100 under a cap of 100 is no loop's", sub: settleSub{maxAttempts: 100, deadLetter: "orders.dead"}, headers: envelope.Headers{count("99")},
+		outcomes: []handler.Outcome{retryAfter(d)}, seen: []string{"99"}, copies: []wantCopy{{"orders.dead", "100", 0, ""}},
+		logs:    []wantLog{l6(map[string]string{"max_attempts": "100", "dead_letter": "orders.dead"}), l2("100")},
+		metrics: map[string]float64{"retry_after": 1, "dead_letters": 1},
+	}, {
+		name: "a dead letter of a record come past its 100th attempt and the cap goes round: counted and logged", sub: capped, headers: envelope.Headers{count("149")},
+		outcomes: []handler.Outcome{retryAfter(d)}, seen: []string{"149"}, copies: []wantCopy{{"orders.dead", "150", 0, ""}},
+		logs: []wantLog{l6(map[string]string{"max_attempts": "3", "dead_letter": "orders.dead"}), l2("150"),
+			{slog.LevelWarn, msgDeadLetterRound, map[string]string{"subscription": "billing", "attempt": "150", "dead_letter": "orders.dead"}}},
+		metrics: map[string]float64{"retry_after": 1, "dead_letters": 1, "loop_copies": 1},
+	}, {
+		name: "a dead letter without a cap of a record past its 100th attempt goes round", sub: settleSub{deadLetter: "orders.dead"}, headers: envelope.Headers{count("120")},
+		outcomes: []handler.Outcome{retry}, seen: []string{"120"}, copies: []wantCopy{{"orders.dead", "121", 0, ""}},
+		logs: []wantLog{l6(map[string]string{"dead_letter": "orders.dead"}),
+			{slog.LevelWarn, msgDeadLetterRound, map[string]string{"subscription": "billing", "attempt": "121"}}},
+		metrics: map[string]float64{"retry": 1, "dead_letters": 1, "loop_copies": 1},
+	}, {
 		name: "08 cap of 3 with a dead letter", sub: capped, headers: envelope.Headers{tenant},
 		outcomes: []handler.Outcome{retryAfter(d), retryAfter(d), retryAfter(d)},
 		seen:     []string{"-", "1", "2"},
