@@ -13,11 +13,13 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/streamd/streamd/conf"
@@ -235,13 +237,34 @@ func (h *httpHandler) Handle(ctx context.Context, d *Delivery) Outcome {
 // transport failure, or a 101, whose body is the connection itself, which
 // no timeout bounds.
 func (h *httpHandler) send(ctx context.Context, body []byte, header http.Header) (*http.Response, Outcome) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url, bytes.NewReader(body))
-	if err != nil {
-		return nil, Failed(FailureOther, fmt.Errorf("http: %w", err))
+	// Whether the request went on a kept-alive connection, and got a
+	// byte of an answer: a failure on a reused connection without one may
+	// be the server's closing it, not a server down.
+	// (The transport's goroutines tell them.)
+	var reused, answered atomic.Bool
+	trace := httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GotConn:              func(info httptrace.GotConnInfo) { reused.Store(info.Reused) },
+		GotFirstResponseByte: func() { answered.Store(true) },
+	})
+	post := func() (*http.Response, error) {
+		req, err := http.NewRequestWithContext(trace, http.MethodPost, h.url, bytes.NewReader(body))
+		if err != nil {
+			return nil, err
+		}
+		req.Host = h.host
+		req.Header = header
+		return h.client.Do(req)
 	}
-	req.Host = h.host
-	req.Header = header
-	resp, err := h.client.Do(req)
+	resp, err := post()
+	if err != nil && reused.Load() && !answered.Load() && ctx.Err() == nil && !isTimeout(err) {
+		// The kept-alive connection was closed by the server before it
+		// answered (its idle timeout crossed the request, or it closes
+		// after each answer without saying so): sent again at once on
+		// a new connection. The server may have taken the request; so
+		// would a delivery held and sent again (at least once).
+		h.transport.CloseIdleConnections() // those the server closed too
+		resp, err = post()
+	}
 	if err != nil {
 		return nil, h.transportFailure(ctx, err)
 	}

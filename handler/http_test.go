@@ -1,6 +1,7 @@
 package handler
 
 import (
+	"bufio"
 	"cmp"
 	"context"
 	"encoding/pem"
@@ -322,6 +323,59 @@ func TestHTTPHandlerKeepAlive(t *testing.T) {
 	}
 	if got := conns.Load(); got != 1 {
 		t.Errorf("50 sequential deliveries opened %d connections, want 1", got)
+	}
+}
+
+// TestHTTPHandlerReusedConnectionClosed: a request that finds its kept-alive
+// connection closed by the server before any answer (an idle timeout that
+// crossed it, a server or balancer that closes after each answer without
+// saying so) is sent again at once on a new connection, not failed as
+// "unreachable": the server is up.
+func TestHTTPHandlerReusedConnectionClosed(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var conns, requests atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns.Add(1)
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				// The first request of each connection is answered (a
+				// 204 that does not say the connection closes), the
+				// second is read, and the connection closed.
+				for i := range 2 {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					io.Copy(io.Discard, req.Body)
+					requests.Add(1)
+					if i == 0 {
+						io.WriteString(c, "HTTP/1.1 204 No Content\r\n\r\n")
+					}
+				}
+			}()
+		}
+	}()
+	h := mustNewHandler(t, conf.Handler{Kind: conf.HandlerHTTP, URL: "http://" + ln.Addr().String() + "/", Timeout: conf.Duration(5 * time.Second)})
+	for i := range 3 {
+		checkOutcome(t, h.Handle(t.Context(), testDelivery()), OutcomeAck, 0, 0, "")
+		if t.Failed() {
+			t.Fatalf("delivery %d failed", i)
+		}
+	}
+	// Each delivery after the first: once on the old connection, and
+	// again on a new one.
+	if c, r := conns.Load(), requests.Load(); c != 3 || r != 5 {
+		t.Errorf("%d connections, %d requests; want 3 and 5", c, r)
 	}
 }
 
