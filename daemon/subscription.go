@@ -630,18 +630,25 @@ func (o tailObserver) Read(records, bytes int64) {
 	o.sub.ReadBytes.Add(float64(bytes))
 }
 
-// eventReasons is the read error reason each follower event is counted
-// under. A poll read is not a read error.
-var eventReasons = map[tail.Event]metrics.Reason{
-	tail.EventOverflow:   metrics.ReasonOverflow,
-	tail.EventTruncated:  metrics.ReasonTruncation,
-	tail.EventReplaced:   metrics.ReasonReplacement,
-	tail.EventRemoved:    metrics.ReasonRemoval,
-	tail.EventTornTail:   metrics.ReasonTornTail,
-	tail.EventChecksum:   metrics.ReasonChecksum,
-	tail.EventFormat:     metrics.ReasonFormat,
-	tail.EventUnreadable: metrics.ReasonUnreadable,
-}
+// eventReasons is the read error reason each follower event that is a
+// problem is counted under, and eventChanges the file change each routine
+// one is (a rotation's: what it lost is told as EventLost). A poll read is
+// neither.
+var (
+	eventReasons = map[tail.Event]metrics.Reason{
+		tail.EventOverflow:   metrics.ReasonOverflow,
+		tail.EventTornTail:   metrics.ReasonTornTail,
+		tail.EventChecksum:   metrics.ReasonChecksum,
+		tail.EventFormat:     metrics.ReasonFormat,
+		tail.EventUnreadable: metrics.ReasonUnreadable,
+		tail.EventLost:       metrics.ReasonLost,
+	}
+	eventChanges = map[tail.Event]metrics.Change{
+		tail.EventReplaced:  metrics.ChangeReplaced,
+		tail.EventRemoved:   metrics.ChangeRemoved,
+		tail.EventTruncated: metrics.ChangeTruncated,
+	}
+)
 
 func (o tailObserver) Event(e tail.Event) {
 	switch e {
@@ -652,6 +659,9 @@ func (o tailObserver) Event(e tail.Event) {
 	}
 	if r, ok := eventReasons[e]; ok {
 		o.sub.ReadErrors[r].Inc()
+	}
+	if c, ok := eventChanges[e]; ok {
+		o.sub.FileChanges[c].Inc()
 	}
 }
 

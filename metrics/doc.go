@@ -64,7 +64,7 @@
 // its type and labels, and a test compares it with what the registry
 // exposes (go test ./metrics -update rewrites it). Labels are bounded:
 // stream and subscription are configured names, never paths or stream
-// keys; reason, outcome, operation and result are the enums below. Units
+// keys; reason, change, outcome, operation and result are the enums below. Units
 // are seconds and bytes; timestamps are seconds since the Unix epoch, 0
 // before the first event.
 //
@@ -73,6 +73,7 @@
 //	| streamd_records_read_total                           | counter   | stream, subscription         | records read for the subscription                                          |
 //	| streamd_read_bytes_total                             | counter   | stream, subscription         | bytes of the stream file read for it (frames and the beacons between them) |
 //	| streamd_read_errors_total                            | counter   | stream, subscription, reason | problems met while reading for it, by Reason                               |
+//	| streamd_stream_file_changes_total                    | counter   | stream, subscription, change | changes of the file at the path its reader went through, by Change         |
 //	| streamd_stream_size_bytes                            | gauge     | stream                       | size of the stream file                                                    |
 //	| streamd_stream_position_bytes                        | gauge     | stream, subscription         | position committed to the sidecar                                          |
 //	| streamd_stream_lag_bytes                             | gauge     | stream, subscription         | bytes it has yet to settle, across a rotation or a copytruncate            |
@@ -102,11 +103,15 @@
 //	| streamd_config_last_reload_success_timestamp_seconds | gauge     |                              | timestamp of the last successful load or reload                            |
 //	| streamd_build_info                                   | gauge     | version, revision, branch, goversion, goos, goarch, tags | always 1 |
 //
-// Enum label values: reason is checksum, format, truncation, replacement,
-// removal, torn_tail, overflow (the per-subscription view of a watch
-// overflow, also counted in streamd_watch_overflows_total of its stream),
-// invalid_line (streamd pipe) or unreadable (an I/O error reading the file,
-// once per spell); outcome is ack, drop, retry, retry_after,
+// Enum label values: reason is checksum, format, lost (records lost to
+// the reader: the file of its stored position gone, a file truncated
+// before its records were read), removal (no stream file where a
+// subscription starts), torn_tail, overflow (the per-subscription view of
+// a watch overflow, also counted in streamd_watch_overflows_total of its
+// stream), invalid_line (streamd pipe) or unreadable (an I/O error reading
+// the file, once per spell); change is replaced, removed or truncated
+// (routine with rotations: a rename, the gap before the next file, a
+// copytruncate); outcome is ack, drop, retry, retry_after,
 // failed, foreign_copy, decode_error or panic; operation is ack, drop,
 // retry or reject. The reason of streamd_handler_failed_deliveries_total is
 // the handler's failure (handler.Failure): unreachable, timeout, http_status,

@@ -56,7 +56,7 @@ func (s *StreamMetrics) Remove() {
 // SubscriptionMetrics holds the series of one subscription, labelled with
 // its configured name (and its stream's, for the series of reading). Its
 // fields are cached label children, the per-label ones in arrays indexed
-// by [Reason], [Outcome] and [Operation]: updating them looks nothing up.
+// by [Reason], [Change], [Outcome] and [Operation]: updating them looks nothing up.
 // Get it from [Metrics.Subscription].
 type SubscriptionMetrics struct {
 	// RecordsRead is streamd_records_read_total.
@@ -65,6 +65,8 @@ type SubscriptionMetrics struct {
 	ReadBytes prometheus.Counter
 	// ReadErrors is streamd_read_errors_total, by reason.
 	ReadErrors [numReasons]prometheus.Counter
+	// FileChanges is streamd_stream_file_changes_total, by change.
+	FileChanges [numChanges]prometheus.Counter
 	// Position is streamd_stream_position_bytes: set it to the offset
 	// committed to the sidecar.
 	Position prometheus.Gauge
@@ -169,6 +171,9 @@ func (m *Metrics) Subscription(name, stream string) *SubscriptionMetrics {
 	}
 	for r := range numReasons {
 		s.ReadErrors[r] = m.readErrors.WithLabelValues(stream, name, r.String())
+	}
+	for c := range numChanges {
+		s.FileChanges[c] = m.fileChanges.WithLabelValues(stream, name, c.String())
 	}
 	for o := range numOutcomes {
 		s.HandlerRecords[o] = m.handlerRecords.WithLabelValues(name, o.String())

@@ -13,12 +13,12 @@ const (
 	ReasonChecksum Reason = iota
 	// ReasonFormat: bytes where a frame should be are not one.
 	ReasonFormat
-	// ReasonTruncation: the file shrank below the read position, was
-	// rewritten in place, or a stored position does not fit it.
-	ReasonTruncation
-	// ReasonReplacement: the path names another file than the one read.
-	ReasonReplacement
-	// ReasonRemoval: the path of the stream file no longer exists.
+	// ReasonLost: records were lost to the subscription: the file of its
+	// stored position is gone, the file was truncated before they were
+	// read, or the copy of a truncated file ends before the file did.
+	ReasonLost
+	// ReasonRemoval: no stream file is at the path where a subscription
+	// starts: it waits for one.
 	ReasonRemoval
 	// ReasonTornTail: a replaced file ended inside a frame, which is lost.
 	ReasonTornTail
@@ -37,13 +37,41 @@ const (
 var reasonNames = [numReasons]string{
 	ReasonChecksum:    "checksum",
 	ReasonFormat:      "format",
-	ReasonTruncation:  "truncation",
-	ReasonReplacement: "replacement",
+	ReasonLost:        "lost",
 	ReasonRemoval:     "removal",
 	ReasonTornTail:    "torn_tail",
 	ReasonOverflow:    "overflow",
 	ReasonInvalidLine: "invalid_line",
 	ReasonUnreadable:  "unreadable",
+}
+
+// Change is what happened to the file at a subscription's stream path
+// that its reader went through, routine with rotations (lost records are
+// read errors, [ReasonLost]): the change label of
+// streamd_stream_file_changes_total. It indexes
+// [SubscriptionMetrics.FileChanges].
+type Change int
+
+// The file changes.
+const (
+	// ChangeReplaced: the path names another file than the one read (a
+	// rotation, or a file put there), or a stored position belongs to
+	// another file.
+	ChangeReplaced Change = iota
+	// ChangeRemoved: the path no longer names a file (between a
+	// rotation's rename and the next file's creation).
+	ChangeRemoved
+	// ChangeTruncated: the file shrank below the read position (a
+	// copytruncate), was rewritten in place, or a stored position does
+	// not fit it; it is read from its beginning.
+	ChangeTruncated
+	numChanges
+)
+
+var changeNames = [numChanges]string{
+	ChangeReplaced:  "replaced",
+	ChangeRemoved:   "removed",
+	ChangeTruncated: "truncated",
 }
 
 // Outcome is what became of a delivery at its subscription's handler: the
@@ -117,6 +145,9 @@ var operationNames = [numOperations]string{
 
 // String returns the reason's label value.
 func (r Reason) String() string { return labelValue(r, reasonNames[:], "Reason") }
+
+// String returns the change's label value.
+func (c Change) String() string { return labelValue(c, changeNames[:], "Change") }
 
 // String returns the outcome's label value.
 func (o Outcome) String() string { return labelValue(o, outcomeNames[:], "Outcome") }

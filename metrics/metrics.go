@@ -18,6 +18,7 @@ const (
 	labelStream       = "stream"
 	labelSubscription = "subscription"
 	labelReason       = "reason"
+	labelChange       = "change"
 	labelOutcome      = "outcome"
 	labelOperation    = "operation"
 	labelResult       = "result"
@@ -61,6 +62,7 @@ type Metrics struct {
 	recordsRead      *prometheus.CounterVec
 	readBytes        *prometheus.CounterVec
 	readErrors       *prometheus.CounterVec
+	fileChanges      *prometheus.CounterVec
 	position         *prometheus.GaugeVec
 	lag              *prometheus.GaugeVec
 	lastRecord       *prometheus.GaugeVec
@@ -137,6 +139,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Namespace: namespace, Name: "read_errors_total",
 			Help: "Problems met while reading for the subscription, by reason.",
 		}, []string{labelStream, labelSubscription, labelReason}),
+		fileChanges: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "stream_file_changes_total",
+			Help: "Changes of the file at the stream's path that the subscription's reader went through (rotations), by change.",
+		}, []string{labelStream, labelSubscription, labelChange}),
 		position: f.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "stream_position_bytes",
 			Help: "Committed position of the subscription in the stream file.",
@@ -249,7 +255,7 @@ func New(reg prometheus.Registerer) *Metrics {
 
 	m.streamVecs = []*prometheus.MetricVec{m.streamSize.MetricVec, m.watchOverflows.MetricVec, m.pollReads.MetricVec}
 	m.subscriptionVecs = []*prometheus.MetricVec{
-		m.recordsRead.MetricVec, m.readBytes.MetricVec, m.readErrors.MetricVec,
+		m.recordsRead.MetricVec, m.readBytes.MetricVec, m.readErrors.MetricVec, m.fileChanges.MetricVec,
 		m.position.MetricVec, m.lag.MetricVec, m.lastRecord.MetricVec,
 		m.handlerRecords.MetricVec, m.unsupported.MetricVec, m.handlerDuration.MetricVec,
 		m.retriesScheduled.MetricVec, m.retriesAppended.MetricVec, m.loopCopies.MetricVec,

@@ -158,6 +158,7 @@ func TestPreinitialised(t *testing.T) {
 		{"streamd_records_read_total", 1},
 		{"streamd_read_bytes_total", 1},
 		{"streamd_read_errors_total", int(numReasons)},
+		{"streamd_stream_file_changes_total", int(numChanges)},
 		{"streamd_stream_size_bytes", 1},
 		{"streamd_stream_position_bytes", 1},
 		{"streamd_stream_lag_bytes", 1},
@@ -245,6 +246,9 @@ func TestHandleFields(t *testing.T) {
 	for r := range numReasons {
 		tests = append(tests, row{"ReadErrors/" + r.String(), sub.ReadErrors[r].Inc, m.readErrors.WithLabelValues("orders", "billing", r.String())})
 	}
+	for c := range numChanges {
+		tests = append(tests, row{"FileChanges/" + c.String(), sub.FileChanges[c].Inc, m.fileChanges.WithLabelValues("orders", "billing", c.String())})
+	}
 	for o := range numOutcomes {
 		tests = append(tests, row{"HandlerRecords/" + o.String(), sub.HandlerRecords[o].Inc, m.handlerRecords.WithLabelValues("billing", o.String())})
 	}
@@ -296,14 +300,17 @@ func TestEnumStrings(t *testing.T) {
 	}{
 		{ReasonChecksum, "checksum"},
 		{ReasonFormat, "format"},
-		{ReasonTruncation, "truncation"},
-		{ReasonReplacement, "replacement"},
+		{ReasonLost, "lost"},
 		{ReasonRemoval, "removal"},
 		{ReasonTornTail, "torn_tail"},
 		{ReasonOverflow, "overflow"},
 		{ReasonInvalidLine, "invalid_line"},
 		{ReasonUnreadable, "unreadable"},
-		{numReasons, "Reason(9)"},
+		{numReasons, "Reason(8)"},
+		{ChangeReplaced, "replaced"},
+		{ChangeRemoved, "removed"},
+		{ChangeTruncated, "truncated"},
+		{numChanges, "Change(3)"},
 		{Reason(-1), "Reason(-1)"},
 		{OutcomeAck, "ack"},
 		{OutcomeDrop, "drop"},

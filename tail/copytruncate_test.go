@@ -190,7 +190,7 @@ func TestCopytruncateShortCopy(t *testing.T) {
 	if err := sameFrames(append(first, rest...), append(old[:100:100], copyRepl...)); err != nil {
 		t.Fatalf("%v\nlog:\n%s", err, log.String())
 	}
-	if obs.count(EventTruncated) != 1 || !strings.Contains(log.String(), "unread_bytes_at_least") {
-		t.Errorf("%d truncations counted, want 1 with the loss logged:\n%s", obs.count(EventTruncated), log.String())
+	if obs.count(EventTruncated) != 1 || obs.count(EventLost) != 1 || !strings.Contains(log.String(), "unread_bytes_at_least") {
+		t.Errorf("%d truncations and %d losses counted, want 1 each with the loss logged:\n%s", obs.count(EventTruncated), obs.count(EventLost), log.String())
 	}
 }

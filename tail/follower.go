@@ -766,6 +766,7 @@ func (fl *Follower) startOffset(size int64) (int64, error) {
 				"stored_offset", r.Offset, "stored_ino", r.File.Ino, "stored_file_name", r.File.FileName, "stored_created_at_ms", r.File.CreatedAtMs,
 				"ino", fl.id.Ino, "file_name", fl.id.FileName, "created_at_ms", fl.id.CreatedAtMs)
 			fl.obs.Event(EventReplaced)
+			fl.obs.Event(EventLost)
 			return streamfile.HeaderSize, nil
 		}
 		if err := checkBoundary(fl.f, fl.hdr, size, r.Offset); err != nil {

@@ -58,6 +58,12 @@ const (
 	// follower tries the same read again at each wake-up; counted once per
 	// spell of failures.
 	EventUnreadable
+	// EventLost: records were lost to the follower, told besides the
+	// event of what happened (logged at ERROR): the file of a stored
+	// position is gone (EventReplaced), the file was truncated before they
+	// were read, or the copy of a truncated file ends before the file did
+	// (EventTruncated).
+	EventLost
 )
 
 var eventNames = [...]string{
@@ -70,6 +76,7 @@ var eventNames = [...]string{
 	EventChecksum:   "checksum",
 	EventFormat:     "format",
 	EventUnreadable: "unreadable",
+	EventLost:       "lost",
 }
 
 // String returns the event's name in snake_case, fit for a metric label.
@@ -81,7 +88,7 @@ func (e Event) String() string {
 }
 
 // Events lists every event, for pre-initialising metric labels.
-var Events = []Event{EventOverflow, EventPollRead, EventTruncated, EventReplaced, EventRemoved, EventTornTail, EventChecksum, EventFormat, EventUnreadable}
+var Events = []Event{EventOverflow, EventPollRead, EventTruncated, EventReplaced, EventRemoved, EventTornTail, EventChecksum, EventFormat, EventUnreadable, EventLost}
 
 type nopObserver struct{}
 

@@ -535,6 +535,7 @@ func (fl *Follower) checkInPlace(size, seen, at int64) bool {
 		fl.log.Error("stream file was truncated before its records were all read: those not read are lost to this reader "+
 			"(copytruncate leaves them only in the copy, which was not found in the directory of the path; rotate by renaming the file instead); reading it from the beginning",
 			append(attrs, "unread_bytes_at_least", unread)...)
+		fl.obs.Event(EventLost)
 	} else {
 		fl.log.Warn(what, attrs...)
 	}
@@ -611,6 +612,7 @@ func (fl *Follower) readRestFromCopy(at, seen int64) bool {
 		fl.log.Error("the copy of the truncated stream file is shorter than the file was: what the file held after the copy's end is lost to this reader",
 			"copy_path", f.Name(), "copy_size", fi.Size(), "size_seen", seen, "unread_bytes_at_least", lost)
 		fl.obs.Event(EventTruncated)
+		fl.obs.Event(EventLost)
 	}
 	fl.id.Ino = streamfile.Inode(fi)
 	fl.rec.File = fl.id

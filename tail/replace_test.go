@@ -574,7 +574,8 @@ func TestTruncatedUnread(t *testing.T) {
 			old := frames("old", 1, 3000, 1, 100) // far more than one read
 			writeFile(t, path, oldHeader, old)
 			var log testutil.SyncBuffer
-			fl, err := New(Options{Path: path, PollInterval: time.Hour, Logger: slog.New(slog.NewTextHandler(&log, nil))})
+			obs := newObserver()
+			fl, err := New(Options{Path: path, PollInterval: time.Hour, Observer: obs, Logger: slog.New(slog.NewTextHandler(&log, nil))})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -599,6 +600,9 @@ func TestTruncatedUnread(t *testing.T) {
 				t.Errorf("%d of %d old records read, and the log does not say the rest is lost:\n%s", oldRead, len(old), log.String())
 			case !tc.lostLog && (oldRead != len(old) || lost || !strings.Contains(log.String(), "level=WARN")):
 				t.Errorf("%d of %d old records read; want all, and the truncation only warned of:\n%s", oldRead, len(old), log.String())
+			}
+			if n, want := obs.count(EventLost), btoi(tc.lostLog); n != want {
+				t.Errorf("%d losses told, want %d", n, want)
 			}
 		})
 	}

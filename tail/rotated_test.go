@@ -128,6 +128,9 @@ func TestResumeRotated(t *testing.T) {
 			if resumed != tc.found || lost == tc.found {
 				t.Errorf("resumed in the rotated file: %v, loss logged: %v; want %v, %v\nlog:\n%s", resumed, lost, tc.found, !tc.found, log.String())
 			}
+			if n, want := obs.count(EventLost), btoi(!tc.found); n != want {
+				t.Errorf("%d losses told, want %d", n, want)
+			}
 			if n := obs.count(EventReplaced); tc.between && n != 2 {
 				t.Errorf("%d replacements counted, want 2", n)
 			}

@@ -107,10 +107,11 @@ func (e *env) payloadsDelivered() map[string]int {
 	return n
 }
 
-// readErrors is the series of streamd_read_errors_total for subscription
-// billing of stream orders with the given reason, as /metrics writes it.
-func readErrors(reason string) string {
-	return fmt.Sprintf(`streamd_read_errors_total{reason=%q,stream="orders",subscription="billing"}`, reason)
+// fileChanges is the series of streamd_stream_file_changes_total for
+// subscription billing of stream orders with the given change, as
+// /metrics writes it.
+func fileChanges(change string) string {
+	return fmt.Sprintf(`streamd_stream_file_changes_total{change=%q,stream="orders",subscription="billing"}`, change)
 }
 
 // chmod changes the mode of the file at path.
@@ -139,7 +140,7 @@ func inode(t *testing.T, path string) uint64 {
 //     keeps reading through the descriptor it holds, as it should;
 //   - replaced by a file it may not open, or by a directory: the records
 //     of the old file are all delivered, the replacement is counted
-//     (streamd_read_errors_total{reason="replacement"}) and logged once
+//     (streamd_stream_file_changes_total{change="replaced"}) and logged once
 //     with the path and the error (rate-limited while it lasts), the stored
 //     position stays at the end of the old file, the daemon keeps running
 //     and trying, and once the file is readable it reads it from its
@@ -158,7 +159,7 @@ func TestFaultUnreadableStream(t *testing.T) {
 		// blocked: the records published during the fault wait for the
 		// repair; otherwise they are delivered during the fault.
 		blocked bool
-		reason  string // the read error counted once, or ""
+		change  string // the file change counted once, or ""
 		// mayRemove: the fault may be seen as a removal first.
 		mayRemove bool
 		errText   string // in the log line about the replacement
@@ -180,7 +181,7 @@ func TestFaultUnreadableStream(t *testing.T) {
 				}
 				publishTo(t, e.stream+".away", "during-1", "during-2")
 			},
-			reason: "removal",
+			change: "removed",
 			repair: func(t *testing.T, e *env) {
 				if err := os.Rename(e.stream+".away", e.stream); err != nil {
 					t.Fatal(err)
@@ -201,7 +202,7 @@ func TestFaultUnreadableStream(t *testing.T) {
 				publishTo(t, e.stream, "during-2")
 			},
 			blocked: true,
-			reason:  "replacement",
+			change:  "replaced",
 			errText: "permission denied",
 			repair:  func(t *testing.T, e *env) { chmod(t, e.stream, 0o644) },
 		},
@@ -217,7 +218,7 @@ func TestFaultUnreadableStream(t *testing.T) {
 				publishTo(t, e.stream+".new", "during-1", "during-2")
 			},
 			blocked:   true,
-			reason:    "replacement",
+			change:    "replaced",
 			mayRemove: true,
 			errText:   "is a directory",
 			repair: func(t *testing.T, e *env) {
@@ -281,17 +282,17 @@ func TestFaultUnreadableStream(t *testing.T) {
 				default:
 				}
 			}
-			for _, reason := range []string{"replacement", "removal", "truncation"} {
+			for _, change := range []string{"replaced", "removed", "truncated"} {
 				want := 0.0
-				if reason == tt.reason {
+				if change == tt.change {
 					want = 1
 				}
-				got := metricValue(t, addr, readErrors(reason))
-				if reason == "removal" && tt.mayRemove {
+				got := metricValue(t, addr, fileChanges(change))
+				if change == "removed" && tt.mayRemove {
 					want = got
 				}
 				if got != want {
-					t.Errorf("%s = %v during the fault, want %v", readErrors(reason), got, want)
+					t.Errorf("%s = %v during the fault, want %v", fileChanges(change), got, want)
 				}
 			}
 
