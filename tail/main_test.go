@@ -315,3 +315,16 @@ func appendFrames(t testing.TB, path string, fs []streamfile.Frame) {
 		t.Fatal(err)
 	}
 }
+
+// relink points the symlink link at to, as a rotation does: a new symlink
+// renamed over it, so that the path always names a file.
+func relink(t testing.TB, link, to string) {
+	t.Helper()
+	tmp := link + ".tmp"
+	if err := os.Symlink(to, tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, link); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,7 +1,6 @@
 package tail
 
 import (
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -16,15 +15,7 @@ func TestSymlinkTurnedBack(t *testing.T) {
 	fa := frames("a", 1, 10, 1, 40)
 	writeFile(t, a, oldHeader, fa[:5])
 	writeFile(t, b, newHeader, frames("b", 1, 3, 1, 40))
-	retarget := func(to string) {
-		tmp := link + ".tmp"
-		if err := os.Symlink(to, tmp); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(tmp, link); err != nil {
-			t.Fatal(err)
-		}
-	}
+	retarget := func(to string) { relink(t, link, to) }
 	retarget(a)
 	const grace = 100 * time.Millisecond
 	var fl *Follower
