@@ -73,7 +73,8 @@
 // is no error, and once the rest is written it continues exactly at the
 // start of the incomplete frame, whatever sizes the writes come in. It
 // wakes up on fsnotify notifications for the file's parent directory (a
-// watch on the file itself would die with it), and polls every
+// watch on the file itself would die with it), and those of the file a
+// symlink at the path names, in its own directory, and polls every
 // [Options.PollInterval] (1 s by default) when no notification comes:
 // notifications are hints. A goroutine drains the notifications into one
 // pending wake-up, so the kernel queue does not fill up behind a slow
@@ -161,9 +162,12 @@
 //
 // A live follower takes one inotify instance (Linux allows 128 per user by
 // default) and two goroutines of its own, unless followers share a
-// [Watcher], which holds one instance and two goroutines for them all. A symlink at the path
-// is followed, but only changes in the link's own directory are notified:
-// changes to the target elsewhere are found by the poll.
+// [Watcher], which holds one instance and two goroutines for them all. A
+// symlink at the path is followed: the directory of the file it names is
+// watched too (one watch more when it is another directory than the
+// path's), and the watch moves with the symlink when it is retargeted;
+// symlinks between the path and that file, in a chain, are not watched:
+// their changes are found at the next notification or poll.
 //
 // Delivery is at least once for the daemon as a whole: after a restart, the
 // follower resumes at the stored position, and records after it are

@@ -34,7 +34,8 @@ type Options struct {
 	// Path is the stream file to follow. It must exist when [New] is
 	// called, unless Held is given (the follower then reads Held on and
 	// waits for a file at the path). Its directory is watched, so that a file replaced at the path
-	// is noticed.
+	// is noticed, and so is the directory of the file a symlink at the
+	// path names, whose appends are notified there.
 	Path string
 	// Key is the stream key that seq: and time: starts look for.
 	Key string
@@ -194,6 +195,7 @@ type Follower struct {
 	watch      *watch   // nil until the first wait, and with PollOnly
 	ownWatcher *Watcher // the follower's own, without Options.Watcher
 	watching   bool     // the directory is being watched
+	link       linkWatch
 	watchLog   ratelog.Limiter
 	timer      *time.Timer
 
@@ -912,6 +914,7 @@ func (fl *Follower) Close() error {
 	if fl.watch != nil {
 		fl.watch.leave()
 	}
+	fl.dropLink()
 	if fl.ownWatcher != nil {
 		err = fl.ownWatcher.Close()
 	}

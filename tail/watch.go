@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -99,9 +101,10 @@ func (s *watch) notify() {
 	}
 }
 
-// join makes s follow target, a path in dir. Its error is the inotify
-// instance's, which cannot be made.
-func (w *Watcher) join(dir, target string) (*watch, error) {
+// join makes s follow target, a path in dir, waking wake, or a channel of
+// its own when nil. Its error is the inotify instance's, which cannot be
+// made.
+func (w *Watcher) join(dir, target string, wake chan struct{}) (*watch, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
@@ -115,7 +118,10 @@ func (w *Watcher) join(dir, target string) (*watch, error) {
 		w.fs, w.done = fs, make(chan struct{})
 		go w.run(fs)
 	}
-	s := &watch{w: w, dir: dir, target: target, wake: make(chan struct{}, 1)}
+	if wake == nil {
+		wake = make(chan struct{}, 1)
+	}
+	s := &watch{w: w, dir: dir, target: target, wake: wake}
 	d := w.dirs[dir]
 	if d == nil {
 		d = &watchedDir{watch: map[*watch]bool{}}
@@ -287,13 +293,24 @@ func inotifyHint(err error) error {
 	return err
 }
 
-// ensureWatch sets up the watch on the directory if it is not up, and
-// reports whether it just came up, in which case the file must be looked at
-// again: changes before it went unnoticed.
+// ensureWatch sets up the watches of the path's directory and of the file
+// a symlink at the path names, those not up, and reports whether one just
+// came up, in which case the file must be looked at again: changes before
+// it went unnoticed.
 func (fl *Follower) ensureWatch() bool {
 	if fl.opts.PollOnly {
 		return false
 	}
+	fresh := fl.watchPath()
+	if fl.watchLink() {
+		fresh = true
+	}
+	return fresh
+}
+
+// watchPath sets up the watch on the path's directory if it is not up, and
+// reports whether it just came up.
+func (fl *Follower) watchPath() bool {
 	if fl.watch == nil {
 		w := fl.opts.Watcher
 		if w == nil || fl.ownWatcher != nil {
@@ -302,7 +319,7 @@ func (fl *Follower) ensureWatch() bool {
 			}
 			w = fl.ownWatcher
 		}
-		s, err := w.join(fl.dir, fl.target)
+		s, err := w.join(fl.dir, fl.target, nil)
 		if err != nil {
 			if ok, _ := fl.watchLog.Allow(time.Now()); ok {
 				fl.log.Warn("cannot watch for file notifications; polling only", "err", err, "poll_interval", fl.opts.PollInterval)
@@ -319,11 +336,20 @@ func (fl *Follower) ensureWatch() bool {
 	}
 	if err := fl.watch.add(); errors.Is(err, errAliased) {
 		// Reached by another path than the one watched: a Watcher of its
-		// own watches it by this one.
+		// own watches it by this one; a new one when its own watches
+		// another directory by this path (a symlink to it retargeted).
+		onOwn := fl.watch.w == fl.ownWatcher
 		fl.watch.leave()
 		fl.watch = nil
-		fl.ownWatcher = fl.newOwnWatcher()
-		return fl.ensureWatch()
+		if onOwn {
+			fl.dropLink()
+			fl.ownWatcher.Close()
+			fl.ownWatcher = nil
+		}
+		if fl.ownWatcher == nil {
+			fl.ownWatcher = fl.newOwnWatcher()
+		}
+		return fl.watchPath()
 	} else if err != nil {
 		if ok, _ := fl.watchLog.Allow(time.Now()); ok {
 			fl.log.Warn("cannot watch the directory; polling until it can", "dir", fl.dir, "err", err, "poll_interval", fl.opts.PollInterval)
@@ -332,6 +358,138 @@ func (fl *Follower) ensureWatch() bool {
 	}
 	fl.watching = true
 	return true
+}
+
+// linkWatch is the watch of the file a symlink at the path names: appends
+// to it are notified under its own name, in its own directory, never
+// under the path's.
+type linkWatch struct {
+	watch    *watch // nil when the path is no symlink
+	watching bool   // its directory is being watched
+	// The end of the symlinks at the path when last looked at, the file
+	// there then, and the directory and name to watch it by.
+	end         string
+	fi          os.FileInfo
+	dir, target string
+}
+
+// maxLinks bounds the symlinks followed from the path, as the kernel's
+// limit (ELOOP).
+const maxLinks = 40
+
+// watchLink keeps the watch of the file a symlink at the path names on the
+// file it names now, which follows retargets; the watch of a directory
+// goes with its last follower. It reports whether it just came up.
+func (fl *Follower) watchLink() bool {
+	l := &fl.link
+	dir, target := fl.linked()
+	if s := l.watch; s != nil && (fl.watch == nil || s.target != target || s.wake != fl.watch.wake) {
+		fl.dropLink()
+	}
+	if target == "" || fl.watch == nil {
+		return false
+	}
+	if l.watch == nil {
+		s, err := fl.watch.w.join(dir, target, fl.watch.wake)
+		if err != nil {
+			return false // the path's watch says why
+		}
+		l.watch = s
+	}
+	if l.watch.dirLost.Swap(false) {
+		l.watching = false
+	}
+	if l.watching {
+		return false
+	}
+	err := l.watch.add()
+	if errors.Is(err, errAliased) && l.watch.w != fl.ownWatcher {
+		// Its directory is watched under another path: a Watcher of the
+		// follower's own watches it by this one.
+		fl.dropLink()
+		if fl.ownWatcher == nil {
+			fl.ownWatcher = fl.newOwnWatcher()
+		}
+		if l.watch, err = fl.ownWatcher.join(dir, target, fl.watch.wake); err == nil {
+			err = l.watch.add()
+		}
+	}
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return false // the path names no file: the look at the path says so
+		}
+		if ok, _ := fl.watchLog.Allow(time.Now()); ok {
+			fl.log.Warn("cannot watch the directory of the file the symlink at the path names; polling for its appends until it can",
+				"dir", dir, "err", err, "poll_interval", fl.opts.PollInterval)
+		}
+		return false
+	}
+	l.watching = true
+	return true
+}
+
+// dropLink ends the watch of the file a symlink at the path named.
+func (fl *Follower) dropLink() {
+	if l := &fl.link; l.watch != nil {
+		l.watch.leave()
+		l.watch, l.watching = nil, false
+	}
+}
+
+// linked returns the directory to watch the file that a symlink at the
+// path names by (after every symlink), and the name notifications give
+// that file: the path's own directory when it is that one (a symlink to a
+// file beside it), else that directory's path without symlinks. Both are
+// "" when the path is no symlink, or the directory cannot be found.
+func (fl *Follower) linked() (dir, target string) {
+	p := fl.path
+	for range maxLinks {
+		t, err := os.Readlink(p)
+		if err != nil {
+			break // no symlink (or none there): the end
+		}
+		if !filepath.IsAbs(t) {
+			// Not cleaned: ".." after a symlinked directory is the
+			// kernel's to resolve.
+			t = p[:strings.LastIndexByte(p, '/')+1] + t
+		}
+		p = t
+	}
+	if p == fl.path {
+		return "", ""
+	}
+	l := &fl.link
+	fi, err := os.Stat(p)
+	if err != nil {
+		fi = nil
+	}
+	if p == l.end && (fi == nil || l.fi != nil && os.SameFile(fi, l.fi)) {
+		return l.dir, l.target // unless a symlinked directory on the way was retargeted
+	}
+	i := strings.LastIndexByte(p, '/')
+	raw, name := p[:i], p[i+1:]
+	if name == "" || name == "." || name == ".." {
+		return "", ""
+	}
+	if raw == "" {
+		raw = "/"
+	}
+	dir, err = filepath.EvalSymlinks(raw)
+	if err != nil {
+		return "", ""
+	}
+	if a, err := os.Stat(dir); err == nil {
+		if b, err := os.Stat(fl.dir); err == nil && os.SameFile(a, b) {
+			dir = fl.dir
+		}
+	}
+	// fsnotify names events as the watched path, a slash and the name.
+	target = dir + "/" + name
+	if target == fl.target {
+		return "", ""
+	}
+	l.end, l.fi, l.dir, l.target = p, fi, dir, target
+	return dir, target
 }
 
 // wait blocks until a notification, the poll interval or ctx ends it, then
@@ -367,7 +525,11 @@ func (fl *Follower) wait(ctx context.Context) error {
 	}
 
 	if fl.watch != nil {
-		for range fl.watch.overflow.Swap(0) { // the Watcher logs it
+		n := fl.watch.overflow.Swap(0)
+		if l := fl.link.watch; l != nil && l.w != fl.watch.w { // another inotify instance's
+			n += l.overflow.Swap(0)
+		}
+		for range n { // the Watcher logs it
 			fl.obs.Event(EventOverflow)
 		}
 	}
