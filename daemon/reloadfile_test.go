@@ -585,48 +585,11 @@ func TestReloadHandOverFileWrittenAgain(t *testing.T) {
 // none is delivered twice.
 func TestReloadReadsOnRemovedRotatedFile(t *testing.T) {
 	t.Parallel()
-	const quick = "rotation_grace = \"0s\"\n"
-	e := newRunEnv(t, quick+runSub("billing", "orders", `log_unsupported = "first"`))
-	e.shutdownTimeout = "20ms"
-	e.put("orders", nil, numbered(24)...)
-	inFlight := make(chan struct{})
-	var held atomic.Bool
-	h := newRecorder(func(ctx context.Context, d *handler.Delivery) handler.Outcome {
-		if string(d.Payload) == "m7" && !held.Swap(true) {
-			close(inFlight)
-			<-ctx.Done() // held until the reload's stop ends it
-			return handler.Failed(handler.FailureCanceled, ctx.Err())
-		}
-		return ack
-	})
-	r := e.start(map[string]handler.Handler{"billing": h})
-	<-inFlight
-	rotated := e.stream + ".1"
-	if err := os.Rename(e.stream, rotated); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Remove(rotated); err != nil {
-		t.Fatal(err)
-	}
-	e.put("orders", nil, "n1")
-	e.config = quick + runSub("billing", "orders", `log_unsupported = "every"`)
-	if err := r.d.Reload(t.Context(), func() (*conf.Config, error) { return e.load(), nil }); err != nil {
-		t.Fatal(err)
-	}
-	h.waitN(t, 26) // m7 twice
-	if err := r.stop(); err != nil {
-		t.Fatal(err)
-	}
-	var want []string
-	for i := range 24 {
-		want = append(want, fmt.Sprintf("%d/1/m%d", i+1, i+1))
-	}
-	want = slices.Insert(want, 7, "7/1/m7")
-	want = append(want, "1/1/n1")
-	if got := h.seen(); !slices.Equal(got, want) {
-		t.Fatalf("deliveries %q, want m1..m24 in order (m7 again after the reload), then n1", got)
-	}
-	if !slices.ContainsFunc(r.logs.all(), func(l logRecord) bool { return strings.Contains(l.msg, "held open since it was read") }) {
+	hr := startHoldingM7(t)
+	hr.rotateAway()
+	hr.e.put("orders", nil, "n1")
+	hr.reloadAndCheck("1/1/n1")
+	if !slices.ContainsFunc(hr.r.logs.all(), func(l logRecord) bool { return strings.Contains(l.msg, "held open since it was read") }) {
 		t.Fatal("no line says the file held open is read on")
 	}
 }
@@ -640,6 +603,28 @@ func TestReloadReadsOnRemovedRotatedFile(t *testing.T) {
 // flight.
 func TestReloadReadsOnFilesReadAhead(t *testing.T) {
 	t.Parallel()
+	hr := startHoldingM7(t)
+	hr.rotateAway()
+	hr.e.put("orders", nil, "n1", "n2", "n3")
+	read := hr.r.d.metrics.Subscription("billing", "orders").RecordsRead
+	waitFor(t, "the next file read ahead", func() bool { return testutil.ToFloat64(read) >= 27 })
+	hr.rotateAway()
+	hr.e.put("orders", nil, "p1")
+	hr.reloadAndCheck("1/1/n1", "2/1/n2", "3/1/n3", "1/1/p1")
+}
+
+// heldRotation is a daemon whose subscription billing read m1..m24 of its
+// stream file and holds m7 in flight until a reload's stop ends it, with
+// rotations left at once once read.
+type heldRotation struct {
+	t *testing.T
+	e *runEnv
+	r *runningDaemon
+	h *recorder
+}
+
+func startHoldingM7(t *testing.T) *heldRotation {
+	t.Helper()
 	const quick = "rotation_grace = \"0s\"\n"
 	e := newRunEnv(t, quick+runSub("billing", "orders", `log_unsupported = "first"`))
 	e.shutdownTimeout = "20ms"
@@ -656,28 +641,32 @@ func TestReloadReadsOnFilesReadAhead(t *testing.T) {
 	})
 	r := e.start(map[string]handler.Handler{"billing": h})
 	<-inFlight
-	rotateAway := func() {
-		t.Helper()
-		rotated := e.stream + ".1"
-		if err := os.Rename(e.stream, rotated); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Remove(rotated); err != nil {
-			t.Fatal(err)
-		}
+	e.config = quick + runSub("billing", "orders", `log_unsupported = "every"`) // what the reload changes
+	return &heldRotation{t: t, e: e, r: r, h: h}
+}
+
+// rotateAway renames the stream file away and removes it (compressed).
+func (hr *heldRotation) rotateAway() {
+	hr.t.Helper()
+	rotated := hr.e.stream + ".1"
+	if err := os.Rename(hr.e.stream, rotated); err != nil {
+		hr.t.Fatal(err)
 	}
-	rotateAway()
-	e.put("orders", nil, "n1", "n2", "n3")
-	read := r.d.metrics.Subscription("billing", "orders").RecordsRead
-	waitFor(t, "the next file read ahead", func() bool { return testutil.ToFloat64(read) >= 27 })
-	rotateAway()
-	e.put("orders", nil, "p1")
-	e.config = quick + runSub("billing", "orders", `log_unsupported = "every"`)
-	if err := r.d.Reload(t.Context(), func() (*conf.Config, error) { return e.load(), nil }); err != nil {
+	if err := os.Remove(rotated); err != nil {
+		hr.t.Fatal(err)
+	}
+}
+
+// reloadAndCheck reloads, stops, and checks that m1..m24 were delivered in
+// order, m7 again after the reload, then the deliveries after.
+func (hr *heldRotation) reloadAndCheck(after ...string) {
+	t := hr.t
+	t.Helper()
+	if err := hr.r.d.Reload(t.Context(), func() (*conf.Config, error) { return hr.e.load(), nil }); err != nil {
 		t.Fatal(err)
 	}
-	h.waitN(t, 29) // m7 twice
-	if err := r.stop(); err != nil {
+	hr.h.waitN(t, 25+len(after)) // m7 twice
+	if err := hr.r.stop(); err != nil {
 		t.Fatal(err)
 	}
 	var want []string
@@ -685,8 +674,8 @@ func TestReloadReadsOnFilesReadAhead(t *testing.T) {
 		want = append(want, fmt.Sprintf("%d/1/m%d", i+1, i+1))
 	}
 	want = slices.Insert(want, 7, "7/1/m7")
-	want = append(want, "1/1/n1", "2/1/n2", "3/1/n3", "1/1/p1")
-	if got := h.seen(); !slices.Equal(got, want) {
-		t.Fatalf("deliveries %q, want m1..m24 in order (m7 again after the reload), then n1..n3, then p1", got)
+	want = append(want, after...)
+	if got := hr.h.seen(); !slices.Equal(got, want) {
+		t.Fatalf("deliveries %q, want m1..m24 in order (m7 again after the reload), then %q", got, after)
 	}
 }
