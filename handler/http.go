@@ -109,6 +109,9 @@ type httpHandler struct {
 	timeout     time.Duration
 	transport   *http.Transport
 	client      *http.Client
+	// fresh sends a request again on a connection of its own (no
+	// keep-alive), when its kept-alive one was closed before an answer.
+	fresh *http.Client
 }
 
 func newHTTPHandler(cfg conf.Handler) (*httpHandler, error) {
@@ -194,6 +197,9 @@ func newHTTPHandler(cfg conf.Handler) (*httpHandler, error) {
 			return http.ErrUseLastResponse // a redirect fails the delivery, see outcome
 		},
 	}
+	fresh := h.transport.Clone()
+	fresh.DisableKeepAlives = true
+	h.fresh = &http.Client{Transport: fresh, CheckRedirect: h.client.CheckRedirect}
 	return h, nil
 }
 
@@ -246,24 +252,28 @@ func (h *httpHandler) send(ctx context.Context, body []byte, header http.Header)
 		GotConn:              func(info httptrace.GotConnInfo) { reused.Store(info.Reused) },
 		GotFirstResponseByte: func() { answered.Store(true) },
 	})
-	post := func() (*http.Response, error) {
+	post := func(c *http.Client) (*http.Response, error) {
 		req, err := http.NewRequestWithContext(trace, http.MethodPost, h.url, bytes.NewReader(body))
 		if err != nil {
 			return nil, err
 		}
 		req.Host = h.host
 		req.Header = header
-		return h.client.Do(req)
+		return c.Do(req)
 	}
-	resp, err := post()
-	if err != nil && reused.Load() && !answered.Load() && ctx.Err() == nil && !isTimeout(err) {
+	start := time.Now()
+	resp, err := post(h.client)
+	if left := h.timeout - time.Since(start); err != nil && reused.Load() && !answered.Load() && ctx.Err() == nil && !isTimeout(err) && left > 0 {
 		// The kept-alive connection was closed by the server before it
 		// answered (its idle timeout crossed the request, or it closes
 		// after each answer without saying so): sent again at once on
-		// a new connection. The server may have taken the request; so
-		// would a delivery held and sent again (at least once).
-		h.transport.CloseIdleConnections() // those the server closed too
-		resp, err = post()
+		// a connection of its own (another kept-alive one may be closed
+		// too), within what is left of the timeout. The server may have
+		// taken the request; so would a delivery held and sent again (at
+		// least once).
+		c := *h.fresh
+		c.Timeout = left
+		resp, err = post(&c)
 	}
 	if err != nil {
 		return nil, h.transportFailure(ctx, err)
@@ -422,6 +432,9 @@ func (h *httpHandler) transportFailure(ctx context.Context, err error) Outcome {
 	}
 	if ue, ok := errors.AsType[*url.Error](err); ok {
 		err = ue.Err // without the URL, which may hold a secret
+	}
+	if strings.HasPrefix(err.Error(), "http: ") { // net/http's own says it already
+		return Failed(FailureUnreachable, err)
 	}
 	return Failed(FailureUnreachable, fmt.Errorf("http: %w", err))
 }

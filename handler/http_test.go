@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -372,10 +373,58 @@ func TestHTTPHandlerReusedConnectionClosed(t *testing.T) {
 			t.Fatalf("delivery %d failed", i)
 		}
 	}
-	// Each delivery after the first: once on the old connection, and
-	// again on a new one.
-	if c, r := conns.Load(), requests.Load(); c != 3 || r != 5 {
-		t.Errorf("%d connections, %d requests; want 3 and 5", c, r)
+	// The second delivery: once on the old connection, and again on one
+	// of its own, closed after it; the third on a new kept-alive one.
+	if c, r := conns.Load(), requests.Load(); c != 3 || r != 4 {
+		t.Errorf("%d connections, %d requests; want 3 and 4", c, r)
+	}
+}
+
+// TestHTTPHandlerClosesAfterEachAnswer: a server that closes every
+// connection after its answer, without saying so, fails no delivery of
+// many in flight at once: a request that finds its kept-alive connection
+// closed is sent again on a connection of its own, not on another kept-alive
+// one the server closed too.
+func TestHTTPHandlerClosesAfterEachAnswer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				req, err := http.ReadRequest(bufio.NewReader(c))
+				if err != nil {
+					return
+				}
+				io.Copy(io.Discard, req.Body)
+				io.WriteString(c, "HTTP/1.1 204 No Content\r\n\r\n")
+			}()
+		}
+	}()
+	h := mustNewHandler(t, conf.Handler{Kind: conf.HandlerHTTP, URL: "http://" + ln.Addr().String() + "/", Timeout: conf.Duration(5 * time.Second)})
+	const workers, each = 16, 20
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for range workers {
+		wg.Go(func() {
+			for range each {
+				if o := h.Handle(t.Context(), testDelivery()); o.Kind != OutcomeAck {
+					failed.Add(1)
+					t.Logf("%v", o.Err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := failed.Load(); n != 0 {
+		t.Errorf("%d of %d deliveries failed", n, workers*each)
 	}
 }
 
