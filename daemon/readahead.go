@@ -114,7 +114,18 @@ func followAhead(opts tail.Options) (*readAhead, error) {
 	ra.lookEvery = cmp.Or(opts.PollInterval, tail.DefaultPollInterval)
 	var err error
 	ra.follower, err = tail.New(opts)
-	return ra, err
+	if err != nil {
+		return ra, err
+	}
+	// The file the follower starts in, the one of the position, is held
+	// from the start: a subscription stopped by a reload before it took a
+	// record of it (a quiet file, rotated away) still hands it over.
+	if pos := ra.follower.Position(); pos.Offset > 0 {
+		if f := ra.follower.Hold(); f != nil {
+			ra.held, ra.heldFor = append(ra.held, heldFile{id: pos.File, f: f}), pos.File
+		}
+	}
+	return ra, nil
 }
 
 // start starts reading the follower, until ctx ends or Close is called.

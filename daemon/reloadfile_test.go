@@ -679,3 +679,47 @@ func (hr *heldRotation) reloadAndCheck(after ...string) {
 		t.Fatalf("deliveries %q, want m1..m24 in order (m7 again after the reload), then %q", got, after)
 	}
 }
+
+// TestReloadTwiceWhileNoFileAtPath: two reloads while no file is at the
+// path (a rotation's rename, before the next file is made) hand the file
+// of the position on each time, though the subscription started by the
+// first took no record of it: a writer still appending to the renamed
+// file has its records delivered, then the next file's.
+func TestReloadTwiceWhileNoFileAtPath(t *testing.T) {
+	t.Parallel()
+	const quick = "rotation_grace = \"0s\"\n"
+	e := newRunEnv(t, quick+runSub("billing", "orders", `log_unsupported = "first"`))
+	e.put("orders", nil, "m1", "m2", "m3")
+	h := newRecorder(nil)
+	r := e.start(map[string]handler.Handler{"billing": h})
+	h.waitN(t, 3)
+	rotated := e.stream + ".1"
+	if err := os.Rename(e.stream, rotated); err != nil {
+		t.Fatal(err)
+	}
+	for i, level := range []string{"every", "first"} {
+		e.config = quick + runSub("billing", "orders", `log_unsupported = "`+level+`"`)
+		if err := r.d.Reload(t.Context(), func() (*conf.Config, error) { return e.load(), nil }); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the held file followed", func() bool {
+			return len(r.logs.with("no file is at the path: reading the file of the stored position, held open since it was read, on from the position, and waiting for a file at the path")) == i+1
+		})
+	}
+	stream := e.stream
+	e.stream = rotated // a writer that kept it open appends to it
+	e.put("orders", nil, "m4")
+	h.waitN(t, 4)
+	if err := os.Remove(rotated); err != nil { // compressed
+		t.Fatal(err)
+	}
+	e.stream = stream
+	e.put("orders", nil, "n1")
+	h.waitN(t, 5)
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := h.seen(), []string{"1/1/m1", "2/1/m2", "3/1/m3", "4/1/m4", "1/1/n1"}; !slices.Equal(got, want) {
+		t.Fatalf("deliveries %q, want %q", got, want)
+	}
+}

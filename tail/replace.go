@@ -272,7 +272,8 @@ func (fl *Follower) locateResume(r Position, held **os.File) (*os.File, found, e
 		// reader takes (an older writer's zeros where it was).
 	} else {
 		// The held file, but for one with nothing after the position:
-		// a copy of it at the path (LocateCopy) is read on from there.
+		// a copy of it at the path (LocateCopy) is read on from there
+		// rather, when there is one.
 		if f := *held; f != nil && heldSize(f, r) > r.Offset {
 			*held = nil
 			return f, foundHeld, nil
@@ -283,6 +284,13 @@ func (fl *Follower) locateResume(r Position, held **os.File) (*os.File, found, e
 	}
 	f, err := streamfile.LocateCopy(fl.path, r.File, r.Offset)
 	if f == nil {
+		// Without a copy, the held file with nothing after the position
+		// yet is read on all the same: a writer that kept it open may
+		// still append to it, and nothing of it was lost.
+		if h := *held; h != nil && heldSize(h, r) == r.Offset {
+			*held = nil
+			return h, foundHeld, nil
+		}
 		return nil, 0, err
 	}
 	return f, foundCopy, err

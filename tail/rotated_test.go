@@ -357,6 +357,31 @@ func TestResumeHeldAtItsEnd(t *testing.T) {
 	noMore(t, items)
 }
 
+// TestResumeHeldReadToItsEnd: a follower started again (a reload) with its
+// position at the end of the held file, rotated away and removed since,
+// with no copy of it anywhere, reads it on (a writer that kept it open may
+// still append to it), then the file at the path: nothing was lost, and no
+// loss is told.
+func TestResumeHeldReadToItsEnd(t *testing.T) {
+	t.Parallel()
+	path, _, _, stored, held := readSome(t, 10, 10)
+	if err := os.Remove(path); err != nil { // rotated away, then compressed
+		t.Fatal(err)
+	}
+	repl := frames("new", 1, 3, 1, 20)
+	writeFile(t, path, lastHeader, repl)
+	obs := newObserver()
+	var log testutil.SyncBuffer
+	items, _ := startFollowing(t, Options{Path: path, Resume: &stored, Held: held, PollInterval: 20 * time.Millisecond, RotationGrace: 50 * time.Millisecond,
+		Observer: obs, Logger: slog.New(slog.NewTextHandler(&log, nil))}, 0)
+	if err := sameFrames(collect(t, items, len(repl), 5*time.Second), repl); err != nil {
+		t.Fatal(err)
+	}
+	if n := obs.count(EventLost); n != 0 || !strings.Contains(log.String(), "held open since it was read") {
+		t.Errorf("%d losses told, want 0, the held file read on:\n%s", n, log.String())
+	}
+}
+
 // TestSeenFullSaidOnce: more files at the path than a follower keeps while
 // it drains the open one are said once, not at every look.
 func TestSeenFullSaidOnce(t *testing.T) {
