@@ -1027,6 +1027,7 @@ func (d *Daemon) observeCommit(took time.Duration, err error) {
 func (d *Daemon) fire(_ context.Context, c retrytimer.Copy) error {
 	d.mu.Lock()
 	st := d.streams[c.Stream]
+	owner := copyOwner(d.cfg, c.Subscription)
 	d.mu.Unlock()
 	var err error
 	if st == nil {
@@ -1034,22 +1035,36 @@ func (d *Daemon) fire(_ context.Context, c retrytimer.Copy) error {
 	} else {
 		err = st.append(c.Key, c.Record)
 	}
-	d.observeFire(c, err)
+	d.observeFire(c, owner, err)
 	if err != nil {
 		return err
 	}
-	d.countFired(c)
+	d.countFired(owner)
 	return nil
+}
+
+// copyOwner returns the name of the subscription of cfg that a copy made
+// under the name made is counted under: the one that lists made in
+// renamed_from, as its copies are its own (subscription.foreign), or else
+// made itself.
+func copyOwner(cfg *conf.Config, made string) string {
+	for _, sc := range cfg.Subscriptions {
+		if slices.Contains(sc.RenamedFrom, made) {
+			return sc.Name
+		}
+	}
+	return made
 }
 
 // observeFire reports a due copy that could not be written (the retry
 // queue logs it, and tries it again) as it reports an immediate one: in
 // streamd_copy_errors_total and on /healthz, until a copy of its stream is
-// written again, which is logged.
-func (d *Daemon) observeFire(c retrytimer.Copy, err error) {
+// written again, which is logged. owner is the subscription the copy is
+// counted under (copyOwner).
+func (d *Daemon) observeFire(c retrytimer.Copy, owner string, err error) {
 	what := fmt.Sprintf("delayed copies of stream %q", c.Stream)
 	if err != nil {
-		if sm := d.metrics.Lookup(c.Subscription); sm != nil {
+		if sm := d.metrics.Lookup(owner); sm != nil {
 			sm.CopyErrors.Inc()
 		}
 		d.metrics.Health().SetProblem(what, "a due one cannot be written and stays in the spool, tried again: "+err.Error())

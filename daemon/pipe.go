@@ -66,7 +66,7 @@ func RunPipe(ctx context.Context, cfg *conf.Config, opts PipeOptions) (err error
 				stopDrain()
 			}
 			if err == nil {
-				st.countFired(c)
+				st.countFired(c.Subscription)
 				progress.done(c.Line)
 			}
 			return err

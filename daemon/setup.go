@@ -16,7 +16,6 @@ import (
 	"github.com/streamd/streamd/handler"
 	"github.com/streamd/streamd/internal/systemd"
 	"github.com/streamd/streamd/metrics"
-	"github.com/streamd/streamd/retrytimer"
 )
 
 // Options are what a program gives the daemon or a pipe stage besides its
@@ -168,9 +167,10 @@ func (s *setup) closeHandler(name string, h handler.Handler) {
 }
 
 // countFired counts a delayed copy that was written when its delay
-// passed, under the subscription that made it, if it still runs.
-func (s *setup) countFired(c retrytimer.Copy) {
-	if sm := s.metrics.Lookup(c.Subscription); sm != nil {
+// passed, under the named subscription (the one that made it, or, in the
+// daemon, that took it over by a rename: copyOwner), if it still runs.
+func (s *setup) countFired(name string) {
+	if sm := s.metrics.Lookup(name); sm != nil {
 		sm.RetriesAppended.Inc()
 	}
 }

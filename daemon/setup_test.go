@@ -142,3 +142,21 @@ func TestCopiesDueAtStartCounted(t *testing.T) {
 		t.Errorf("the copy written at the start is not counted under billing (handle %v)", sm)
 	}
 }
+
+// TestCopiesOfFormerNameCounted: a delayed copy made under a name the
+// subscription had before (renamed_from), written at the next start, is
+// counted under the subscription's name now, as its other copies are.
+func TestCopiesOfFormerNameCounted(t *testing.T) {
+	e := newRunEnv(t, runSub("billing", "orders", ""))
+	e.put("orders", nil, "a")
+	first := e.start(map[string]handler.Handler{"billing": newRecorder(func(context.Context, *handler.Delivery) handler.Outcome {
+		return retryAfter(time.Second)
+	})})
+	waitFor(t, "the copy delayed", func() bool { return first.metric("billing", "scheduled") == 1 })
+	if err := first.stop(); err != nil {
+		t.Fatal(err)
+	}
+	e.config = runSub("invoicing", "orders", `renamed_from = ["billing"]`)
+	r := e.start(map[string]handler.Handler{"invoicing": newRecorder(nil)})
+	waitFor(t, "the due copy counted", func() bool { return r.metric("invoicing", "appended") == 1 })
+}
