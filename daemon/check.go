@@ -204,15 +204,63 @@ func checkExecutable(a Account, name, prog string) error {
 
 // checkFiles checks, writing nothing, what `streamd run` checks at start
 // before it uses the files of cfg: the state directory (its access, its
-// owner, its sidecar and spool) and each stream file, as a may use them. `streamd check-config` calls it; the daemon
-// calls the checks it is made of, checkStateDir and checkStream, so both
+// owner, its sidecar and spool) and each stream file, as a may use them,
+// and that no two streams share a file. `streamd check-config` calls it; the daemon
+// calls the checks it is made of, checkStateDir, checkSameFile and checkStream, so both
 // give the same message for each problem.
 func checkFiles(cfg *conf.Config, a Account) error {
 	errs := []error{checkStateDir(cfg.StateDir, a), offsets.CheckOwner(cfg.StateDir, a.UID), checkState(cfg.StateDir)}
 	for _, s := range cfg.Streams {
 		errs = append(errs, checkStream(s, a))
 	}
+	errs = append(errs, checkSameFile(cfg.Streams))
 	return errors.Join(errs...)
+}
+
+// checkSameFile checks that no two of streams lead to one file, through a
+// symlink, a hard link or another spelling of the path: the configuration
+// check refuses only one path named twice. Each stream would read the file
+// and append retry copies to it as its own, and what the configuration
+// check refuses on one stream, such as a round of dead letters, would pass
+// across the two. A file that exists is compared with os.SameFile; a
+// missing one by its path with the symlinks resolved.
+func checkSameFile(streams []conf.Stream) error {
+	type file struct {
+		stream   conf.Stream
+		resolved string
+		info     fs.FileInfo // nil for a missing file
+	}
+	var files []file
+	var errs []error
+	for _, s := range streams {
+		f := file{stream: s, resolved: resolvedPath(s.Path)}
+		f.info, _ = os.Stat(s.Path)
+		for _, o := range files {
+			if f.resolved == o.resolved || f.info != nil && o.info != nil && os.SameFile(f.info, o.info) {
+				errs = append(errs, fmt.Errorf("stream %q: %s is the file of stream %q too (path %s), through a symlink or a hard link: streamd would read it, and append retry copies to it, as two streams; name the file in one [[stream]], and set the stream of the subscriptions of both to that one", s.Name, s.Path, o.stream.Name, o.stream.Path))
+				break
+			}
+		}
+		files = append(files, f)
+	}
+	return errors.Join(errs...)
+}
+
+// resolvedPath returns path made absolute with its symlinks resolved; for
+// a missing file, or a symlink to one, the path of the file it would be,
+// in its directory with the symlinks resolved.
+func resolvedPath(path string) string {
+	if abs, err := filepath.Abs(path); err == nil {
+		path = abs
+	}
+	if p, err := filepath.EvalSymlinks(path); err == nil {
+		return p
+	}
+	path, _ = linkTarget(path)
+	if dir, err := filepath.EvalSymlinks(filepath.Dir(path)); err == nil {
+		return filepath.Join(dir, filepath.Base(path))
+	}
+	return path
 }
 
 // checkStateDir checks that a may use dir, or create it: run makes a

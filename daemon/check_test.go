@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"os/user"
@@ -71,6 +72,55 @@ func TestCheckStream(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := checkStream(conf.Stream{Name: "s", Path: tc.path, Create: tc.create}, tc.who)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("refused: %v", err)
+			case tc.want != "" && err == nil:
+				t.Errorf("passed, want %q", tc.want)
+			case tc.want != "" && !strings.HasPrefix(err.Error(), tc.want):
+				t.Errorf("error:\n%v\nwant it to begin:\n%s", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestCheckSameFile: two streams whose paths lead to one file, existing or
+// to be created, are refused, naming both; streams on their own files pass.
+func TestCheckSameFile(t *testing.T) {
+	dir := t.TempDir()
+	at := func(name string) string { return filepath.Join(dir, name) }
+	for _, name := range []string{"a.ss", "b.ss"} {
+		if err := os.WriteFile(at(name), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, err := range []error{
+		os.Symlink("a.ss", at("link.ss")), os.Link(at("a.ss"), at("hard.ss")),
+		os.Symlink("new.ss", at("dangling.ss")), os.Symlink(dir, at("dirlink")),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	const shared = " through a symlink or a hard link: streamd would read it, and append retry copies to it, as two streams; name the file in one [[stream]], and set the stream of the subscriptions of both to that one"
+	for _, tc := range []struct {
+		name  string
+		paths []string // of streams s0, s1, ...
+		want  string   // "" passes
+	}{
+		{"own files", []string{at("a.ss"), at("b.ss"), at("new.ss")}, ""},
+		{"symlink", []string{at("a.ss"), at("link.ss")}, `stream "s1": ` + at("link.ss") + ` is the file of stream "s0" too (path ` + at("a.ss") + "),"},
+		{"hard link", []string{at("hard.ss"), at("b.ss"), at("a.ss")}, `stream "s2": ` + at("a.ss") + ` is the file of stream "s0" too (path ` + at("hard.ss") + ")," + shared},
+		{"symlink to a missing file", []string{at("new.ss"), at("dangling.ss")}, `stream "s1": ` + at("dangling.ss") + ` is the file of stream "s0" too`},
+		{"missing file in a symlinked directory", []string{at("new.ss"), filepath.Join(at("dirlink"), "new.ss")}, `stream "s1": ` + filepath.Join(at("dirlink"), "new.ss") + ` is the file of stream "s0" too`},
+		{"existing file in a symlinked directory", []string{filepath.Join(at("dirlink"), "b.ss"), at("b.ss")}, `stream "s1": ` + at("b.ss") + ` is the file of stream "s0" too`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var streams []conf.Stream
+			for i, p := range tc.paths {
+				streams = append(streams, conf.Stream{Name: fmt.Sprintf("s%d", i), Path: p})
+			}
+			err := checkSameFile(streams)
 			switch {
 			case tc.want == "" && err != nil:
 				t.Errorf("refused: %v", err)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io/fs"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -30,6 +31,20 @@ handler = { kind = "exec", command = ["/nonexistent/run-job"] }
 `)
 	stage := write("pipe.toml", "[[subscription]]\nname = \"jobs\"\nkey = \"jobs\"\nout_retry = \"jobs.retry\"\nhandler.kind = \"discard\"\n")
 	invalid := write("invalid.toml", "[[subscription]]\nname = \"jobs\"\nkey = \"a b\"\nout_retry = \"jobs.retry\"\nhandler.kind = \"discard\"\n")
+	// Two streams on one file, the second through a symlink.
+	write("s.ss", "")
+	if err := os.Symlink("s.ss", filepath.Join(dir, "link.ss")); err != nil {
+		t.Fatal(err)
+	}
+	shared := write("shared.toml", `state_dir = "state"
+stream = [{ name = "s", path = "s.ss" }, { name = "t", path = "link.ss" }]
+
+[[subscription]]
+name = "jobs"
+stream = "s"
+key = "jobs"
+handler.kind = "discard"
+`)
 	missing := filepath.Join(dir, "none.toml")
 	me := currentAccount().Name
 	for _, tc := range []struct {
@@ -43,6 +58,8 @@ handler = { kind = "exec", command = ["/nonexistent/run-job"] }
 		{name: "loads", check: ConfigCheck{Path: unusable, Mode: conf.ModeRun}, account: me},
 		{name: "files", check: ConfigCheck{Path: unusable, Mode: conf.ModeRun, Files: true}, account: me,
 			files: `stream "orders": stat ` + filepath.Join(dir, "orders.ss") + ": no such file or directory (create = false"},
+		{name: "streams on one file", check: ConfigCheck{Path: shared, Mode: conf.ModeRun, Files: true}, account: me,
+			files: `stream "t": ` + filepath.Join(dir, "link.ss") + ` is the file of stream "s" too (path ` + filepath.Join(dir, "s.ss") + ")"},
 		{name: "no files in a pipe stage", check: ConfigCheck{Path: stage, Mode: conf.ModePipe, Files: true}, account: me},
 		{name: "handlers", check: ConfigCheck{Path: unusable, Mode: conf.ModeRun, Handlers: true}, account: me,
 			handlers: unusable + `:8: subscription "jobs": exec handler: command: exec: "/nonexistent/run-job"`},

@@ -203,6 +203,9 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	if err := checkStateDir(cfg.StateDir, self()); err != nil {
 		return err
 	}
+	if err := checkSameFile(cfg.Streams); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(cfg.StateDir, 0o750); err != nil {
 		return fmt.Errorf("state directory: %w", err)
 	}
@@ -660,6 +663,9 @@ func handlerFilesDigest(h conf.Handler) string {
 func (d *Daemon) applyReload(ctx context.Context, cfg *conf.Config) error {
 	old := d.cfg
 	if err := d.restartRequired(cfg); err != nil {
+		return err
+	}
+	if err := checkSameFile(cfg.Streams); err != nil {
 		return err
 	}
 	wanted := map[string]conf.Subscription{}
