@@ -40,16 +40,17 @@ const (
 //	offset:N       the frame at byte offset N, which must be a frame boundary
 //
 // seq: and time: need [Options.Key]; offset: is checked against the file
-// when the follower starts.
+// when the follower starts. The words match whatever their case, as the
+// words of every configuration key do; the arguments are taken as written.
 func ParseStart(s string) (Start, error) {
-	switch s {
+	switch strings.ToLower(s) {
 	case "beginning":
 		return Start{}, nil
 	case "end":
 		return Start{kind: startEnd}, nil
 	}
 	kind, arg, _ := strings.Cut(s, ":")
-	switch kind {
+	switch strings.ToLower(kind) {
 	case "seq":
 		n, err := strconv.ParseUint(arg, 10, 64)
 		if err != nil {
