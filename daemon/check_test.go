@@ -72,14 +72,7 @@ func TestCheckStream(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := checkStream(conf.Stream{Name: "s", Path: tc.path, Create: tc.create}, tc.who)
-			switch {
-			case tc.want == "" && err != nil:
-				t.Errorf("refused: %v", err)
-			case tc.want != "" && err == nil:
-				t.Errorf("passed, want %q", tc.want)
-			case tc.want != "" && !strings.HasPrefix(err.Error(), tc.want):
-				t.Errorf("error:\n%v\nwant it to begin:\n%s", err, tc.want)
-			}
+			checkRefusal(t, err, tc.want)
 		})
 	}
 }
@@ -121,15 +114,22 @@ func TestCheckSameFile(t *testing.T) {
 				streams = append(streams, conf.Stream{Name: fmt.Sprintf("s%d", i), Path: p})
 			}
 			err := checkSameFile(streams)
-			switch {
-			case tc.want == "" && err != nil:
-				t.Errorf("refused: %v", err)
-			case tc.want != "" && err == nil:
-				t.Errorf("passed, want %q", tc.want)
-			case tc.want != "" && !strings.HasPrefix(err.Error(), tc.want):
-				t.Errorf("error:\n%v\nwant it to begin:\n%s", err, tc.want)
-			}
+			checkRefusal(t, err, tc.want)
 		})
+	}
+}
+
+// checkRefusal fails t unless err begins with want, or, with want "", is
+// nil.
+func checkRefusal(t *testing.T, err error, want string) {
+	t.Helper()
+	switch {
+	case want == "" && err != nil:
+		t.Errorf("refused: %v", err)
+	case want != "" && err == nil:
+		t.Errorf("passed, want %q", want)
+	case want != "" && !strings.HasPrefix(err.Error(), want):
+		t.Errorf("error:\n%v\nwant it to begin:\n%s", err, want)
 	}
 }
 

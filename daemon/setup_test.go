@@ -113,12 +113,11 @@ func stopDuringBuild(t *testing.T, r *runningDaemon, reloaded <-chan error) {
 	}
 }
 
-// TestCopiesDueAtStartCounted: the delayed copies due when the daemon
-// starts, which the retry queue writes while the handlers are still being
-// built (a nats handler whose server does not answer), are counted under
-// the subscription that made them.
-func TestCopiesDueAtStartCounted(t *testing.T) {
-	silent := natstest.StartSilent(t)
+// spooledCopy returns a run env whose subscription billing, on stream
+// orders, made a copy delayed by a second, left in the retry spool by a
+// first run, stopped.
+func spooledCopy(t *testing.T) *runEnv {
+	t.Helper()
 	e := newRunEnv(t, runSub("billing", "orders", ""))
 	e.put("orders", nil, "a")
 	first := e.start(map[string]handler.Handler{"billing": newRecorder(func(context.Context, *handler.Delivery) handler.Outcome {
@@ -128,6 +127,16 @@ func TestCopiesDueAtStartCounted(t *testing.T) {
 	if err := first.stop(); err != nil {
 		t.Fatal(err)
 	}
+	return e
+}
+
+// TestCopiesDueAtStartCounted: the delayed copies due when the daemon
+// starts, which the retry queue writes while the handlers are still being
+// built (a nats handler whose server does not answer), are counted under
+// the subscription that made them.
+func TestCopiesDueAtStartCounted(t *testing.T) {
+	silent := natstest.StartSilent(t)
+	e := spooledCopy(t)
 	e.config += fmt.Sprintf("\n[[subscription]]\nname = \"n\"\nstream = \"orders\"\nkey = \"other\"\n"+
 		"[subscription.handler]\nkind = \"nats\"\nurl = %q\nsubject = \"orders.eu\"\ntimeout = \"1m\"\n", silent.URL())
 	r := e.start(map[string]handler.Handler{"billing": newRecorder(nil)})
@@ -147,15 +156,7 @@ func TestCopiesDueAtStartCounted(t *testing.T) {
 // subscription had before (renamed_from), written at the next start, is
 // counted under the subscription's name now, as its other copies are.
 func TestCopiesOfFormerNameCounted(t *testing.T) {
-	e := newRunEnv(t, runSub("billing", "orders", ""))
-	e.put("orders", nil, "a")
-	first := e.start(map[string]handler.Handler{"billing": newRecorder(func(context.Context, *handler.Delivery) handler.Outcome {
-		return retryAfter(time.Second)
-	})})
-	waitFor(t, "the copy delayed", func() bool { return first.metric("billing", "scheduled") == 1 })
-	if err := first.stop(); err != nil {
-		t.Fatal(err)
-	}
+	e := spooledCopy(t)
 	e.config = runSub("invoicing", "orders", `renamed_from = ["billing"]`)
 	r := e.start(map[string]handler.Handler{"invoicing": newRecorder(nil)})
 	waitFor(t, "the due copy counted", func() bool { return r.metric("invoicing", "appended") == 1 })
