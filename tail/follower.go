@@ -626,8 +626,8 @@ func (fl *Follower) idle(ctx context.Context, err error) error {
 			r.grew = time.Now()
 			return nil // read what a writer finished before the lock
 		}
-		if time.Since(r.grew) < fl.opts.RotationGrace {
-			return fl.wait(ctx) // a producer may still write to it
+		if left := fl.opts.RotationGrace - time.Since(r.grew); left > 0 {
+			return fl.waitAtMost(ctx, left) // a producer may still write to it
 		}
 		return fl.switchFile(err)
 	}

@@ -382,6 +382,31 @@ func TestResumeHeldReadToItsEnd(t *testing.T) {
 	}
 }
 
+// TestRotatedLeftAtGraceEnd: a file rotated away and read to its end is
+// left when its grace ends, and the record already in the file at the path
+// read then, not at the next poll: nothing else wakes a quiet follower.
+func TestRotatedLeftAtGraceEnd(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "r.ss")
+	old := frames("old", 1, 5, 1, 40)
+	writeFile(t, path, oldHeader, old)
+	obs := newObserver()
+	items, got := startFollowing(t, Options{Path: path, PollInterval: time.Hour, RotationGrace: 200 * time.Millisecond, Observer: obs, Logger: testLogger(t)}, len(old))
+	if err := sameFrames(got, old); err != nil {
+		t.Fatal(err)
+	}
+	rename(t, dir, "r.ss", "r.ss.1")
+	repl := frames("new", 1, 1, 1, 20)
+	writeFile(t, path, lastHeader, repl)
+	if err := sameFrames(collect(t, items, len(repl), 10*time.Second), repl); err != nil {
+		t.Fatal(err)
+	}
+	if n := obs.count(EventPollRead); n != 0 {
+		t.Errorf("%d poll reads, want 0: the grace's end woke the follower", n)
+	}
+}
+
 // TestSeenFullSaidOnce: more files at the path than a follower keeps while
 // it drains the open one are said once, not at every look.
 func TestSeenFullSaidOnce(t *testing.T) {

@@ -495,6 +495,15 @@ func (fl *Follower) linked() (dir, target string) {
 // wait blocks until a notification, the poll interval or ctx ends it, then
 // looks at the file and the path.
 func (fl *Follower) wait(ctx context.Context) error {
+	return fl.waitAtMost(ctx, fl.opts.PollInterval)
+}
+
+// waitAtMost is wait with the poll interval cut to d, when d is shorter:
+// a file read to its end while the path names another waits for the end
+// of its grace, not for the next poll, which a quiet file would otherwise
+// wait for before the switch. A wake-up at d is no poll.
+func (fl *Follower) waitAtMost(ctx context.Context, d time.Duration) error {
+	d = max(min(d, fl.opts.PollInterval), time.Millisecond)
 	fl.report()
 	fl.logLeftOut()
 	fresh := fl.ensureWatch() // before OnWait, which may watch the notifications (Wakeups)
@@ -505,9 +514,9 @@ func (fl *Follower) wait(ctx context.Context) error {
 		return fl.check(false)
 	}
 	if fl.timer == nil {
-		fl.timer = time.NewTimer(fl.opts.PollInterval)
+		fl.timer = time.NewTimer(d)
 	} else {
-		fl.timer.Reset(fl.opts.PollInterval)
+		fl.timer.Reset(d)
 	}
 	var wake <-chan struct{}
 	if fl.watch != nil {
@@ -521,7 +530,7 @@ func (fl *Follower) wait(ctx context.Context) error {
 	case <-wake:
 		fl.timer.Stop()
 	case <-fl.timer.C:
-		polled = true
+		polled = d == fl.opts.PollInterval
 	}
 
 	if fl.watch != nil {
