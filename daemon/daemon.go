@@ -610,6 +610,9 @@ func (d *Daemon) reload(ctx context.Context, load func() (*conf.Config, error)) 
 	if err == nil {
 		err = d.applyReload(ctx, cfg)
 	}
+	if err != nil && ctx.Err() != nil && !errors.Is(err, errStoppedDuringReload) {
+		err = fmt.Errorf("%w: %w", errStoppedWhileBuilding, err)
+	}
 	d.metrics.ObserveReload(time.Now(), err)
 	if werr := writeReloadResult(d.cfg.StateDir, d.opts.ConfigFile, started, requests, err); werr != nil {
 		d.logger.Error("cannot record the outcome of the reload for streamd reload", "err", werr)
@@ -618,7 +621,7 @@ func (d *Daemon) reload(ctx context.Context, load func() (*conf.Config, error)) 
 	case errors.Is(err, errStoppedDuringReload):
 		d.logger.Warn("reload abandoned: the daemon was told to stop while it waited for the subscriptions it changed to stop", "err", err)
 		return err
-	case err != nil && ctx.Err() != nil:
+	case errors.Is(err, errStoppedWhileBuilding):
 		d.logger.Warn("reload abandoned: the daemon was told to stop while it built the handlers of the new configuration; it stops with the previous one", "err", err)
 		return err
 	case err != nil:
@@ -871,6 +874,11 @@ func changedKeys[T any](from, to T, withValues bool) []string {
 // errStoppedDuringReload is a reload's answer when the daemon was told to
 // stop while the reload waited for the subscriptions it changed to stop:
 // it starts nothing, and the daemon stops.
+// errStoppedWhileBuilding is a reload's answer when the daemon was told to
+// stop while the reload built the new configuration's handlers: nothing
+// changed, and the daemon stops.
+var errStoppedWhileBuilding = errors.New("the daemon was told to stop while the reload built the handlers of the new configuration; nothing of it was started, and the daemon stops")
+
 var errStoppedDuringReload = errors.New("the daemon was told to stop during the reload, which had stopped the subscriptions it changed; the new configuration was not started, and the daemon stops")
 
 // setLogLevel makes the log level of a reloaded configuration the

@@ -84,7 +84,7 @@ func reloadRequests(dir string) ([]string, error) {
 // start, with no requests and a nil reloadErr, it names the daemon's
 // configuration file before any reload.
 func writeReloadResult(dir, config string, started time.Time, requests []string, reloadErr error) error {
-	r := ReloadResult{PID: os.Getpid(), Started: started, Config: config, Stopping: errors.Is(reloadErr, errStoppedDuringReload), Requests: requests}
+	r := ReloadResult{PID: os.Getpid(), Started: started, Config: config, Stopping: errors.Is(reloadErr, errStoppedDuringReload) || errors.Is(reloadErr, errStoppedWhileBuilding), Requests: requests}
 	if reloadErr != nil {
 		r.Error = reloadErr.Error()
 	}

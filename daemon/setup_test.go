@@ -76,6 +76,9 @@ func TestStopWhileReloadBuildsHandlers(t *testing.T) {
 	silent, reloaded := reloadToSilentNATS(t, e, r)
 	waitFor(t, "the handler connecting", func() bool { return len(silent.Accepts()) > 0 })
 	stopDuringBuild(t, r, reloaded)
+	if res, err := ReadReloadResult(filepath.Join(e.dir, "state")); err != nil || !res.Stopping {
+		t.Errorf("reload.json %+v (%v): want the answer of a daemon stopping, not of a refusal", res, err)
+	}
 	if len(r.logs.with("reload abandoned: the daemon was told to stop while it built the handlers of the new configuration; it stops with the previous one")) != 1 ||
 		len(r.logs.with("reload failed; the previous configuration keeps running")) != 0 {
 		t.Fatalf("the log does not say the reload was abandoned:\n%s", logLines(r.logs.all()))
