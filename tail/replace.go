@@ -229,7 +229,11 @@ func (fl *Follower) seeHeldAfter(after *[]*os.File) {
 			continue
 		}
 		r.seen = append(r.seen, seenFile{f: fl.timed(f), fi: fi, name: f.Name()})
-		fl.log.Info("a file read after the one of the stored position, held open since it was read, is read after it", "file", f.Name(), "ino", streamfile.Inode(fi))
+		// The header names it: the descriptor's name is the path it was
+		// opened by, which another file may hold now.
+		h, _ := streamfile.ReadHeader(f)
+		fl.log.Info("a file read after the one of the stored position, held open since it was read, is read after it",
+			"ino", streamfile.Inode(fi), "file_name", h.FileName, "created_at_ms", h.CreatedAtMs)
 	}
 	*after = nil
 }
