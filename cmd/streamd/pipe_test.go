@@ -20,6 +20,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -1228,6 +1229,9 @@ func TestPipeSIGTERM(t *testing.T) {
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGHUP} {
 		t.Run("pending delayed copy/"+sig.String(), func(t *testing.T) {
 			t.Parallel()
+			if sig == syscall.SIGHUP {
+				defaultHangup()
+			}
 			dir := t.TempDir()
 			cfg := writeStageConfig(t, dir, "pipe.toml", `shutdown_timeout = "5s"`,
 				stageSub("jobs", "jobs", `out_retry = "jobs.retry"`, `cat > /dev/null; touch "$DIR/handled"; echo retry_after=300ms`))
@@ -1280,6 +1284,60 @@ func TestPipeSIGTERM(t *testing.T) {
 }
 
 // fileExists reports whether dir/name exists.
+// defaultHangup makes the processes the test starts begin with SIGHUP at
+// its default action, also when the test runs under nohup: a child
+// inherits an ignored signal, and a stage keeps ignoring SIGHUP then (see
+// TestPipeNohup), while a signal the test process catches is reset for its
+// children.
+func defaultHangup() {
+	if signal.Ignored(syscall.SIGHUP) {
+		signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP)
+	}
+}
+
+// A stage started with SIGHUP ignored (nohup) keeps ignoring it: it goes
+// on reading and handling lines after one, and stops at SIGTERM.
+func TestPipeNohup(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := writeStageConfig(t, dir, "pipe.toml", `shutdown_timeout = "5s"`,
+		stageSub("jobs", "jobs", `out_retry = "jobs.retry"`, `IFS= read -r p; touch "$DIR/handled-$p"`))
+	p := startStage(t, dir, stageKeepStdout, "/bin/sh", "-c", `trap '' HUP; exec "$STREAMD" pipe --config.file="$0" --log.format=json`, cfg)
+	p.write(t, "[jobs] before")
+	eventually(t, 10*time.Second, "the first line handled", func() bool { return fileExists(dir, "handled-before") })
+	if !hangupIgnored(t, p.cmd.Process.Pid) {
+		t.Fatal("SIGHUP is not ignored in the stage started under trap '' HUP")
+	}
+	p.cmd.Process.Signal(syscall.SIGHUP)
+	p.write(t, "[jobs] after")
+	eventually(t, 10*time.Second, "the line written after SIGHUP handled", func() bool { return fileExists(dir, "handled-after") })
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	if code := p.wait(t, 10*time.Second); code != 0 {
+		t.Errorf("exit status %d after SIGTERM, want 0; stderr:\n%s", code, p.stderr.String())
+	}
+}
+
+// hangupIgnored reports whether the process pid ignores SIGHUP, from the
+// SigIgn mask of /proc/pid/status.
+func hangupIgnored(t *testing.T, pid int) bool {
+	t.Helper()
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(status)) {
+		if mask, ok := strings.CutPrefix(line, "SigIgn:"); ok {
+			bits, err := strconv.ParseUint(strings.TrimSpace(mask), 16, 64)
+			if err != nil {
+				t.Fatalf("SigIgn of process %d: %v", pid, err)
+			}
+			return bits&(1<<(syscall.SIGHUP-1)) != 0
+		}
+	}
+	t.Fatalf("no SigIgn line in /proc/%d/status", pid)
+	return false
+}
+
 func fileExists(dir, name string) bool {
 	_, err := os.Stat(filepath.Join(dir, name))
 	return err == nil
