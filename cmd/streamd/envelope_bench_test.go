@@ -14,6 +14,7 @@ import (
 
 	"github.com/streamd/streamd/envelope"
 	"github.com/streamd/streamd/streamfile"
+	"github.com/streamd/streamd/tail"
 )
 
 // envelopeBenchRecords and envelopeBenchSize are the records of
@@ -30,12 +31,14 @@ const (
 // with two headers (a trace id and a content type), so that every record is
 // an rs1: envelope. Beside them, a bare CRC-16 pass over the plain file's
 // bytes held in memory, the floor of any replay of it, and a bare decoder
-// pass over the same bytes (frames read and checked, nothing else: what
-// the daemon's reader does before it hands a record on), each the fastest
-// of crcPasses passes in each round. It reports each rate in records/s
-// and the ratios: enveloped over plain replay (x-plain), plain replay over
-// the CRC pass (plain-x-crc), and the decoder over the CRC pass
-// (decode-x-crc), the ceiling of plain-x-crc.
+// pass over the same bytes (frames read and checked, nothing else), and a
+// follower reading the plain file to its end from the page cache (the
+// daemon's reader without the daemon: what one core does before a record
+// is handed on), each the fastest of crcPasses passes in each round. It
+// reports each rate in records/s and the ratios: enveloped over plain
+// replay (x-plain), plain replay over the CRC pass (plain-x-crc), and the
+// decoder and the follower over the CRC pass (decode-x-crc, follow-x-crc),
+// the ceilings of plain-x-crc.
 func BenchmarkRunEnvelopes(b *testing.B) {
 	const n = envelopeBenchRecords
 	bin := benchBinary(b)
@@ -55,7 +58,7 @@ func BenchmarkRunEnvelopes(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var plain, enveloped, crc, decode time.Duration
+	var plain, enveloped, crc, decode, follow time.Duration
 	var sum uint16
 	for b.Loop() {
 		d, _ := runReplay(b, bin, plainDir, discard, 1)
@@ -69,13 +72,16 @@ func BenchmarkRunEnvelopes(b *testing.B) {
 		// back the files above) can double.
 		crc += fastest(func() { sum ^= streamfile.CRC16(data) })
 		decode += fastest(func() { decodeAll(b, bytes.NewReader(data), h0, n) })
+		follow += fastest(func() { followAll(b, filepath.Join(plainDir, "orders.ss"), n) })
 	}
 	rate := func(d time.Duration) float64 { return float64(n) * float64(b.N) / d.Seconds() }
 	b.ReportMetric(rate(plain), "plain-records/s")
 	b.ReportMetric(rate(enveloped), "enveloped-records/s")
 	b.ReportMetric(rate(crc), "crc-records/s")
 	b.ReportMetric(rate(decode), "decode-records/s")
+	b.ReportMetric(rate(follow), "follow-records/s")
 	b.ReportMetric(rate(decode)/rate(crc), "decode-x-crc")
+	b.ReportMetric(rate(follow)/rate(crc), "follow-x-crc")
 	b.ReportMetric(rate(enveloped)/rate(plain), "x-plain")
 	b.ReportMetric(rate(plain)/rate(crc), "plain-x-crc")
 	_ = sum
@@ -112,6 +118,21 @@ func decodeAll(b *testing.B, r io.ReaderAt, h streamfile.Header, n int) {
 	}
 	if got != n {
 		b.Fatalf("decoded %d records, want %d", got, n)
+	}
+}
+
+// followAll follows the stream file at path from its start through its n
+// records, and fails unless they come.
+func followAll(b *testing.B, path string, n int) {
+	fl, err := tail.New(tail.Options{Path: path})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer fl.Close()
+	for range n {
+		if _, err := fl.Next(b.Context()); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 
