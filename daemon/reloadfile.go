@@ -173,6 +173,28 @@ func RequestReload(config, dir string, timeout time.Duration) (ReloadResult, err
 	return signalReload(dir, pid, timeout)
 }
 
+// NoAnswerError is RequestReload's error when the daemon did not answer
+// within the timeout: the reload was asked for, and its outcome is not
+// known. The daemon may still be building the new configuration's
+// handlers (a nats one waits for each server that does not answer), and
+// apply or refuse it after the caller gave up.
+type NoAnswerError struct {
+	PID        int
+	Timeout    time.Duration
+	Dir        string // the state directory, where the answer will be
+	Unreadable error  // why the last answer read did not parse, if one did not
+}
+
+func (e *NoAnswerError) Error() string {
+	msg := fmt.Sprintf("streamd (pid %d) did not answer the reload within %s: it may still apply or refuse it; "+
+		"its answer will be in %s and its log, and streamd_config_last_reload_successful tells the outcome "+
+		"(a longer --timeout waits for it)", e.PID, e.Timeout, filepath.Join(e.Dir, ReloadName))
+	if e.Unreadable != nil {
+		msg += fmt.Sprintf("; the last answer read did not parse: %v", e.Unreadable)
+	}
+	return msg
+}
+
 // sameFile reports whether the paths a and b name the same file, or cannot
 // both be examined (the daemon then says what is wrong with its own).
 func sameFile(a, b string) bool {
@@ -261,10 +283,7 @@ func signalReload(dir string, pid int, timeout time.Duration) (ReloadResult, err
 		select {
 		case <-tick.C:
 		case <-deadline:
-			if unreadable != nil {
-				return r, fmt.Errorf("streamd (pid %d) did not answer the reload within %s, the last answer read did not parse (%w); see its log", pid, timeout, unreadable)
-			}
-			return r, fmt.Errorf("streamd (pid %d) did not answer the reload within %s; see its log", pid, timeout)
+			return r, &NoAnswerError{PID: pid, Timeout: timeout, Dir: dir, Unreadable: unreadable}
 		}
 	}
 }

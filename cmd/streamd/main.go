@@ -29,6 +29,9 @@ const (
 	exitOK    = 0
 	exitError = 1 // the work failed: bad data, a failed write
 	exitUsage = 2 // the command line was wrong or a file could not be opened
+	// exitNoAnswer is streamd reload's when the daemon did not answer in
+	// time: the outcome is not known.
+	exitNoAnswer = 3
 )
 
 // failureExit is the exit code of a command that failed with err: 2 when

@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/streamd/streamd/daemon"
+	"github.com/streamd/streamd/internal/natstest"
 )
 
 // TestReloadCommand: streamd reload signals the daemon of the state
@@ -99,5 +102,54 @@ kind = "discard"
 	r = runBinary(t, nil, "reload", "--config.file="+other)
 	if r.code != exitError || !strings.Contains(r.stderr, "other.toml:") || !strings.Contains(r.stderr, "cannot be read, so no daemon was asked to reload") {
 		t.Errorf("reload of a file that does not parse: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// TestReloadNoAnswer: a reload the daemon takes longer to apply than
+// streamd reload waits for (it builds a nats handler whose server accepts
+// and never answers) exits 3, saying that the outcome is not known yet and
+// where it will be; the daemon answers there later, and runs on.
+func TestReloadNoAnswer(t *testing.T) {
+	t.Parallel()
+	quiet := `
+[[subscription]]
+name = "quiet"
+stream = "orders"
+key = "other"
+[subscription.handler]
+kind = "discard"
+`
+	e := newEnv(t, quiet)
+	p := e.start()
+	eventually(t, 10*time.Second, "the daemon to run", func() bool { return strings.Contains(p.stderr.String(), "streamd running") })
+	silent := natstest.StartSilent(t)
+	e.writeConfig(quiet + fmt.Sprintf(`
+[[subscription]]
+name = "n"
+stream = "orders"
+key = "orders"
+[subscription.handler]
+kind = "nats"
+url = %q
+subject = "orders.eu"
+timeout = "2s"
+`, silent.URL()))
+	asked := time.Now()
+	r := runBinary(t, nil, "reload", "--config.file="+e.config, "--timeout=300ms")
+	state := filepath.Join(e.dir, "state")
+	for _, want := range []string{"did not answer the reload within 300ms: it may still apply or refuse it", filepath.Join(state, "reload.json"), "streamd_config_last_reload_successful"} {
+		if r.code != exitNoAnswer || !strings.Contains(r.stderr, want) {
+			t.Fatalf("reload the daemon answers too late: exit %d, stderr %q; want exit %d and %q", r.code, r.stderr, exitNoAnswer, want)
+		}
+	}
+	if len(silent.Accepts()) == 0 {
+		t.Fatal("the nats handler has not connected to its server: the reload was not slow for the reason the test gives")
+	}
+	eventually(t, 20*time.Second, "the daemon's answer in reload.json", func() bool {
+		a, err := daemon.ReadReloadResult(state)
+		return err == nil && a.Started.After(asked)
+	})
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("daemon exit %d", code)
 	}
 }

@@ -242,7 +242,7 @@ func watchStop(ctx context.Context, again <-chan os.Signal, done <-chan struct{}
 // configuration. Exit 0: the new configuration runs; 1: it was refused, or
 // no daemon answered.
 func reloadCommand(app *kingpin.Application) action {
-	cmd := app.Command("reload", "Ask the running daemon to reload its configuration file and wait for its answer: exit 0 when the new configuration runs, 1 when the daemon refused it (the old one keeps running).")
+	cmd := app.Command("reload", "Ask the running daemon to reload its configuration file and wait for its answer: exit 0 when the new configuration runs, 1 when the daemon refused it (the old one keeps running), 3 when it did not answer within --timeout (it may still apply or refuse it).")
 	cf := configFlag(cmd, conf.ModeRun, "streamd reload")
 	timeout := cmd.Flag("timeout", "How long to wait for the daemon's answer (less than systemd's 90 s for the unit's ExecReload, so that the reason reaches the journal).").Default("80s").Duration()
 	return func(s stdio) int {
@@ -258,6 +258,9 @@ func reloadCommand(app *kingpin.Application) action {
 			return s.exitWith(cmp.Or(code, exitError), "streamd reload: the state_dir of this file, which names the daemon to ask, cannot be read, so no daemon was asked to reload (a daemon that runs keeps its configuration)")
 		}
 		r, err := daemon.RequestReload(absPath(*cf.path), dir, *timeout)
+		if _, ok := errors.AsType[*daemon.NoAnswerError](err); ok {
+			return s.exitWith(exitNoAnswer, "streamd reload: %v", err)
+		}
 		if err != nil {
 			return s.exitWith(exitError, "streamd reload: %v", err)
 		}
