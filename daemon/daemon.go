@@ -240,6 +240,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	}
 	d.queue = queue
 	d.metrics.CountRetriesPending(queue.Pending)
+	d.warnStrandedCopies(cfg, nil)
 	defer func() { err = errors.Join(err, queue.Close()) }()
 	// One inotify instance for every follower, closed once they are.
 	d.watcher = tail.NewWatcher(d.logger.With("component", "tail"))
@@ -683,6 +684,7 @@ func (d *Daemon) applyReload(ctx context.Context, cfg *conf.Config) error {
 		attrs             []any
 	}
 	var changes []change // logged once the reload is sure to be applied
+	var removed []string // the subscriptions the reload removes
 	for name, rs := range d.subs {
 		sc, ok := wanted[name]
 		// A failed subscription is started again, and one whose handler
@@ -692,6 +694,7 @@ func (d *Daemon) applyReload(ctx context.Context, cfg *conf.Config) error {
 		case !ok:
 			changes = append(changes, change{"the reload removes the subscription", name, nil})
 			gone = append(gone, rs.sub.metrics)
+			removed = append(removed, name)
 		case !reflect.DeepEqual(sc, rs.sub.cfg):
 			changes = append(changes, change{"the reload starts the subscription again: its configuration changed", name,
 				[]any{"changed", strings.Join(changedKeys(rs.sub.cfg, sc, false), ", ")}})
@@ -711,6 +714,7 @@ func (d *Daemon) applyReload(ctx context.Context, cfg *conf.Config) error {
 		if _, ok := wanted[name]; !ok {
 			changes = append(changes, change{"the reload removes the subscription", name, nil})
 			gone = append(gone, d.metrics.Subscription(name, w.cfg.Stream))
+			removed = append(removed, name)
 		}
 	}
 	for _, sc := range cfg.Subscriptions {
@@ -777,6 +781,9 @@ func (d *Daemon) applyReload(ctx context.Context, cfg *conf.Config) error {
 	d.mu.Lock() // fire reads it
 	d.cfg = cfg
 	d.mu.Unlock()
+	if len(removed) > 0 {
+		d.warnStrandedCopies(cfg, func(made string) bool { return slices.Contains(removed, copyOwner(old, made)) })
+	}
 	// The subscriptions kept deliver what they hold again at once: a
 	// reload is how an operator says the handler is mended.
 	for _, rs := range d.subs {
@@ -1055,6 +1062,49 @@ func (d *Daemon) fire(_ context.Context, c retrytimer.Copy) error {
 	}
 	d.countFired(owner)
 	return nil
+}
+
+// Logged at start, and at a reload that removes subscriptions, for retry
+// copies pending in the spool that no subscription of the configuration
+// will handle when they come due.
+const (
+	msgCopiesOfRemoved = "retry copies pending in the retry spool were made by a subscription the configuration no longer has: " +
+		"they are written to their stream when due, where every subscription passes over them (a copy is handled again only by the subscription that made it); " +
+		"to have a subscription handle them, add the old name to its renamed_from"
+	msgCopiesOfOldKey = "retry copies pending in the retry spool were made under a stream or key the subscription no longer reads: " +
+		"they are written there when due, and no subscription handles them; to have them handled, " +
+		"give the subscription its old stream and key back until they came due and were handled"
+)
+
+// warnStrandedCopies logs the retry copies pending in the spool that no
+// subscription of cfg will handle when they come due: those made by a
+// subscription cfg no longer has (under its name or a former one:
+// copyOwner), and those made under a stream or key their subscription no
+// longer reads (a configuration changed while the daemon was stopped; a
+// reload that changes a key says so itself). At start it looks at every
+// copy (only is nil); at a reload, at the copies whose maker only reports
+// true for (those of the subscriptions it removes).
+func (d *Daemon) warnStrandedCopies(cfg *conf.Config, only func(made string) bool) {
+	origins, err := d.queue.Origins()
+	if err != nil {
+		d.logger.Warn("cannot tell whether the retry copies pending in the spool are for subscriptions of this configuration", "err", err)
+		return
+	}
+	for _, o := range origins {
+		if o.Subscription == "" || only != nil && !only(o.Subscription) {
+			continue // a spool written before copies named their maker; not asked about
+		}
+		owner := copyOwner(cfg, o.Subscription)
+		i := slices.IndexFunc(cfg.Subscriptions, func(sc conf.Subscription) bool { return sc.Name == owner })
+		switch {
+		case i < 0:
+			d.logger.Warn(msgCopiesOfRemoved, "made_by", o.Subscription, "stream", o.Stream, "key", o.Key, "copies", o.Copies)
+		case cfg.Subscriptions[i].Stream != o.Stream || cfg.Subscriptions[i].Key != o.Key:
+			sc := cfg.Subscriptions[i]
+			d.logger.Warn(msgCopiesOfOldKey, "subscription", sc.Name, "copies_stream", o.Stream, "copies_key", o.Key,
+				"stream", sc.Stream, "key", sc.Key, "copies", o.Copies)
+		}
+	}
 }
 
 // copyOwner returns the name of the subscription of cfg that a copy made

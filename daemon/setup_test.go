@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"testing"
 	"time"
@@ -163,4 +164,64 @@ func TestCopiesOfFormerNameCounted(t *testing.T) {
 	e.config = runSub("invoicing", "orders", `renamed_from = ["billing"]`)
 	r := e.start(map[string]handler.Handler{"invoicing": newRecorder(nil)})
 	waitFor(t, "the due copy counted", func() bool { return r.metric("invoicing", "appended") == 1 })
+}
+
+// TestStrandedCopiesAtStart: a start warns of the delayed copies in the
+// spool that no subscription of its configuration will handle: those of a
+// subscription it no longer has, and those made under a key the
+// subscription no longer reads; not of those its subscriptions handle,
+// also under a former name.
+func TestStrandedCopiesAtStart(t *testing.T) {
+	for _, tc := range []struct {
+		name, config string
+		want         []wantLog
+	}{
+		{"unchanged", runSub("billing", "orders", ""), nil},
+		{"renamed", runSub("invoicing", "orders", `renamed_from = ["billing"]`), nil},
+		{"removed", runSub("audit", "orders", ""), []wantLog{{slog.LevelWarn, msgCopiesOfRemoved,
+			map[string]string{"made_by": "billing", "stream": "orders", "key": "orders", "copies": "1"}}}},
+		{"rekeyed", runSub("billing", "invoices", ""), []wantLog{{slog.LevelWarn, msgCopiesOfOldKey,
+			map[string]string{"subscription": "billing", "copies_key": "orders", "key": "invoices", "copies": "1"}}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := spooledCopy(t)
+			e.config = tc.config
+			r := e.start(nil)
+			waitFor(t, "the daemon to run", func() bool { return len(r.logs.with("streamd running")) == 1 })
+			got := append(r.logs.with(msgCopiesOfRemoved), r.logs.with(msgCopiesOfOldKey)...)
+			checkLogs(t, got, tc.want)
+		})
+	}
+}
+
+// TestStrandedCopiesAtReload: a reload that removes a subscription with
+// delayed copies in the spool warns of them, unless a subscription takes
+// them over by renamed_from.
+func TestStrandedCopiesAtReload(t *testing.T) {
+	for _, tc := range []struct {
+		name, config string
+		want         []wantLog
+	}{
+		{"removed", runSub("audit", "orders", ""), []wantLog{{slog.LevelWarn, msgCopiesOfRemoved,
+			map[string]string{"made_by": "billing", "stream": "orders", "key": "orders", "copies": "1"}}}},
+		{"taken over", runSub("audit", "orders", "") + runSub("invoicing", "orders", `renamed_from = ["billing"]`), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := spooledCopy(t)
+			e.config = runSub("billing", "orders", "") + runSub("audit", "orders", "")
+			hold := newRecorder(func(context.Context, *handler.Delivery) handler.Outcome { return retryAfter(time.Hour) })
+			r := e.start(map[string]handler.Handler{"billing": hold})
+			// The copy comes due, and billing delays it again, by an hour.
+			waitFor(t, "the copy delayed again", func() bool { return r.metric("billing", "scheduled") == 1 })
+			if l := r.logs.with(msgCopiesOfRemoved); len(l) != 0 {
+				t.Fatalf("warned at start of copies its subscription handles:\n%s", logLines(l))
+			}
+			e.config = tc.config
+			cfg := e.load()
+			if err := r.d.Reload(t.Context(), func() (*conf.Config, error) { return cfg, nil }); err != nil {
+				t.Fatal(err)
+			}
+			checkLogs(t, append(r.logs.with(msgCopiesOfRemoved), r.logs.with(msgCopiesOfOldKey)...), tc.want)
+		})
+	}
 }

@@ -1,6 +1,7 @@
 package retrytimer
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
 	"errors"
@@ -339,6 +340,39 @@ func (q *Queue) Pending() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return len(q.h) + q.inflight + len(q.undone)
+}
+
+// Origin is a group of pending copies: who made them, and where they go.
+type Origin struct {
+	Subscription, Stream, Key string // as the copies carry them ([Copy])
+	Copies                    int
+}
+
+// Origins returns the copies pending in the queue, except one being fired,
+// grouped by the subscription that made them, their stream and their key,
+// in that order: for a daemon that starts to tell copies that no
+// subscription of its configuration will handle. With a spool, it reads
+// each pending copy's record.
+func (q *Queue) Origins() ([]Origin, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	counts := make(map[Origin]int)
+	for i := range q.h {
+		c, err := q.copyOf(&q.h[i])
+		if err != nil {
+			return nil, fmt.Errorf("retrytimer: reading the pending copies: %w", err)
+		}
+		counts[Origin{Subscription: c.Subscription, Stream: c.Stream, Key: c.Key}]++
+	}
+	origins := make([]Origin, 0, len(counts))
+	for o, n := range counts {
+		o.Copies = n
+		origins = append(origins, o)
+	}
+	slices.SortFunc(origins, func(a, b Origin) int {
+		return cmp.Or(cmp.Compare(a.Subscription, b.Subscription), cmp.Compare(a.Stream, b.Stream), cmp.Compare(a.Key, b.Key))
+	})
+	return origins, nil
 }
 
 // Run fires copies as they come due until ctx is done, and then returns nil

@@ -487,3 +487,58 @@ func TestCopyLine(t *testing.T) {
 		}
 	})
 }
+
+// TestOrigins: the pending copies, loaded from a spool or held in memory,
+// grouped by who made them and where they go; a fired one is gone.
+func TestOrigins(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		var fired []Copy
+		fire := func(_ context.Context, c Copy) error { fired = append(fired, c); return nil }
+		mem := mustOpen(t, Options{Fire: fire})
+		spooled := mustOpen(t, Options{Dir: dir, Fire: fire})
+		copies := []Copy{
+			{Subscription: "billing", Stream: "orders", Key: "orders"},
+			{Subscription: "audit", Stream: "orders", Key: "orders"},
+			{Subscription: "billing", Stream: "orders", Key: "orders"},
+			{Subscription: "billing", Stream: "orders", Key: "invoices"},
+			{Subscription: "billing", Stream: "orders", Key: "orders", Record: []byte("due first")},
+		}
+		for _, q := range []*Queue{mem, spooled} {
+			for i, c := range copies {
+				due := time.Now().Add(time.Hour + time.Duration(i)*time.Second)
+				if c.Record != nil {
+					due = time.Now().Add(time.Second)
+				}
+				if err := q.Schedule(c, due); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if err := spooled.Close(); err != nil {
+			t.Fatal(err)
+		}
+		reopened := mustOpen(t, Options{Dir: dir, Fire: fire})
+		want := []Origin{
+			{Subscription: "audit", Stream: "orders", Key: "orders", Copies: 1},
+			{Subscription: "billing", Stream: "orders", Key: "invoices", Copies: 1},
+			{Subscription: "billing", Stream: "orders", Key: "orders", Copies: 2},
+		}
+		for name, q := range map[string]*Queue{"memory": mem, "spool": reopened} {
+			stop := runQueue(t, q)
+			time.Sleep(time.Second) // the last copy scheduled fires
+			synctest.Wait()
+			stop()
+			got, err := q.Origins()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("%s: Origins = %+v, want %+v", name, got, want)
+			}
+		}
+		if len(fired) != 2 || string(fired[0].Record) != "due first" || string(fired[1].Record) != "due first" {
+			t.Errorf("fired %+v, want the copy due first of each queue", fired)
+		}
+	})
+}
