@@ -822,7 +822,7 @@ func (d *Daemon) restartRequired(cfg *conf.Config) error {
 	old := d.cfg
 	var changes []string
 	add := func(format string, args ...any) { changes = append(changes, fmt.Sprintf(format, args...)) }
-	if cfg.StateDir != old.StateDir {
+	if cfg.StateDir != old.StateDir && !sameDir(cfg.StateDir, old.StateDir) {
 		add("state_dir changed from %q to %q", old.StateDir, cfg.StateDir)
 	}
 	if cfg.Metrics.Listen != old.Metrics.Listen {
@@ -852,6 +852,17 @@ func (d *Daemon) restartRequired(cfg *conf.Config) error {
 		return nil
 	}
 	return fmt.Errorf("%s: restart required", strings.Join(changes, "; "))
+}
+
+// sameDir reports whether the paths a and b name the same directory (one
+// spelled through a symlink, or with a trailing slash).
+func sameDir(a, b string) bool {
+	fa, err := os.Stat(a)
+	if err != nil {
+		return false
+	}
+	fb, err := os.Stat(b)
+	return err == nil && fa.IsDir() && os.SameFile(fa, fb)
 }
 
 // msgKeyChanged is logged when a reload changes a subscription's stream

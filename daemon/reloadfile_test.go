@@ -283,11 +283,26 @@ func TestReloadRefusesStreamChange(t *testing.T) {
 	if want := `stream "orders" changed (create from true to false, poll_interval from 50ms to 1s): restart required`; err == nil || err.Error() != want {
 		t.Errorf("Reload: %v, want %q", err, want)
 	}
-	// Every change a reload cannot apply is said at once.
+	// The state directory spelled another way, through a symlink, is the
+	// same; another one is not, and every change a reload cannot apply is
+	// said at once.
+	same, other := filepath.Join(e.dir, "link"), filepath.Join(e.dir, "other")
+	if err := os.Symlink(changed.StateDir, same); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(other, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	spelled := e.load()
+	spelled.StateDir = same + "/"
+	if err := r.d.Reload(context.Background(), func() (*conf.Config, error) { return spelled, nil }); err != nil {
+		t.Errorf("Reload with the state directory spelled through a symlink: %v", err)
+	}
+	changed.StateDir = other
 	changed.CommitInterval = conf.Duration(time.Minute)
 	changed.Log.Format = "json"
 	err = r.d.Reload(context.Background(), func() (*conf.Config, error) { return changed, nil })
-	if want := `commit_interval changed from 50ms to 1m0s; log format changed from "auto" to "json"; stream "orders" changed (create from true to false, poll_interval from 50ms to 1s): restart required`; err == nil || err.Error() != want {
+	if want := fmt.Sprintf(`state_dir changed from %q to %q; commit_interval changed from 50ms to 1m0s; log format changed from "auto" to "json"; stream "orders" changed (create from true to false, poll_interval from 50ms to 1s): restart required`, spelled.StateDir, other); err == nil || err.Error() != want {
 		t.Errorf("Reload: %v, want %q", err, want)
 	}
 }
