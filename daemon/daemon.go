@@ -312,7 +312,10 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	d.logger.Info("streamd running", "subscriptions", len(d.subs), "waiting", len(d.waiting), "streams", len(d.streams), "state_dir", cfg.StateDir)
 
 	err = d.loop(ctx)
-	d.notify.Send("STOPPING=1")
+	// The stop may take shutdown_timeout and the final commit: a unit's
+	// TimeoutStopSec shorter than that is extended (systemd 236 and
+	// later), not left to kill the daemon with deliveries in flight.
+	d.notify.Send(fmt.Sprintf("STOPPING=1\nEXTEND_TIMEOUT_USEC=%d", (time.Duration(d.cfg.ShutdownTimeout) + stopMargin).Microseconds()))
 	d.logger.Info("stopping", "shutdown_timeout", time.Duration(d.cfg.ShutdownTimeout))
 	d.beginStop()
 	settled := d.stopAll()
@@ -320,6 +323,11 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	d.keepSettled(settled)
 	return err
 }
+
+// stopMargin is how much longer than shutdown_timeout a stop may take:
+// a handler that ignores its deadline, an exec command's output closing,
+// the final commit and the fsync of the stream files.
+const stopMargin = 10 * time.Second
 
 // keepSettled commits the positions, then keeps what the subscriptions
 // settled beyond them for the next start (offsets.Store.SaveSettled),

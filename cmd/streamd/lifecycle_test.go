@@ -428,7 +428,8 @@ func monotonicUsec(t *testing.T) int64 {
 
 // TestNotifySequence follows the sd_notify messages of a daemon's life
 // (STYLE.md §9): READY=1 once it runs; on SIGHUP RELOADING=1 with the
-// MONOTONIC_USEC of the reload, then READY=1; on SIGTERM STOPPING=1; in
+// MONOTONIC_USEC of the reload, then READY=1; on SIGTERM STOPPING=1 with
+// EXTEND_TIMEOUT_USEC; in
 // that order and nothing else. A reload with an invalid file keeps the old
 // configuration and says so in STATUS=, between RELOADING=1 and READY=1.
 func TestNotifySequence(t *testing.T) {
@@ -484,8 +485,10 @@ func TestNotifySequence(t *testing.T) {
 	})
 
 	p.cmd.Process.Signal(syscall.SIGTERM)
-	if m = ns.next(t, 10*time.Second, "STOPPING=1"); m.text != "STOPPING=1" {
-		t.Fatalf("message after SIGTERM %q, want STOPPING=1", m.text)
+	// The stop may take shutdown_timeout (5s) and 10s more: systemd is
+	// told, so that a shorter TimeoutStopSec does not kill it first.
+	if m = ns.next(t, 10*time.Second, "STOPPING=1"); m.text != "STOPPING=1\nEXTEND_TIMEOUT_USEC=15000000" {
+		t.Fatalf("message after SIGTERM %q, want STOPPING=1 and EXTEND_TIMEOUT_USEC=15000000", m.text)
 	}
 	select {
 	case <-p.done:
