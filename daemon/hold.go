@@ -158,7 +158,7 @@ func (dl *deliverer) reconnected() <-chan struct{} {
 // counts each record under its reason and logs the failure, and waits the
 // next backoff step, or the delay the handler named (bounded by
 // max_retry_after), before the records are delivered again. A failure of
-// reason unreachable waits no longer than until back, taken before the
+// reason unreachable or tls waits no longer than until back, taken before the
 // delivery, is closed: the handler reconnected; any waits no longer than
 // until deliverHeldNow, also one since gen, taken before the delivery.
 // It returns retry when the
@@ -192,7 +192,7 @@ func (dl *deliverer) failedDelivery(ctx context.Context, stop, back <-chan struc
 		wait = dl.settler.bounded(o.Delay, d)
 	}
 	dl.hold.failed(dl.logger, dl.metrics.Held, *failures == 1, o, d, at, records, wait)
-	if o.Failure != handler.FailureUnreachable {
+	if o.Failure != handler.FailureUnreachable && o.Failure != handler.FailureTLS {
 		back = nil // a reconnection does not mend a refusal or a timeout
 	}
 	t := time.NewTimer(wait)
@@ -215,14 +215,14 @@ func (dl *deliverer) failedDelivery(ctx context.Context, stop, back <-chan struc
 }
 
 // holdRank orders the reasons the records of a batch failed for by which
-// one the hold follows: a cancellation stops it, an unreachable handler is
-// waited for no longer than its reconnection, any other reason waits the
-// whole step.
+// one the hold follows: a cancellation stops it, an unreachable handler (or
+// one whose TLS handshake failed) is waited for no longer than its
+// reconnection, any other reason waits the whole step.
 func holdRank(f handler.Failure) int {
 	switch f {
 	case handler.FailureCanceled:
 		return 2
-	case handler.FailureUnreachable:
+	case handler.FailureUnreachable, handler.FailureTLS:
 		return 1
 	}
 	return 0

@@ -8,7 +8,10 @@ package handler
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
+	"errors"
 	"strconv"
 	"time"
 
@@ -74,7 +77,8 @@ type Failure uint8
 // The reasons of a failed delivery.
 const (
 	FailureOther       Failure = iota // anything else: a stdout write error, an invalid answer
-	FailureUnreachable                // connection refused or reset, DNS or TLS failure
+	FailureUnreachable                // connection refused or reset, DNS failure
+	FailureTLS                        // the TLS handshake failed: the server's certificate refused (an unknown authority, expired, another host name), or the peer's alert
 	FailureTimeout                    // the handler's timeout passed
 	FailureHTTPStatus                 // HTTP 5xx, 408, 429, a wrong url or credentials (401, 403, 404, 405, 407), a batch's 4xx
 	FailureExecStart                  // the command could not be started
@@ -88,6 +92,7 @@ const (
 var failureNames = [NumFailures]string{
 	FailureOther:       "other",
 	FailureUnreachable: "unreachable",
+	FailureTLS:         "tls",
 	FailureTimeout:     "timeout",
 	FailureHTTPStatus:  "http_status",
 	FailureExecStart:   "exec_start",
@@ -95,6 +100,31 @@ var failureNames = [NumFailures]string{
 	FailureExecStatus:  "exec_status",
 	FailureTempFail:    "tempfail",
 	FailureCanceled:    "canceled",
+}
+
+// isTLSFailure reports whether err is a failed TLS handshake: the peer's
+// certificate refused, an alert from the peer, or a peer that does not
+// speak TLS. A delivery that fails so is counted as FailureTLS, not as an
+// unreachable server: what mends it is a certificate or a ca_file, not
+// the network.
+func isTLSFailure(err error) bool {
+	if _, ok := errors.AsType[*tls.CertificateVerificationError](err); ok {
+		return true
+	}
+	if _, ok := errors.AsType[tls.AlertError](err); ok {
+		return true
+	}
+	if _, ok := errors.AsType[tls.RecordHeaderError](err); ok {
+		return true
+	}
+	if _, ok := errors.AsType[x509.UnknownAuthorityError](err); ok {
+		return true
+	}
+	if _, ok := errors.AsType[x509.HostnameError](err); ok {
+		return true
+	}
+	_, ok := errors.AsType[x509.CertificateInvalidError](err)
+	return ok
 }
 
 // String returns the failure's label value.
@@ -270,7 +300,7 @@ func IsBlind(h Handler) bool {
 
 // Reconnecting is implemented by a handler that knows when its connection
 // to its endpoint is made again after it was lost, as the nats kind does.
-// A delivery held after a failure of reason FailureUnreachable is then
+// A delivery held after a failure of reason FailureUnreachable or FailureTLS is then
 // delivered again at once, instead of at the next backoff step.
 type Reconnecting interface {
 	Handler

@@ -433,6 +433,9 @@ func (h *httpHandler) transportFailure(ctx context.Context, err error) Outcome {
 	if ue, ok := errors.AsType[*url.Error](err); ok {
 		err = ue.Err // without the URL, which may hold a secret
 	}
+	if isTLSFailure(err) {
+		return Failed(FailureTLS, fmt.Errorf("http: %w", err))
+	}
 	if strings.HasPrefix(err.Error(), "http: ") { // net/http's own says it already
 		return Failed(FailureUnreachable, err)
 	}

@@ -434,19 +434,43 @@ func TestHTTPHandlerTLS(t *testing.T) {
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
 	caFile := writeTestFile(t, "ca.pem", string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})))
+	// A server that speaks another protocol than TLS.
+	other, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Close() })
+	go func() {
+		for {
+			c, err := other.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("SSH-2.0-OpenSSH_9.2\r\n"))
+			c.Close()
+		}
+	}()
 	tests := []struct {
-		name   string
-		caFile string
-		kind   OutcomeKind
-		err    string
+		name    string
+		url     string
+		caFile  string
+		kind    OutcomeKind
+		failure Failure
+		err     string
 	}{
-		{name: "ca_file trusts the server", caFile: caFile, kind: OutcomeAck},
-		{name: "system roots do not", kind: OutcomeFailed, err: "certificate"},
+		{name: "ca_file trusts the server", url: srv.URL, caFile: caFile, kind: OutcomeAck},
+		{name: "system roots do not", url: srv.URL, kind: OutcomeFailed, failure: FailureTLS, err: "certificate"},
+		{name: "another host name", url: strings.Replace(srv.URL, "127.0.0.1", "localhost", 1), caFile: caFile, kind: OutcomeFailed, failure: FailureTLS, err: "localhost"},
+		{name: "no TLS server", url: "https://" + other.Addr().String(), caFile: caFile, kind: OutcomeFailed, failure: FailureTLS, err: "does not look like a TLS handshake"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := mustNewHandler(t, conf.Handler{Kind: conf.HandlerHTTP, URL: srv.URL, CAFile: tt.caFile, Timeout: conf.Duration(5 * time.Second)})
-			checkOutcome(t, h.Handle(t.Context(), testDelivery()), tt.kind, 0, 0, tt.err)
+			h := mustNewHandler(t, conf.Handler{Kind: conf.HandlerHTTP, URL: tt.url, CAFile: tt.caFile, Timeout: conf.Duration(5 * time.Second)})
+			o := h.Handle(t.Context(), testDelivery())
+			checkOutcome(t, o, tt.kind, 0, 0, tt.err)
+			if o.Failure != tt.failure {
+				t.Errorf("reason %v (%v), want %v", o.Failure, o.Err, tt.failure)
+			}
 		})
 	}
 }

@@ -715,7 +715,11 @@ func (h *natsHandler) failure(ctx context.Context, d *Delivery, m *nats.Msg, err
 			last = *p // the latest: the client's may be from before the connection was lost
 		}
 		if last != nil {
-			return Failed(FailureUnreachable, fmt.Errorf("nats: not connected to any NATS server; reconnecting (last error: %w)", last))
+			reason := FailureUnreachable
+			if isTLSFailure(last) {
+				reason = FailureTLS
+			}
+			return Failed(reason, fmt.Errorf("nats: not connected to any NATS server; reconnecting (last error: %w)", last))
 		}
 		return Failed(FailureUnreachable, errors.New("nats: not connected to any NATS server; reconnecting"))
 	case strings.HasPrefix(err.Error(), "nats: "):

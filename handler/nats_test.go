@@ -2,11 +2,13 @@ package handler
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
 	"net"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -1039,5 +1041,29 @@ func TestNATSHandlerCheckHints(t *testing.T) {
 				t.Fatalf("error %v (option %v), want one of option %s containing %q", err, oe, tc.option, tc.want)
 			}
 		})
+	}
+}
+
+// TestNATSHandlerTLSRefused: a server whose certificate the client does
+// not trust (no ca_file naming its authority) fails each delivery with
+// reason tls, not unreachable, and says why.
+func TestNATSHandlerTLSRefused(t *testing.T) {
+	t.Parallel()
+	ts := httptest.NewTLSServer(nil) // for its certificate, of 127.0.0.1, by an authority of its own
+	cert := ts.TLS.Certificates[0]
+	ts.Close()
+	srv := startServer(t, &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
+		TLS: true, TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}})
+	url := fmt.Sprintf("tls://127.0.0.1:%d", srv.Addr().(*net.TCPAddr).Port)
+	h := mustNewHandler(t, conf.Handler{Kind: conf.HandlerNATS, URL: url, Subject: "orders.eu", Timeout: conf.Duration(time.Second)})
+	for deadline := time.Now().Add(20 * time.Second); h.(*natsHandler).dialErr.Load() == nil; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no failed try to connect")
+		}
+	}
+	d := testDelivery()
+	d.File, d.Offset = "abc", 1
+	if o := h.Handle(t.Context(), d); o.Kind != OutcomeFailed || o.Failure != FailureTLS || !strings.Contains(o.Err.Error(), "certificate") {
+		t.Errorf("certificate not trusted: %+v, want failed (tls), naming the certificate", o)
 	}
 }
