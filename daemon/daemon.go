@@ -234,7 +234,8 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	defer func() { err = errors.Join(err, store.Close()) }()
 	// A fired copy is recorded done in the spool only once its stream
 	// file is synced: a power loss keeps the copy or fires it again.
-	queue, err := retrytimer.Open(retrytimer.Options{Dir: cfg.StateDir, Fire: d.fire, Durable: d.syncStreams, Stuck: d.spoolStuck, Logger: d.logger})
+	queue, err := retrytimer.Open(retrytimer.Options{Dir: cfg.StateDir, Fire: d.fire, Durable: d.syncStreams, Stuck: d.spoolStuck,
+		Mark: carriesOrigin, Logger: d.logger})
 	if err != nil {
 		return err
 	}
@@ -1085,33 +1086,30 @@ func (d *Daemon) fire(_ context.Context, c retrytimer.Copy) error {
 
 // Logged at start, and at a reload that removes subscriptions, for retry
 // copies pending in the spool that no subscription of the configuration
-// will handle when they come due.
+// will handle once they are written.
 const (
-	msgCopiesOfRemoved = "retry copies pending in the retry spool were made by a subscription the configuration no longer has: " +
-		"they are written to their stream when due, where every subscription passes over them (a copy is handled again only by the subscription that made it); " +
+	msgCopiesOfRemoved = "retry copies pending in the retry spool carry the name of a subscription the configuration no longer has: " +
+		"once written, every subscription passes over them (such a copy is handled again only by the subscription that made it); " +
 		"to have a subscription handle them, add the old name to its renamed_from"
-	msgCopiesOfOldKey = "retry copies pending in the retry spool were made under a stream or key the subscription no longer reads: " +
-		"they are written there when due, and no subscription handles them; to have them handled, " +
+	msgCopiesOfOldKey = "retry copies pending in the retry spool were made under a stream or key their subscription no longer reads: " +
+		"once written, no subscription handles them; to have them handled, " +
 		"give the subscription its old stream and key back until they came due and were handled"
 )
 
 // warnStrandedCopies logs the retry copies pending in the spool that no
-// subscription of cfg will handle when they come due: those made by a
-// subscription cfg no longer has (under its name or a former one:
-// copyOwner), and those made under a stream or key their subscription no
-// longer reads (a configuration changed while the daemon was stopped; a
-// reload that changes a key says so itself). At start it looks at every
-// copy (only is nil); at a reload, at the copies whose maker only reports
-// true for (those of the subscriptions it removes).
+// subscription of cfg will handle once they are written: those that carry
+// the name of a subscription cfg no longer has (under that name or a
+// former one: copyOwner), and those made under a stream or key their
+// subscription no longer reads (a configuration changed while the daemon
+// was stopped; a reload that changes a key says so itself). Copies that
+// carry no name (under out_retry) are for whoever reads their key, here
+// or elsewhere. At start it looks at every copy (only is nil); at a
+// reload, at those whose maker only reports true for (the subscriptions
+// it removes).
 func (d *Daemon) warnStrandedCopies(cfg *conf.Config, only func(made string) bool) {
-	origins, err := d.queue.Origins()
-	if err != nil {
-		d.logger.Warn("cannot tell whether the retry copies pending in the spool are for subscriptions of this configuration", "err", err)
-		return
-	}
-	for _, o := range origins {
-		if o.Subscription == "" || only != nil && !only(o.Subscription) {
-			continue // a spool written before copies named their maker; not asked about
+	for _, o := range d.queue.Origins() {
+		if !o.Marked || only != nil && !only(o.Subscription) {
+			continue
 		}
 		owner := copyOwner(cfg, o.Subscription)
 		i := slices.IndexFunc(cfg.Subscriptions, func(sc conf.Subscription) bool { return sc.Name == owner })

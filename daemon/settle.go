@@ -19,6 +19,7 @@ import (
 	"github.com/streamd/streamd/internal/ratelog"
 	"github.com/streamd/streamd/internal/wakeup"
 	"github.com/streamd/streamd/metrics"
+	"github.com/streamd/streamd/retrytimer"
 )
 
 // OriginHeader names the subscription that made a retry copy, so that other
@@ -510,6 +511,15 @@ func (s *settler) copyRecord(d *handler.Delivery, retry bool) []byte {
 		h.Delete(OriginHeader)
 	}
 	return envelope.Encode(h, d.Payload, s.transport == stdioTransport)
+}
+
+// carriesOrigin reports whether a retry copy carries the name of the
+// subscription that made it (OriginHeader), which then alone handles it;
+// a copy under out_retry carries none, for whoever reads that key.
+func carriesOrigin(c retrytimer.Copy) bool {
+	var p envelope.Parser
+	_, ok := p.PeekHeader(c.Record, OriginHeader)
+	return ok && p.Check()
 }
 
 // The settlements the transport cannot perform, as unsupportedLog counts

@@ -118,11 +118,11 @@ func stopDuringBuild(t *testing.T, r *runningDaemon, reloaded <-chan error) {
 }
 
 // spooledCopy returns a run env whose subscription billing, on stream
-// orders, made a copy delayed by a second, left in the retry spool by a
-// first run, stopped.
-func spooledCopy(t *testing.T) *runEnv {
+// orders, with the TOML keys extra, made a copy delayed by a second, left
+// in the retry spool by a first run, stopped.
+func spooledCopy(t *testing.T, extra string) *runEnv {
 	t.Helper()
-	e := newRunEnv(t, runSub("billing", "orders", ""))
+	e := newRunEnv(t, runSub("billing", "orders", extra))
 	e.put("orders", nil, "a")
 	first := e.start(map[string]handler.Handler{"billing": newRecorder(func(context.Context, *handler.Delivery) handler.Outcome {
 		return retryAfter(time.Second)
@@ -140,7 +140,7 @@ func spooledCopy(t *testing.T) *runEnv {
 // the subscription that made them.
 func TestCopiesDueAtStartCounted(t *testing.T) {
 	silent := natstest.StartSilent(t)
-	e := spooledCopy(t)
+	e := spooledCopy(t, "")
 	e.config += fmt.Sprintf("\n[[subscription]]\nname = \"n\"\nstream = \"orders\"\nkey = \"other\"\n"+
 		"[subscription.handler]\nkind = \"nats\"\nurl = %q\nsubject = \"orders.eu\"\ntimeout = \"1m\"\n", silent.URL())
 	r := e.start(map[string]handler.Handler{"billing": newRecorder(nil)})
@@ -160,31 +160,35 @@ func TestCopiesDueAtStartCounted(t *testing.T) {
 // subscription had before (renamed_from), written at the next start, is
 // counted under the subscription's name now, as its other copies are.
 func TestCopiesOfFormerNameCounted(t *testing.T) {
-	e := spooledCopy(t)
+	e := spooledCopy(t, "")
 	e.config = runSub("invoicing", "orders", `renamed_from = ["billing"]`)
 	r := e.start(map[string]handler.Handler{"invoicing": newRecorder(nil)})
 	waitFor(t, "the due copy counted", func() bool { return r.metric("invoicing", "appended") == 1 })
 }
 
 // TestStrandedCopiesAtStart: a start warns of the delayed copies in the
-// spool that no subscription of its configuration will handle: those of a
-// subscription it no longer has, and those made under a key the
-// subscription no longer reads; not of those its subscriptions handle,
-// also under a former name.
+// spool that no subscription of its configuration will handle: those that
+// carry the name of a subscription it no longer has, and those made under
+// a key the subscription no longer reads; not of those its subscriptions
+// handle, also under a former name, nor of those under out_retry, which
+// carry no name and are for whoever reads that key.
 func TestStrandedCopiesAtStart(t *testing.T) {
+	const outRetry = `out_retry = "orders.retry"`
 	for _, tc := range []struct {
-		name, config string
-		want         []wantLog
+		name, first, config string
+		want                []wantLog
 	}{
-		{"unchanged", runSub("billing", "orders", ""), nil},
-		{"renamed", runSub("invoicing", "orders", `renamed_from = ["billing"]`), nil},
-		{"removed", runSub("audit", "orders", ""), []wantLog{{slog.LevelWarn, msgCopiesOfRemoved,
+		{"unchanged", "", runSub("billing", "orders", ""), nil},
+		{"renamed", "", runSub("invoicing", "orders", `renamed_from = ["billing"]`), nil},
+		{"removed", "", runSub("audit", "orders", ""), []wantLog{{slog.LevelWarn, msgCopiesOfRemoved,
 			map[string]string{"made_by": "billing", "stream": "orders", "key": "orders", "copies": "1"}}}},
-		{"rekeyed", runSub("billing", "invoices", ""), []wantLog{{slog.LevelWarn, msgCopiesOfOldKey,
+		{"rekeyed", "", runSub("billing", "invoices", ""), []wantLog{{slog.LevelWarn, msgCopiesOfOldKey,
 			map[string]string{"subscription": "billing", "copies_key": "orders", "key": "invoices", "copies": "1"}}}},
+		{"out_retry unchanged", outRetry, runSub("billing", "orders", outRetry) + runSub("retrier", "orders.retry", ""), nil},
+		{"out_retry maker removed", outRetry, runSub("retrier", "orders.retry", ""), nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := spooledCopy(t)
+			e := spooledCopy(t, tc.first)
 			e.config = tc.config
 			r := e.start(nil)
 			waitFor(t, "the daemon to run", func() bool { return len(r.logs.with("streamd running")) == 1 })
@@ -207,7 +211,7 @@ func TestStrandedCopiesAtReload(t *testing.T) {
 		{"taken over", runSub("audit", "orders", "") + runSub("invoicing", "orders", `renamed_from = ["billing"]`), nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := spooledCopy(t)
+			e := spooledCopy(t, "")
 			e.config = runSub("billing", "orders", "") + runSub("audit", "orders", "")
 			hold := newRecorder(func(context.Context, *handler.Delivery) handler.Outcome { return retryAfter(time.Hour) })
 			r := e.start(map[string]handler.Handler{"billing": hold})

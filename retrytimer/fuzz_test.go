@@ -163,5 +163,5 @@ func reencode(t *testing.T, b body) []byte {
 }
 
 func scanBytes(data []byte) (scanResult, error) {
-	return scan(bytes.NewReader(data), int64(len(data)))
+	return scan(bytes.NewReader(data), int64(len(data)), nil)
 }

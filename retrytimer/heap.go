@@ -11,6 +11,9 @@ type entry struct {
 	tries uint32 // failed fires so far
 	rec   []byte // the schedule record (memory-only mode)
 	line  int64  // the copy's Line, which no record keeps
+	// origin is the index of the copy's Origin in the queue's table
+	// (Queue.Origins); 0 in a spool's scan for Check.
+	origin uint32
 }
 
 // entryHeap is a [container/heap] min-heap of entries ordered by due time,

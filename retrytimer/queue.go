@@ -1,7 +1,6 @@
 package retrytimer
 
 import (
-	"cmp"
 	"container/heap"
 	"context"
 	"errors"
@@ -86,6 +85,11 @@ type Options struct {
 	// pending in the spool (fired again after a restart). Nil means a copy
 	// is durable when Fire returns.
 	Durable func() error
+	// Mark, if set, tells copies apart in [Queue.Origins]: it is called
+	// with each copy scheduled or loaded from the spool, whose Record it
+	// must not keep, and reports whether the copy is marked. The daemon
+	// marks the copies that carry their maker's name.
+	Mark func(Copy) bool
 	// Stuck, if set, is told when no copy fires any more because the
 	// spool cannot record the copies fired as done (a full disk: err),
 	// and when it can again (nil), for a health check.
@@ -149,6 +153,7 @@ type Queue struct {
 	scheduled    uint64 // spool records up to the last schedule record (see recordDone)
 	maxMemory    int64
 	freed        wakeup.Signal // woken when memBytes drops or the queue closes
+	origins      *originTable  // of the entries (entry.origin)
 
 	// Owned by the goroutine in Run or Drain.
 	fireLog    ratelog.Limiter // of fire failures
@@ -179,6 +184,7 @@ func Open(opts Options) (*Queue, error) {
 		maxMemory:  opts.MaxMemory,
 		wake:       make(chan struct{}, 1),
 		nextID:     1,
+		origins:    newOriginTable(opts.Mark),
 	}
 	if q.log == nil {
 		q.log = slog.New(slog.DiscardHandler)
@@ -202,7 +208,7 @@ func Open(opts Options) (*Queue, error) {
 	if opts.Dir == "" {
 		return q, nil
 	}
-	sp, res, torn, err := openSpool(opts.Dir)
+	sp, res, torn, err := openSpool(opts.Dir, q.origins)
 	if err != nil {
 		return nil, fmt.Errorf("retrytimer: %w", err)
 	}
@@ -234,6 +240,7 @@ func (q *Queue) Schedule(c Copy, due time.Time) error {
 	if due.Before(minDue) || due.After(maxDue) {
 		return fmt.Errorf("retrytimer: due time %s out of range", due)
 	}
+	origin := q.origins.of(&c)
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
@@ -246,7 +253,7 @@ func (q *Queue) Schedule(c Copy, due time.Time) error {
 	// The clock is read under mu, so that readings reach observe in order.
 	now := q.now()
 	moved := q.observe(now.UnixNano())
-	e := entry{due: due.UnixNano(), delay: int64(max(due.Sub(now), 0)), id: q.nextID, line: c.Line}
+	e := entry{due: due.UnixNano(), delay: int64(max(due.Sub(now), 0)), id: q.nextID, line: c.Line, origin: origin}
 	if satSub(e.due, e.delay) > now.UnixNano()+int64(scheduleSlack) {
 		// The wall clock stepped back between the caller's reading and
 		// this one (the delay is measured on the monotonic clock): the
@@ -342,37 +349,15 @@ func (q *Queue) Pending() int {
 	return len(q.h) + q.inflight + len(q.undone)
 }
 
-// Origin is a group of pending copies: who made them, and where they go.
-type Origin struct {
-	Subscription, Stream, Key string // as the copies carry them ([Copy])
-	Copies                    int
-}
-
-// Origins returns the copies pending in the queue, except one being fired,
-// grouped by the subscription that made them, their stream and their key,
-// in that order: for a daemon that starts to tell copies that no
-// subscription of its configuration will handle. With a spool, it reads
-// each pending copy's record.
-func (q *Queue) Origins() ([]Origin, error) {
+// Origins returns the copies pending in the queue, except one being
+// fired, grouped by the subscription that made them, their stream and
+// key, and [Options.Mark]; in that order. A daemon that starts, or
+// removes a subscription, tells by them the copies no subscription of its
+// configuration will handle. It reads no spool.
+func (q *Queue) Origins() []Origin {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	counts := make(map[Origin]int)
-	for i := range q.h {
-		c, err := q.copyOf(&q.h[i])
-		if err != nil {
-			return nil, fmt.Errorf("retrytimer: reading the pending copies: %w", err)
-		}
-		counts[Origin{Subscription: c.Subscription, Stream: c.Stream, Key: c.Key}]++
-	}
-	origins := make([]Origin, 0, len(counts))
-	for o, n := range counts {
-		o.Copies = n
-		origins = append(origins, o)
-	}
-	slices.SortFunc(origins, func(a, b Origin) int {
-		return cmp.Or(cmp.Compare(a.Subscription, b.Subscription), cmp.Compare(a.Stream, b.Stream), cmp.Compare(a.Key, b.Key))
-	})
-	return origins, nil
+	return q.origins.count(q.h)
 }
 
 // Run fires copies as they come due until ctx is done, and then returns nil

@@ -92,7 +92,7 @@ func (sp *spool) read(e *entry, buf *[]byte) ([]byte, body, error) {
 
 // openSpool opens the spool in dir, creating an empty one when there is
 // none, and loads its pending entries. A torn tail is truncated away.
-func openSpool(dir string) (*spool, scanResult, int64, error) {
+func openSpool(dir string, origins *originTable) (*spool, scanResult, int64, error) {
 	sp := &spool{path: filepath.Join(dir, SpoolName)}
 	if st, err := os.Stat(dir); err != nil {
 		return nil, scanResult{}, 0, err
@@ -116,7 +116,7 @@ func openSpool(dir string) (*spool, scanResult, int64, error) {
 	if err != nil {
 		return nil, scanResult{}, 0, err
 	}
-	res, torn, err := loadFile(f)
+	res, torn, err := loadFile(f, origins)
 	if err == nil && torn > 0 {
 		// A torn tail is an append that a crash cut short: it was never
 		// acknowledged, since no fsync completed after it.
@@ -145,18 +145,18 @@ func Check(dir string) error {
 		return err
 	}
 	defer f.Close()
-	_, _, err = loadFile(f)
+	_, _, err = loadFile(f, nil)
 	return err
 }
 
 // loadFile scans f from its start and returns the scan and the size of the
-// torn tail.
-func loadFile(f *os.File) (scanResult, int64, error) {
+// torn tail; the entries' origins are interned in origins, unless nil.
+func loadFile(f *os.File, origins *originTable) (scanResult, int64, error) {
 	st, err := f.Stat()
 	if err != nil {
 		return scanResult{}, 0, err
 	}
-	res, err := scan(bufio.NewReaderSize(f, 64<<10), st.Size())
+	res, err := scan(bufio.NewReaderSize(f, 64<<10), st.Size(), origins)
 	if err != nil {
 		var ce *corruptError
 		if errors.As(err, &ce) {
@@ -190,13 +190,14 @@ func (e *corruptError) Error() string {
 // scan reads a spool of the given size from r. Damage that a crash in the
 // middle of the last append can cause is a torn tail: scan stops there and
 // reports its offset as end. Any other damage is a *corruptError; other
-// errors come from r.
+// errors come from r. The origins of the pending entries are interned in
+// origins, unless nil.
 //
 // A tail is torn when it is shorter than a record header, when its header is
 // intact but its body runs past the end of the file, when its header is
 // damaged and everything from it to the end is zero (a file extended but not
 // written), or when it is the last record and its body checksum fails.
-func scan(r io.Reader, size int64) (scanResult, error) {
+func scan(r io.Reader, size int64, origins *originTable) (scanResult, error) {
 	magic := make([]byte, len(fileMagic))
 	if size < int64(len(magic)) {
 		return scanResult{}, &corruptError{0, "file too short for the header"}
@@ -259,7 +260,12 @@ func scan(r io.Reader, size int64) (scanResult, error) {
 			if _, dup := pending[rec.id]; dup {
 				return scanResult{}, &corruptError{off, fmt.Sprintf("id %d scheduled twice", rec.id)}
 			}
-			pending[rec.id] = entry{due: rec.due, delay: rec.delay, id: rec.id, off: off, size: h.n}
+			e := entry{due: rec.due, delay: rec.delay, id: rec.id, off: off, size: h.n}
+			if origins != nil {
+				c := rec.copy()
+				e.origin = origins.of(&c)
+			}
+			pending[rec.id] = e
 			res.live += hdrSize + int64(h.n)
 			res.nextID = max(res.nextID, rec.id+1)
 		case rec.typ == recDone:

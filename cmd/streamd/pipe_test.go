@@ -1283,7 +1283,6 @@ func TestPipeSIGTERM(t *testing.T) {
 	})
 }
 
-// fileExists reports whether dir/name exists.
 // defaultHangup makes the processes the test starts begin with SIGHUP at
 // its default action, also when the test runs under nohup: a child
 // inherits an ignored signal, and a stage keeps ignoring SIGHUP then (see
@@ -1338,6 +1337,7 @@ func hangupIgnored(t *testing.T, pid int) bool {
 	return false
 }
 
+// fileExists reports whether dir/name exists.
 func fileExists(dir, name string) bool {
 	_, err := os.Stat(filepath.Join(dir, name))
 	return err == nil

@@ -240,7 +240,7 @@ func watchStop(ctx context.Context, again <-chan os.Signal, done <-chan struct{}
 // lock of the configuration's state directory and waits for its answer, so
 // that `systemctl reload` fails when the daemon refuses the new
 // configuration. Exit 0: the new configuration runs; 1: it was refused, or
-// no daemon answered.
+// no daemon runs; 3: the daemon did not answer within --timeout.
 func reloadCommand(app *kingpin.Application) action {
 	cmd := app.Command("reload", "Ask the running daemon to reload its configuration file and wait for its answer: exit 0 when the new configuration runs, 1 when the daemon refused it (the old one keeps running), 3 when it did not answer within --timeout (it may still apply or refuse it).")
 	cf := configFlag(cmd, conf.ModeRun, "streamd reload")
