@@ -12,13 +12,8 @@ import (
 	"github.com/streamd/streamd/internal/natstest"
 )
 
-// TestReloadCommand: streamd reload signals the daemon of the state
-// directory and reports its answer: exit 0 after a change it applies, 1
-// with the reason after one it refuses, and in both cases the daemon runs
-// the right configuration; with no daemon, exit 1 at once.
-func TestReloadCommand(t *testing.T) {
-	t.Parallel()
-	quiet := `
+// quietSub is a subscription that reads a key no test publishes.
+const quietSub = `
 [[subscription]]
 name = "quiet"
 stream = "orders"
@@ -26,12 +21,19 @@ key = "other"
 [subscription.handler]
 kind = "discard"
 `
-	e := newEnv(t, quiet)
+
+// TestReloadCommand: streamd reload signals the daemon of the state
+// directory and reports its answer: exit 0 after a change it applies, 1
+// with the reason after one it refuses, and in both cases the daemon runs
+// the right configuration; with no daemon, exit 1 at once.
+func TestReloadCommand(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, quietSub)
 	p := e.start()
 	eventually(t, 10*time.Second, "the daemon to run", func() bool { return strings.Contains(p.stderr.String(), "streamd running") })
 
 	// A subscription added: applied.
-	e.writeConfig(quiet + execSub("billing", `start_at = "beginning"`, "exit 0"))
+	e.writeConfig(quietSub + execSub("billing", `start_at = "beginning"`, "exit 0"))
 	r := runBinary(t, nil, "reload", "--config.file="+e.config)
 	if r.code != exitOK || !strings.Contains(r.stdout, "runs the new configuration") {
 		t.Fatalf("reload after a valid change: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
@@ -111,19 +113,11 @@ kind = "discard"
 // where it will be; the daemon answers there later, and runs on.
 func TestReloadNoAnswer(t *testing.T) {
 	t.Parallel()
-	quiet := `
-[[subscription]]
-name = "quiet"
-stream = "orders"
-key = "other"
-[subscription.handler]
-kind = "discard"
-`
-	e := newEnv(t, quiet)
+	e := newEnv(t, quietSub)
 	p := e.start()
 	eventually(t, 10*time.Second, "the daemon to run", func() bool { return strings.Contains(p.stderr.String(), "streamd running") })
 	silent := natstest.StartSilent(t)
-	e.writeConfig(quiet + fmt.Sprintf(`
+	e.writeConfig(quietSub + fmt.Sprintf(`
 [[subscription]]
 name = "n"
 stream = "orders"
