@@ -228,12 +228,18 @@ func (fl *Follower) seeHeldAfter(after *[]*os.File) {
 			f.Close()
 			continue
 		}
-		r.seen = append(r.seen, seenFile{f: fl.timed(f), fi: fi, name: f.Name()})
-		// The header names it: the descriptor's name is the path it was
-		// opened by, which another file may hold now.
-		h, _ := streamfile.ReadHeader(f)
+		// The descriptor's name is the path it was opened by, which
+		// another file may hold now: the inode and the header name it.
+		ino := streamfile.Inode(fi)
+		r.seen = append(r.seen, seenFile{f: fl.timed(f), fi: fi, name: fmt.Sprintf("ino %d, held open since it was read at %s", ino, f.Name())})
+		h, err := streamfile.ReadHeader(f)
+		if err != nil {
+			fl.log.Warn("a file read after the one of the stored position, held open since it was read, is read after it; its header cannot be read",
+				"ino", ino, "err", err)
+			continue
+		}
 		fl.log.Info("a file read after the one of the stored position, held open since it was read, is read after it",
-			"ino", streamfile.Inode(fi), "file_name", h.FileName, "created_at_ms", h.CreatedAtMs)
+			"ino", ino, "file_name", h.FileName, "created_at_ms", h.CreatedAtMs)
 	}
 	*after = nil
 }
@@ -751,8 +757,11 @@ func (fl *Follower) switchFile(err error) error {
 	}
 	// Routine (a rotation): the old file was read to its end, and what
 	// was lost at its end (a torn frame) has its own WARN.
-	fl.log.Info("stream file replaced; reading the file now at the path from its beginning (a stream file read before, from where it was left)",
-		"old_ino", fl.id.Ino, "old_file_name", fl.id.FileName, "old_created_at_ms", fl.id.CreatedAtMs, "old_offset", fl.pos(),
+	msg := "stream file replaced; reading the file now at the path from its beginning (a stream file read before, from where it was left)"
+	if rotated {
+		msg = "stream file replaced; reading the file after it, rotated away from the path already, from its beginning (a stream file read before, from where it was left), then the file at the path"
+	}
+	fl.log.Info(msg, "old_ino", fl.id.Ino, "old_file_name", fl.id.FileName, "old_created_at_ms", fl.id.CreatedAtMs, "old_offset", fl.pos(),
 		"old_records_after_switch", r.drained, "rotation_grace", fl.opts.RotationGrace, "file", name)
 	fl.countReplacement(st)
 	r.told, r.unopened = false, nil
