@@ -167,7 +167,9 @@
 // watched too (one watch more when it is another directory than the
 // path's), and the watch moves with the symlink when it is retargeted;
 // symlinks between the path and that file, in a chain, are not watched:
-// their changes are found at the next notification or poll.
+// their changes are found at the next notification or poll, and the grace
+// of a file left so counts from its last write or the look before, not
+// from the poll.
 //
 // Delivery is at least once for the daemon as a whole: after a restart, the
 // follower resumes at the stored position, and records after it are

@@ -31,7 +31,10 @@ type replaceState struct {
 	// leftAt is when the path was first seen not naming the open file
 	// (local clock), kept through a moment with no file at the path and
 	// the rotations after it; zero while the path names it.
-	leftAt  time.Time
+	leftAt time.Time
+	// namedAt is when a look last began that found the path naming the
+	// open file (zero before one): another file took the path after it.
+	namedAt time.Time
 	drained int64 // records read from the old file since the switch was noticed
 	removed bool  // the path is gone
 	missing ratelog.Limiter
@@ -355,6 +358,7 @@ func (fl *Follower) check(polled bool) error {
 		return nil
 	}
 	r := &fl.replace
+	lookedAt := time.Now()
 	st, err := os.Stat(fl.path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -390,11 +394,28 @@ func (fl *Follower) check(polled bool) error {
 		// path was first seen without it, so that a producer that kept
 		// its descriptor may write a little longer, and rotations closer
 		// together than the grace do not keep it open.
-		if r.leftAt.IsZero() {
+		noticed := r.leftAt.IsZero()
+		if noticed {
 			r.leftAt = time.Now()
 		}
 		if !r.draining {
 			r.draining, r.drainSize, r.grew, r.drained = true, fi.Size(), r.leftAt, 0
+			if noticed && polled && !r.namedAt.IsZero() {
+				// Found by a poll, no notification for it (a symlink in
+				// the middle of a chain, which is not watched): the
+				// switch came after the last look that found the path
+				// naming the open file, and the file has been quiet
+				// since then, or since its last write: that counts
+				// towards the grace, which would otherwise add to the
+				// poll's delay.
+				r.grew = r.namedAt
+				if m := fi.ModTime(); m.After(r.grew) {
+					r.grew = m
+				}
+				if r.grew.After(r.leftAt) { // the file server's clock ahead of ours
+					r.grew = r.leftAt
+				}
+			}
 		}
 		r.removed = false
 		fl.see(st)
@@ -407,6 +428,9 @@ func (fl *Follower) check(polled bool) error {
 	case r.removed:
 		r.removed, r.leftAt = false, time.Time{}
 		fl.log.Info("stream file is back")
+	}
+	if err == nil && os.SameFile(fi, st) {
+		r.namedAt = lookedAt
 	}
 	return nil
 }
@@ -775,7 +799,7 @@ func (fl *Follower) switchFile(err error) error {
 	cerr := fl.f.Close()
 	fl.f = nf
 	fl.startOver()
-	r.draining, r.removed, r.leftAt = false, false, time.Time{}
+	r.draining, r.removed, r.leftAt, r.namedAt = false, false, time.Time{}, time.Time{}
 	if rotated && st != nil {
 		fl.drainRotated(st)
 	}
