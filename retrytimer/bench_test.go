@@ -9,11 +9,17 @@ import (
 	"time"
 )
 
-// benchPending is how many copies are pending in the benchmarks.
-const benchPending = 100_000
+// benchPending is how many copies are pending in the benchmarks, made
+// under benchKeys keys.
+const (
+	benchPending = 100_000
+	benchKeys    = 16
+)
 
 // fill schedules n copies with payloads of size bytes, due in an hour or
-// later, from many goroutines so that they share spool fsyncs.
+// later, from many goroutines so that they share spool fsyncs. They are
+// made under benchKeys keys, as a few subscriptions make them: each
+// origin (Queue.Origins) is held once, however many copies share it.
 func fill(tb testing.TB, q *Queue, n, size int) {
 	tb.Helper()
 	due := time.Now().Add(time.Hour)
@@ -23,7 +29,9 @@ func fill(tb testing.TB, q *Queue, n, size int) {
 		wg.Go(func() {
 			for i := w; i < n; i += workers {
 				d := due.Add(time.Duration(i) * time.Millisecond)
-				if err := q.Schedule(testCopy(strconv.Itoa(i), d, size), d); err != nil {
+				c := testCopy(strconv.Itoa(i), d, size)
+				c.Key = "k" + strconv.Itoa(i%benchKeys)
+				if err := q.Schedule(c, d); err != nil {
 					tb.Error(err)
 					return
 				}

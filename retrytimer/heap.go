@@ -12,7 +12,8 @@ type entry struct {
 	rec   []byte // the schedule record (memory-only mode)
 	line  int64  // the copy's Line, which no record keeps
 	// origin is the index of the copy's Origin in the queue's table
-	// (Queue.Origins); 0 in a spool's scan for Check.
+	// (Queue.Origins), held until the copy fired; 0 in a spool's scan
+	// for Check.
 	origin uint32
 }
 

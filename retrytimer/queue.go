@@ -241,6 +241,12 @@ func (q *Queue) Schedule(c Copy, due time.Time) error {
 		return fmt.Errorf("retrytimer: due time %s out of range", due)
 	}
 	origin := q.origins.of(&c)
+	pushed := false
+	defer func() {
+		if !pushed {
+			q.origins.release(origin) // the copy was not scheduled
+		}
+	}()
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
@@ -286,6 +292,7 @@ func (q *Queue) Schedule(c Copy, due time.Time) error {
 	}
 	q.nextID++
 	heap.Push(&q.h, e)
+	pushed = true
 	first := q.h[0].id == e.id
 	q.mu.Unlock()
 	if first || moved > 0 {
@@ -600,9 +607,11 @@ func (q *Queue) fireOne(ctx context.Context) (time.Duration, error) {
 	case ferr == nil && q.sp != nil:
 		q.sp.live -= e.recordSize()
 		q.undone = append(q.undone, e.id) // recordDone writes its done record
+		q.origins.release(e.origin)
 	case ferr == nil:
 		q.memBytes -= int64(len(e.rec))
 		q.freed.Wake() // the callers of WaitRoom
+		q.origins.release(e.origin)
 	case ctx.Err() != nil:
 		// Stopping: the copy stays pending as it was.
 		heap.Push(&q.h, e)

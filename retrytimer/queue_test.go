@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -539,6 +540,48 @@ func TestOrigins(t *testing.T) {
 		}
 		if len(fired) != 2 || string(fired[0].Record) != "due first" || string(fired[1].Record) != "due first" {
 			t.Errorf("fired %+v, want the copy due first of each queue", fired)
+		}
+	})
+}
+
+// TestOriginsLetGo: an origin is let go of with its last copy, fired or
+// never scheduled, in memory and in a spool loaded again, so that a queue
+// whose copies each name another key does not keep them all.
+func TestOriginsLetGo(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		fire := func(context.Context, Copy) error { return nil }
+		spooled := mustOpen(t, Options{Dir: dir, Fire: fire})
+		for i := range 3 {
+			if err := spooled.Schedule(Copy{Subscription: "s", Key: strconv.Itoa(i)}, time.Now().Add(time.Duration(i+1)*time.Second)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		stop := runQueue(t, spooled)
+		time.Sleep(2 * time.Second) // two fire
+		synctest.Wait()
+		stop()
+		if n := len(spooled.origins.index); n != 1 {
+			t.Errorf("%d origins held after two of three copies fired, want 1", n)
+		}
+		if err := spooled.Close(); err != nil {
+			t.Fatal(err)
+		}
+		reopened := mustOpen(t, Options{Dir: dir, Fire: fire})
+		if got := reopened.Origins(); len(got) != 1 || got[0].Key != "2" || len(reopened.origins.index) != 1 {
+			t.Errorf("loaded again: Origins %+v, %d held; want the copy of key 2 alone", got, len(reopened.origins.index))
+		}
+		if _, err := reopened.Drain(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(reopened.origins.index); n != 0 {
+			t.Errorf("%d origins held once every copy fired, want none", n)
+		}
+		if err := reopened.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := reopened.Schedule(Copy{Subscription: "s", Key: "late"}, time.Now()); !errors.Is(err, ErrClosed) || len(reopened.origins.index) != 0 {
+			t.Errorf("Schedule on a closed queue: %v, %d origins held; want ErrClosed, none", err, len(reopened.origins.index))
 		}
 	})
 }

@@ -150,7 +150,7 @@ func Check(dir string) error {
 }
 
 // loadFile scans f from its start and returns the scan and the size of the
-// torn tail; the entries' origins are interned in origins, unless nil.
+// torn tail; the pending entries' origins are held in origins, unless nil.
 func loadFile(f *os.File, origins *originTable) (scanResult, int64, error) {
 	st, err := f.Stat()
 	if err != nil {
@@ -190,7 +190,7 @@ func (e *corruptError) Error() string {
 // scan reads a spool of the given size from r. Damage that a crash in the
 // middle of the last append can cause is a torn tail: scan stops there and
 // reports its offset as end. Any other damage is a *corruptError; other
-// errors come from r. The origins of the pending entries are interned in
+// errors come from r. The origins of the pending entries are held in
 // origins, unless nil.
 //
 // A tail is torn when it is shorter than a record header, when its header is
@@ -275,6 +275,9 @@ func scan(r io.Reader, size int64, origins *originTable) (scanResult, error) {
 			}
 			delete(pending, rec.id)
 			res.live -= e.recordSize()
+			if origins != nil {
+				origins.release(e.origin)
+			}
 		}
 		off = end
 	}
