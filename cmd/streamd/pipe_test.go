@@ -1262,8 +1262,8 @@ func TestPipeSIGTERM(t *testing.T) {
 		p := startStage(t, dir, stageKeepStdout, streamdBinary(t), "pipe", "--config.file="+cfg, "--log.format=json")
 		p.write(t, "[jobs] slow")
 		eventually(t, 10*time.Second, "the handler to start", func() bool { return fileExists(dir, "started") })
+		sent := time.Now() // before the signal: the stage's wait begins after it
 		p.cmd.Process.Signal(syscall.SIGTERM)
-		sent := time.Now()
 		code := p.wait(t, 10*time.Second)
 		if d := time.Since(sent); d < 900*time.Millisecond || d > 4*time.Second {
 			t.Errorf("the stage took %s to stop after SIGTERM with a handler running; want about the 1s shutdown_timeout", d)
@@ -1558,8 +1558,8 @@ func TestPipeStuckStdout(t *testing.T) {
 	p := startStage(t, dir, stageStuckStdout, streamdBinary(t), "pipe", "--config.file="+cfg, "--log.format=json")
 	p.write(t, "[jobs] "+strings.Repeat("x", 100<<10)) // its copy does not fit in the pipe
 	eventually(t, 10*time.Second, "the handler", func() bool { return fileExists(dir, "log") })
+	sent := time.Now() // before the signal: the stage's wait begins after it
 	p.cmd.Process.Signal(syscall.SIGTERM)
-	sent := time.Now()
 	code := p.wait(t, 20*time.Second)
 	if d, bound := time.Since(sent), 2*time.Second+stuckGrace; code != exitError || d < bound || d > bound+5*time.Second {
 		t.Errorf("exit status %d %s after SIGTERM; want 1 after %s (2 × shutdown_timeout + stuckGrace)", code, d.Round(time.Millisecond), bound)
