@@ -62,7 +62,7 @@ func TestOpenAllocations(t *testing.T) {
 			allocs := testing.AllocsPerRun(100, func() {
 				seq++
 				d = handler.Delivery{Seq: seq, Payload: tc.record}
-				if !s.open(&d, 0, tc.blind) {
+				if !s.open(&d, 0, tc.blind, envelope.Prefixed(tc.record)) {
 					t.Fatal("passed over as a foreign copy")
 				}
 			})
@@ -97,7 +97,7 @@ func BenchmarkOpen(b *testing.B) {
 			for b.Loop() {
 				seq++
 				d = handler.Delivery{Seq: seq, Payload: tc.record}
-				s.open(&d, 0, tc.blind)
+				s.open(&d, 0, tc.blind, envelope.Prefixed(tc.record))
 			}
 		})
 	}

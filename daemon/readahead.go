@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/cpu"
 
+	"github.com/streamd/streamd/envelope"
 	"github.com/streamd/streamd/streamfile"
 	"github.com/streamd/streamd/tail"
 )
@@ -75,11 +76,12 @@ type readAhead struct {
 	_ cpu.CacheLinePad
 	// The batch it reads, and where; whether it took a record since it
 	// last asked the reader to read on (or since the start).
-	cur  *aheadBatch
-	next int
-	rec  tail.Record
-	took bool
-	_    cpu.CacheLinePad
+	cur      *aheadBatch
+	next     int
+	rec      tail.Record
+	prefixed bool // rec's
+	took     bool
+	_        cpu.CacheLinePad
 }
 
 // aheadBatch is records of one file, in file order, then the follower's
@@ -88,10 +90,16 @@ type aheadBatch struct {
 	_       cpu.CacheLinePad
 	file    streamfile.Identity
 	records []streamfile.Record
-	payload []byte   // the records' payloads
-	held    *os.File // a descriptor of file, in the first batch of it
-	err     error
-	_       cpu.CacheLinePad
+	// prefixed says, for each record, whether its payload starts with an
+	// envelope prefix (envelope.Prefixed), found while the reader has the
+	// payload in its core's cache: the subscription need not look at a
+	// plain record's payload, in the other core's cache, to know it is
+	// not an envelope.
+	prefixed []bool
+	payload  []byte   // the records' payloads
+	held     *os.File // a descriptor of file, in the first batch of it
+	err      error
+	_        cpu.CacheLinePad
 }
 
 // heldFile is a descriptor of a stream file a subscription read records of.
@@ -193,6 +201,7 @@ func (ra *readAhead) read() {
 		b.payload = append(grow(b.payload, len(r.Payload), 4<<10, aheadBytes), r.Payload...)
 		r.Payload = b.payload[start:len(b.payload):len(b.payload)]
 		b.records = append(grow(b.records, 1, 16, aheadRecords), r)
+		b.prefixed = append(grow(b.prefixed, 1, 16, aheadRecords), envelope.Prefixed(r.Payload))
 	}
 }
 
@@ -271,7 +280,7 @@ func (ra *readAhead) Next(ctx context.Context) (*tail.Record, error) {
 				ra.readOn <- struct{}{}
 			}
 			clear(b.records) // not to keep arrays b.payload outgrew, or the one dropped below
-			b.records, b.payload, b.err = b.records[:0], b.payload[:0], nil
+			b.records, b.prefixed, b.payload, b.err = b.records[:0], b.prefixed[:0], b.payload[:0], nil
 			if cap(b.payload) > 2*aheadBytes {
 				b.payload = nil // it held a payload larger than a batch's bound
 			}
@@ -292,10 +301,16 @@ func (ra *readAhead) Next(ctx context.Context) (*tail.Record, error) {
 		}
 	}
 	ra.rec.Record, ra.rec.File = &ra.cur.records[ra.next], ra.cur.file
+	ra.prefixed = ra.cur.prefixed[ra.next]
 	ra.next++
 	ra.took = true
 	return &ra.rec, nil
 }
+
+// Prefixed reports whether the payload of the record Next returned last
+// starts with an envelope prefix (envelope.Prefixed), as the reader found
+// it: false says the record is plain without a look at its payload.
+func (ra *readAhead) Prefixed() bool { return ra.prefixed }
 
 // Close stops the reader, if it was started, waits for it, and closes the
 // follower and the files held, but for those keep took.

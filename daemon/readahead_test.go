@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/streamd/streamd/envelope"
 	"github.com/streamd/streamd/internal/testutil"
 	"github.com/streamd/streamd/streamfile"
 	"github.com/streamd/streamd/tail"
@@ -72,12 +73,15 @@ func aheadFrames(n int, sizes ...int) []streamfile.Frame {
 }
 
 // TestReadAheadKeepsRecords: every record comes, in file order, with its
-// fields and payload as the follower reads them, across batches filled by
-// their record count, by their bytes, and by one payload larger than a
-// batch's memory.
+// fields and payload as the follower reads them, and whether its payload
+// starts with an envelope prefix, across batches filled by their record
+// count, by their bytes, and by one payload larger than a batch's memory.
 func TestReadAheadKeepsRecords(t *testing.T) {
 	fs := append(aheadFrames(2*aheadRecords+17, 1, 50), aheadFrames(400, 700, 3000)...) // batches filled by count, then by bytes
 	fs[len(fs)-100].Payload = bytes.Repeat([]byte("big"), aheadBytes)                   // three times a batch's memory
+	for i := 0; i < len(fs); i += 5 {
+		fs[i].Payload = append([]byte([]string{"rs1:", "rs2:", "r", "rs3:"}[i/5%4]), fs[i].Payload...)
+	}
 	path := aheadFile(t, fs...)
 	want, err := tail.New(tail.Options{Path: path, Replay: true})
 	if err != nil {
@@ -97,6 +101,9 @@ func TestReadAheadKeepsRecords(t *testing.T) {
 		if g.File != w.File || g.Offset != w.Offset || g.End != w.End || g.Key != w.Key || g.Seq != w.Seq ||
 			g.TimestampMs != w.TimestampMs || g.Checksum != w.Checksum || !bytes.Equal(g.Payload, w.Payload) {
 			t.Fatalf("record %d: got %+v, want %+v", i, g.Record, w.Record)
+		}
+		if ra.Prefixed() != envelope.Prefixed(w.Payload) {
+			t.Fatalf("record %d (%.8q...): the read-ahead says prefixed %v", i, w.Payload, ra.Prefixed())
 		}
 	}
 }

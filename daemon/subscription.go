@@ -195,8 +195,9 @@ func recordTag(rec *tail.Record) uint64 {
 // (deliver); for the gatherer, the delivery is opened, with headers and
 // payload of its own.
 type job struct {
-	d      handler.Delivery
-	ticket offsets.Ticket
+	d        handler.Delivery
+	ticket   offsets.Ticket
+	prefixed bool // whether d's record starts with an envelope prefix
 }
 
 // scratch is the memory a worker makes its deliveries in, reused from one
@@ -263,7 +264,7 @@ func (s *subscription) run(ctx, hctx context.Context) error {
 		s.runBatches(ctx, hctx, &wg, jobs, fail, workers)
 	case workers > 1:
 		startWorkers(&wg, workers, jobs, fail, func(j job, w int) error {
-			return s.deliver(ctx, hctx, &j.d, j.ticket, w)
+			return s.deliver(ctx, hctx, &j.d, j.ticket, w, j.prefixed)
 		})
 	}
 	err := s.read(ctx, hctx, jobs)
@@ -334,7 +335,7 @@ func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job) error {
 		if s.inline() {
 			// Delivered and settled before the next read: the record
 			// can stay where it was read.
-			if err := s.deliver(ctx, hctx, d, ticket, 0); err != nil {
+			if err := s.deliver(ctx, hctx, d, ticket, 0, s.ahead.Prefixed()); err != nil {
 				return err
 			}
 			continue
@@ -344,7 +345,7 @@ func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job) error {
 		} else {
 			// A batch holds its deliveries together: each is opened
 			// here, into memory of its own.
-			opened := s.open(d, 0, false)
+			opened := s.open(d, 0, false, s.ahead.Prefixed())
 			if opened {
 				d.Headers, d.Payload = d.Headers.Clone(), bytes.Clone(d.Payload)
 			}
@@ -355,7 +356,7 @@ func (s *subscription) read(ctx, hctx context.Context, jobs chan<- job) error {
 			}
 		}
 		select {
-		case jobs <- job{*d, ticket}:
+		case jobs <- job{*d, ticket, s.ahead.Prefixed()}:
 			d.Headers, d.Payload = nil, nil // the job's now: not to keep them alive here
 		case <-ctx.Done():
 			return nil
@@ -473,12 +474,14 @@ func (s *subscription) wanted(rec *tail.Record) bool {
 // envelope, checked as envelope.Decode checks it (fill). A blind one gets
 // the metadata alone: the envelope's text is checked only when its headers
 // name another origin, the one case where the record's fate depends on
-// whether it is an envelope.
-func (s *subscription) open(d *handler.Delivery, w int, blind bool) bool {
+// whether it is an envelope; a record without an envelope prefix
+// (prefixed, as the reader found it) is not looked at: on a replay into
+// discard, the payload is read by the reader's core alone.
+func (s *subscription) open(d *handler.Delivery, w int, blind, prefixed bool) bool {
 	sc := &s.scratch[w]
 	sc.record = d.Payload
 	if blind {
-		if s.foreign(sc.env.PeekHeader(sc.record, OriginHeader)) && sc.env.Check() {
+		if prefixed && s.foreign(sc.env.PeekHeader(sc.record, OriginHeader)) && sc.env.Check() {
 			return false
 		}
 		d.Headers, d.Payload, d.Attempt = nil, nil, 0
@@ -512,19 +515,20 @@ func (s *subscription) fill(d *handler.Delivery, sc *scratch, h envelope.Headers
 	d.Attempt = envelope.RetryCount(d.Headers) + 1
 }
 
-// deliver hands d, with the record as its Payload, to the handler on
-// worker w until it answers (answer: a failed delivery is held in place),
+// deliver hands d, with the record as its Payload (prefixed: whether it
+// starts with an envelope prefix), to the handler on worker w until it
+// answers (answer: a failed delivery is held in place),
 // and settles the answer; a foreign copy is passed over, settled at once.
 // A copy that cannot be written is tried again until it is (finish).
 // When the subscription stops (ctx) while the delivery is held, or before
 // a copy could be written, the record stays unsettled, and is read again
 // after a restart. Handlers run with hctx.
-func (s *subscription) deliver(ctx, hctx context.Context, d *handler.Delivery, ticket offsets.Ticket, w int) error {
+func (s *subscription) deliver(ctx, hctx context.Context, d *handler.Delivery, ticket offsets.Ticket, w int, prefixed bool) error {
 	defer func() {
 		s.scratch[w].release()
 		d.Headers, d.Payload = nil, nil // the delivery's: the record's, the scratch's
 	}()
-	if !s.open(d, w, s.blind) {
+	if !s.open(d, w, s.blind, prefixed) {
 		s.passOver(ticket)
 		return nil
 	}

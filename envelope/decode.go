@@ -76,6 +76,17 @@ func wellFormed(text []byte, pad int) bool {
 	return inAlphabet(body) && sextets[body[len(body)-1]]&(1<<(2*pad)-1) == 0
 }
 
+// Prefixed reports whether record starts with an envelope prefix (rs1: or
+// rs2:). A record that does not is plain, whatever follows; one that does
+// is an envelope only if the rest is well-formed (Decode, Parser.Check).
+// It lets a reader that has the record's first bytes at hand tell most
+// plain records from envelopes once, for another goroutine that then need
+// not look at the record at all.
+func Prefixed(record []byte) bool {
+	_, ok := prefixRS1(record)
+	return ok
+}
+
 // prefixRS1 reports whether record starts with an envelope prefix, and
 // whether that prefix is rs1: rather than rs2:.
 func prefixRS1(record []byte) (rs1, ok bool) {

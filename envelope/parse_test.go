@@ -28,6 +28,8 @@ func checkParse(t testing.TB, p *Parser, record []byte) {
 		t.Fatalf("Parse(%q) = %s, payload %q; Decode gives %s, %q", record, fmtHeaders(h), got, fmtHeaders(wantH), wantP)
 	case !bytes.Equal(record, original):
 		t.Fatalf("Parse(%q) modified its input", original)
+	case !plain && !Prefixed(record):
+		t.Fatalf("Prefixed(%q) reports false for an envelope", record)
 	}
 	// PeekHeader finds what peek's headers hold, and leaves Check to
 	// decide as Parse does.
@@ -238,6 +240,18 @@ func BenchmarkParse(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestPrefixed: only the two prefixes count, whatever follows them.
+func TestPrefixed(t *testing.T) {
+	for record, want := range map[string]bool{
+		"": false, "r": false, "rs1": false, "rs3:AAAA": false, " rs1:": false, `{"id":7}`: false,
+		"rs1:": true, "rs2:": true, "rs1:not base64!": true, vectors[1].record: true,
+	} {
+		if got := Prefixed([]byte(record)); got != want {
+			t.Errorf("Prefixed(%q) = %v, want %v", record, got, want)
+		}
 	}
 }
 
