@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/pem"
 	"fmt"
 	"io"
 	"net"
@@ -243,5 +244,87 @@ func TestReloadRereadsHandlerFiles(t *testing.T) {
 	}
 	if got := authOf("r2"); !slices.Equal(got, []string{"Bearer two"}) {
 		t.Errorf("r2 went with %q, want once with the token the reload read", got)
+	}
+}
+
+// TestHTTPThroughProxy: the http handler posts through the proxy of
+// $HTTP_PROXY and $HTTPS_PROXY, with the credentials of its URL: an http
+// url in absolute form to the proxy, an https one through a CONNECT
+// tunnel, the endpoint's certificate checked against ca_file. The
+// endpoints' host names resolve nowhere: only the proxy reaches them.
+func TestHTTPThroughProxy(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var proxied, posted []string // what the proxy saw; what the TLS endpoint got
+	origin := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		posted = append(posted, r.Host+" "+string(b))
+		mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(origin.Close)
+	originAddr := origin.Listener.Addr().String()
+	_, originPort, _ := net.SplitHostPort(originAddr)
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: origin.Certificate().Raw}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		proxied = append(proxied, strings.TrimSpace(r.Method+" "+r.RequestURI+" "+r.Header.Get("Proxy-Authorization")+" "+string(b)))
+		mu.Unlock()
+		if r.Method != http.MethodConnect {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		up, err := net.Dial("tcp", originAddr) // whatever host the tunnel names
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer up.Close()
+		down, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer down.Close()
+		io.WriteString(down, "HTTP/1.1 200 Connection established\r\n\r\n")
+		go func() {
+			io.Copy(up, brw)
+			up.(*net.TCPConn).CloseWrite()
+		}()
+		io.Copy(down, up)
+	}))
+	t.Cleanup(proxy.Close)
+	proxyURL := strings.Replace(proxy.URL, "http://", "http://user:pa%20ss@", 1)
+	const auth = "Basic dXNlcjpwYSBzcw=="                     // user:pa ss
+	secure := "https://example.com:" + originPort + "/ingest" // a name the endpoint's certificate holds
+	e := newEnv(t, httpSub("plain", "orders", "http://origin.example:8080/ingest?q=1", "")+
+		httpSub("secure", "orders", secure, "")+fmt.Sprintf("ca_file = %q\n", caFile))
+	e.publish("one", "two")
+	p := e.startWith(nil, "HTTP_PROXY="+proxyURL, "HTTPS_PROXY="+proxyURL, "http_proxy=", "https_proxy=", "NO_PROXY=", "no_proxy=")
+	eventually(t, 10*time.Second, "both records to pass the proxy to both endpoints", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(posted) == 2 && len(proxied) >= 3
+	})
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := []string{
+		"CONNECT example.com:" + originPort + " " + auth,
+		"POST http://origin.example:8080/ingest?q=1 " + auth + " one",
+		"POST http://origin.example:8080/ingest?q=1 " + auth + " two",
+	}
+	slices.Sort(proxied)
+	if !slices.Equal(proxied, want) {
+		t.Errorf("the proxy saw %q, want %q", proxied, want)
+	}
+	if want := []string{"example.com:" + originPort + " one", "example.com:" + originPort + " two"}; !slices.Equal(posted, want) {
+		t.Errorf("the endpoint got %q, want %q", posted, want)
 	}
 }
