@@ -187,8 +187,8 @@ func newHTTPHandler(cfg conf.Handler) (*httpHandler, error) {
 		}
 		h.transport.TLSClientConfig.RootCAs = pool
 	}
-	if _, err := http.ProxyFromEnvironment(&http.Request{URL: u}); err != nil {
-		return nil, fmt.Errorf("the proxy of $HTTP_PROXY or $HTTPS_PROXY: %w", err)
+	if err := checkProxyEnv(u.Scheme); err != nil {
+		return nil, err
 	}
 	h.client = &http.Client{
 		Transport: h.transport,
@@ -485,4 +485,64 @@ func httpTextValue(v []byte) bool {
 		}
 	}
 	return true
+}
+
+// checkProxyEnv checks the proxy the environment sets for a URL of scheme
+// ($HTTP_PROXY or $HTTPS_PROXY, upper case first, as net/http reads
+// them). net/http takes a value it cannot parse for no proxy at all, and
+// a value with a scheme and a bad port for a host named after the scheme:
+// a typo would send records past the proxy, or nowhere. A bad value is
+// refused even when $NO_PROXY exempts the endpoint: it is a mistake
+// either way.
+func checkProxyEnv(scheme string) error {
+	for _, name := range []string{strings.ToUpper(scheme) + "_PROXY", scheme + "_proxy"} {
+		if v := os.Getenv(name); v != "" {
+			if err := checkProxyURL(v); err != nil {
+				return fmt.Errorf("$%s=%s: %w: set it to http://HOST:PORT (https:// or socks5:// for such a proxy, USER:PASSWORD@ before HOST for its credentials), or unset it",
+					name, redactProxy(v), err)
+			}
+			return nil // the one net/http uses
+		}
+	}
+	return nil
+}
+
+// checkProxyURL checks a proxy URL as net/http uses it: HOST:PORT alone
+// is an http proxy.
+func checkProxyURL(v string) error {
+	if !strings.Contains(v, "://") {
+		v = "http://" + v
+	}
+	p, err := url.Parse(v)
+	if err != nil {
+		return errors.Unwrap(err) // without the URL, which may hold a password
+	}
+	switch p.Scheme {
+	case "http", "https", "socks5", "socks5h":
+	default:
+		return fmt.Errorf("a proxy scheme is http, https, socks5 or socks5h, not %q", p.Scheme)
+	}
+	if p.Hostname() == "" {
+		return errors.New("the proxy URL has no host")
+	}
+	if port := p.Port(); port != "" {
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("the proxy port %s is not 1 to 65535", port)
+		}
+	}
+	return nil
+}
+
+// redactProxy returns the proxy URL v with the credentials before its
+// host, if any, replaced by xxxxx.
+func redactProxy(v string) string {
+	at := strings.LastIndex(v, "@")
+	if at < 0 {
+		return v
+	}
+	start := 0
+	if i := strings.Index(v, "://"); i >= 0 && i < at {
+		start = i + len("://")
+	}
+	return v[:start] + "xxxxx" + v[at:]
 }

@@ -608,6 +608,55 @@ func TestHTTPHandlerConfigErrors(t *testing.T) {
 	}
 }
 
+// TestHTTPProxyEnv: a proxy variable that net/http would misread (as no
+// proxy, or as a host named after its scheme) refuses the handler, naming
+// the variable and its value without the password; the variable of the
+// other scheme is not the handler's concern.
+func TestHTTPProxyEnv(t *testing.T) {
+	tests := []struct {
+		name, url string
+		env       map[string]string
+		err       string // "": accepted
+	}{
+		{name: "host and port", url: "http://example.com/", env: map[string]string{"HTTP_PROXY": "proxy.internal:3128"}},
+		{name: "socks5", url: "http://example.com/", env: map[string]string{"HTTP_PROXY": "socks5://127.0.0.1:1080"}},
+		{name: "https with credentials", url: "https://example.com/", env: map[string]string{"HTTPS_PROXY": "https://u:p@proxy:443"}},
+		{name: "the other scheme's", url: "http://example.com/", env: map[string]string{"HTTPS_PROXY": "http://%zz"}},
+		{name: "bad escape", url: "http://example.com/", env: map[string]string{"HTTP_PROXY": "http://%zz"},
+			err: `http handler: $HTTP_PROXY=http://%zz: invalid URL escape "%zz": set it to http://HOST:PORT`},
+		{name: "port not a number", url: "http://example.com/", env: map[string]string{"HTTP_PROXY": "http://proxy:abc"},
+			err: `$HTTP_PROXY=http://proxy:abc: invalid port ":abc" after host`},
+		{name: "port out of range", url: "https://example.com/", env: map[string]string{"HTTPS_PROXY": "http://user:secret@proxy:99999"},
+			err: "$HTTPS_PROXY=http://xxxxx@proxy:99999: the proxy port 99999 is not 1 to 65535"},
+		{name: "scheme", url: "http://example.com/", env: map[string]string{"HTTP_PROXY": "ftp://proxy:21"},
+			err: `a proxy scheme is http, https, socks5 or socks5h, not "ftp"`},
+		{name: "no host", url: "http://example.com/", env: map[string]string{"HTTP_PROXY": "http://:3128"},
+			err: "the proxy URL has no host"},
+		{name: "lower case", url: "http://example.com/", env: map[string]string{"http_proxy": "http://%zz"},
+			err: "$http_proxy=http://%zz"},
+		{name: "upper case first", url: "http://example.com/", env: map[string]string{"HTTP_PROXY": "proxy:3128", "http_proxy": "http://%zz"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, name := range []string{"HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy"} {
+				t.Setenv(name, tt.env[name])
+			}
+			h, err := New(t.Context(), conf.Handler{Kind: conf.HandlerHTTP, URL: tt.url}, io.Discard, nil)
+			switch {
+			case tt.err == "" && err != nil:
+				t.Errorf("New: %v, want it accepted", err)
+			case tt.err != "" && (err == nil || !strings.Contains(err.Error(), tt.err)):
+				t.Errorf("New: %v (%T), want an error containing %q", err, h, tt.err)
+			case err != nil && strings.Contains(err.Error(), "secret"):
+				t.Errorf("New: %v: the password is shown", err)
+			}
+			if c, ok := h.(io.Closer); ok {
+				c.Close()
+			}
+		})
+	}
+}
+
 func TestHandlerOutcomeDirective(t *testing.T) {
 	tests := []struct {
 		in   string

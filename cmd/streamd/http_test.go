@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -326,5 +327,20 @@ func TestHTTPThroughProxy(t *testing.T) {
 	}
 	if want := []string{"example.com:" + originPort + " one", "example.com:" + originPort + " two"}; !slices.Equal(posted, want) {
 		t.Errorf("the endpoint got %q, want %q", posted, want)
+	}
+}
+
+// TestHTTPBadProxyRefused: check-config --handlers refuses a proxy
+// variable the handler would misread, at the line of its handler, without
+// the password, as run's start does.
+func TestHTTPBadProxyRefused(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, httpSub("web", "orders", "http://example.com/ingest", ""))
+	cmd := exec.Command(streamdBinary(t), "check-config", "--handlers", "--config.file="+e.config)
+	cmd.Env = append(quickExit(), "HTTP_PROXY=http://user:secret@proxy:99999", "http_proxy=")
+	out, err := cmd.CombinedOutput()
+	want := fmt.Sprintf(`%s:20: subscription "web": http handler: $HTTP_PROXY=http://xxxxx@proxy:99999: the proxy port 99999 is not 1 to 65535`, e.config)
+	if cmd.ProcessState.ExitCode() != exitError || !strings.Contains(string(out), want) || strings.Contains(string(out), "secret") {
+		t.Errorf("check-config --handlers: %v, output:\n%s\nwant exit %d and %q", err, out, exitError, want)
 	}
 }
