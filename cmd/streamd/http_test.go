@@ -322,6 +322,8 @@ func TestHTTPThroughProxy(t *testing.T) {
 		"POST http://origin.example:8080/ingest?q=1 " + auth + " two",
 	}
 	slices.Sort(proxied)
+	// One tunnel, or another if the first was closed.
+	proxied = slices.CompactFunc(proxied, func(a, b string) bool { return a == b && strings.HasPrefix(a, "CONNECT ") })
 	if !slices.Equal(proxied, want) {
 		t.Errorf("the proxy saw %q, want %q", proxied, want)
 	}
