@@ -22,6 +22,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/net/http/httpproxy"
+
 	"github.com/streamd/streamd/conf"
 	"github.com/streamd/streamd/internal/httpfield"
 )
@@ -187,7 +189,7 @@ func newHTTPHandler(cfg conf.Handler) (*httpHandler, error) {
 		}
 		h.transport.TLSClientConfig.RootCAs = pool
 	}
-	if err := checkProxyEnv(u.Scheme); err != nil {
+	if err := checkProxyEnv(u); err != nil {
 		return nil, err
 	}
 	h.client = &http.Client{
@@ -487,21 +489,31 @@ func httpTextValue(v []byte) bool {
 	return true
 }
 
-// checkProxyEnv checks the proxy the environment sets for a URL of scheme
-// ($HTTP_PROXY or $HTTPS_PROXY, upper case first, as net/http reads
-// them). net/http takes a value it cannot parse for no proxy at all, and
-// a value with a scheme and a bad port for a host named after the scheme:
-// a typo would send records past the proxy, or nowhere. A bad value is
-// refused even when $NO_PROXY exempts the endpoint: it is a mistake
-// either way.
-func checkProxyEnv(scheme string) error {
-	for _, name := range []string{strings.ToUpper(scheme) + "_PROXY", scheme + "_proxy"} {
+// checkProxyEnv checks the proxy the environment sets for requests to u
+// ($HTTP_PROXY or $HTTPS_PROXY, in either case). net/http takes a value
+// it cannot parse for no proxy at all, and a value with a scheme and a
+// bad port for a host named after the scheme: a typo would send records
+// past the proxy, or nowhere. A bad value is refused only when net/http
+// would use a proxy for u (not for a loopback host, nor one $NO_PROXY
+// exempts), where it is sure to misdirect records, and so is any proxy
+// for an http URL in a CGI environment ($REQUEST_METHOD set), which
+// net/http refuses.
+func checkProxyEnv(u *url.URL) error {
+	env := httpproxy.FromEnvironment()
+	if _, err := env.ProxyFunc()(u); err != nil {
+		return fmt.Errorf("the proxy of $HTTP_PROXY: %w", err)
+	}
+	// Whether u goes through a proxy, whatever the variables' values.
+	env.HTTPProxy, env.HTTPSProxy, env.CGI = "http://proxy.invalid", "http://proxy.invalid", false
+	if p, _ := env.ProxyFunc()(u); p == nil {
+		return nil
+	}
+	for _, name := range []string{strings.ToUpper(u.Scheme) + "_PROXY", u.Scheme + "_proxy"} {
 		if v := os.Getenv(name); v != "" {
 			if err := checkProxyURL(v); err != nil {
 				return fmt.Errorf("$%s=%s: %w: set it to http://HOST:PORT (https:// or socks5:// for such a proxy, USER:PASSWORD@ before HOST for its credentials), or unset it",
 					name, redactProxy(v), err)
 			}
-			return nil // the one net/http uses
 		}
 	}
 	return nil
@@ -514,8 +526,12 @@ func checkProxyURL(v string) error {
 		v = "http://" + v
 	}
 	p, err := url.Parse(v)
-	if err != nil {
-		return errors.Unwrap(err) // without the URL, which may hold a password
+	switch {
+	case err != nil && strings.Contains(v, "@"):
+		// The parser's error may quote a piece of the password.
+		return errors.New("it is not a URL; percent-encode any of / ? # % @ and spaces in USER:PASSWORD")
+	case err != nil:
+		return errors.Unwrap(err) // without the URL
 	}
 	switch p.Scheme {
 	case "http", "https", "socks5", "socks5h":

@@ -610,8 +610,11 @@ func TestHTTPHandlerConfigErrors(t *testing.T) {
 
 // TestHTTPProxyEnv: a proxy variable that net/http would misread (as no
 // proxy, or as a host named after its scheme) refuses the handler, naming
-// the variable and its value without the password; the variable of the
-// other scheme is not the handler's concern.
+// the variable and its value without the password, when net/http would
+// use a proxy for the handler's URL; the variable of the other scheme, a
+// loopback endpoint and one $NO_PROXY exempts are not the handler's
+// concern. A proxy for an http URL in a CGI environment is refused, as
+// net/http refuses it.
 func TestHTTPProxyEnv(t *testing.T) {
 	tests := []struct {
 		name, url string
@@ -622,23 +625,32 @@ func TestHTTPProxyEnv(t *testing.T) {
 		{name: "socks5", url: "http://example.com/", env: map[string]string{"HTTP_PROXY": "socks5://127.0.0.1:1080"}},
 		{name: "https with credentials", url: "https://example.com/", env: map[string]string{"HTTPS_PROXY": "https://u:p@proxy:443"}},
 		{name: "the other scheme's", url: "http://example.com/", env: map[string]string{"HTTPS_PROXY": "http://%zz"}},
+		{name: "loopback endpoint", url: "http://127.0.0.1:9000/", env: map[string]string{"HTTP_PROXY": "http://%zz"}},
+		{name: "exempt by NO_PROXY", url: "http://example.com/", env: map[string]string{"HTTP_PROXY": "http://%zz", "NO_PROXY": "example.com"}},
+		{name: "exempt by no_proxy", url: "https://example.com/", env: map[string]string{"HTTPS_PROXY": "http://%zz", "no_proxy": "*"}},
 		{name: "bad escape", url: "http://example.com/", env: map[string]string{"HTTP_PROXY": "http://%zz"},
 			err: `http handler: $HTTP_PROXY=http://%zz: invalid URL escape "%zz": set it to http://HOST:PORT`},
 		{name: "port not a number", url: "http://example.com/", env: map[string]string{"HTTP_PROXY": "http://proxy:abc"},
 			err: `$HTTP_PROXY=http://proxy:abc: invalid port ":abc" after host`},
-		{name: "port out of range", url: "https://example.com/", env: map[string]string{"HTTPS_PROXY": "http://user:secret@proxy:99999"},
+		{name: "port out of range", url: "https://example.com/", env: map[string]string{"HTTPS_PROXY": "http://user:s3cret@proxy:99999"},
 			err: "$HTTPS_PROXY=http://xxxxx@proxy:99999: the proxy port 99999 is not 1 to 65535"},
+		{name: "password not encoded", url: "http://example.com/", env: map[string]string{"HTTP_PROXY": "http://user:s3cr/t@proxy:3128"},
+			err: "$HTTP_PROXY=http://xxxxx@proxy:3128: it is not a URL; percent-encode any of / ? # % @ and spaces in USER:PASSWORD"},
 		{name: "scheme", url: "http://example.com/", env: map[string]string{"HTTP_PROXY": "ftp://proxy:21"},
 			err: `a proxy scheme is http, https, socks5 or socks5h, not "ftp"`},
 		{name: "no host", url: "http://example.com/", env: map[string]string{"HTTP_PROXY": "http://:3128"},
 			err: "the proxy URL has no host"},
 		{name: "lower case", url: "http://example.com/", env: map[string]string{"http_proxy": "http://%zz"},
 			err: "$http_proxy=http://%zz"},
-		{name: "upper case first", url: "http://example.com/", env: map[string]string{"HTTP_PROXY": "proxy:3128", "http_proxy": "http://%zz"}},
+		{name: "either case", url: "http://example.com/", env: map[string]string{"HTTP_PROXY": "proxy:3128", "http_proxy": "http://%zz"},
+			err: "$http_proxy=http://%zz"},
+		{name: "CGI", url: "http://127.0.0.1:9000/", env: map[string]string{"HTTP_PROXY": "proxy:3128", "REQUEST_METHOD": "GET"},
+			err: "http handler: the proxy of $HTTP_PROXY: refusing to use HTTP_PROXY value in CGI environment"},
+		{name: "CGI, https", url: "https://example.com/", env: map[string]string{"HTTPS_PROXY": "proxy:3128", "REQUEST_METHOD": "GET"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			for _, name := range []string{"HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy"} {
+			for _, name := range []string{"HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "NO_PROXY", "no_proxy", "REQUEST_METHOD"} {
 				t.Setenv(name, tt.env[name])
 			}
 			h, err := New(t.Context(), conf.Handler{Kind: conf.HandlerHTTP, URL: tt.url}, io.Discard, nil)
@@ -647,7 +659,7 @@ func TestHTTPProxyEnv(t *testing.T) {
 				t.Errorf("New: %v, want it accepted", err)
 			case tt.err != "" && (err == nil || !strings.Contains(err.Error(), tt.err)):
 				t.Errorf("New: %v (%T), want an error containing %q", err, h, tt.err)
-			case err != nil && strings.Contains(err.Error(), "secret"):
+			case err != nil && strings.Contains(err.Error(), "s3cr"):
 				t.Errorf("New: %v: the password is shown", err)
 			}
 			if c, ok := h.(io.Closer); ok {

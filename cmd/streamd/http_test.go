@@ -339,7 +339,7 @@ func TestHTTPBadProxyRefused(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, httpSub("web", "orders", "http://example.com/ingest", ""))
 	cmd := exec.Command(streamdBinary(t), "check-config", "--handlers", "--config.file="+e.config)
-	cmd.Env = append(quickExit(), "HTTP_PROXY=http://user:secret@proxy:99999", "http_proxy=")
+	cmd.Env = append(quickExit(), "HTTP_PROXY=http://user:secret@proxy:99999", "http_proxy=", "NO_PROXY=", "no_proxy=", "REQUEST_METHOD=")
 	out, err := cmd.CombinedOutput()
 	want := fmt.Sprintf(`%s:20: subscription "web": http handler: $HTTP_PROXY=http://xxxxx@proxy:99999: the proxy port 99999 is not 1 to 65535`, e.config)
 	if cmd.ProcessState.ExitCode() != exitError || !strings.Contains(string(out), want) || strings.Contains(string(out), "secret") {
