@@ -12,7 +12,10 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"errors"
+	"net"
+	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/streamd/streamd/envelope"
@@ -103,15 +106,25 @@ var failureNames = [NumFailures]string{
 }
 
 // isTLSFailure reports whether err is a failed TLS handshake: the peer's
-// certificate refused, an alert from the peer, or a peer that does not
-// speak TLS. A delivery that fails so is counted as FailureTLS, not as an
-// unreachable server: what mends it is a certificate or a ca_file, not
-// the network.
+// certificate refused, an alert from the peer (a client certificate it
+// requires, a TLS version it does not speak) or to it, or a peer that
+// does not speak TLS (plain HTTP included). A delivery that fails so is
+// counted as FailureTLS, not as an unreachable server: what mends it is a
+// certificate, a ca_file or the url's scheme, not the network.
 func isTLSFailure(err error) bool {
 	if _, ok := errors.AsType[*tls.CertificateVerificationError](err); ok {
 		return true
 	}
 	if _, ok := errors.AsType[tls.AlertError](err); ok {
+		return true
+	}
+	// Over TCP, crypto/tls gives an alert as a *net.OpError whose Err is
+	// the alert ("tls: ..."), of a type of its own.
+	if op, ok := errors.AsType[*net.OpError](err); ok && (op.Op == "remote error" || op.Op == "local error") &&
+		op.Err != nil && strings.HasPrefix(op.Err.Error(), "tls: ") {
+		return true
+	}
+	if errors.Is(err, http.ErrSchemeMismatch) {
 		return true
 	}
 	if _, ok := errors.AsType[tls.RecordHeaderError](err); ok {

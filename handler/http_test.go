@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"cmp"
 	"context"
+	"crypto/tls"
 	"encoding/pem"
 	"fmt"
 	"io"
@@ -428,12 +429,20 @@ func TestHTTPHandlerClosesAfterEachAnswer(t *testing.T) {
 	}
 }
 
-func TestHTTPHandlerTLS(t *testing.T) {
+// tlsTestServer starts a TLS server with the settings of cfg (nil: the
+// defaults), whose failed handshakes are not logged, and returns it with
+// a ca_file that trusts it.
+func tlsTestServer(t *testing.T, name string, cfg *tls.Config) (*httptest.Server, string) {
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
-	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the failed handshake of the second row
+	srv.TLS = cfg
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
-	caFile := writeTestFile(t, "ca.pem", string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})))
+	return srv, writeTestFile(t, name+".pem", string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})))
+}
+
+func TestHTTPHandlerTLS(t *testing.T) {
+	srv, caFile := tlsTestServer(t, "ca", nil)
 	// A server that speaks another protocol than TLS.
 	other, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -450,6 +459,12 @@ func TestHTTPHandlerTLS(t *testing.T) {
 			c.Close()
 		}
 	}()
+	// A server that requires a client certificate, one that speaks TLS 1.1
+	// at most, and one that speaks plain HTTP.
+	mtls, mtlsCA := tlsTestServer(t, "mtls", &tls.Config{ClientAuth: tls.RequireAnyClientCert})
+	old, oldCA := tlsTestServer(t, "old", &tls.Config{MaxVersion: tls.VersionTLS11})
+	plain := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	t.Cleanup(plain.Close)
 	tests := []struct {
 		name    string
 		url     string
@@ -459,6 +474,9 @@ func TestHTTPHandlerTLS(t *testing.T) {
 		err     string
 	}{
 		{name: "ca_file trusts the server", url: srv.URL, caFile: caFile, kind: OutcomeAck},
+		{name: "client certificate required", url: mtls.URL, caFile: mtlsCA, kind: OutcomeFailed, failure: FailureTLS, err: "remote error: tls: certificate required"},
+		{name: "TLS 1.1 at most", url: old.URL, caFile: oldCA, kind: OutcomeFailed, failure: FailureTLS, err: "tls: "},
+		{name: "plain HTTP server", url: strings.Replace(plain.URL, "http://", "https://", 1), kind: OutcomeFailed, failure: FailureTLS, err: "server gave HTTP response to HTTPS client"},
 		{name: "system roots do not", url: srv.URL, kind: OutcomeFailed, failure: FailureTLS, err: "certificate"},
 		{name: "another host name", url: strings.Replace(srv.URL, "127.0.0.1", "localhost", 1), caFile: caFile, kind: OutcomeFailed, failure: FailureTLS, err: "localhost"},
 		{name: "no TLS server", url: "https://" + other.Addr().String(), caFile: caFile, kind: OutcomeFailed, failure: FailureTLS, err: "does not look like a TLS handshake"},

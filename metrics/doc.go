@@ -114,7 +114,7 @@
 // copytruncate); outcome is ack, drop, retry, retry_after,
 // failed, foreign_copy, decode_error or panic; operation is ack, drop,
 // retry or reject. The reason of streamd_handler_failed_deliveries_total is
-// the handler's failure (handler.Failure): unreachable, timeout, http_status,
+// the handler's failure (handler.Failure): unreachable, tls, timeout, http_status,
 // exec_start, exec_signal, exec_status, tempfail or other; the
 // daemon creates each at 0 ([SubscriptionMetrics.FailedDeliveries]).
 //
