@@ -43,6 +43,9 @@ type Daemon struct {
 	mu      sync.Mutex
 	cfg     *conf.Config
 	store   *offsets.Store
+	// stateDir is the state directory Run opened: a reload's state_dir
+	// must name it, however spelled.
+	stateDir os.FileInfo
 	queue   *retrytimer.Queue
 	watcher *tail.Watcher      // the file notifications of every follower
 	streams map[string]*stream // the streams whose file is open
@@ -207,6 +210,9 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		return err
 	}
 	if err := os.MkdirAll(cfg.StateDir, 0o750); err != nil {
+		return fmt.Errorf("state directory: %w", err)
+	}
+	if d.stateDir, err = os.Stat(cfg.StateDir); err != nil {
 		return fmt.Errorf("state directory: %w", err)
 	}
 	defer func() { // last: once the positions are committed and the spool closed
@@ -831,7 +837,11 @@ func (d *Daemon) restartRequired(cfg *conf.Config) error {
 	old := d.cfg
 	var changes []string
 	add := func(format string, args ...any) { changes = append(changes, fmt.Sprintf(format, args...)) }
-	if cfg.StateDir != old.StateDir && !sameDir(cfg.StateDir, old.StateDir) {
+	switch inUse := d.isStateDir(cfg.StateDir); {
+	case inUse:
+	case cfg.StateDir == old.StateDir:
+		add("state_dir %q names another directory than the one streamd opened at its start (a symlink retargeted since)", cfg.StateDir)
+	default:
 		add("state_dir changed from %q to %q", old.StateDir, cfg.StateDir)
 	}
 	if cfg.Metrics.Listen != old.Metrics.Listen {
@@ -863,15 +873,11 @@ func (d *Daemon) restartRequired(cfg *conf.Config) error {
 	return fmt.Errorf("%s: restart required", strings.Join(changes, "; "))
 }
 
-// sameDir reports whether the paths a and b name the same directory (one
-// spelled through a symlink, or with a trailing slash).
-func sameDir(a, b string) bool {
-	fa, err := os.Stat(a)
-	if err != nil {
-		return false
-	}
-	fb, err := os.Stat(b)
-	return err == nil && fa.IsDir() && os.SameFile(fa, fb)
+// isStateDir reports whether path names the state directory Run opened
+// (perhaps spelled through a symlink, or with a trailing slash).
+func (d *Daemon) isStateDir(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && os.SameFile(fi, d.stateDir)
 }
 
 // msgKeyChanged is logged when a reload changes a subscription's stream

@@ -305,6 +305,24 @@ func TestReloadRefusesStreamChange(t *testing.T) {
 	if want := fmt.Sprintf(`state_dir changed from %q to %q; commit_interval changed from 50ms to 1m0s; log format changed from "auto" to "json"; stream "orders" changed (create from true to false, poll_interval from 50ms to 1s): restart required`, spelled.StateDir, other); err == nil || err.Error() != want {
 		t.Errorf("Reload: %v, want %q", err, want)
 	}
+	// The symlink retargeted: the same spelling names another directory
+	// than the one in use, and so does the directory it names now.
+	if err := os.Remove(same); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(other, same); err != nil {
+		t.Fatal(err)
+	}
+	err = r.d.Reload(context.Background(), func() (*conf.Config, error) { return spelled, nil })
+	if want := fmt.Sprintf(`state_dir %q names another directory than the one streamd opened at its start (a symlink retargeted since): restart required`, spelled.StateDir); err == nil || err.Error() != want {
+		t.Errorf("Reload after the symlink was retargeted: %v, want %q", err, want)
+	}
+	retargeted := e.load()
+	retargeted.StateDir = other
+	err = r.d.Reload(context.Background(), func() (*conf.Config, error) { return retargeted, nil })
+	if want := fmt.Sprintf(`state_dir changed from %q to %q: restart required`, spelled.StateDir, other); err == nil || err.Error() != want {
+		t.Errorf("Reload: %v, want %q", err, want)
+	}
 }
 
 // holdingRun is a daemon whose subscription s (concurrency 2, a backoff
