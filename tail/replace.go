@@ -400,14 +400,18 @@ func (fl *Follower) check(polled bool) error {
 		}
 		if !r.draining {
 			r.draining, r.drainSize, r.grew, r.drained = true, fi.Size(), r.leftAt, 0
-			if noticed && polled && !r.namedAt.IsZero() {
+			if noticed && polled && !r.namedAt.IsZero() && isSymlink(fl.path) {
 				// Found by a poll, no notification for it (a symlink in
 				// the middle of a chain, which is not watched): the
 				// switch came after the last look that found the path
 				// naming the open file, and the file has been quiet
 				// since then, or since its last write: that counts
 				// towards the grace, which would otherwise add to the
-				// poll's delay.
+				// poll's delay. Not for a plain path found by a poll
+				// (notifications unavailable): a rotation renames the
+				// file away at some time after that look, perhaps just
+				// before the poll, and its producer may write to it for
+				// the grace after that.
 				r.grew = r.namedAt
 				if m := fi.ModTime(); m.After(r.grew) {
 					r.grew = m
@@ -857,4 +861,10 @@ func (fl *Follower) openNext() (f file, name string, rotated bool, err error) {
 	}
 	nf, err := fl.open(fl.path)
 	return nf, fl.path, false, err
+}
+
+// isSymlink reports whether path is a symlink.
+func isSymlink(path string) bool {
+	fi, err := os.Lstat(path)
+	return err == nil && fi.Mode()&os.ModeSymlink != 0
 }
