@@ -40,15 +40,15 @@ type Daemon struct {
 
 	// Set up by Run and used by its goroutine only, but for cfg and the
 	// maps, which the retry queue and the store read under mu.
-	mu      sync.Mutex
-	cfg     *conf.Config
-	store   *offsets.Store
+	mu    sync.Mutex
+	cfg   *conf.Config
+	store *offsets.Store
 	// stateDir is the state directory Run opened: a reload's state_dir
 	// must name it, however spelled.
 	stateDir os.FileInfo
-	queue   *retrytimer.Queue
-	watcher *tail.Watcher      // the file notifications of every follower
-	streams map[string]*stream // the streams whose file is open
+	queue    *retrytimer.Queue
+	watcher  *tail.Watcher      // the file notifications of every follower
+	streams  map[string]*stream // the streams whose file is open
 	// unsynced is the failure to sync a stream a reload removed: its
 	// copies may be lost, so syncStreams fails for good, and no commit
 	// passes the records they came from (Invariant 2).
@@ -699,7 +699,6 @@ func (d *Daemon) applyReload(ctx context.Context, cfg *conf.Config) error {
 		attrs             []any
 	}
 	var changes []change // logged once the reload is sure to be applied
-	var removed []string // the subscriptions the reload removes
 	for name, rs := range d.subs {
 		sc, ok := wanted[name]
 		// A failed subscription is started again, and one whose handler
@@ -709,7 +708,6 @@ func (d *Daemon) applyReload(ctx context.Context, cfg *conf.Config) error {
 		case !ok:
 			changes = append(changes, change{"the reload removes the subscription", name, nil})
 			gone = append(gone, rs.sub.metrics)
-			removed = append(removed, name)
 		case !reflect.DeepEqual(sc, rs.sub.cfg):
 			changes = append(changes, change{"the reload starts the subscription again: its configuration changed", name,
 				[]any{"changed", strings.Join(changedKeys(rs.sub.cfg, sc, false), ", ")}})
@@ -729,7 +727,6 @@ func (d *Daemon) applyReload(ctx context.Context, cfg *conf.Config) error {
 		if _, ok := wanted[name]; !ok {
 			changes = append(changes, change{"the reload removes the subscription", name, nil})
 			gone = append(gone, d.metrics.Subscription(name, w.cfg.Stream))
-			removed = append(removed, name)
 		}
 	}
 	for _, sc := range cfg.Subscriptions {
@@ -796,9 +793,7 @@ func (d *Daemon) applyReload(ctx context.Context, cfg *conf.Config) error {
 	d.mu.Lock() // fire reads it
 	d.cfg = cfg
 	d.mu.Unlock()
-	if len(removed) > 0 {
-		d.warnStrandedCopies(cfg, func(made string) bool { return slices.Contains(removed, copyOwner(old, made)) })
-	}
+	d.warnStrandedCopies(cfg, old)
 	// The subscriptions kept deliver what they hold again at once: a
 	// reload is how an operator says the handler is mended.
 	for _, rs := range d.subs {
@@ -1107,27 +1102,47 @@ const (
 // the name of a subscription cfg no longer has (under that name or a
 // former one: copyOwner), and those made under a stream or key their
 // subscription no longer reads (a configuration changed while the daemon
-// was stopped; a reload that changes a key says so itself). Copies that
-// carry no name (under out_retry) are for whoever reads their key, here
-// or elsewhere. At start it looks at every copy (only is nil); at a
-// reload, at those whose maker only reports true for (the subscriptions
-// it removes).
-func (d *Daemon) warnStrandedCopies(cfg *conf.Config, only func(made string) bool) {
+// was stopped). Copies that carry no name (under out_retry) are for
+// whoever reads their key, here or elsewhere. At start (before is nil) it
+// looks at every copy; at a reload, at those the configuration before,
+// which it replaces, handled: a subscription removed, renamed without
+// renamed_from, a former name dropped from renamed_from, or moved to
+// another stream. A reload that changes a key says so itself.
+func (d *Daemon) warnStrandedCopies(cfg, before *conf.Config) {
 	for _, o := range d.queue.Origins() {
-		if !o.Marked || only != nil && !only(o.Subscription) {
+		if !o.Marked {
 			continue
 		}
-		owner := copyOwner(cfg, o.Subscription)
-		i := slices.IndexFunc(cfg.Subscriptions, func(sc conf.Subscription) bool { return sc.Name == owner })
-		switch {
-		case i < 0:
-			d.logger.Warn(msgCopiesOfRemoved, "made_by", o.Subscription, "stream", o.Stream, "key", o.Key, "copies", o.Copies)
-		case cfg.Subscriptions[i].Stream != o.Stream || cfg.Subscriptions[i].Key != o.Key:
-			sc := cfg.Subscriptions[i]
-			d.logger.Warn(msgCopiesOfOldKey, "subscription", sc.Name, "copies_stream", o.Stream, "copies_key", o.Key,
-				"stream", sc.Stream, "key", sc.Key, "copies", o.Copies)
+		sc, handled := copyHandler(cfg, o)
+		if handled {
+			continue
 		}
+		if before != nil {
+			was, handledBefore := copyHandler(before, o)
+			if !handledBefore || sc != nil && was != nil && was.Name == sc.Name && was.Key != sc.Key {
+				continue // said at the start, or by msgKeyChanged
+			}
+		}
+		if sc == nil {
+			d.logger.Warn(msgCopiesOfRemoved, "made_by", o.Subscription, "stream", o.Stream, "key", o.Key, "copies", o.Copies)
+			continue
+		}
+		d.logger.Warn(msgCopiesOfOldKey, "subscription", sc.Name, "copies_stream", o.Stream, "copies_key", o.Key,
+			"stream", sc.Stream, "key", sc.Key, "copies", o.Copies)
 	}
+}
+
+// copyHandler returns the subscription of cfg that copies of origin o are
+// counted under (copyOwner), nil if none, and whether it handles them: it
+// reads their stream and key.
+func copyHandler(cfg *conf.Config, o retrytimer.Origin) (*conf.Subscription, bool) {
+	owner := copyOwner(cfg, o.Subscription)
+	i := slices.IndexFunc(cfg.Subscriptions, func(sc conf.Subscription) bool { return sc.Name == owner })
+	if i < 0 {
+		return nil, false
+	}
+	sc := &cfg.Subscriptions[i]
+	return sc, sc.Stream == o.Stream && sc.Key == o.Key
 }
 
 // copyOwner returns the name of the subscription of cfg that a copy made

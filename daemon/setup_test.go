@@ -198,25 +198,37 @@ func TestStrandedCopiesAtStart(t *testing.T) {
 	}
 }
 
-// TestStrandedCopiesAtReload: a reload that removes a subscription with
-// delayed copies in the spool warns of them, unless a subscription takes
-// them over by renamed_from.
+// TestStrandedCopiesAtReload: a reload that leaves delayed copies in the
+// spool to no subscription warns of them (a subscription removed, a former
+// name dropped from renamed_from), unless a subscription takes them over
+// by renamed_from; a reload that leaves them as they were, or changes
+// their subscription's key (msgKeyChanged says it), does not.
 func TestStrandedCopiesAtReload(t *testing.T) {
+	billing, renamed := runSub("billing", "orders", ""), runSub("invoicing", "orders", `renamed_from = ["billing"]`)
 	for _, tc := range []struct {
-		name, config string
-		want         []wantLog
+		name, first, config string
+		want                []wantLog
 	}{
-		{"removed", runSub("audit", "orders", ""), []wantLog{{slog.LevelWarn, msgCopiesOfRemoved,
+		{"removed", billing, runSub("audit", "orders", ""), []wantLog{{slog.LevelWarn, msgCopiesOfRemoved,
 			map[string]string{"made_by": "billing", "stream": "orders", "key": "orders", "copies": "1"}}}},
-		{"taken over", runSub("audit", "orders", "") + runSub("invoicing", "orders", `renamed_from = ["billing"]`), nil},
+		{"taken over", billing, runSub("audit", "orders", "") + renamed, nil},
+		{"former name dropped", renamed, runSub("audit", "orders", "") + runSub("invoicing", "orders", ""), []wantLog{{slog.LevelWarn, msgCopiesOfRemoved,
+			map[string]string{"made_by": "billing", "stream": "orders", "key": "orders", "copies": "1"}}}},
+		{"another subscription changed", renamed, runSub("audit", "orders", "concurrency = 2") + renamed, nil},
+		{"key changed", billing, runSub("audit", "orders", "") + runSub("billing", "invoices", ""), nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := spooledCopy(t, "")
-			e.config = runSub("billing", "orders", "") + runSub("audit", "orders", "")
+			e.config = tc.first + runSub("audit", "orders", "")
+			maker := "billing"
+			if tc.first == renamed {
+				maker = "invoicing"
+			}
 			hold := newRecorder(func(context.Context, *handler.Delivery) handler.Outcome { return retryAfter(time.Hour) })
-			r := e.start(map[string]handler.Handler{"billing": hold})
-			// The copy comes due, and billing delays it again, by an hour.
-			waitFor(t, "the copy delayed again", func() bool { return r.metric("billing", "scheduled") == 1 })
+			r := e.start(map[string]handler.Handler{maker: hold})
+			// The copy comes due, and its subscription delays it again, by
+			// an hour.
+			waitFor(t, "the copy delayed again", func() bool { return r.metric(maker, "scheduled") == 1 })
 			if l := r.logs.with(msgCopiesOfRemoved); len(l) != 0 {
 				t.Fatalf("warned at start of copies its subscription handles:\n%s", logLines(l))
 			}
