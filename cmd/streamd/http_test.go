@@ -252,7 +252,8 @@ func TestReloadRereadsHandlerFiles(t *testing.T) {
 // $HTTP_PROXY and $HTTPS_PROXY, with the credentials of its URL: an http
 // url in absolute form to the proxy, an https one through a CONNECT
 // tunnel, the endpoint's certificate checked against ca_file. The
-// endpoints' host names resolve nowhere: only the proxy reaches them.
+// endpoints' host names do not lead to the test's servers: only the proxy
+// reaches them.
 func TestHTTPThroughProxy(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
