@@ -452,7 +452,9 @@ const loopAttempts = 100
 // past its 100th attempt and past the cap: a dead letter that comes round
 // to a subscription again through others (their dead_letter keys, across
 // daemons: one configuration refuses a round), as a record their handlers
-// keep failing does, for ever, dead-lettered at each hop at once.
+// keep failing does, for ever, dead-lettered at each hop at once. It
+// cannot tell a round from a chain that ends, whose first subscription's
+// max_attempts is 100 or more: the README says so.
 func (s *settler) deadLetterRound(d *handler.Delivery) {
 	if d.Attempt >= loopAttempts && d.Attempt > uint64(s.maxAttempts) {
 		s.metrics.LoopCopies.Inc()
