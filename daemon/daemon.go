@@ -832,8 +832,8 @@ func (d *Daemon) restartRequired(cfg *conf.Config) error {
 	old := d.cfg
 	var changes []string
 	add := func(format string, args ...any) { changes = append(changes, fmt.Sprintf(format, args...)) }
-	switch inUse := d.isStateDir(cfg.StateDir); {
-	case inUse:
+	switch {
+	case d.isStateDir(cfg.StateDir):
 	case cfg.StateDir == old.StateDir:
 		add("state_dir %q names another directory than the one streamd opened at its start (a symlink retargeted since)", cfg.StateDir)
 	default:
