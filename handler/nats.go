@@ -248,8 +248,13 @@ func newNATSHandler(ctx context.Context, cfg conf.Handler, logger *slog.Logger, 
 	connected := h.Reconnected() // taken before IsConnected: a connection made after it closes it
 	c, err := newNATSConn(nc, h.timeout)
 	if err == nil {
-		h.conn.Store(c)
-		if nc.IsClosed() { // for good already, before it was in use
+		// Unless a connection made anew replaced nc already: closed for
+		// good before the build stored it (closedForGood).
+		h.conn.CompareAndSwap(nil, c)
+		// Closed for good already, before it was in use: an error when
+		// the server must be reached now; otherwise closedForGood
+		// connects anew, as for a connection closed later.
+		if mustReach && nc.IsClosed() {
 			err = &OptionError{Option: "url", Err: fmt.Errorf("connecting to %s: %w", cfg.URL, cmp.Or(nc.LastError(), nats.ErrConnectionClosed))}
 		}
 	}
@@ -479,8 +484,10 @@ func (h *natsHandler) connectAnew(old *nats.Conn, wait time.Duration) {
 			h.mu.Lock()
 			defer h.mu.Unlock()
 			// Not after Close, nor in place of a connection already made
-			// anew, nor a connection itself closed for good already.
-			if cur := h.conn.Load(); h.closing || cur == nil || cur.nc != old || nc.IsClosed() {
+			// anew, nor a connection itself closed for good already. A
+			// build that has not stored old yet (nil) finds this one in
+			// its place.
+			if cur := h.conn.Load(); h.closing || cur != nil && cur.nc != old || nc.IsClosed() {
 				nc.Close()
 				return
 			}

@@ -926,6 +926,30 @@ func TestNATSHandlerClosedForGoodAgain(t *testing.T) {
 	t.Logf("%d connections", n)
 }
 
+// TestNATSHandlerClosedBeforeStored: a connection the client closed for
+// good before the build stored it is made anew all the same: the new one
+// takes the empty place (the build then stores its own only if the place
+// is still empty).
+func TestNATSHandlerClosedBeforeStored(t *testing.T) {
+	srv := natstest.Start(t)
+	srv.AddStream(jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}})
+	h, err := New(t.Context(), natsConfig(srv), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer Close(h)
+	nh := h.(*natsHandler)
+	built := nh.conn.Load()
+	built.nc.Close()
+	nh.conn.Store(nil) // as before the build stored it
+	nh.connectAnew(built.nc, 0)
+	made := nh.conn.Load()
+	if made == nil || made.nc == built.nc || !made.nc.IsConnected() {
+		t.Fatalf("connecting anew before the build stored its connection left %+v in place, want a new connected one", made)
+	}
+	checkOutcome(t, h.Handle(t.Context(), testDelivery()), OutcomeAck, 0, 0, "")
+}
+
 // TestNATSHandlerNkeyReadOnce: the handler signs with the seed nkey_file
 // held when it was built: the file rotated (another seed) or removed
 // meanwhile does not keep a connection made anew from authenticating,
